@@ -1,0 +1,6 @@
+"""``python -m teaagent`` runs the command line."""
+
+from teaagent.cli import main
+
+if __name__ == "__main__":
+    main()

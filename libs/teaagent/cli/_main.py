@@ -1,0 +1,79 @@
+"""The root command, its sub-commands, and the one place where errors become exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+import click
+import typer
+
+from teaagent.cli import _audit, _bench, _demo, _keys, _quorum, _tools
+from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_DENIED = 3
+
+app = typer.Typer(
+    name="teaagent",
+    help="Run AI coding agents whose high-risk tool calls need N of M peers' SSH signatures.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(_audit.app, name="audit")
+app.add_typer(_bench.app, name="bench")
+app.add_typer(_keys.app, name="keys")
+app.add_typer(_quorum.app, name="quorum")
+app.add_typer(_tools.app, name="tools")
+app.command("demo")(_demo.demo)
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"teaagent: {message}\n")
+    return code
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` and return its exit code instead of exiting.
+
+    Args:
+        argv: The arguments after the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        The exit code of the convention above.
+    """
+    command = typer.main.get_command(app)
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = command.main(args=args, prog_name="teaagent", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return _fail("aborted.", EXIT_FAILED)
+    except click.ClickException as exc:
+        # Usage errors: click's own sentence (a missing argument, an unknown option).
+        return _fail(exc.format_message(), EXIT_USAGE)
+    except ApprovalDeniedError as exc:
+        return _fail(str(exc), EXIT_DENIED)
+    except (ConfigError, FileNotFoundError, IsADirectoryError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except TeaAgentError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        return _fail("interrupted.", 130)
+    except Exception as exc:  # the last resort: one sentence, the traceback only on request
+        if os.environ.get("TEAAGENT_DEBUG"):
+            traceback.print_exc()
+        return _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_FAILED)
+    return result if isinstance(result, int) else EXIT_OK
+
+
+def main() -> None:
+    """Entry point of the ``teaagent`` console script."""
+    sys.exit(run())

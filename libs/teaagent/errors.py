@@ -1,0 +1,110 @@
+"""Every exception the library raises on purpose, under one root.
+
+The tree::
+
+    TeaAgentError
+    ├── ConfigError                      a node configuration or setting is wrong (CLI exit 2)
+    ├── ApprovalDeniedError              a tool call is blocked by policy or quorum (CLI exit 3)
+    ├── BudgetExceededError              a run budget limit was reached
+    │   ├── RunLimitError                iteration or tool-call limit
+    │   └── CostCapError                 estimated cost above the cap
+    ├── ToolError                        a tool could not be called
+    │   ├── ToolNotFoundError            no tool of that name
+    │   ├── ToolRateLimitError           the tool's rate-limit window is full
+    │   ├── SchemaValidationError        a schema, an argument or a result is invalid
+    │   └── WorkspaceEscapeError         a path leaves the workspace root
+    ├── SignatureError                   an SSH signature or key is malformed or does not verify
+    ├── QuorumError                      a quorum certificate does not prove the quorum
+    ├── AuditVerificationError           an audit log's chain is broken
+    ├── MissingAPIKeyError               a provider's API key variable is not set
+    └── WorkspaceLockConflictError       another live process holds the workspace lock
+
+Each message is the sentence a user reads: the CLI prints ``str(error)`` and nothing else.
+Every spec exception is also importable from the module the specification names
+(``teaagent.policy.ApprovalDeniedError``, ``teaagent.tools.ToolNotFoundError`` and so on).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalDeniedError",
+    "AuditVerificationError",
+    "BudgetExceededError",
+    "ConfigError",
+    "CostCapError",
+    "MissingAPIKeyError",
+    "QuorumError",
+    "RunLimitError",
+    "SchemaValidationError",
+    "SignatureError",
+    "TeaAgentError",
+    "ToolError",
+    "ToolNotFoundError",
+    "ToolRateLimitError",
+    "WorkspaceEscapeError",
+    "WorkspaceLockConflictError",
+]
+
+
+class TeaAgentError(Exception):
+    """The root of every error teaagent raises on purpose."""
+
+
+class ConfigError(TeaAgentError, ValueError):
+    """A configuration file or setting is wrong; the message names the file and the key."""
+
+
+class ApprovalDeniedError(TeaAgentError):
+    """A tool call was blocked by the approval policy or by the peers' quorum."""
+
+
+class BudgetExceededError(TeaAgentError):
+    """A run budget limit (iterations, tool calls or cost) was reached."""
+
+
+class RunLimitError(BudgetExceededError):
+    """The run reached its iteration or tool-call limit."""
+
+
+class CostCapError(BudgetExceededError):
+    """The estimated cost of the run exceeds its cap."""
+
+
+class ToolError(TeaAgentError):
+    """A tool could not be called."""
+
+
+class ToolNotFoundError(ToolError, LookupError):
+    """No tool is registered under that name."""
+
+
+class ToolRateLimitError(ToolError):
+    """The tool's rate-limit window is full."""
+
+
+class SchemaValidationError(ToolError, ValueError):
+    """A JSON Schema, a tool's arguments or a tool's result is invalid."""
+
+
+class WorkspaceEscapeError(ToolError, PermissionError):
+    """A path given to a workspace tool leaves the workspace root."""
+
+
+class SignatureError(TeaAgentError, ValueError):
+    """An SSH key or SSHSIG signature is malformed, of a refused kind, or does not verify."""
+
+
+class QuorumError(TeaAgentError):
+    """A quorum certificate does not prove that the quorum approved the call."""
+
+
+class AuditVerificationError(TeaAgentError):
+    """An audit log's hash chain or HMAC does not verify."""
+
+
+class MissingAPIKeyError(TeaAgentError):
+    """The environment variable holding a provider's API key is not set."""
+
+
+class WorkspaceLockConflictError(TeaAgentError):
+    """Another live process holds the workspace lock."""
