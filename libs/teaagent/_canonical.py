@@ -1,0 +1,55 @@
+"""Canonical JSON (RFC 8785) and the payload digest of a tool call (PROTOCOL.md, Encoding rules).
+
+This module sits below every other so that :mod:`teaagent.policy` and :mod:`teaagent.quorum`
+can both use it without importing each other; :mod:`teaagent.quorum` re-exports its names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import rfc8785
+
+__all__ = ["DIGEST_PREFIX", "canonical", "payload_digest"]
+
+DIGEST_PREFIX = "sha256:"
+
+
+def canonical(obj: Any) -> bytes:
+    """Return the RFC 8785 (JCS) canonical JSON bytes of ``obj``.
+
+    Args:
+        obj: A JSON value: dicts with string keys, lists, strings, integers, floats, booleans, None.
+
+    Returns:
+        The canonical UTF-8 bytes.
+
+    Raises:
+        ValueError: ``obj`` holds something JSON cannot carry (a NaN, an integer beyond
+            the I-JSON range, a non-string key, a set...).
+    """
+    try:
+        return rfc8785.dumps(obj)
+    except (rfc8785.CanonicalizationError, TypeError) as exc:
+        raise ValueError(f"the value cannot be written as canonical JSON: {exc}") from exc
+
+
+def payload_digest(tool_name: str, arguments: dict[str, Any]) -> str:
+    """Return the digest that names one tool call: ``sha256:`` + hex SHA-256 of its canonical JSON.
+
+    The digest covers ``{"arguments": arguments, "tool_name": tool_name}``; it is what
+    ``ApprovalPolicy.preapproved_payload_digests`` holds and what every signed statement carries.
+
+    Args:
+        tool_name: The tool's registered name.
+        arguments: The call's arguments.
+
+    Returns:
+        ``"sha256:"`` followed by 64 lowercase hex characters.
+
+    Raises:
+        ValueError: The arguments cannot be written as canonical JSON.
+    """
+    body = canonical({"arguments": arguments, "tool_name": tool_name})
+    return DIGEST_PREFIX + hashlib.sha256(body).hexdigest()
