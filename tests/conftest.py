@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,3 +17,44 @@ def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "workspace"
     root.mkdir()
     return root
+
+
+@dataclass(frozen=True)
+class SSHKey:
+    """A key pair written by the real ``ssh-keygen``."""
+
+    name: str
+    key_type: str
+    private_path: Path
+    public_line: str  # the .pub file's line, "ssh-ed25519 AAAA... comment"
+
+    @property
+    def public_path(self) -> Path:
+        return self.private_path.with_name(self.private_path.name + ".pub")
+
+
+@pytest.fixture(scope="session")
+def ssh_key_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., SSHKey]:
+    """Make (and cache for the session) SSH key pairs with OpenSSH's own ``ssh-keygen``.
+
+    ``ssh_key_factory("beta")`` gives an ed25519 key; ``key_type`` takes ``ecdsa``, ``rsa``;
+    ``bits`` sets the size (ECDSA 256/384/521, RSA >= 1024); ``passphrase`` protects the file.
+    """
+    if shutil.which("ssh-keygen") is None:  # pragma: no cover - the README lists it as a prerequisite
+        pytest.fail("ssh-keygen is not on PATH; install OpenSSH's client tools")
+    folder = tmp_path_factory.mktemp("sshkeys")
+    cache: dict[tuple[str, str, int | None, str], SSHKey] = {}
+
+    def make(name: str, key_type: str = "ed25519", bits: int | None = None, passphrase: str = "") -> SSHKey:
+        cache_key = (name, key_type, bits, passphrase)
+        if cache_key not in cache:
+            path = folder / f"{name}-{key_type}-{bits or 'default'}-{len(passphrase)}"
+            command = ["ssh-keygen", "-q", "-t", key_type, "-N", passphrase, "-C", name, "-f", str(path)]
+            if bits is not None:
+                command[3:3] = ["-b", str(bits)]
+            subprocess.run(command, check=True, capture_output=True)
+            public_line = Path(str(path) + ".pub").read_text().strip()
+            cache[cache_key] = SSHKey(name, key_type, path, public_line)
+        return cache[cache_key]
+
+    return make
