@@ -51,7 +51,7 @@ def ssh_key_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., S
             path = folder / f"{name}-{key_type}-{bits or 'default'}-{len(passphrase)}"
             command = ["ssh-keygen", "-q", "-t", key_type, "-N", passphrase, "-C", name, "-f", str(path)]
             if bits is not None:
-                command[3:3] = ["-b", str(bits)]
+                command[4:4] = ["-b", str(bits)]
             subprocess.run(command, check=True, capture_output=True)
             public_line = Path(str(path) + ".pub").read_text().strip()
             cache[cache_key] = SSHKey(name, key_type, path, public_line)

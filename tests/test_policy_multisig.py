@@ -1,0 +1,747 @@
+"""teaagent.policy: MultiSigQuorumConfig's checks, PeerSignature, and the quorum step of the policy."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from teaagent._canonical import payload_digest
+from teaagent.errors import ApprovalDeniedError
+from teaagent.policy import (
+    MAX_QUORUM_TIMEOUT_SECONDS,
+    ApprovalPolicy,
+    ApprovalPresetStore,
+    ApprovalSource,
+    MultiSigQuorumConfig,
+    PeerSignature,
+    PermissionMode,
+)
+
+
+def exactly(message: str) -> str:
+    return f"^{re.escape(message)}$"
+
+
+def public_line(comment: str = "") -> str:
+    """A fresh real ed25519 OpenSSH public key line (no process needed)."""
+    key = Ed25519PrivateKey.generate().public_key()
+    line = key.public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+    return f"{line} {comment}".strip()
+
+
+PEERS = ["beta", "delta", "gamma"]
+KEYS = {peer: public_line(peer) for peer in PEERS}
+URLS = {peer: f"http://127.0.0.1:{8702 + number}" for number, peer in enumerate(PEERS)}
+
+
+def config(**changes: Any) -> MultiSigQuorumConfig:
+    fields: dict[str, Any] = {
+        "enabled": True,
+        "required_approvals": 2,
+        "peer_agent_ids": list(PEERS),
+        "peer_public_keys": dict(KEYS),
+        "peer_relay_urls": dict(URLS),
+        "local_relay_base_url": "http://127.0.0.1:8701",
+        "high_risk_patterns": ["shell.*", "fs.delete"],
+        "timeout_seconds": 120,
+    }
+    fields.update(changes)
+    return MultiSigQuorumConfig(**fields)
+
+
+# -- MultiSigQuorumConfig ---------------------------------------------------------------------------
+
+
+def test_a_valid_configuration() -> None:
+    built = config()
+    assert built.enabled
+    assert built.describe_quorum() == "2 of 3 peer approvals"
+    assert built.allow_dev_signatures is False
+
+
+def test_disabled_factory() -> None:
+    off = MultiSigQuorumConfig.disabled()
+    assert off.enabled is False
+    assert off.peer_agent_ids == []
+    assert not off.is_high_risk("shell.run")
+
+
+def test_enabled_has_no_default() -> None:
+    with pytest.raises(TypeError):
+        MultiSigQuorumConfig()  # type: ignore[call-arg]
+
+
+def test_the_constructor_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        MultiSigQuorumConfig(True, 1)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"required_approvals": 0},
+            "required_approvals must be at least 1 when multi-sig is enabled, not 0.",
+        ),
+        (
+            {"required_approvals": -1},
+            "required_approvals must be at least 1 when multi-sig is enabled, not -1.",
+        ),
+        ({"required_approvals": 4}, "required_approvals is 4 but only 3 peers are configured."),
+        (
+            {"peer_agent_ids": [], "peer_public_keys": {}, "peer_relay_urls": {}, "required_approvals": 1},
+            "required_approvals is 1 but only 0 peers are configured.",
+        ),
+        ({"peer_agent_ids": ["beta", "delta", "beta"]}, "peer beta is listed twice in peer_agent_ids."),
+        (
+            {"peer_public_keys": {"beta": KEYS["beta"], "delta": KEYS["delta"]}},
+            "peer gamma has no public key.",
+        ),
+        ({"peer_public_keys": {**KEYS, "gamma": "  "}}, "peer gamma has no public key."),
+        ({"peer_relay_urls": {"beta": URLS["beta"], "gamma": URLS["gamma"]}}, "peer delta has no relay URL."),
+        ({"peer_relay_urls": {**URLS, "delta": ""}}, "peer delta has no relay URL."),
+        (
+            {"peer_public_keys": {**KEYS, "zeta": public_line()}},
+            "peer_public_keys names 'zeta', which is not in peer_agent_ids.",
+        ),
+        (
+            {"peer_relay_urls": {**URLS, "zeta": "http://x"}},
+            "peer_relay_urls names 'zeta', which is not in peer_agent_ids.",
+        ),
+        ({"high_risk_patterns": ["shell.*", ""]}, "high_risk_patterns holds an empty pattern."),
+        ({"high_risk_patterns": [" "]}, "high_risk_patterns holds an empty pattern."),
+        (
+            {"high_risk_patterns": []},
+            "multi-sig is enabled but high_risk_patterns is empty, so no call would need a quorum.",
+        ),
+        (
+            {"timeout_seconds": 0},
+            f"timeout_seconds must be between 1 and {MAX_QUORUM_TIMEOUT_SECONDS}, not 0.",
+        ),
+        (
+            {"timeout_seconds": MAX_QUORUM_TIMEOUT_SECONDS + 1},
+            f"timeout_seconds must be between 1 and {MAX_QUORUM_TIMEOUT_SECONDS}, "
+            f"not {MAX_QUORUM_TIMEOUT_SECONDS + 1}.",
+        ),
+        (
+            {"peer_relay_urls": {**URLS, "beta": "ftp://relay"}},
+            "the relay URL 'ftp://relay' of beta is not an http or https URL.",
+        ),
+        (
+            {"peer_relay_urls": {**URLS, "beta": "127.0.0.1:8702"}},
+            "the relay URL '127.0.0.1:8702' of beta is not an http or https URL.",
+        ),
+        (
+            {"local_relay_base_url": "relay"},
+            "the relay URL 'relay' of this node is not an http or https URL.",
+        ),
+    ],
+)
+def test_an_enabled_configuration_that_breaks_a_rule_is_refused(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=exactly(message)):
+        config(**changes)
+
+
+def test_threshold_boundaries() -> None:
+    assert config(required_approvals=1).required_approvals == 1
+    assert config(required_approvals=3).required_approvals == 3
+
+
+def test_timeout_boundaries() -> None:
+    assert config(timeout_seconds=1).timeout_seconds == 1
+    assert config(timeout_seconds=MAX_QUORUM_TIMEOUT_SECONDS).timeout_seconds == MAX_QUORUM_TIMEOUT_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("peer", "valid"),
+    [
+        ("b", True),
+        ("0", True),
+        ("a" * 64, True),
+        ("node-1.eu_west", True),
+        ("a" * 65, False),
+        ("", False),
+        ("Beta", False),
+        ("-beta", False),
+        (".beta", False),
+        ("be ta", False),
+        ("beta\n", False),
+        ("bêta", False),
+    ],
+)
+def test_peer_ids_must_be_agent_ids(peer: str, valid: bool) -> None:
+    changes = {
+        "peer_agent_ids": [peer, "delta", "gamma"],
+        "peer_public_keys": {peer: KEYS["beta"], "delta": KEYS["delta"], "gamma": KEYS["gamma"]},
+        "peer_relay_urls": {peer: URLS["beta"], "delta": URLS["delta"], "gamma": URLS["gamma"]},
+    }
+    if valid:
+        assert config(**changes).peer_agent_ids[0] == peer
+    else:
+        with pytest.raises(
+            ValueError,
+            match=exactly(
+                f"peer id {peer!r} is not valid: use 1 to 64 lowercase letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit."
+            ),
+        ):
+            config(**changes)
+
+
+def test_two_peers_sharing_one_key_are_refused_whatever_the_comments() -> None:
+    shared = public_line()
+    keys = {
+        **KEYS,
+        "beta": f"{shared} beta@laptop",
+        "gamma": f"{shared.split()[0]}   {shared.split()[1]}  other",
+    }
+    with pytest.raises(
+        ValueError, match=exactly("peers beta and gamma share one public key, which would count twice.")
+    ):
+        config(peer_public_keys=keys)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "AAAAC3NzaC1lZDI1NTE5",
+            "peer beta's public key is not an OpenSSH public key line ('TYPE BASE64 [COMMENT]').",
+        ),
+        (
+            "ssh-dss AAAAB3NzaC1kc3MAAACBAP",
+            "peer beta's public key type 'ssh-dss' is not accepted: use ssh-ed25519, ECDSA or RSA.",
+        ),
+        ("ssh-ed25519 not*base64", "peer beta's public key is not valid base64."),
+        ("ssh-rsa " + KEYS["delta"].split()[1], "peer beta's public key blob does not hold a ssh-rsa key."),
+        (
+            "ssh-ed25519 " + base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519").decode(),
+            "peer beta's public key blob does not hold a ssh-ed25519 key.",
+        ),
+        (
+            "ssh-ed25519 " + base64.b64encode(b"\x00\x00").decode(),
+            "peer beta's public key blob does not hold a ssh-ed25519 key.",
+        ),
+    ],
+)
+def test_malformed_public_keys_are_refused(line: str, message: str) -> None:
+    with pytest.raises(ValueError, match=exactly(message)):
+        config(peer_public_keys={**KEYS, "beta": line})
+
+
+@pytest.mark.slow
+def test_real_ssh_keygen_keys_of_every_type_are_accepted(ssh_key_factory: Callable[..., Any]) -> None:
+    keys = {
+        "beta": ssh_key_factory("beta").public_line,
+        "delta": ssh_key_factory("delta", key_type="ecdsa").public_line,
+        "gamma": ssh_key_factory("gamma", key_type="rsa").public_line,
+    }
+    assert config(peer_public_keys=keys).peer_public_keys == keys
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"enabled": 1}, "enabled must be true or false, not int."),
+        ({"required_approvals": True}, "required_approvals must be an integer, not bool."),
+        ({"required_approvals": 2.0}, "required_approvals must be an integer, not float."),
+        ({"timeout_seconds": "120"}, "timeout_seconds must be an integer, not str."),
+        ({"peer_agent_ids": "beta"}, "peer_agent_ids must be a list of strings, not str."),
+        ({"peer_agent_ids": ["beta", 2]}, "peer_agent_ids must hold only strings, not int."),
+        ({"high_risk_patterns": None}, "high_risk_patterns must be a list of strings, not NoneType."),
+        (
+            {"peer_public_keys": ["beta"]},
+            "peer_public_keys must be a mapping of agent id to string, not list.",
+        ),
+        ({"peer_relay_urls": {"beta": 1}}, "peer_relay_urls must map strings to strings."),
+        ({"allow_dev_signatures": "no"}, "allow_dev_signatures must be true or false."),
+        ({"local_relay_base_url": 8701}, "local_relay_base_url must be a string or None."),
+    ],
+)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_types_are_checked_enabled_or_not(changes: dict[str, Any], error: str, enabled: bool) -> None:
+    with pytest.raises(TypeError, match=exactly(error)):
+        config(**{"enabled": enabled, **changes})
+
+
+def test_a_disabled_configuration_is_not_checked_beyond_types() -> None:
+    off = MultiSigQuorumConfig(
+        enabled=False,
+        required_approvals=0,
+        peer_agent_ids=["Beta", "Beta"],
+        peer_public_keys={"Beta": "nonsense"},
+        high_risk_patterns=[""],
+        timeout_seconds=0,
+    )
+    assert not off.is_high_risk("")
+    assert not off.is_high_risk("anything")
+
+
+def test_check_origin() -> None:
+    built = config()
+    built.check_origin("alpha")
+    with pytest.raises(
+        ValueError,
+        match=exactly("agent beta is listed among its own peers; a node cannot approve its own calls."),
+    ):
+        built.check_origin("beta")
+    MultiSigQuorumConfig(enabled=False, peer_agent_ids=["beta"]).check_origin("beta")
+
+
+def test_a_policy_whose_agent_is_among_its_peers_is_refused(workspace: Path) -> None:
+    with pytest.raises(ValueError, match="agent gamma is listed among its own peers"):
+        ApprovalPolicy.for_workspace(workspace, agent_id="gamma", multi_sig_config=config())
+
+
+@pytest.mark.parametrize(
+    ("tool", "high"),
+    [
+        ("shell.run", True),
+        ("shell.", True),
+        ("fs.delete", True),
+        ("fs.deleted", False),
+        ("Shell.run", False),  # fnmatchcase: case-sensitive on every platform
+        ("fs.read", False),
+        ("myshell.run", False),
+        ("shell", False),
+    ],
+)
+def test_is_high_risk(tool: str, high: bool) -> None:
+    assert config().is_high_risk(tool) is high
+
+
+def test_is_high_risk_with_bracket_and_question_patterns() -> None:
+    built = config(high_risk_patterns=["fs.[dm]*", "net.?et"])
+    assert built.is_high_risk("fs.move")
+    assert built.is_high_risk("net.get")
+    assert not built.is_high_risk("fs.read")
+    assert not built.is_high_risk("net.post")
+
+
+def test_collections_are_copied_when_built() -> None:
+    patterns = ["shell.*"]
+    peers = list(PEERS)
+    built = config(high_risk_patterns=patterns, peer_agent_ids=peers)
+    patterns.append("fs.*")
+    peers.append("alpha")
+    assert not built.is_high_risk("fs.read")
+    assert built.peer_agent_ids == PEERS
+    built.check_origin("alpha")
+
+
+def test_dev_signatures_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    config(allow_dev_signatures=True)
+    assert "dev:<signer> signatures without cryptography" in caplog.text
+
+
+# -- PeerSignature ----------------------------------------------------------------------------------
+
+
+def test_peer_signature() -> None:
+    signature = PeerSignature(peer_id="beta", signature="AAAA", timestamp=1764570003.0, ssh_key_id="SHA256:x")
+    assert [field.name for field in dataclasses.fields(PeerSignature)] == [
+        "peer_id",
+        "signature",
+        "timestamp",
+        "ssh_key_id",
+    ]
+    assert signature.to_dict() == {
+        "peer_id": "beta",
+        "signature": "AAAA",
+        "timestamp": 1764570003.0,
+        "ssh_key_id": "SHA256:x",
+    }
+    assert PeerSignature("beta", "AAAA", 1).ssh_key_id is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        signature.peer_id = "gamma"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"peer_id": 1}, "peer_id and signature must be strings."),
+        ({"signature": None}, "peer_id and signature must be strings."),
+        ({"timestamp": "now"}, "timestamp must be a number of Unix seconds, not str."),
+        ({"timestamp": True}, "timestamp must be a number of Unix seconds, not bool."),
+        ({"ssh_key_id": 5}, "ssh_key_id must be a string or None."),
+    ],
+)
+def test_peer_signature_types(fields: dict[str, Any], message: str) -> None:
+    base: dict[str, Any] = {"peer_id": "beta", "signature": "AAAA", "timestamp": 1.0, "ssh_key_id": None}
+    with pytest.raises(TypeError, match=exactly(message)):
+        PeerSignature(**{**base, **fields})
+
+
+# -- the quorum step of the policy ------------------------------------------------------------------
+
+
+class RecordingGate:
+    """A gate that records its calls and answers with ``answer`` (a value, or an exception to raise)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.calls: list[dict[str, Any]] = []
+
+    def obtain(self, **call: Any) -> dict[str, Any]:
+        self.calls.append(call)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer  # type: ignore[no-any-return]
+
+
+LEAD = "shell.run needs 2 of 3 peer approvals but "
+
+
+def gated(workspace: Path, gate: Any, mode: str = "danger-full-access", **fields: Any) -> ApprovalPolicy:
+    policy = ApprovalPolicy.for_workspace(
+        workspace, mode=mode, agent_id="alpha", multi_sig_config=config(), quorum_gate=gate
+    )
+    return dataclasses.replace(policy, **fields) if fields else policy
+
+
+@pytest.mark.parametrize("mode", list(PermissionMode))
+def test_high_risk_without_a_gate_is_denied_in_every_mode(workspace: Path, mode: PermissionMode) -> None:
+    policy = gated(workspace, None, mode=mode.value, allow_all_destructive=True)
+    policy.jit_state.approve_session("shell.run")
+    with pytest.raises(ApprovalDeniedError, match=r"^shell\.run "):
+        policy.assert_allowed("shell.run", "c1", True, {"command": "ls"})
+
+
+def test_high_risk_without_a_gate_message(workspace: Path) -> None:
+    with pytest.raises(
+        ApprovalDeniedError,
+        match=exactly(LEAD + "no quorum could be obtained: no quorum gate is configured."),
+    ):
+        gated(workspace, None).assert_allowed("shell.run", "c1", True, {"command": "ls"})
+
+
+def test_local_pre_approvals_do_not_replace_the_quorum(workspace: Path) -> None:
+    arguments = {"command": "ls"}
+    store = ApprovalPresetStore(workspace)
+    store.add("shell.*")
+    policy = gated(
+        workspace,
+        None,
+        mode="allow",
+        allow_all_destructive=True,
+        preapproved_payload_digests=frozenset({payload_digest("shell.run", arguments)}),
+        approval_store=store,
+    )
+    with pytest.raises(ApprovalDeniedError, match="no quorum gate is configured"):
+        policy.assert_allowed("shell.run", "c1", True, arguments)
+
+
+def test_a_high_risk_read_only_tool_needs_the_quorum_too(workspace: Path) -> None:
+    policy = gated(workspace, None, multi_sig_config=config(high_risk_patterns=["fs.*"]))
+    with pytest.raises(ApprovalDeniedError, match=r"^fs\.read needs 2 of 3 peer approvals"):
+        policy.assert_allowed("fs.read", "c1", False, {"path": "a"}, read_only=True)
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            ConnectionError("relay http://127.0.0.1:8701 is unreachable"),
+            LEAD + "no quorum could be obtained: relay http://127.0.0.1:8701 is unreachable.",
+        ),
+        (RuntimeError(""), LEAD + "no quorum could be obtained: RuntimeError."),
+        (TimeoutError(), LEAD + "no quorum was reached within 120 seconds."),
+        (KeyError("request_id"), LEAD + "no quorum could be obtained: 'request_id'."),
+    ],
+)
+def test_a_gate_that_raises_denies(workspace: Path, error: Exception, message: str) -> None:
+    with pytest.raises(ApprovalDeniedError, match=exactly(message)):
+        gated(workspace, RecordingGate(error)).assert_allowed("shell.run", "c1", True, {"command": "ls"})
+
+
+def test_a_denial_from_the_gate_keeps_its_own_sentence(workspace: Path) -> None:
+    denial = ApprovalDeniedError("shell.run was denied by beta and gamma: not on a Friday.")
+    with pytest.raises(ApprovalDeniedError) as caught:
+        gated(workspace, RecordingGate(denial)).assert_allowed("shell.run", "c1", True, {"command": "ls"})
+    assert caught.value is denial
+
+
+def good_request(**changes: Any) -> dict[str, Any]:
+    request = {
+        "tool_name": "shell.run",
+        "payload_digest": payload_digest("shell.run", {"command": "ls"}),
+        "origin": "alpha",
+        "call_id": "c1",
+    }
+    request.update(changes)
+    return request
+
+
+@pytest.mark.parametrize(
+    ("certificate", "message"),
+    [
+        (None, LEAD + "the quorum gate returned no certificate."),
+        ("certificate", LEAD + "the quorum gate returned no certificate."),
+        ([good_request()], LEAD + "the quorum gate returned no certificate."),
+        ({}, LEAD + "the quorum certificate holds no request."),
+        ({"request": "shell.run"}, LEAD + "the quorum certificate holds no request."),
+        (
+            {"request": good_request(tool_name="shell.exec")},
+            LEAD + "the quorum certificate's tool_name does not match this call.",
+        ),
+        (
+            {"request": good_request(payload_digest=payload_digest("shell.run", {"command": "rm -rf /"}))},
+            LEAD + "the quorum certificate's payload_digest does not match this call.",
+        ),
+        (
+            {"request": good_request(origin="beta")},
+            LEAD + "the quorum certificate's origin does not match this call.",
+        ),
+        (
+            {"request": good_request(call_id="c0")},
+            LEAD + "the quorum certificate's call_id does not match this call.",
+        ),
+        (
+            {"request": good_request(), "approvals": []},
+            None,  # bound to the call, but proves nothing: teaagent.quorum refuses it
+        ),
+    ],
+)
+def test_a_gate_that_returns_garbage_denies(workspace: Path, certificate: Any, message: str | None) -> None:
+    gate = RecordingGate(certificate)
+    with pytest.raises(ApprovalDeniedError, match=exactly(message) if message else f"^{re.escape(LEAD)}"):
+        gated(workspace, gate).assert_allowed("shell.run", "c1", True, {"command": "ls"})
+    assert len(gate.calls) == 1
+
+
+def test_the_gate_is_asked_about_exactly_this_call(workspace: Path) -> None:
+    gate = RecordingGate(None)
+    with pytest.raises(ApprovalDeniedError):
+        gated(workspace, gate).assert_allowed(
+            "shell.run", "c4", True, {"command": "ls"}, reason="list files", run_id="run-9"
+        )
+    assert gate.calls == [
+        {
+            "tool_name": "shell.run",
+            "arguments": {"command": "ls"},
+            "call_id": "c4",
+            "run_id": "run-9",
+            "reason": "list files",
+        }
+    ]
+
+
+def test_arguments_without_a_digest_cannot_get_a_quorum(workspace: Path) -> None:
+    gate = RecordingGate(None)
+    with pytest.raises(
+        ApprovalDeniedError,
+        match=exactly(
+            LEAD + "its arguments cannot be written as canonical JSON, so no quorum can approve them."
+        ),
+    ):
+        gated(workspace, gate).assert_allowed("shell.run", "c1", True, {"timeout": float("nan")})
+    assert gate.calls == []
+
+
+def test_a_call_that_is_not_high_risk_never_reaches_the_gate(workspace: Path) -> None:
+    gate = RecordingGate(AssertionError("the gate must not be consulted"))
+    policy = gated(workspace, gate)
+    assert policy.authorize("fs.write", "c1", False, {"path": "a"}).certificate is None
+    policy.assert_allowed("fs.read", "c2", False, {"path": "a"}, read_only=True)
+    assert gate.calls == []
+
+
+def test_a_disabled_configuration_never_reaches_the_gate(workspace: Path) -> None:
+    gate = RecordingGate(AssertionError("the gate must not be consulted"))
+    policy = ApprovalPolicy.for_workspace(
+        workspace,
+        mode="danger-full-access",
+        multi_sig_config=MultiSigQuorumConfig(enabled=False, high_risk_patterns=["*"]),
+        quorum_gate=gate,
+    )
+    policy.assert_allowed("shell.run", "c1", True, {"command": "ls"})
+    assert gate.calls == []
+
+
+def test_the_local_check_comes_first(workspace: Path) -> None:
+    gate = RecordingGate(AssertionError("the gate must not be consulted"))
+    with pytest.raises(
+        ApprovalDeniedError,
+        match=exactly("shell.run is destructive and the permission mode is workspace-write."),
+    ):
+        gated(workspace, gate, mode="workspace-write").assert_allowed(
+            "shell.run", "c1", True, {"command": "ls"}
+        )
+    assert gate.calls == []
+
+
+# -- a real quorum, signed with real keys -----------------------------------------------------------
+
+
+class SigningGate:
+    """A quorum gate that plays the peers itself: it builds and signs the request and the approvals
+    with real SSH keys through teaagent.quorum, as the relay work will over the network."""
+
+    def __init__(
+        self,
+        quorum_config: MultiSigQuorumConfig,
+        origin_key: Path,
+        peer_keys: dict[str, Path],
+        signers: list[str],
+        tamper: Callable[[dict[str, Any]], None] | None = None,
+        sign_arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = quorum_config
+        self.sign_arguments = sign_arguments
+        self.origin_key = origin_key
+        self.peer_keys = peer_keys
+        self.signers = signers
+        self.tamper = tamper
+
+    def obtain(
+        self, *, tool_name: str, arguments: dict[str, Any], call_id: str, run_id: str | None, reason: str
+    ) -> dict[str, Any]:
+        from teaagent.quorum import build_certificate, build_request, sign_approval, sign_request
+        from teaagent.signing import load_private_key
+
+        request = build_request(
+            origin="alpha",
+            run_id=run_id or "run-1",
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=arguments if self.sign_arguments is None else self.sign_arguments,
+            reason=reason,
+            config=self.config,
+        )
+        request_signature = sign_request(request, load_private_key(self.origin_key))
+        approvals = [
+            sign_approval(request, peer, load_private_key(self.peer_keys[peer])) for peer in self.signers
+        ]
+        certificate = build_certificate(request, request_signature, approvals)
+        if self.tamper is not None:
+            self.tamper(certificate)
+        return certificate
+
+
+@pytest.fixture
+def cluster(ssh_key_factory: Callable[..., Any]) -> tuple[MultiSigQuorumConfig, Any, dict[str, Path]]:
+    keys = {peer: ssh_key_factory(f"policy-{peer}") for peer in PEERS}
+    origin = ssh_key_factory("policy-alpha")
+    quorum_config = config(peer_public_keys={peer: key.public_line for peer, key in keys.items()})
+    return quorum_config, origin, {peer: key.private_path for peer, key in keys.items()}
+
+
+@pytest.mark.slow
+def test_story_of_a_real_quorum(
+    workspace: Path, cluster: tuple[MultiSigQuorumConfig, Any, dict[str, Path]]
+) -> None:
+    quorum_config, origin, peer_keys = cluster
+    arguments = {"command": "rm -rf build"}
+
+    def policy_with(gate: SigningGate, mode: str = "danger-full-access") -> ApprovalPolicy:
+        return ApprovalPolicy.for_workspace(
+            workspace, mode=mode, agent_id="alpha", multi_sig_config=quorum_config, quorum_gate=gate
+        )
+
+    def gate(signers: list[str], tamper: Callable[[dict[str, Any]], None] | None = None) -> SigningGate:
+        return SigningGate(quorum_config, origin.private_path, peer_keys, signers, tamper)
+
+    # Threshold met: the call runs, and the certificate comes back for the audit log.
+    result = policy_with(gate(["beta", "gamma"])).authorize("shell.run", "c1", True, arguments)
+    assert result.source is ApprovalSource.PERMISSION_MODE
+    assert result.certificate is not None
+    assert result.certificate["request"]["payload_digest"] == payload_digest("shell.run", arguments)
+    assert sorted(item["statement"]["signer"] for item in result.certificate["approvals"]) == [
+        "beta",
+        "gamma",
+    ]
+
+    # Every approval source still needs its quorum too: a session approval plus the certificate.
+    prompting = policy_with(gate(["beta", "delta", "gamma"]), mode="allow")
+    prompting.jit_state.approve_session("shell.run")
+    assert prompting.authorize("shell.run", "c2", True, arguments).source is ApprovalSource.JIT_SESSION
+
+    # One short fails.
+    with pytest.raises(
+        ApprovalDeniedError, match=rf"^{re.escape(LEAD)}its quorum certificate does not verify: "
+    ) as short:
+        policy_with(gate(["beta"])).assert_allowed("shell.run", "c3", True, arguments)
+    assert str(short.value).endswith("the certificate proves 1 of the 2 approvals required (counted: beta).")
+
+    # A certificate for other arguments is not this call's.
+    ls_gate = SigningGate(
+        quorum_config, origin.private_path, peer_keys, ["beta", "gamma"], None, {"command": "ls"}
+    )
+    with pytest.raises(ApprovalDeniedError, match="payload_digest does not match this call"):
+        policy_with(ls_gate).assert_allowed("shell.run", "c4", True, arguments)
+
+    # Tampered fails: everything was signed for "ls", then rewritten to look like this call.
+    def rewrite(certificate: dict[str, Any]) -> None:
+        digest = payload_digest("shell.run", arguments)
+        certificate["request"]["arguments"] = dict(arguments)
+        certificate["request"]["payload_digest"] = digest
+        for approval in certificate["approvals"]:
+            approval["statement"]["payload_digest"] = digest
+
+    tampered = SigningGate(
+        quorum_config, origin.private_path, peer_keys, ["beta", "gamma"], rewrite, {"command": "ls"}
+    )
+    with pytest.raises(ApprovalDeniedError, match="its quorum certificate does not verify") as why:
+        policy_with(tampered).assert_allowed("shell.run", "c5", True, arguments)
+    assert "counted: nobody; refused: beta: the signature does not verify" in str(why.value)
+
+    # Wrong key fails: a signature by a key that is not the configured one.
+    def forge_beta(certificate: dict[str, Any]) -> None:
+        from teaagent.quorum import approval_statement, statement_bytes
+        from teaagent.signing import load_private_key, signature_to_wire, sshsig_sign
+
+        statement = approval_statement(certificate["request"], "beta", certificate["request"]["created_at"])
+        signature = sshsig_sign(
+            statement_bytes(statement), load_private_key(origin.private_path), "teaagent-approval"
+        )
+        certificate["approvals"][0] = {"statement": statement, "signature": signature_to_wire(signature)}
+
+    with pytest.raises(ApprovalDeniedError, match="its quorum certificate does not verify") as why:
+        policy_with(gate(["beta", "gamma"], forge_beta)).assert_allowed("shell.run", "c6", True, arguments)
+    assert "counted: gamma; refused: beta: the signature does not verify with beta's configured key" in str(
+        why.value
+    )
+
+    # A certificate for another call id is not this call's.
+    def other_call(certificate: dict[str, Any]) -> None:
+        certificate["request"]["call_id"] = "c0"
+
+    with pytest.raises(ApprovalDeniedError, match="call_id does not match this call"):
+        policy_with(gate(["beta", "gamma"], other_call)).assert_allowed("shell.run", "c7", True, arguments)
+
+
+@pytest.mark.slow
+def test_the_origin_signature_is_checked_when_the_origin_key_is_known(
+    workspace: Path,
+    cluster: tuple[MultiSigQuorumConfig, Any, dict[str, Path]],
+    ssh_key_factory: Callable[..., Any],
+) -> None:
+    quorum_config, origin, peer_keys = cluster
+    signing_gate = SigningGate(quorum_config, origin.private_path, peer_keys, ["beta", "gamma"])
+    base = ApprovalPolicy.for_workspace(
+        workspace,
+        mode="danger-full-access",
+        agent_id="alpha",
+        multi_sig_config=quorum_config,
+        quorum_gate=signing_gate,
+    )
+    dataclasses.replace(base, origin_public_key=origin.public_line).assert_allowed(
+        "shell.run", "c1", True, {"command": "make"}
+    )
+    stranger = ssh_key_factory("policy-stranger").public_line
+    with pytest.raises(
+        ApprovalDeniedError, match="its quorum certificate does not verify: the request signature"
+    ):
+        dataclasses.replace(base, origin_public_key=stranger).assert_allowed(
+            "shell.run", "c2", True, {"command": "make"}
+        )
