@@ -16,6 +16,9 @@ The tree::
     ├── SignatureError                   an SSH signature or key is malformed or does not verify
     ├── QuorumError                      a quorum certificate does not prove the quorum
     ├── AuditVerificationError           an audit log's chain is broken
+    ├── StoreError                       the node's Redis store is unreachable or failed
+    │   ├── RequestNotFoundError         no stored request under that id (never, or expired)
+    │   └── RequestConflictError         a different document already holds that request id
     ├── MissingAPIKeyError               a provider's API key variable is not set
     └── WorkspaceLockConflictError       another live process holds the workspace lock
 
@@ -34,9 +37,12 @@ __all__ = [
     "CostCapError",
     "MissingAPIKeyError",
     "QuorumError",
+    "RequestConflictError",
+    "RequestNotFoundError",
     "RunLimitError",
     "SchemaValidationError",
     "SignatureError",
+    "StoreError",
     "TeaAgentError",
     "ToolError",
     "ToolNotFoundError",
@@ -100,6 +106,18 @@ class QuorumError(TeaAgentError):
 
 class AuditVerificationError(TeaAgentError):
     """An audit log's hash chain or HMAC does not verify."""
+
+
+class StoreError(TeaAgentError):
+    """The node's Redis store is unreachable, timed out or refused a command."""
+
+
+class RequestNotFoundError(StoreError, LookupError):
+    """No request is stored under that id: it never arrived, or it expired and was removed."""
+
+
+class RequestConflictError(StoreError):
+    """A different document is already stored under that request id; the new one is refused."""
 
 
 class MissingAPIKeyError(TeaAgentError):

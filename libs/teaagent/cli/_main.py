@@ -7,7 +7,6 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-import click
 import typer
 
 from teaagent.cli import _audit, _bench, _demo, _keys, _quorum, _tools
@@ -52,13 +51,18 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         result = command.main(args=args, prog_name="teaagent", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         return _fail("aborted.", EXIT_FAILED)
-    except click.ClickException as exc:
-        # Usage errors: click's own sentence (a missing argument, an unknown option).
-        return _fail(exc.format_message(), EXIT_USAGE)
+    except typer.TyperException as exc:
+        # Usage errors (a missing argument, an unknown option). typer vendors its own click, whose
+        # exceptions all derive from TyperException; "no arguments" shows the help.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(command.get_help(command.make_context("teaagent", [], resilient_parsing=True)) + "\n")
+            return EXIT_USAGE
+        format_message = getattr(exc, "format_message", None)
+        return _fail(format_message() if callable(format_message) else str(exc), EXIT_USAGE)
     except ApprovalDeniedError as exc:
         return _fail(str(exc), EXIT_DENIED)
     except (ConfigError, FileNotFoundError, IsADirectoryError) as exc:

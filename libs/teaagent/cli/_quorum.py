@@ -1,7 +1,115 @@
-"""``teaagent quorum``: sub-commands."""
+"""``teaagent quorum``: check quorum certificates offline."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any, Final, NoReturn
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="quorum commands.")
+from teaagent.config import NodeConfig, load_config
+from teaagent.errors import ConfigError, SignatureError
+from teaagent.policy import MultiSigQuorumConfig
+from teaagent.quorum import verify_certificate
+from teaagent.signing import fingerprint
+
+app = typer.Typer(no_args_is_help=True, help="Check quorum certificates.")
+
+MAX_CERTIFICATE_BYTES: Final = 4 * 1024 * 1024  # a request and a few signatures, with generous arguments
+
+
+def _bad_usage(message: str) -> NoReturn:
+    # The sentence and exit code of every usage error (_main's convention), whichever click
+    # flavour typer raises its own usage errors with.
+    from teaagent.cli._main import EXIT_USAGE, _fail
+
+    raise typer.Exit(_fail(message, EXIT_USAGE))
+
+
+def _read_certificate(path: Path) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CERTIFICATE_BYTES + 1)
+    except FileNotFoundError:
+        _bad_usage(f"{path}: the certificate file does not exist.")
+    except OSError as exc:
+        _bad_usage(f"{path}: the certificate file cannot be read: {exc.strerror or exc}.")
+    if len(raw) > MAX_CERTIFICATE_BYTES:
+        _bad_usage(f"{path}: the certificate file is larger than {MAX_CERTIFICATE_BYTES} bytes.")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        _bad_usage(f"{path}: the certificate is not valid JSON{where}.")
+
+
+def _own_key_line(node: NodeConfig) -> str | None:
+    try:
+        return node.own_public_key().to_line()
+    except (ConfigError, SignatureError):
+        return None
+
+
+def _verifier_config(node: NodeConfig, origin: object) -> MultiSigQuorumConfig:
+    """The signers this node can check for ``origin``'s request: its peers, and itself unless it is origin.
+
+    A certificate of this node's own request is checked against its own quorum configuration. For
+    another origin's certificate, this node's own approval is one of the signatures, so this node's
+    key joins the peers (and the origin leaves them); the threshold stays this node's own
+    ``required_approvals`` (``verify_certificate`` also never goes below the request's).
+    """
+    if origin == node.agent_id:
+        return node.quorum
+    keys = {name: peer.public_key for name, peer in node.peers.items() if name != origin}
+    urls = {name: peer.relay_url for name, peer in node.peers.items() if name != origin}
+    own = _own_key_line(node)
+    if own is not None:
+        keys[node.agent_id] = own
+        urls[node.agent_id] = node.relay_url
+    # Disabled: this view only verifies; the node's own configuration was checked when loaded.
+    return MultiSigQuorumConfig(
+        enabled=False,
+        required_approvals=node.quorum.required_approvals,
+        peer_agent_ids=sorted(keys),
+        peer_public_keys=keys,
+        peer_relay_urls=urls,
+        local_relay_base_url=node.relay_url,
+        allow_dev_signatures=node.quorum.allow_dev_signatures,
+        high_risk_patterns=list(node.quorum.high_risk_patterns),
+        timeout_seconds=node.quorum.timeout_seconds,
+    )
+
+
+@app.command("verify")
+def verify(
+    certificate: Annotated[Path, typer.Argument(metavar="CERT.json", help="The quorum certificate (JSON).")],
+    config: Annotated[
+        Path | None, typer.Option("--config", help="The node configuration; $TEAAGENT_CONFIG when omitted.")
+    ] = None,
+    origin_key: Annotated[
+        str | None,
+        typer.Option(
+            "--origin-key",
+            help="The origin's public key line; by default the configured key of the origin, when known.",
+        ),
+    ] = None,
+) -> None:
+    """Check that CERT.json proves the quorum with this node's keys; exit 1 with the reason if it does not."""
+    node = load_config(config)
+    cert = _read_certificate(certificate)
+    request = cert.get("request") if isinstance(cert, dict) else None
+    origin = request.get("origin") if isinstance(request, dict) else None
+    if origin_key is None and isinstance(origin, str):
+        origin_key = _own_key_line(node) if origin == node.agent_id else node.public_key_of(origin)
+    outcome = verify_certificate(cert, _verifier_config(node, origin), origin_public_key=origin_key)
+    typer.echo(f"certificate for request {outcome.request_id}: {outcome.tool_name} from {outcome.origin}")
+    typer.echo(outcome.describe())
+    if origin_key is not None:
+        typer.echo(f"request signature: verified with {outcome.origin}'s key {fingerprint(origin_key)}")
+    else:
+        typer.echo(
+            f"request signature: not checked ({outcome.origin}'s key is unknown here; pass --origin-key)"
+        )
+    if outcome.dev_signers:
+        typer.echo(f"warning: development signatures counted for {', '.join(outcome.dev_signers)}", err=True)

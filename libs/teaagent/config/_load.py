@@ -1,0 +1,471 @@
+"""Reading and checking a node configuration file; every mistake is one sentence naming file and key."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from datetime import date, datetime, time
+from pathlib import Path
+from typing import Any, Final, cast
+from urllib.parse import urlsplit
+
+from teaagent.config._model import (
+    DEFAULT_AGENT_PORT,
+    DEFAULT_APPROVER_PORT,
+    DEFAULT_PROVIDER,
+    MIN_TOKEN_CHARS,
+    AgentSettings,
+    ApproverRule,
+    ApproverSettings,
+    Decision,
+    NodeConfig,
+    PeerConfig,
+    read_public_key_of_private_key_file,
+)
+from teaagent.errors import ConfigError, SignatureError
+from teaagent.policy import (
+    AGENT_ID_PATTERN,
+    DEFAULT_QUORUM_TIMEOUT_SECONDS,
+    MAX_QUORUM_TIMEOUT_SECONDS,
+    MultiSigQuorumConfig,
+    PermissionMode,
+)
+from teaagent.signing import SSHPublicKey, parse_public_key
+
+__all__ = ["CONFIG_ENV_VAR", "load_config"]
+
+CONFIG_ENV_VAR: Final = "TEAAGENT_CONFIG"
+MAX_CONFIG_BYTES: Final = 1024 * 1024  # a node's settings and its peers' keys, not a data file
+EMBEDDED_REDIS: Final = "embedded"
+REDIS_SCHEMES: Final = ("redis", "rediss", "unix")
+DECISIONS: Final[tuple[Decision, ...]] = ("approve", "deny", "ask")
+AGENT_ID_RULE: Final = "1 to 64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+ROOT_KEYS: Final = (
+    "agent_id",
+    "private_key",
+    "public_key",
+    "redis_url",
+    "relay_url",
+    "workspace",
+    "data_dir",
+    "token",
+    "agent",
+    "quorum",
+    "peers",
+    "approver",
+)
+AGENT_KEYS: Final = ("permission_mode", "provider", "port")
+QUORUM_KEYS: Final = (
+    "enabled",
+    "required_approvals",
+    "high_risk_patterns",
+    "timeout_seconds",
+    "allow_dev_signatures",
+)
+PEER_KEYS: Final = ("public_key", "relay_url")
+APPROVER_KEYS: Final = ("port", "rules")
+RULE_KEYS: Final = ("tool", "arguments", "decision", "reason")
+
+
+def _toml_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, datetime | date | time):
+        return "a date or time"
+    return type(value).__name__  # pragma: no cover - tomllib produces nothing else
+
+
+class _Table:
+    """One TOML table being read: every key taken is checked, and any key left over is an error."""
+
+    def __init__(
+        self, label: str, data: Mapping[str, Any], prefix: str = "", allowed: tuple[str, ...] | None = None
+    ) -> None:
+        self.label = label
+        self.data = dict(data)
+        self.prefix = prefix
+        self.known: list[str] = []
+        if allowed is not None:
+            # Unknown keys first, so that a misspelt key is named as such rather than as a missing one.
+            self.known.extend(allowed)
+            self.finish()
+            self.known.clear()
+
+    def name(self, key: str) -> str:
+        return self.prefix + key
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.label}: {self.name(key)} {problem}.")
+
+    def _take(
+        self, key: str, kind: Callable[[object], bool], wanted: str, default: object, required: bool
+    ) -> Any:
+        self.known.append(key)
+        if key not in self.data:
+            if required:
+                raise ConfigError(f"{self.label}: the required key {self.name(key)} is missing.")
+            return default
+        value = self.data[key]
+        if not kind(value):
+            raise self.error(key, f"must be {wanted}, not {_toml_type(value)}")
+        return value
+
+    def string(self, key: str, default: str | None = None, *, required: bool = False) -> str | None:
+        return cast(
+            "str | None", self._take(key, lambda v: isinstance(v, str), "a string", default, required)
+        )
+
+    def required_string(self, key: str) -> str:
+        value = self.string(key, required=True)
+        assert value is not None
+        if not value.strip():
+            raise self.error(key, "is empty")
+        return value
+
+    def integer(self, key: str, default: int | None = None, *, required: bool = False) -> int:
+        value = self._take(
+            key, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", default, required
+        )
+        return cast(int, value)
+
+    def boolean(self, key: str, default: bool | None = None, *, required: bool = False) -> bool:
+        return cast(bool, self._take(key, lambda v: isinstance(v, bool), "true or false", default, required))
+
+    def string_list(self, key: str, *, required: bool = False) -> list[str]:
+        value = self._take(
+            key,
+            lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v),
+            "an array of strings",
+            [],
+            required,
+        )
+        return list(cast("list[str]", value))
+
+    def table(self, key: str, allowed: tuple[str, ...] | None = None) -> _Table | None:
+        value = self._take(key, lambda v: isinstance(v, dict), "a table", None, False)
+        return None if value is None else _Table(self.label, value, self.name(key) + ".", allowed)
+
+    def finish(self) -> None:
+        """Refuse the keys nobody took: a typo must not silently switch a setting off."""
+        for key in self.data:
+            if key not in self.known:
+                close = difflib.get_close_matches(key, self.known, n=1, cutoff=0.7)
+                hint = f" (did you mean {self.name(close[0])}?)" if close else ""
+                raise ConfigError(f"{self.label}: unknown key {self.name(key)}{hint}.")
+
+
+def _check_port(table: _Table, key: str, default: int) -> int:
+    port = table.integer(key, default)
+    if not 1 <= port <= 65535:
+        raise table.error(key, f"must be a TCP port between 1 and 65535, not {port}")
+    return port
+
+
+def _check_http_url(table: _Table, key: str, url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise table.error(key, f"must be an http:// or https:// URL, not {url!r}")
+    return url.rstrip("/")
+
+
+def _check_agent_id(label: str, where: str, value: str) -> str:
+    if not _is_agent_id(value):
+        raise ConfigError(f"{label}: {where} {value!r} is not a valid agent id: use {AGENT_ID_RULE}.")
+    return value
+
+
+def _parse_key(table: _Table, key: str, line: str) -> SSHPublicKey:
+    try:
+        return parse_public_key(line)
+    except SignatureError as exc:
+        raise ConfigError(f"{table.label}: {table.name(key)} is not a usable SSH public key: {exc}") from None
+
+
+def _resolve(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _read(label: str, path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{label}: the configuration file does not exist.") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{label}: this is a folder, not a configuration file.") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: the configuration file cannot be read: {exc.strerror or exc}.") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{label}: the configuration file is larger than {MAX_CONFIG_BYTES} bytes.")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: the configuration file is not UTF-8 text.") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line L, column C)": the sentence names where.
+        raise ConfigError(f"{label}: invalid TOML: {exc}.") from None
+
+
+def _agent_settings(table: _Table | None) -> AgentSettings:
+    if table is None:
+        return AgentSettings()
+    mode_text = table.string("permission_mode", PermissionMode.PROMPT.value)
+    assert mode_text is not None
+    try:
+        mode = PermissionMode(mode_text)
+    except ValueError:
+        allowed = ", ".join(mode.value for mode in PermissionMode)
+        raise table.error("permission_mode", f"is {mode_text!r}, which is not one of {allowed}") from None
+    provider = table.string("provider", DEFAULT_PROVIDER)
+    assert provider is not None
+    if not provider.strip():
+        raise table.error("provider", "is empty")
+    port = _check_port(table, "port", DEFAULT_AGENT_PORT)
+    table.finish()
+    return AgentSettings(permission_mode=mode, provider=provider, port=port)
+
+
+def _peers(root: _Table, agent_id: str) -> dict[str, PeerConfig]:
+    table = root.table("peers")
+    if table is None:
+        return {}
+    peers: dict[str, PeerConfig] = {}
+    owners: dict[SSHPublicKey, str] = {}
+    for name in list(table.data):
+        if not _is_agent_id(name):
+            raise ConfigError(f"{root.label}: peers.{name} is not a valid agent id: use {AGENT_ID_RULE}.")
+        if name == agent_id:
+            raise ConfigError(
+                f"{root.label}: peers.{name} is this node itself (agent_id = {agent_id!r}); "
+                "a node cannot approve its own calls."
+            )
+        peer = table.table(name, PEER_KEYS)
+        if peer is None:  # pragma: no cover - table() only returns None for a missing key
+            continue
+        line = peer.required_string("public_key").strip()
+        key = _parse_key(peer, "public_key", line)
+        if key in owners:
+            raise ConfigError(
+                f"{root.label}: peers.{owners[key]}.public_key and peers.{name}.public_key are the same key, "
+                "which would count twice."
+            )
+        owners[key] = name
+        relay_url = _check_http_url(peer, "relay_url", peer.required_string("relay_url").strip())
+        peer.finish()
+        peers[name] = PeerConfig(agent_id=name, public_key=line, relay_url=relay_url)
+    table.finish()
+    return peers
+
+
+def _is_agent_id(value: str) -> bool:
+    return AGENT_ID_PATTERN.fullmatch(value) is not None
+
+
+def _quorum(table: _Table | None, peers: Mapping[str, PeerConfig], relay_url: str) -> MultiSigQuorumConfig:
+    base: dict[str, Any] = {
+        "peer_agent_ids": list(peers),
+        "peer_public_keys": {name: peer.public_key for name, peer in peers.items()},
+        "peer_relay_urls": {name: peer.relay_url for name, peer in peers.items()},
+        "local_relay_base_url": relay_url,
+    }
+    if table is None:
+        return MultiSigQuorumConfig(enabled=False, **base)
+    # No default: a [quorum] table whose `enabled` was forgotten or misspelt must not be silently off.
+    enabled = table.boolean("enabled", required=True)
+    required = table.integer("required_approvals", 1, required=enabled)
+    patterns = table.string_list("high_risk_patterns", required=enabled)
+    timeout = table.integer("timeout_seconds", DEFAULT_QUORUM_TIMEOUT_SECONDS)
+    dev = table.boolean("allow_dev_signatures", False)
+    table.finish()
+    if enabled:
+        if required < 1:
+            raise table.error("required_approvals", f"must be at least 1, not {required}")
+        if required > len(peers):
+            configured = (
+                "no peers are"
+                if not peers
+                else f"only {len(peers)} peer{'s are' if len(peers) > 1 else ' is'}"
+            )
+            raise table.error("required_approvals", f"is {required} but {configured} configured")
+        if not patterns:
+            raise table.error("high_risk_patterns", "is empty, so no tool call would need the quorum")
+        if any(not pattern.strip() for pattern in patterns):
+            raise table.error("high_risk_patterns", "holds an empty pattern")
+        if not 1 <= timeout <= MAX_QUORUM_TIMEOUT_SECONDS:
+            raise table.error(
+                "timeout_seconds", f"must be between 1 and {MAX_QUORUM_TIMEOUT_SECONDS}, not {timeout}"
+            )
+    try:
+        return MultiSigQuorumConfig(
+            enabled=enabled,
+            required_approvals=required,
+            high_risk_patterns=patterns,
+            timeout_seconds=timeout,
+            allow_dev_signatures=dev,
+            **base,
+        )
+    except (TypeError, ValueError) as exc:
+        # The checks above mirror the policy's; this names the table for anything they missed.
+        raise ConfigError(f"{table.label}: the [quorum] and [peers] tables are refused: {exc}") from None
+
+
+def _rule(table: _Table) -> ApproverRule:
+    tool = table.required_string("tool")
+    decision = table.string("decision", required=True)
+    if decision not in DECISIONS:
+        raise table.error("decision", f"is {decision!r}, which is not one of approve, deny, ask")
+    reason = table.string("reason", "")
+    patterns: dict[str, str] = {}
+    arguments = table.table("arguments")
+    if arguments is not None:
+        for name in list(arguments.data):
+            pattern = arguments.string(name, required=True)
+            assert pattern is not None
+            patterns[name] = pattern
+    table.finish()
+    assert reason is not None
+    return ApproverRule(tool=tool, arguments=patterns, decision=decision, reason=reason)
+
+
+def _approver(table: _Table | None) -> ApproverSettings:
+    if table is None:
+        return ApproverSettings()
+    port = _check_port(table, "port", DEFAULT_APPROVER_PORT)
+    table.known.append("rules")
+    raw_rules = table.data.get("rules", [])
+    if not isinstance(raw_rules, list) or not all(isinstance(rule, dict) for rule in raw_rules):
+        raise table.error("rules", "must be an array of tables ([[approver.rules]])")
+    rules = tuple(
+        _rule(_Table(table.label, rule, f"approver.rules[{index}].", RULE_KEYS))
+        for index, rule in enumerate(raw_rules)
+    )
+    table.finish()
+    return ApproverSettings(port=port, rules=rules)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
+    """Load and check a node configuration file (ARCHITECTURE.md, Node configuration).
+
+    Decisions worth knowing:
+
+    * The node's key is either ``private_key`` (an OpenSSH key file, relative to this file) or
+      ``public_key`` (the public line of a key held by ssh-agent), exactly one of the two.
+    * ``redis_url`` defaults to ``embedded``; ``workspace`` to ``workspace`` and ``data_dir`` to
+      ``.teaagent-<agent_id>``, both beside the file; every relative path is relative to the file.
+    * With no ``[quorum]`` table the quorum is disabled; a ``[quorum]`` table must say
+      ``enabled`` explicitly, and an enabled one must give ``required_approvals`` and a non-empty
+      ``high_risk_patterns``. ``[peers.*]`` may exist without a quorum (to approve others).
+    * Unknown keys are errors everywhere.
+
+    Args:
+        path: The configuration file; when None, the file named by ``TEAAGENT_CONFIG``.
+
+    Returns:
+        The checked configuration.
+
+    Raises:
+        ConfigError: No path is given and ``TEAAGENT_CONFIG`` is not set; the file is missing,
+            unreadable, not UTF-8 or not valid TOML (the sentence gives the line); a key is
+            unknown, missing, of the wrong type or out of range; a public key does not parse; a
+            peer is this node itself or shares a key with another; the private key file is
+            missing; or the quorum cannot be reached with the configured peers.
+    """
+    if path is None:
+        from_env = os.environ.get(CONFIG_ENV_VAR, "")
+        if not from_env:
+            raise ConfigError(f"no configuration file was given: pass --config PATH or set {CONFIG_ENV_VAR}.")
+        path = from_env
+    label = os.fspath(path)
+    file = Path(path).expanduser().absolute()
+    base = file.parent
+    root = _Table(label, _read(label, file), allowed=ROOT_KEYS)
+
+    agent_id = _check_agent_id(label, "agent_id", root.required_string("agent_id"))
+    private_text = root.string("private_key")
+    public_text = root.string("public_key")
+    if private_text is not None and public_text is not None:
+        raise ConfigError(
+            f"{label}: set private_key (a key file) or public_key (a key held by ssh-agent), not both."
+        )
+    if private_text is None and public_text is None:
+        raise ConfigError(
+            f"{label}: the required key private_key (a key file) or public_key "
+            "(a key held by ssh-agent) is missing."
+        )
+    private_key: Path | None = None
+    own_key: SSHPublicKey | None = None
+    if private_text is not None:
+        if not private_text.strip():
+            raise root.error("private_key", "is empty")
+        private_key = _resolve(base, private_text)
+        if not private_key.is_file():
+            raise ConfigError(
+                f"{label}: private_key {private_text} does not exist (looked for {private_key})."
+            )
+        own_key = read_public_key_of_private_key_file(private_key)
+    else:
+        assert public_text is not None
+        public_text = public_text.strip()
+        own_key = _parse_key(root, "public_key", public_text)
+
+    redis_url = root.string("redis_url", EMBEDDED_REDIS)
+    assert redis_url is not None
+    if redis_url != EMBEDDED_REDIS and urlsplit(redis_url).scheme not in REDIS_SCHEMES:
+        raise root.error(
+            "redis_url", f'must be "embedded" or a redis://, rediss:// or unix:// URL, not {redis_url!r}'
+        )
+    relay_url = _check_http_url(root, "relay_url", root.required_string("relay_url").strip())
+    workspace = _resolve(base, root.string("workspace", "workspace") or "workspace")
+    data_dir_text = root.string("data_dir", f".teaagent-{agent_id}")
+    assert data_dir_text is not None
+    if not data_dir_text.strip():
+        raise root.error("data_dir", "is empty")
+    data_dir = _resolve(base, data_dir_text)
+    token = root.string("token")
+    if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+        raise root.error("token", f"must be at least {MIN_TOKEN_CHARS} characters long")
+
+    agent = _agent_settings(root.table("agent", AGENT_KEYS))
+    peers = _peers(root, agent_id)
+    if own_key is not None:
+        for peer in peers.values():
+            if parse_public_key(peer.public_key) == own_key:
+                raise ConfigError(
+                    f"{label}: peers.{peer.agent_id}.public_key is this node's own key, which would count "
+                    "this node as a peer."
+                )
+    quorum = _quorum(root.table("quorum", QUORUM_KEYS), peers, relay_url)
+    approver = _approver(root.table("approver", APPROVER_KEYS))
+    if agent.port == approver.port:
+        raise ConfigError(f"{label}: agent.port and approver.port are both {agent.port}.")
+    root.finish()
+    return NodeConfig(
+        path=file,
+        agent_id=agent_id,
+        private_key=private_key,
+        public_key=public_text,
+        redis_url=redis_url,
+        relay_url=relay_url,
+        workspace=workspace,
+        data_dir=data_dir,
+        token=token.strip() if token is not None else None,
+        agent=agent,
+        quorum=quorum,
+        peers=peers,
+        approver=approver,
+    )

@@ -1,0 +1,77 @@
+"""The quorum protocol of PROTOCOL.md: signed documents, counting, certificates.
+
+Documents are plain JSON objects. The origin builds and signs a request
+(:func:`build_request`, :func:`sign_request`); each peer signs an approval or a denial statement
+(:func:`sign_approval`, :func:`sign_denial`, or ``ssh-keygen -Y sign -n teaagent-approval`` over
+:func:`statement_bytes` of :func:`approval_statement`); the origin's relay counts them
+(:func:`evaluate`, which never raises for a bad signature) and the origin checks the resulting
+certificate (:func:`build_certificate`, :func:`verify_certificate`, which raises
+:class:`~teaagent.errors.QuorumError`) before it runs anything.
+"""
+
+from __future__ import annotations
+
+from teaagent._canonical import canonical, payload_digest
+from teaagent.errors import QuorumError
+from teaagent.quorum._counting import (
+    MAX_CERTIFICATE_APPROVALS,
+    MAX_CLOCK_SKEW_SECONDS,
+    QuorumOutcome,
+    QuorumState,
+    evaluate,
+    verify_certificate,
+)
+from teaagent.quorum._documents import (
+    APPROVAL_NAMESPACE,
+    APPROVAL_TYPE,
+    DENIAL_NAMESPACE,
+    DENIAL_TYPE,
+    PROTOCOL_VERSION,
+    REQUEST_NAMESPACE,
+    REQUEST_TYPE,
+    approval_statement,
+    build_certificate,
+    build_request,
+    denial_statement,
+    request_problem,
+    request_statement,
+    sign_approval,
+    sign_denial,
+    sign_request,
+    statement_bytes,
+    validate_request,
+    verify_request_signature,
+    wire_signature,
+)
+
+__all__ = [
+    "APPROVAL_NAMESPACE",
+    "APPROVAL_TYPE",
+    "DENIAL_NAMESPACE",
+    "DENIAL_TYPE",
+    "MAX_CERTIFICATE_APPROVALS",
+    "MAX_CLOCK_SKEW_SECONDS",
+    "PROTOCOL_VERSION",
+    "REQUEST_NAMESPACE",
+    "REQUEST_TYPE",
+    "QuorumError",
+    "QuorumOutcome",
+    "QuorumState",
+    "approval_statement",
+    "build_certificate",
+    "build_request",
+    "canonical",
+    "denial_statement",
+    "evaluate",
+    "payload_digest",
+    "request_problem",
+    "request_statement",
+    "sign_approval",
+    "sign_denial",
+    "sign_request",
+    "statement_bytes",
+    "validate_request",
+    "verify_certificate",
+    "verify_request_signature",
+    "wire_signature",
+]

@@ -1,0 +1,551 @@
+"""Counting approvals and denials, and verifying quorum certificates (PROTOCOL.md, Counting).
+
+:func:`evaluate` is the python-tuf ``get_verification_result()`` of this project: it never raises for
+a bad signature, it reports. :func:`verify_certificate` wraps the same counting and raises
+:class:`~teaagent.errors.QuorumError` unless the quorum is proven. Both loop over the authorised
+signers, never over the submitted signatures (STYLE.md 3).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from teaagent.errors import QuorumError, SignatureError
+from teaagent.policy import MultiSigQuorumConfig, PeerSignature
+from teaagent.quorum._documents import (
+    APPROVAL_NAMESPACE,
+    CERTIFICATE_FIELDS,
+    DENIAL_NAMESPACE,
+    DEV_SIGNATURE_PREFIX,
+    SIGNED_DECISION_FIELDS,
+    approval_statement,
+    denial_statement,
+    is_int,
+    request_problem,
+    signed_at_of,
+    statement_bytes,
+    validate_request,
+    verify_request_signature,
+    wire_signature,
+)
+from teaagent.signing import fingerprint, parse_public_key, sshsig_verify
+
+__all__ = [
+    "MAX_CERTIFICATE_APPROVALS",
+    "MAX_CLOCK_SKEW_SECONDS",
+    "QuorumOutcome",
+    "QuorumState",
+    "evaluate",
+    "verify_certificate",
+]
+
+logger = logging.getLogger("teaagent.quorum")
+
+QuorumState = Literal["pending", "approved", "denied", "expired"]
+
+MAX_CLOCK_SKEW_SECONDS: Final = 60  # PROTOCOL.md rule 4: how far a peer's clock may run ahead of ours
+MAX_CERTIFICATE_APPROVALS: Final = 1024  # far beyond any real cluster; bounds the work one certificate causes
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuorumOutcome:
+    """What the approvals and denials of one request prove at one moment.
+
+    Attributes:
+        state: ``pending`` (not decided yet), ``approved`` (distinct valid approvals reached the
+            threshold), ``denied`` (so many distinct valid denials that the threshold can no longer
+            be reached) or ``expired`` (``now > expires_at``).
+        request_id: The request's id.
+        origin: The request's origin.
+        tool_name: The request's tool name.
+        payload_digest: The request's payload digest: what exactly was approved.
+        required: The threshold applied: the larger of the request's ``required_approvals`` and
+            the verifier's own configured ``required_approvals``.
+        peers: The authorised signers, in the request's (sorted) peer order: the peers of the
+            request that are also in the verifier's configuration, never the origin.
+        signers: The counted approvers, in ``peers`` order.
+        denied_by: The peers with a counted denial, in ``peers`` order.
+        denial_reasons: The reason each counted denier gave.
+        rejected: Why each submitted approval that did not count was refused, by the peer id it
+            claimed (unknown signer ids included). A peer with a counted approval is never here:
+            extra or duplicate submissions of a counted peer are ignored, not errors.
+        rejected_denials: The same for denials.
+        approvals: The counted approvals as ``{"statement", "signature"}`` (statement rebuilt from
+            the request, signature in wire form), one per signer, in ``signers`` order: what
+            :func:`build_certificate` carries.
+        dev_signers: The signers (approving or denying) whose ``dev:<signer>`` signature was counted
+            without cryptography because ``allow_dev_signatures`` is set; the audit log marks them.
+    """
+
+    state: QuorumState
+    request_id: str
+    origin: str
+    tool_name: str
+    payload_digest: str
+    required: int
+    peers: tuple[str, ...]
+    signers: tuple[str, ...] = ()
+    denied_by: tuple[str, ...] = ()
+    denial_reasons: Mapping[str, str] = field(default_factory=dict)
+    rejected: Mapping[str, str] = field(default_factory=dict)
+    rejected_denials: Mapping[str, str] = field(default_factory=dict)
+    approvals: tuple[dict[str, Any], ...] = ()
+    dev_signers: tuple[str, ...] = ()
+
+    @property
+    def decided(self) -> bool:
+        """Whether the outcome is final (anything but ``pending``)."""
+        return self.state != "pending"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the outcome as a JSON-ready dict (for the relay's responses and the audit log)."""
+        return {
+            "state": self.state,
+            "request_id": self.request_id,
+            "origin": self.origin,
+            "tool_name": self.tool_name,
+            "payload_digest": self.payload_digest,
+            "required": self.required,
+            "peers": list(self.peers),
+            "signers": list(self.signers),
+            "denied_by": list(self.denied_by),
+            "denial_reasons": dict(self.denial_reasons),
+            "rejected": dict(self.rejected),
+            "rejected_denials": dict(self.rejected_denials),
+            "approvals": [dict(approval) for approval in self.approvals],
+            "dev_signers": list(self.dev_signers),
+        }
+
+    def describe(self) -> str:
+        """Return the outcome as one phrase, such as ``approved by beta, gamma (2 of 3)``."""
+        quorum = f"({self.required} of {len(self.peers)})"
+        if self.state == "approved":
+            return f"approved by {', '.join(self.signers)} {quorum}"
+        if self.state == "denied":
+            reasons = "; ".join(
+                f"{peer}: {self.denial_reasons[peer]}" if self.denial_reasons.get(peer) else peer
+                for peer in self.denied_by
+            )
+            return f"denied by {reasons} {quorum}"
+        if self.state == "expired":
+            return f"expired before {self.required} of {len(self.peers)} peers approved"
+        return f"waiting: {len(self.signers)} of {self.required} approvals {quorum}"
+
+
+@dataclass(frozen=True)
+class _Submission:
+    """One submitted approval or denial, reduced to what counting needs."""
+
+    claimed: str  # the peer id it claims, or "#<index>" when it claims none
+    signed_at: int | None
+    signature: object
+    ssh_key_id: object
+    statement: object  # the carried statement (full form) or None (compact form)
+    reason: object  # a denial's reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Counted:
+    """A submission that counts, with the statement rebuilt from the request that it signs."""
+
+    submission: _Submission
+    statement: dict[str, Any]
+
+    def carried(self) -> dict[str, Any]:
+        """The full ``{"statement", "signature"}`` form a certificate carries."""
+        assert isinstance(self.submission.signature, str)  # checked before it counted
+        return {"statement": self.statement, "signature": wire_signature(self.submission.signature)}
+
+
+@dataclass(frozen=True)
+class _ConfiguredKey:
+    key: Any
+    fingerprint: str
+
+
+@functools.lru_cache(maxsize=512)
+def _configured_key(line: str) -> _ConfiguredKey:
+    # Parsing a key line is costly next to one Ed25519 verification; configured keys repeat.
+    key = parse_public_key(line)
+    return _ConfiguredKey(key=key, fingerprint=fingerprint(key))
+
+
+def _compact(index: int, approval: PeerSignature) -> _Submission:
+    return _Submission(
+        claimed=approval.peer_id if isinstance(approval.peer_id, str) else f"#{index}",
+        signed_at=signed_at_of(approval),
+        signature=approval.signature,
+        ssh_key_id=approval.ssh_key_id,
+        statement=None,
+        reason=None,
+    )
+
+
+def _full(index: int, document: object) -> _Submission:
+    if not (isinstance(document, Mapping) and set(document) == SIGNED_DECISION_FIELDS):
+        return _Submission(f"#{index}", None, None, None, None, None)
+    statement = document["statement"]
+    signer = statement.get("signer") if isinstance(statement, Mapping) else None
+    signed_at = statement.get("signed_at") if isinstance(statement, Mapping) else None
+    return _Submission(
+        claimed=signer if isinstance(signer, str) else f"#{index}",
+        signed_at=signed_at if is_int(signed_at) else None,
+        signature=document["signature"],
+        ssh_key_id=None,
+        statement=statement,
+        reason=statement.get("reason") if isinstance(statement, Mapping) else None,
+    )
+
+
+def _group(submissions: Sequence[_Submission]) -> dict[str, list[_Submission]]:
+    groups: dict[str, list[_Submission]] = {}
+    for submission in submissions:
+        group = groups.setdefault(submission.claimed, [])
+        # A resent decision is checked once: duplicates are ignored, not errors (rule 5).
+        if submission not in group:
+            group.append(submission)
+    return groups
+
+
+def _clause(error: BaseException) -> str:
+    """An exception's sentence as a clause inside a longer message."""
+    return str(error).strip().rstrip(".") or type(error).__name__
+
+
+def _statement_mismatch(carried: object, rebuilt: Mapping[str, Any]) -> str | None:
+    """Name the first field where a carried statement differs from the one rebuilt from the request."""
+    if not isinstance(carried, Mapping):
+        return "the statement is not a JSON object"
+    for name in sorted(set(carried) | set(rebuilt)):
+        if name not in rebuilt:
+            return f"the statement has the unknown field {name}"
+        if name not in carried:
+            return f"the statement lacks the field {name}"
+        mine, theirs = rebuilt[name], carried[name]
+        # type() as well as ==: 1 == True == 1.0 in Python, but not in a signed document.
+        if type(mine) is not type(theirs) or mine != theirs:
+            return f"the statement's {name} does not match the request"
+    return None
+
+
+class _Counter:
+    """The per-call state of one count: the request, the verifier's configuration, the clock."""
+
+    def __init__(self, request: Mapping[str, Any], config: MultiSigQuorumConfig, now: float) -> None:
+        self.request = request
+        self.config = config
+        self.now = now
+        self.expires_at: int = request["expires_at"]
+        self.dev_signers: list[str] = []
+        configured = set(config.peer_agent_ids)
+        origin = request["origin"]
+        # Rule 1: in the request's peers, in our own configured peers, and not the origin.
+        self.peers = tuple(peer for peer in request["peers"] if peer in configured and peer != origin)
+        self.required = max(request["required_approvals"], config.required_approvals, 1)
+        self.unauthorised: dict[str, str] = {}
+
+    def refusal_for_stranger(self, claimed: str) -> str:
+        if claimed.startswith("#"):
+            return "the submission is malformed: it names no signer"
+        if claimed == self.request["origin"]:
+            return "the origin cannot approve or deny its own request"
+        if claimed not in self.request["peers"]:
+            return f"{claimed} is not a peer of this request"
+        return f"{claimed} is not a configured peer of this node"
+
+    def check(self, peer: str, submission: _Submission, *, denial: bool) -> str | dict[str, Any]:
+        """Return why ``submission`` does not count for ``peer``, or, when it counts, its statement."""
+        # Rule 3 (fields): the statement is rebuilt from the request; a carried one must equal it.
+        signed_at = submission.signed_at
+        if signed_at is None:
+            return "its signing time is not an integer Unix time"
+        try:
+            if denial:
+                if not isinstance(submission.reason, str):
+                    return "the denial's reason is not a string"
+                rebuilt = denial_statement(self.request, peer, signed_at, submission.reason)
+            else:
+                rebuilt = approval_statement(self.request, peer, signed_at)
+        except ValueError as exc:
+            return _clause(exc)
+        if submission.statement is not None or denial:
+            mismatch = _statement_mismatch(submission.statement, rebuilt)
+            if mismatch is not None:
+                return mismatch
+        # Rule 4: signed before the request expired, and not in our future beyond the clock skew.
+        if signed_at > self.expires_at:
+            return f"it was signed at {signed_at}, after the request expired at {self.expires_at}"
+        if signed_at > self.now + MAX_CLOCK_SKEW_SECONDS:
+            return f"it is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds in the future"
+        signature = submission.signature
+        if not isinstance(signature, str):
+            return "its signature is not a string"
+        if signature.startswith(DEV_SIGNATURE_PREFIX):
+            refusal = self._check_dev(peer, signature, denial=denial)
+            return rebuilt if refusal is None else refusal
+        line = self.config.peer_public_keys.get(peer)
+        if not line:
+            return f"no public key is configured for {peer}"
+        try:
+            configured = _configured_key(line)
+        except (SignatureError, ValueError) as exc:
+            return f"the public key configured for {peer} cannot be used: {_clause(exc)}"
+        # Key identity comes from our configuration; a claimed fingerprint is informative and must match.
+        if submission.ssh_key_id is not None and submission.ssh_key_id != configured.fingerprint:
+            return f"its ssh_key_id is not the fingerprint of the key configured for {peer}"
+        try:
+            data = statement_bytes(rebuilt)
+        except ValueError as exc:
+            return _clause(exc)
+        namespace = DENIAL_NAMESPACE if denial else APPROVAL_NAMESPACE
+        # Rules 2 and 3: the signing module checks the embedded key, the SSHSIG form, the namespace,
+        # the algorithms and the signature itself.
+        try:
+            sshsig_verify(data, signature, configured.key, namespace)
+        except (SignatureError, ValueError, TypeError) as exc:
+            return f"the signature does not verify with {peer}'s configured key: {_clause(exc)}"
+        return rebuilt
+
+    def _check_dev(self, peer: str, signature: str, *, denial: bool) -> str | None:
+        if not self.config.allow_dev_signatures:
+            return "development signatures (dev:<signer>) are not allowed by this node's configuration"
+        if signature != DEV_SIGNATURE_PREFIX + peer:
+            return f"a development signature of {peer} must read dev:{peer}"
+        logger.warning(
+            "counting the development signature of %s on the %s of request %s without any cryptography",
+            peer,
+            "denial" if denial else "approval",
+            self.request["request_id"],
+        )
+        self.dev_signers.append(peer)
+        return None
+
+    def count(
+        self, submissions: Sequence[_Submission], *, denial: bool
+    ) -> tuple[dict[str, _Counted], dict[str, str]]:
+        """Return the counted submission of each authorised peer, and why the others were refused."""
+        groups = _group(submissions)
+        counted: dict[str, _Counted] = {}
+        refused: dict[str, str] = {}
+        for peer in self.peers:
+            for submission in groups.get(peer, ()):
+                result = self.check(peer, submission, denial=denial)
+                if not isinstance(result, str):
+                    counted[peer] = _Counted(submission=submission, statement=result)
+                    break
+                # The first refusal is reported: deterministic, and usually the informative one.
+                refused.setdefault(peer, result)
+            if peer in counted:
+                refused.pop(peer, None)
+        authorised = set(self.peers)
+        for claimed in groups:
+            if claimed not in authorised:
+                refused[claimed] = self.refusal_for_stranger(claimed)
+        return counted, refused
+
+    def outcome(self, state: QuorumState, **fields: Any) -> QuorumOutcome:
+        return QuorumOutcome(
+            state=state,
+            request_id=self.request["request_id"],
+            origin=self.request["origin"],
+            tool_name=self.request["tool_name"],
+            payload_digest=self.request["payload_digest"],
+            required=self.required,
+            peers=self.peers,
+            **fields,
+        )
+
+
+def _submissions(items: Sequence[object]) -> list[_Submission]:
+    return [
+        _compact(index, item) if isinstance(item, PeerSignature) else _full(index, item)
+        for index, item in enumerate(items)
+    ]
+
+
+def _clock(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _counter(request: Mapping[str, Any], config: MultiSigQuorumConfig, now: float) -> _Counter:
+    counter = _Counter(request, config, now)
+    if counter.required > len(counter.peers):
+        raise QuorumError(
+            f"Request {request['request_id']} needs {counter.required} approvals, but only "
+            f"{len(counter.peers)} of its peers are configured peers of this node."
+        )
+    return counter
+
+
+def evaluate(
+    request: Mapping[str, Any],
+    approvals: Sequence[PeerSignature | Mapping[str, Any]],
+    denials: Sequence[Mapping[str, Any]],
+    config: MultiSigQuorumConfig,
+    now: float | None = None,
+) -> QuorumOutcome:
+    """Count the approvals and denials of a request under the verifier's configuration.
+
+    The five counting rules of PROTOCOL.md are applied to each authorised peer (in the request's
+    sorted peer order; see :class:`QuorumOutcome`), checking that peer's submissions until one
+    counts. Approvals are compact :class:`PeerSignature` objects or full
+    ``{"statement", "signature"}`` documents; denials are always full documents. The threshold is
+    the larger of the request's ``required_approvals`` and the configuration's, so a request cannot
+    lower the verifier's own bar.
+
+    The decision, in order: ``expired`` when ``now > expires_at`` (nothing is examined then: rule 4
+    lets no approval count on an expired request); ``denied`` when the distinct counted denials
+    exceed ``len(peers) - required``; otherwise ``approved`` when the distinct counted approvals
+    reach ``required``; otherwise ``pending``. A peer with a counted denial has its approval
+    ignored (it changed its mind or misbehaves; the count fails closed), so approvals and denials
+    can never both reach their thresholds.
+
+    This is a pure function of its arguments: called again later it may say ``expired`` for a
+    request it once called ``approved``. PROTOCOL.md's "once decided, the outcome never changes" is
+    the caller's to keep: the relay records the first outcome whose ``decided`` is true in one
+    atomic step (a Lua script that writes only when no outcome exists) and never evaluates that
+    request again; the agent keeps the certificate, which :func:`verify_certificate` checks without
+    any expiry at ``now``.
+
+    Args:
+        request: The request document (validated here).
+        approvals: The submitted approvals, compact or full, in any order, duplicates allowed.
+        denials: The submitted denials, ``{"statement", "signature"}`` each.
+        config: The verifier's quorum configuration: who may sign, with which keys, and whether
+            ``dev:<signer>`` signatures may count (each is logged at WARNING and listed in
+            ``outcome.dev_signers``).
+        now: The time of the evaluation in Unix seconds; the clock when None.
+
+    Returns:
+        The outcome. Bad signatures never raise: they appear in ``rejected``/``rejected_denials``.
+
+    Raises:
+        QuorumError: The request document is malformed, or fewer of its peers are configured here
+            than it needs approvals, so the verifier could never count a quorum for it.
+    """
+    validate_request(request)
+    when = _clock(now)
+    counter = _counter(request, config, when)
+    if when > counter.expires_at:
+        return counter.outcome("expired")
+    denied, rejected_denials = counter.count(_submissions(denials), denial=True)
+    approved, rejected = counter.count(_submissions(approvals), denial=False)
+    for peer in denied:
+        if approved.pop(peer, None) is not None:
+            rejected[peer] = f"{peer} also denied the request, so its approval is not counted"
+    denied_by = tuple(peer for peer in counter.peers if peer in denied)
+    signers = tuple(peer for peer in counter.peers if peer in approved)
+    if len(denied_by) > len(counter.peers) - counter.required:
+        state: QuorumState = "denied"
+    elif len(signers) >= counter.required:
+        state = "approved"
+    else:
+        state = "pending"
+    reasons = {peer: denied[peer].submission.reason for peer in denied_by}
+    return counter.outcome(
+        state,
+        signers=signers,
+        denied_by=denied_by,
+        denial_reasons={peer: reason for peer, reason in reasons.items() if isinstance(reason, str)},
+        rejected=rejected,
+        rejected_denials=rejected_denials,
+        approvals=tuple(approved[peer].carried() for peer in signers),
+        dev_signers=tuple(dict.fromkeys(peer for peer in counter.dev_signers if peer in signers + denied_by)),
+    )
+
+
+def verify_certificate(
+    cert: Mapping[str, Any],
+    config: MultiSigQuorumConfig,
+    *,
+    origin_public_key: str | None = None,
+    now: float | None = None,
+) -> QuorumOutcome:
+    """Verify that a quorum certificate proves the quorum under the verifier's configuration.
+
+    The counting rules are those of :func:`evaluate`, with one difference: a certificate stays
+    verifiable long after its request expired, so ``now > expires_at`` is not applied (each
+    approval must still be signed no later than ``expires_at``, and no later than ``now`` plus the
+    clock skew). Each approval's statement must equal the one rebuilt from the request; its
+    fields are never trusted on their own.
+
+    Args:
+        cert: ``{"request", "request_signature", "approvals"}``, as :func:`build_certificate` makes it.
+        config: The verifier's quorum configuration.
+        origin_public_key: The origin's public key line; when given, the origin's signature over
+            the request is checked too (required wherever the request came from someone else).
+        now: The time of the verification in Unix seconds; the clock when None.
+
+    Returns:
+        The outcome, whose ``state`` is ``approved``.
+
+    Raises:
+        QuorumError: The certificate is malformed, its request is malformed, the request signature
+            does not verify with ``origin_public_key``, or fewer distinct authorised peers than
+            required signed valid approvals (the message names each refusal).
+    """
+    if not isinstance(cert, Mapping) or set(cert) != CERTIFICATE_FIELDS:
+        raise QuorumError(
+            "The quorum certificate is not a JSON object with exactly "
+            "request, request_signature and approvals."
+        )
+    request, approvals = cert["request"], cert["approvals"]
+    problem = request_problem(request)
+    if problem is not None:
+        raise QuorumError(f"The certificate's request is malformed: {problem}.")
+    if not isinstance(approvals, list):
+        raise QuorumError("The certificate's approvals are not a list.")
+    if len(approvals) > MAX_CERTIFICATE_APPROVALS:
+        raise QuorumError(
+            f"The certificate carries {len(approvals)} approvals, "
+            f"more than the limit of {MAX_CERTIFICATE_APPROVALS}."
+        )
+    if origin_public_key is not None:
+        _check_request_signature(request, cert["request_signature"], origin_public_key, config)
+    counter = _counter(request, config, _clock(now))
+    approved, rejected = counter.count(_submissions(approvals), denial=False)
+    signers = tuple(peer for peer in counter.peers if peer in approved)
+    if len(signers) < counter.required:
+        refusals = "; ".join(f"{peer}: {reason}" for peer, reason in rejected.items())
+        counted = ", ".join(signers) if signers else "nobody"
+        raise QuorumError(
+            f"The certificate proves {len(signers)} of the {counter.required} approvals required "
+            f"(counted: {counted}" + (f"; refused: {refusals})." if refusals else ").")
+        )
+    return counter.outcome(
+        "approved",
+        signers=signers,
+        rejected=rejected,
+        approvals=tuple(approved[peer].carried() for peer in signers),
+        dev_signers=tuple(dict.fromkeys(peer for peer in counter.dev_signers if peer in signers)),
+    )
+
+
+def _check_request_signature(
+    request: Mapping[str, Any], signature: object, origin_public_key: str, config: MultiSigQuorumConfig
+) -> None:
+    if not isinstance(signature, str):
+        raise QuorumError("The certificate's request_signature is not a string.")
+    origin = request["origin"]
+    if signature.startswith(DEV_SIGNATURE_PREFIX):
+        if config.allow_dev_signatures and signature == DEV_SIGNATURE_PREFIX + origin:
+            logger.warning(
+                "accepting the development signature of %s on request %s without any cryptography",
+                origin,
+                request["request_id"],
+            )
+            return
+        raise QuorumError(
+            f"The request signature is a development signature, which {origin}'s key cannot verify."
+        )
+    try:
+        verify_request_signature(request, signature, origin_public_key)
+    except (SignatureError, ValueError) as exc:
+        raise QuorumError(
+            f"The request signature does not verify with the origin {origin}'s key: {_clause(exc)}."
+        ) from exc

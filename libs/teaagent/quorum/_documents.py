@@ -1,0 +1,530 @@
+"""The signed documents of PROTOCOL.md: request, approval and denial statements, certificate.
+
+Every builder here returns plain JSON objects (dicts of strings, integers and lists) and every
+signature covers the canonical bytes of such an object, built once by :func:`request_statement` or
+:func:`statement_bytes` and never by re-serialising something a peer sent (STYLE.md 4).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from teaagent._canonical import canonical, payload_digest
+from teaagent.errors import QuorumError, SignatureError
+from teaagent.policy import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS, PeerSignature
+from teaagent.signing import Signer, fingerprint, signature_to_wire, sshsig_sign, sshsig_verify
+
+if TYPE_CHECKING:
+    from teaagent.policy import MultiSigQuorumConfig
+
+__all__ = [
+    "APPROVAL_NAMESPACE",
+    "APPROVAL_TYPE",
+    "DENIAL_NAMESPACE",
+    "DENIAL_TYPE",
+    "PROTOCOL_VERSION",
+    "REQUEST_NAMESPACE",
+    "REQUEST_TYPE",
+    "approval_statement",
+    "build_certificate",
+    "build_request",
+    "denial_statement",
+    "request_problem",
+    "request_statement",
+    "sign_approval",
+    "sign_denial",
+    "sign_request",
+    "statement_bytes",
+    "validate_request",
+    "verify_request_signature",
+    "wire_signature",
+]
+
+PROTOCOL_VERSION: Final = 1
+REQUEST_TYPE: Final = "teaagent.request"
+APPROVAL_TYPE: Final = "teaagent.approval"
+DENIAL_TYPE: Final = "teaagent.denial"
+REQUEST_NAMESPACE: Final = "teaagent-request"
+APPROVAL_NAMESPACE: Final = "teaagent-approval"
+DENIAL_NAMESPACE: Final = "teaagent-denial"
+
+REQUEST_ID_PATTERN: Final = re.compile(r"[0-9a-f]{32}")
+DIGEST_PATTERN: Final = re.compile(r"sha256:[0-9a-f]{64}")
+MAX_LABEL_CHARS: Final = 256  # run ids, call ids and tool names are identifiers, not text
+MAX_REQUEST_LIFETIME_SECONDS: Final = (
+    MAX_QUORUM_TIMEOUT_SECONDS  # the longest timeout a configuration may set
+)
+MAX_SAFE_INTEGER: Final = 2**53 - 1  # I-JSON: larger integers are not exact in every JSON reader
+MAX_PEERS: Final = 256  # far beyond any real cluster; bounds the work one request can cause
+
+REQUEST_FIELDS: Final = frozenset(
+    {
+        "v",
+        "type",
+        "request_id",
+        "origin",
+        "run_id",
+        "call_id",
+        "tool_name",
+        "arguments",
+        "payload_digest",
+        "reason",
+        "required_approvals",
+        "peers",
+        "created_at",
+        "expires_at",
+    }
+)
+CERTIFICATE_FIELDS: Final = frozenset({"request", "request_signature", "approvals"})
+SIGNED_DECISION_FIELDS: Final = frozenset({"statement", "signature"})
+
+DEV_SIGNATURE_PREFIX: Final = "dev:"  # PROTOCOL.md allow_dev_signatures: "dev:<signer>", never by default
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is a JSON integer (a Python ``int`` that is not a ``bool``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_time(value: object) -> bool:
+    return is_int(value) and 0 <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+
+
+def is_agent_id(value: object) -> bool:
+    """Whether ``value`` is a well-formed agent id (``[a-z0-9][a-z0-9._-]{0,63}``)."""
+    return isinstance(value, str) and AGENT_ID_PATTERN.fullmatch(value) is not None
+
+
+def statement_bytes(statement: Mapping[str, Any]) -> bytes:
+    """Return the canonical bytes of an approval or denial statement, the bytes a peer signs.
+
+    Statements hold only strings and integers under ASCII keys; for those, RFC 8785 equals the
+    compact, key-sorted ``json.dumps`` (PROTOCOL.md, Encoding rules), which is several times faster.
+    Anything else falls back to the full RFC 8785 encoder, so the result is canonical either way.
+
+    Args:
+        statement: The statement object.
+
+    Returns:
+        The UTF-8 canonical JSON bytes.
+
+    Raises:
+        ValueError: The statement cannot be written as canonical JSON (a lone surrogate, a NaN...).
+    """
+    for value in statement.values():
+        if not (isinstance(value, str) or (is_int(value) and abs(value) <= MAX_SAFE_INTEGER)):
+            return canonical(dict(statement))
+    try:
+        return json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the statement cannot be written as canonical JSON: {exc}") from exc
+
+
+def request_statement(request: Mapping[str, Any]) -> bytes:
+    """Return the bytes the origin signs for a request: its RFC 8785 canonical JSON.
+
+    The request holds the tool call's ``arguments``, which may hold floats, so the full RFC 8785
+    encoder is used. Canonical JSON is a fixed point of parsing and re-encoding, so a relay that
+    received the request as JSON obtains the very bytes the origin signed.
+
+    Args:
+        request: The request document.
+
+    Returns:
+        The canonical UTF-8 bytes.
+
+    Raises:
+        ValueError: The request cannot be written as canonical JSON.
+    """
+    return canonical(dict(request))
+
+
+def wire_signature(signature: str) -> str:
+    """Return the wire form of a signature: bare standard base64 of the SSHSIG blob, one line.
+
+    A development signature (``dev:<signer>``) is returned unchanged.
+
+    Args:
+        signature: An armored signature (what ``ssh-keygen -Y sign`` writes) or bare base64.
+
+    Returns:
+        The bare base64 text.
+
+    Raises:
+        SignatureError: The armor or the base64 is malformed, or the blob is not an SSHSIG.
+    """
+    if signature.startswith(DEV_SIGNATURE_PREFIX):
+        return signature
+    return signature_to_wire(signature)
+
+
+def request_problem(request: object) -> str | None:
+    """Return why ``request`` is not a well-formed version 1 request, or None when it is.
+
+    The checks are the structural ones of PROTOCOL.md: exact field set, version and type, id and
+    agent-id formats, integer times with ``created_at < expires_at``, a lifetime of at most
+    ``MAX_REQUEST_LIFETIME_SECONDS``, peers sorted, unique and without the origin, a threshold
+    between 1 and the number of peers, and a ``payload_digest`` that matches the tool call.
+    ``expires_at - created_at`` is not compared with a local ``timeout_seconds``: peers may be
+    configured with other timeouts than the origin.
+
+    Args:
+        request: The candidate request document.
+
+    Returns:
+        One sentence naming the first problem, or None.
+    """
+    if not isinstance(request, Mapping):
+        return "the request is not a JSON object"
+    fields = set(request)
+    if fields != REQUEST_FIELDS:
+        missing = sorted(REQUEST_FIELDS - fields)
+        if missing:
+            return f"the request lacks the field {missing[0]}"
+        return f"the request has the unknown field {sorted(str(f) for f in fields - REQUEST_FIELDS)[0]}"
+    if not (is_int(request["v"]) and request["v"] == PROTOCOL_VERSION):
+        return f"the request has version {request['v']!r}, but only version {PROTOCOL_VERSION} is known"
+    if request["type"] != REQUEST_TYPE:
+        return f"the request has type {request['type']!r} instead of {REQUEST_TYPE!r}"
+    if not (isinstance(request["request_id"], str) and REQUEST_ID_PATTERN.fullmatch(request["request_id"])):
+        return "the request_id is not 32 lowercase hexadecimal characters"
+    origin = request["origin"]
+    if not is_agent_id(origin):
+        return f"the origin {origin!r} is not a valid agent id"
+    for name in ("run_id", "call_id", "tool_name"):
+        value = request[name]
+        if not isinstance(value, str) or len(value) > MAX_LABEL_CHARS:
+            return f"the request's {name} is not a string of at most {MAX_LABEL_CHARS} characters"
+    if not request["tool_name"]:
+        return "the request's tool_name is empty"
+    if not isinstance(request["arguments"], Mapping):
+        return "the request's arguments are not a JSON object"
+    if not isinstance(request["reason"], str):
+        return "the request's reason is not a string"
+    created_at, expires_at = request["created_at"], request["expires_at"]
+    if not (_is_time(created_at) and _is_time(expires_at)):
+        return "the request's created_at and expires_at are not integer Unix times"
+    if not 0 < expires_at - created_at <= MAX_REQUEST_LIFETIME_SECONDS:
+        return (
+            f"the request's expires_at is not between 1 and {MAX_REQUEST_LIFETIME_SECONDS} seconds "
+            "after its created_at"
+        )
+    peers = request["peers"]
+    if not (isinstance(peers, list) and peers and all(is_agent_id(peer) for peer in peers)):
+        return "the request's peers are not a non-empty list of agent ids"
+    if len(peers) > MAX_PEERS:
+        return f"the request names {len(peers)} peers, more than the limit of {MAX_PEERS}"
+    if peers != sorted(set(peers)):
+        return "the request's peers are not sorted and unique"
+    if origin in peers:
+        return f"the request's origin {origin} is among its own peers"
+    required = request["required_approvals"]
+    if not (is_int(required) and 1 <= required <= len(peers)):
+        return f"the request's required_approvals is not an integer between 1 and {len(peers)}"
+    digest = request["payload_digest"]
+    if not (isinstance(digest, str) and DIGEST_PATTERN.fullmatch(digest)):
+        return "the request's payload_digest is not sha256: followed by 64 lowercase hexadecimal characters"
+    try:
+        expected = payload_digest(request["tool_name"], dict(request["arguments"].items()))
+    except ValueError:
+        return "the request's arguments cannot be written as canonical JSON"
+    if digest != expected:
+        return "the request's payload_digest does not match its tool_name and arguments"
+    return None
+
+
+def validate_request(request: object) -> None:
+    """Check that ``request`` is a well-formed version 1 request document (see :func:`request_problem`).
+
+    Args:
+        request: The candidate request document, as parsed from JSON.
+
+    Raises:
+        QuorumError: The document is malformed; the message names the first problem.
+    """
+    problem = request_problem(request)
+    if problem is not None:
+        raise QuorumError(problem[0].upper() + problem[1:] + ".")
+
+
+def build_request(
+    *,
+    origin: str,
+    run_id: str,
+    call_id: str,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    reason: str,
+    config: MultiSigQuorumConfig,
+    now: float | None = None,
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """Build the request document for one high-risk tool call (PROTOCOL.md, Request).
+
+    Args:
+        origin: This node's agent id.
+        run_id: The agent run that wants the call.
+        call_id: The tool call's id within the run.
+        tool_name: The tool's registered name.
+        arguments: The call's arguments (deep-copied into the request).
+        reason: The model's reasoning, shown to the peers' operators; may be empty.
+        config: The origin's quorum configuration: its peers, threshold and timeout.
+        now: The creation time in Unix seconds (truncated to an integer); the clock when None.
+        request_id: A fixed id (32 lowercase hex characters), for tests; random when None.
+
+    Returns:
+        The request document, ready for :func:`sign_request`.
+
+    Raises:
+        ValueError: An argument is malformed, the origin is among the configured peers, or the
+            configured threshold cannot be met by the configured peers.
+    """
+    if is_agent_id(origin) and origin in config.peer_agent_ids:
+        raise ValueError(f"the origin {origin} is among the configured peers")
+    created_at = int(time.time() if now is None else now)
+    request: dict[str, Any] = {
+        "v": PROTOCOL_VERSION,
+        "type": REQUEST_TYPE,
+        "request_id": secrets.token_hex(16) if request_id is None else request_id,
+        "origin": origin,
+        "run_id": run_id,
+        "call_id": call_id,
+        "tool_name": tool_name,
+        "arguments": copy.deepcopy(dict(arguments)),
+        "payload_digest": "",
+        "reason": reason,
+        "required_approvals": config.required_approvals,
+        "peers": sorted(config.peer_agent_ids),
+        "created_at": created_at,
+        "expires_at": created_at + config.timeout_seconds,
+    }
+    if isinstance(tool_name, str):
+        request["payload_digest"] = payload_digest(tool_name, request["arguments"])
+    problem = request_problem(request)
+    if problem is not None:
+        raise ValueError(f"cannot build the request: {problem}")
+    return request
+
+
+def sign_request(request: Mapping[str, Any], key: Signer) -> str:
+    """Sign a request as its origin, over :func:`request_statement`, namespace ``teaagent-request``.
+
+    Args:
+        request: The request document (see :func:`build_request`).
+        key: The origin's signing key, as :func:`teaagent.signing.load_private_key` returns it.
+
+    Returns:
+        The signature in wire form (bare base64).
+
+    Raises:
+        QuorumError: The request is malformed.
+        SignatureError: The key cannot sign.
+    """
+    validate_request(request)
+    return wire_signature(sshsig_sign(request_statement(request), key, REQUEST_NAMESPACE))
+
+
+def verify_request_signature(request: Mapping[str, Any], signature: str, origin_public_key: str) -> None:
+    """Check the origin's signature over a request.
+
+    Args:
+        request: The request document.
+        signature: The origin's SSHSIG signature, bare base64 or armored.
+        origin_public_key: The origin's configured public key line (``ssh-ed25519 AAAA...``).
+
+    Raises:
+        QuorumError: The request is malformed.
+        SignatureError: The signature is malformed, was made by another key or for another
+            namespace, or does not verify over the request's canonical bytes.
+    """
+    validate_request(request)
+    if not isinstance(signature, str):
+        raise SignatureError("The request signature is not a string.")
+    sshsig_verify(request_statement(request), signature, origin_public_key, REQUEST_NAMESPACE)
+
+
+def _statement(request: Mapping[str, Any], kind: str, signer: str, signed_at: int) -> dict[str, Any]:
+    if not is_agent_id(signer):
+        raise ValueError(f"the signer {signer!r} is not a valid agent id")
+    if not _is_time(signed_at):
+        raise ValueError(f"signed_at {signed_at!r} is not an integer Unix time")
+    return {
+        "v": PROTOCOL_VERSION,
+        "type": kind,
+        "request_id": request["request_id"],
+        "origin": request["origin"],
+        "signer": signer,
+        "tool_name": request["tool_name"],
+        "payload_digest": request["payload_digest"],
+        "expires_at": request["expires_at"],
+        "signed_at": signed_at,
+    }
+
+
+def approval_statement(request: Mapping[str, Any], signer: str, signed_at: int) -> dict[str, Any]:
+    """Build the approval statement a peer signs (PROTOCOL.md, Approval statement).
+
+    Every field but ``signer`` and ``signed_at`` is copied from the request, so a receiver rebuilds
+    the statement from the request and needs only the signer, the time and the signature.
+
+    Args:
+        request: The request document (assumed well formed; see :func:`validate_request`).
+        signer: The approving peer's agent id.
+        signed_at: The signing time, integer Unix seconds.
+
+    Returns:
+        The statement object; its signed bytes are :func:`statement_bytes` of it.
+
+    Raises:
+        ValueError: ``signer`` is not an agent id or ``signed_at`` is not an integer time.
+    """
+    return _statement(request, APPROVAL_TYPE, signer, signed_at)
+
+
+def denial_statement(request: Mapping[str, Any], signer: str, signed_at: int, reason: str) -> dict[str, Any]:
+    """Build the denial statement a peer signs: the approval statement as ``teaagent.denial`` plus ``reason``.
+
+    Args:
+        request: The request document (assumed well formed; see :func:`validate_request`).
+        signer: The denying peer's agent id.
+        signed_at: The signing time, integer Unix seconds.
+        reason: Why the peer denies the call; may be empty.
+
+    Returns:
+        The statement object.
+
+    Raises:
+        ValueError: ``signer`` is not an agent id, ``signed_at`` is not an integer time, or
+            ``reason`` is not a string.
+    """
+    if not isinstance(reason, str):
+        raise ValueError("the denial reason is not a string")
+    statement = _statement(request, DENIAL_TYPE, signer, signed_at)
+    statement["reason"] = reason
+    return statement
+
+
+def _signing_time(signed_at: int | None) -> int:
+    return int(time.time()) if signed_at is None else signed_at
+
+
+def sign_approval(
+    request: Mapping[str, Any], signer: str, key: Signer, signed_at: int | None = None
+) -> PeerSignature:
+    """Approve a request as peer ``signer``: sign its approval statement, namespace ``teaagent-approval``.
+
+    Args:
+        request: The request document.
+        signer: This peer's agent id.
+        key: This peer's signing key, as :func:`teaagent.signing.load_private_key` returns it.
+        signed_at: The signing time in integer Unix seconds; the clock when None.
+
+    Returns:
+        The compact approval: ``PeerSignature(peer_id=signer, signature=<bare base64>,
+        timestamp=float(signed_at), ssh_key_id=<the key's fingerprint>)``.
+
+    Raises:
+        QuorumError: The request is malformed.
+        ValueError: ``signer`` or ``signed_at`` is malformed.
+        SignatureError: The key cannot sign.
+    """
+    validate_request(request)
+    when = _signing_time(signed_at)
+    statement = approval_statement(request, signer, when)
+    signature = sshsig_sign(statement_bytes(statement), key, APPROVAL_NAMESPACE)
+    return PeerSignature(
+        peer_id=signer,
+        signature=wire_signature(signature),
+        timestamp=float(when),
+        ssh_key_id=fingerprint(key),
+    )
+
+
+def sign_denial(
+    request: Mapping[str, Any], signer: str, key: Signer, reason: str, signed_at: int | None = None
+) -> dict[str, Any]:
+    """Deny a request as peer ``signer``: sign its denial statement, namespace ``teaagent-denial``.
+
+    Args:
+        request: The request document.
+        signer: This peer's agent id.
+        key: This peer's signing key.
+        reason: Why the call is denied; the origin shows it to its user.
+        signed_at: The signing time in integer Unix seconds; the clock when None.
+
+    Returns:
+        ``{"statement": <denial statement>, "signature": <bare base64>}``.
+
+    Raises:
+        QuorumError: The request is malformed.
+        ValueError: ``signer``, ``signed_at`` or ``reason`` is malformed.
+        SignatureError: The key cannot sign.
+    """
+    validate_request(request)
+    statement = denial_statement(request, signer, _signing_time(signed_at), reason)
+    signature = sshsig_sign(statement_bytes(statement), key, DENIAL_NAMESPACE)
+    return {"statement": statement, "signature": wire_signature(signature)}
+
+
+def signed_at_of(approval: PeerSignature) -> int | None:
+    """Return the integer ``signed_at`` a compact approval carries, or None when its timestamp is not one."""
+    stamp = approval.timestamp
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return None
+    if isinstance(stamp, float) and not (math.isfinite(stamp) and stamp.is_integer()):
+        return None
+    value = int(stamp)
+    return value if _is_time(value) else None
+
+
+def build_certificate(
+    request: Mapping[str, Any],
+    request_signature: str,
+    approvals: Sequence[PeerSignature | Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Assemble a quorum certificate (PROTOCOL.md, Quorum certificate).
+
+    Use the approvals of an approved :class:`QuorumOutcome` (``outcome.approvals``); compact
+    :class:`PeerSignature` approvals are expanded to ``{"statement", "signature"}`` by rebuilding
+    their statement from the request. Nothing is verified here: :func:`verify_certificate` does that.
+
+    Args:
+        request: The request document.
+        request_signature: The origin's signature over the request (armored or bare base64).
+        approvals: The approvals to carry, compact or full.
+
+    Returns:
+        ``{"request", "request_signature", "approvals": [{"statement", "signature"}, ...]}``, the
+        signatures in wire form.
+
+    Raises:
+        ValueError: A compact approval has a timestamp that is not an integer time, or a peer id
+            that is not an agent id.
+        SignatureError: A signature is not armored or bare base64 SSHSIG text.
+    """
+    carried: list[dict[str, Any]] = []
+    for approval in approvals:
+        if isinstance(approval, PeerSignature):
+            signed_at = signed_at_of(approval)
+            if signed_at is None:
+                raise ValueError(
+                    f"the approval of {approval.peer_id} has a timestamp that is not an integer time"
+                )
+            statement = approval_statement(request, approval.peer_id, signed_at)
+            carried.append({"statement": statement, "signature": wire_signature(approval.signature)})
+        else:
+            carried.append(
+                {"statement": dict(approval["statement"]), "signature": wire_signature(approval["signature"])}
+            )
+    return {
+        "request": dict(request),
+        "request_signature": wire_signature(request_signature),
+        "approvals": carried,
+    }
