@@ -1,7 +1,71 @@
-"""``teaagent bench``: sub-commands."""
+"""``teaagent bench NAME [--json]``: the benchmarks behind the figures the issues name.
+
+Each benchmark measures its subject and its baseline in the same run on the same machine, so the
+ratios hold wherever they are run; absolute rates depend on the machine.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="bench commands.")
+from teaagent.errors import ConfigError
+
+DEFAULT_SECONDS = 3.0  # per benchmark: long enough for stable medians, short enough for `make bench`
+
+
+def _core(seconds: float) -> dict[str, float]:
+    from teaagent.runner._bench import bench_core
+
+    return bench_core(seconds)
+
+
+def _signing(seconds: float) -> dict[str, float]:
+    from teaagent.quorum._bench import bench_evaluate
+    from teaagent.signing._bench import bench_signing_primitives
+
+    return {**bench_signing_primitives(seconds), **bench_evaluate(seconds / 2)}
+
+
+BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
+    "core": _core,
+    "signing": _signing,
+}
+
+# What each benchmark promises (key, comparison, target), printed beside the figures.
+TARGETS: dict[str, list[tuple[str, str, float]]] = {
+    "core": [("gate_overhead_us_median", "<=", 50.0), ("audit_appends_per_s", ">=", 20_000.0)],
+    "signing": [("sshsig_verify_ratio", ">=", 0.85), ("evaluate_2of3_over_two_raw", "<=", 2.5)],
+}
+
+
+def bench(
+    name: Annotated[str, typer.Argument(help="core | signing")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")] = False,
+    seconds: Annotated[
+        float, typer.Option(help="Time budget of the benchmark, in seconds.")
+    ] = DEFAULT_SECONDS,
+) -> None:
+    """Run one benchmark and print its figures (`make bench` runs them all)."""
+    if name not in BENCHMARKS:
+        raise ConfigError(
+            f"there is no benchmark named {name!r}; choose one of {', '.join(sorted(BENCHMARKS))}."
+        )
+    if seconds <= 0:
+        raise ConfigError("--seconds must be positive.")
+    figures = BENCHMARKS[name](seconds)
+    if as_json:
+        typer.echo(json.dumps(figures, sort_keys=True))
+        return
+    targets = {key: (op, target) for key, op, target in TARGETS.get(name, [])}
+    for key in sorted(figures):
+        value = figures[key]
+        line = f"{key:32} {value:14,.3f}"
+        if key in targets:
+            op, target = targets[key]
+            met = value <= target if op == "<=" else value >= target
+            line += f"   target {op} {target:,g}: {'met' if met else 'NOT MET'}"
+        typer.echo(line)

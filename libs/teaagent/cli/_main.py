@@ -26,11 +26,11 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(_audit.app, name="audit")
-app.add_typer(_bench.app, name="bench")
 app.add_typer(_keys.app, name="keys")
 app.add_typer(_quorum.app, name="quorum")
 app.add_typer(_tools.app, name="tools")
 app.command("demo")(_demo.demo)
+app.command("bench")(_bench.bench)
 
 
 def _fail(message: str, code: int) -> int:
@@ -59,7 +59,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         # Usage errors (a missing argument, an unknown option). typer vendors its own click, whose
         # exceptions all derive from TyperException; "no arguments" shows the help.
         if type(exc).__name__ == "NoArgsIsHelpError":
-            sys.stdout.write(command.get_help(command.make_context("teaagent", [], resilient_parsing=True)) + "\n")
+            sys.stdout.write(
+                command.get_help(command.make_context("teaagent", [], resilient_parsing=True)) + "\n"
+            )
             return EXIT_USAGE
         format_message = getattr(exc, "format_message", None)
         return _fail(format_message() if callable(format_message) else str(exc), EXIT_USAGE)
