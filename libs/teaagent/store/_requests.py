@@ -1,0 +1,555 @@
+"""Stored requests: accept once, count verified decisions atomically, wait for the outcome by XREAD."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis.asyncio
+
+from teaagent.errors import RequestConflictError, RequestNotFoundError
+from teaagent.store._connection import StoreOptions, converting
+from teaagent.store._keys import AGENT_ID_PATTERN, REQUEST_RETENTION_SECONDS, Keys, RequestKeys
+from teaagent.store._scripts import AsyncScripts
+
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "AcceptResult",
+    "DecisionKind",
+    "DecisionResult",
+    "InboxBook",
+    "RequestBook",
+    "RequestState",
+    "StoredRequest",
+]
+
+RequestState = Literal["pending", "approved", "denied", "expired"]
+DecisionKind = Literal["approval", "denial"]
+
+MAX_DOCUMENT_BYTES = (
+    1024 * 1024
+)  # a signed request or decision, never a file upload; Redis keeps it in memory
+MAX_EVENTS = 1000  # a request sees one event per decision plus two; the bound only guards against abuse
+MAX_LISTED = 1000  # one listing call returns at most this many requests
+_DECISION_KINDS = ("approval", "denial")
+_STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired")
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    """What storing a request did: ``created`` is False when the very same document was stored before."""
+
+    created: bool
+    state: RequestState
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    """The counting state after one decision was recorded.
+
+    ``counted`` is True when this decision was new and counted (a signer's first of its kind);
+    ``decided`` is True when this very call settled the outcome (exactly one call ever sees it).
+    """
+
+    state: RequestState
+    approvals: int
+    denials: int
+    counted: bool
+    decided: bool
+
+
+@dataclass(frozen=True)
+class StoredRequest:
+    """A stored request with its counting state and the decisions counted for it, bytes verbatim."""
+
+    request_id: str
+    origin: str | None  # the sending peer for an inbox item; None for the node's own requests
+    document: bytes
+    state: RequestState
+    required: int
+    peers: int
+    expires_at: int
+    accepted_at: int
+    decided_at: int | None
+    approvals: dict[str, bytes] = field(default_factory=dict)  # signer -> decision bytes
+    denials: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def decided(self) -> bool:
+        """True once the outcome is settled (it never changes afterwards)."""
+        return self.state != "pending"
+
+
+def _now(now: int | None) -> int:
+    return int(time.time()) if now is None else now
+
+
+def _state(raw: bytes | str | None) -> RequestState:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    for state in _STATES:
+        if text == state:
+            return state
+    raise ValueError(f"stored state {text!r} is not a request state")
+
+
+def _check_document(name: str, document: bytes) -> None:
+    if not isinstance(document, bytes) or not document:
+        raise TypeError(f"{name} must be non-empty bytes")
+    if len(document) > MAX_DOCUMENT_BYTES:
+        raise ValueError(f"{name} is {len(document)} bytes, above the limit of {MAX_DOCUMENT_BYTES}")
+
+
+class _Book:
+    """The engine shared by a node's own requests and its inbox; the public classes name the ids."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        scripts: AsyncScripts,
+        *,
+        url: str,
+        index_key: str,
+        options: StoreOptions,
+    ) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._url = url
+        self._index_key = index_key
+        self._options = options
+
+    async def _accept(
+        self,
+        keys: RequestKeys,
+        member: str,
+        document: bytes,
+        *,
+        required_approvals: int,
+        peers: int,
+        expires_at: int,
+        now: int | None,
+        label: str,
+    ) -> AcceptResult:
+        _check_document("document", document)
+        if required_approvals < 1 or peers < required_approvals:
+            raise ValueError(
+                f"required_approvals must be between 1 and peers ({peers}), not {required_approvals}"
+            )
+        at = _now(now)
+        ttl_ms = (max(expires_at - at, 0) + REQUEST_RETENTION_SECONDS) * 1000
+        with converting(self._url):
+            # The index entry goes first: a listed ref may lack its request (skipped), never the reverse.
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.zadd(self._index_key, {member: expires_at})
+                pipe.pexpire(self._index_key, ttl_ms, nx=True)
+                pipe.pexpire(self._index_key, ttl_ms, gt=True)
+                await pipe.execute()
+            status, state = await self._scripts.run(
+                "accept_request",
+                [keys.doc, keys.outcome, keys.events],
+                [document, required_approvals, peers, expires_at, at, REQUEST_RETENTION_SECONDS, MAX_EVENTS],
+            )
+        if status == b"conflict":
+            raise RequestConflictError(
+                f"{label} already exists with a different document; the new one is refused"
+            )
+        return AcceptResult(created=status == b"created", state=_state(state))
+
+    async def _record(
+        self,
+        keys: RequestKeys,
+        *,
+        kind: str,
+        signer: str,
+        decision: bytes,
+        now: int | None,
+        label: str,
+    ) -> DecisionResult:
+        with converting(self._url):
+            state, approvals, denials, counted, decided = await self._scripts.run(
+                "record_decision",
+                [keys.outcome, keys.decisions, keys.events],
+                [kind, signer, decision, _now(now), MAX_EVENTS],
+            )
+        if state == b"unknown":
+            raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
+        return DecisionResult(
+            state=_state(state),
+            approvals=int(approvals),
+            denials=int(denials),
+            counted=bool(counted),
+            decided=bool(decided),
+        )
+
+    async def _get(self, keys: RequestKeys, request_id: str, origin: str | None) -> StoredRequest | None:
+        with converting(self._url):
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.get(keys.doc)
+                pipe.hgetall(keys.outcome)
+                pipe.hgetall(keys.decisions)
+                document, outcome, decisions = await pipe.execute()
+        return _stored(request_id, origin, document, outcome, decisions)
+
+    async def _wait(
+        self,
+        keys: RequestKeys,
+        timeout: float,
+        clock: Callable[[], float],
+        label: str,
+    ) -> None:
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds, not {timeout}")
+        deadline = time.monotonic() + timeout
+        with converting(self._url):
+            # One transaction reads the state and the last event id, so no outcome slips between them.
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hmget(keys.outcome, ["state", "expires_at"])
+                pipe.xrevrange(keys.events, "+", "-", count=1)
+                (raw_state, raw_expires), last = await pipe.execute()
+            if raw_state is None:
+                raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
+            state, expires_at = _state(raw_state), int(raw_expires)
+            last_id: bytes | str = last[0][0] if last else "0-0"
+            while state == "pending":
+                now = clock()
+                if int(now) > expires_at:
+                    state = (
+                        await self._record(keys, kind="", signer="", decision=b"", now=int(now), label=label)
+                    ).state
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # Wake just after expiry to settle it; never block longer than the socket allows.
+                block = min(remaining, self._options.max_block_seconds, expires_at + 1 - now)
+                reply = await self._client.xread(
+                    {keys.events: last_id}, count=64, block=max(1, int(block * 1000))
+                )
+                for _stream, entries in _stream_entries(reply):
+                    for entry_id, fields in entries:
+                        last_id = entry_id
+                        if fields.get(b"type") == b"outcome":
+                            state = _state(fields.get(b"state"))
+
+    async def _list(
+        self,
+        build: Callable[[str], tuple[RequestKeys, str, str | None]],
+        state: RequestState | None,
+        now: int | None,
+        limit: int,
+    ) -> list[StoredRequest]:
+        if not 1 <= limit <= MAX_LISTED:
+            raise ValueError(f"limit must be between 1 and {MAX_LISTED}, not {limit}")
+        at = _now(now)
+        with converting(self._url):
+            await self._client.zremrangebyscore(self._index_key, "-inf", at - REQUEST_RETENTION_SECONDS)
+            # A pending request expires at expires_at: skip the ones past it without reading them.
+            low = at if state == "pending" else "-inf"
+            members = await self._client.zrangebyscore(self._index_key, low, "+inf", start=0, num=limit)
+            found: list[StoredRequest] = []
+            refs = [
+                build(member.decode() if isinstance(member, bytes) else str(member)) for member in members
+            ]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for keys, _request_id, _origin in refs:
+                    pipe.get(keys.doc)
+                    pipe.hgetall(keys.outcome)
+                    pipe.hgetall(keys.decisions)
+                replies = await pipe.execute()
+        for index, (_keys, request_id, origin) in enumerate(refs):
+            document, outcome, decisions = replies[3 * index : 3 * index + 3]
+            stored = _stored(request_id, origin, document, outcome, decisions)
+            if stored is not None and (state is None or stored.state == state):
+                found.append(stored)
+        return found
+
+
+def _stream_entries(reply: Any) -> list[tuple[Any, list[tuple[Any, dict[bytes, bytes]]]]]:
+    """Normalise an XREAD reply (a RESP2 list or a RESP3 mapping) to ``[(stream, entries)]``."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return list(reply.items())
+    return [(stream, entries) for stream, entries in reply]
+
+
+def _stored(
+    request_id: str,
+    origin: str | None,
+    document: bytes | None,
+    outcome: dict[bytes, bytes],
+    decisions: dict[bytes, bytes],
+) -> StoredRequest | None:
+    if document is None or not outcome:
+        return None
+    approvals: dict[str, bytes] = {}
+    denials: dict[str, bytes] = {}
+    for name, value in decisions.items():
+        kind, _, signer = name.decode().partition(":")
+        (approvals if kind == "approval" else denials)[signer] = value
+    decided_at = outcome.get(b"decided_at")
+    return StoredRequest(
+        request_id=request_id,
+        origin=origin,
+        document=document,
+        state=_state(outcome[b"state"]),
+        required=int(outcome[b"required"]),
+        peers=int(outcome[b"peers"]),
+        expires_at=int(outcome[b"expires_at"]),
+        accepted_at=int(outcome[b"accepted_at"]),
+        decided_at=int(decided_at) if decided_at is not None else None,
+        approvals=approvals,
+        denials=denials,
+    )
+
+
+def _check_decision(kind: str, signer: str, decision: bytes) -> None:
+    if kind not in _DECISION_KINDS:
+        raise ValueError(f"decision kind must be 'approval' or 'denial', not {kind!r}")
+    if not AGENT_ID_PATTERN.fullmatch(signer):
+        raise ValueError(f"signer {signer!r} is not a valid agent id")
+    _check_document("decision", decision)
+
+
+class RequestBook(_Book):
+    """This node's own requests: stored when its agent submits one, counted as peers decide.
+
+    Every method is one or two round trips; the counting is one Lua script, so concurrent relay
+    workers recording decisions for the same request settle its outcome exactly once.
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        scripts: AsyncScripts,
+        *,
+        keys: Keys,
+        url: str,
+        options: StoreOptions,
+    ) -> None:
+        super().__init__(client, scripts, url=url, index_key=keys.request_index(), options=options)
+        self._keys = keys
+
+    async def accept(
+        self,
+        request_id: str,
+        document: bytes,
+        *,
+        required_approvals: int,
+        peers: int,
+        expires_at: int,
+        now: int | None = None,
+    ) -> AcceptResult:
+        """Store a verified request once; the same bytes again are the same request.
+
+        Queue its deliveries after this returns, whether ``created`` or not: enqueueing is a separate
+        step (another hash tag), and a client retrying after a crash must complete it.
+
+        Args:
+            request_id: the request's id (32 lowercase hex characters).
+            document: the signed request exactly as received; kept verbatim.
+            required_approvals: approvals needed (``>= 1``).
+            peers: number of peers asked (``>= required_approvals``).
+            expires_at: Unix seconds after which the request is expired.
+            now: Unix seconds, the caller's clock (default: the system clock).
+
+        Raises:
+            RequestConflictError: other bytes are already stored under ``request_id``.
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed id, a document too large, or impossible counting parameters.
+            TypeError: ``document`` is not bytes.
+        """
+        return await self._accept(
+            self._keys.request(request_id),
+            request_id,
+            document,
+            required_approvals=required_approvals,
+            peers=peers,
+            expires_at=expires_at,
+            now=now,
+            label=f"request {request_id}",
+        )
+
+    async def get(self, request_id: str) -> StoredRequest | None:
+        """Return the stored request, or None when it is not (or no longer) stored.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``request_id`` is malformed.
+        """
+        return await self._get(self._keys.request(request_id), request_id, None)
+
+    async def record_decision(
+        self,
+        request_id: str,
+        *,
+        kind: DecisionKind,
+        signer: str,
+        decision: bytes,
+        now: int | None = None,
+    ) -> DecisionResult:
+        """Count one decision whose signature the caller has already verified.
+
+        A signer's first decision of each kind counts, repeats are no-ops; the outcome is settled
+        once (approved, denied, or expired when ``now`` is past ``expires_at``) and never changes.
+
+        Raises:
+            RequestNotFoundError: no request is stored under ``request_id``.
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed id, kind or signer, or a decision too large.
+            TypeError: ``decision`` is not bytes.
+        """
+        _check_decision(kind, signer, decision)
+        return await self._record(
+            self._keys.request(request_id),
+            kind=kind,
+            signer=signer,
+            decision=decision,
+            now=now,
+            label=f"request {request_id}",
+        )
+
+    async def settle_expiry(self, request_id: str, *, now: int | None = None) -> DecisionResult:
+        """Mark the request expired if ``now`` is past its expiry and nothing settled it before.
+
+        Raises:
+            RequestNotFoundError: no request is stored under ``request_id``.
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``request_id`` is malformed.
+        """
+        return await self._record(
+            self._keys.request(request_id),
+            kind="",
+            signer="",
+            decision=b"",
+            now=now,
+            label=f"request {request_id}",
+        )
+
+    async def wait_outcome(
+        self, request_id: str, timeout: float, *, clock: Callable[[], float] = time.time
+    ) -> StoredRequest:
+        """Block until the request is decided or ``timeout`` seconds pass, then return it.
+
+        Blocks on XREAD of the request's events stream (no polling loop); settles expiry itself
+        when the request expires during the wait. The returned state is still ``pending`` when
+        the timeout came first.
+
+        Raises:
+            RequestNotFoundError: no request is stored under ``request_id``.
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed id or a negative timeout.
+        """
+        keys = self._keys.request(request_id)
+        label = f"request {request_id}"
+        await self._wait(keys, timeout, clock, label)
+        stored = await self._get(keys, request_id, None)
+        if stored is None:
+            raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
+        return stored
+
+    async def list_requests(
+        self, *, state: RequestState | None = "pending", now: int | None = None, limit: int = 100
+    ) -> list[StoredRequest]:
+        """Return stored requests in order of expiry, only those in ``state`` (all when None).
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``limit`` is out of range.
+        """
+        return await self._list(lambda member: (self._keys.request(member), member, None), state, now, limit)
+
+
+class InboxBook(_Book):
+    """Requests received from peer origins, keyed by ``(origin, request_id)``, and this node's decision.
+
+    The node's own decision is counted with ``required = peers = 1``: its first approval settles
+    ``approved``, its first denial ``denied``, so a decided item leaves the pending listing.
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        scripts: AsyncScripts,
+        *,
+        keys: Keys,
+        url: str,
+        options: StoreOptions,
+    ) -> None:
+        super().__init__(client, scripts, url=url, index_key=keys.inbox_index(), options=options)
+        self._keys = keys
+
+    def _ref(self, member: str) -> tuple[RequestKeys, str, str | None]:
+        origin, _, request_id = member.partition("/")
+        return self._keys.inbox_item(origin, request_id), request_id, origin
+
+    async def accept(
+        self, origin: str, request_id: str, document: bytes, *, expires_at: int, now: int | None = None
+    ) -> AcceptResult:
+        """Store a verified request from ``origin`` once; the same bytes again are the same request.
+
+        Raises:
+            RequestConflictError: other bytes are already stored for this origin and id.
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin or id, or a document too large.
+            TypeError: ``document`` is not bytes.
+        """
+        return await self._accept(
+            self._keys.inbox_item(origin, request_id),
+            f"{origin}/{request_id}",
+            document,
+            required_approvals=1,
+            peers=1,
+            expires_at=expires_at,
+            now=now,
+            label=f"request {request_id} from {origin}",
+        )
+
+    async def get(self, origin: str, request_id: str) -> StoredRequest | None:
+        """Return the received request, or None when it is not (or no longer) stored.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin or id.
+        """
+        return await self._get(self._keys.inbox_item(origin, request_id), request_id, origin)
+
+    async def record_decision(
+        self,
+        origin: str,
+        request_id: str,
+        *,
+        kind: DecisionKind,
+        signer: str,
+        decision: bytes,
+        now: int | None = None,
+    ) -> DecisionResult:
+        """Record this node's signed decision on a received request (the first one settles it).
+
+        Raises:
+            RequestNotFoundError: no such request was received (or it expired and was removed).
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin, id, kind or signer, or a decision too large.
+            TypeError: ``decision`` is not bytes.
+        """
+        _check_decision(kind, signer, decision)
+        return await self._record(
+            self._keys.inbox_item(origin, request_id),
+            kind=kind,
+            signer=signer,
+            decision=decision,
+            now=now,
+            label=f"request {request_id} from {origin}",
+        )
+
+    async def list_requests(
+        self, *, state: RequestState | None = "pending", now: int | None = None, limit: int = 100
+    ) -> list[StoredRequest]:
+        """Return received requests in order of expiry, only those in ``state`` (all when None).
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``limit`` is out of range.
+        """
+        return await self._list(self._ref, state, now, limit)

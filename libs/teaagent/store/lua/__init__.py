@@ -1,0 +1,1 @@
+"""The Lua scripts of ``teaagent.store``, one atomic step per file (a package so they ship as data)."""

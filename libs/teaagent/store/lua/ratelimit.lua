@@ -1,0 +1,34 @@
+-- ratelimit: one check of a sliding window, in one round trip.
+--
+-- The window is a log of the calls it counted (a sorted set scored by time), so "max_calls per
+-- window" holds exactly over every window, not only over fixed buckets; a refused call is not logged.
+--
+-- KEYS[1] window     ZSET    one member per counted call, scored by its time in milliseconds
+-- ARGV[1] now_ms     the caller's clock, milliseconds (tests pass time explicitly)
+-- ARGV[2] window_ms  the window's length, milliseconds
+-- ARGV[3] max_calls  calls allowed per window
+-- ARGV[4] member     a unique name for this call
+--
+-- Returns {allowed (1/0), remaining, retry_after_ms}; the key lives exactly one window.
+local key = KEYS[1]
+local now, window, max_calls = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+
+-- A call logged exactly one window ago has left the window.
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+local count = redis.call('ZCARD', key)
+if count < max_calls then
+  redis.call('ZADD', key, now, ARGV[4])
+  redis.call('PEXPIRE', key, window)
+  return {1, max_calls - count - 1, 0}
+end
+-- The window frees up once enough of its oldest calls have left it; it can hold more than max_calls
+-- calls when the limit was lowered since they were counted.
+local freeing = redis.call('ZRANGE', key, count - max_calls, count - max_calls, 'WITHSCORES')
+local retry_after = tonumber(freeing[2]) + window - now
+if retry_after < 1 then
+  retry_after = 1
+elseif retry_after > window then
+  -- A clock ahead of ours logged the oldest call; never ask for more than one window.
+  retry_after = window
+end
+return {0, 0, retry_after}

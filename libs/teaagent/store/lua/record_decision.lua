@@ -1,0 +1,76 @@
+-- record_decision: count one already-verified decision and decide the outcome exactly once.
+--
+-- The caller has verified the signature and the signer's membership; this script only counts.
+-- PROTOCOL.md "Counting": each signer counts once per kind; approved when approvals reach required;
+-- denied as soon as denials exceed peers - required; expired when now > expires_at first; once
+-- decided, the outcome never changes. The outcome event is appended here, in the same step.
+--
+-- KEYS[1] outcome     HASH    counting parameters and state (written by accept_request)
+-- KEYS[2] decisions   HASH    "<kind>:<signer>" -> decision bytes
+-- KEYS[3] events      STREAM  the request's events
+-- ARGV[1] kind        "approval", "denial", or "" to only settle expiry
+-- ARGV[2] signer      the verified signer's agent id
+-- ARGV[3] decision    the decision's bytes, kept verbatim
+-- ARGV[4] now         Unix seconds on the caller's clock
+-- ARGV[5] max_events  bound on the events stream
+--
+-- Returns {state, approvals, denials, counted, decided}: counted is 1 when this decision was new and
+-- counted, decided is 1 when this call settled the outcome; state "unknown" when no request is stored.
+local outcome_key, decisions_key, events_key = KEYS[1], KEYS[2], KEYS[3]
+local kind, signer, decision = ARGV[1], ARGV[2], ARGV[3]
+local now, max_events = tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local fields = redis.call('HMGET', outcome_key, 'state', 'required', 'peers', 'expires_at', 'approvals', 'denials')
+local state = fields[1]
+if not state then
+  return {'unknown', 0, 0, 0, 0}
+end
+local required, peers, expires_at = tonumber(fields[2]), tonumber(fields[3]), tonumber(fields[4])
+local approvals, denials = tonumber(fields[5]), tonumber(fields[6])
+
+local function settle(new_state)
+  redis.call('HSET', outcome_key, 'state', new_state, 'decided_at', now)
+  redis.call('XADD', events_key, 'MAXLEN', '~', max_events, '*',
+    'type', 'outcome', 'state', new_state, 'approvals', approvals, 'denials', denials, 'at', now)
+end
+
+if state ~= 'pending' then
+  return {state, approvals, denials, 0, 0}
+end
+if now > expires_at then
+  settle('expired')
+  return {'expired', approvals, denials, 0, 1}
+end
+if kind ~= 'approval' and kind ~= 'denial' then
+  return {state, approvals, denials, 0, 0}
+end
+
+local counted = redis.call('HSETNX', decisions_key, kind .. ':' .. signer, decision)
+if counted == 1 then
+  -- The decisions hash is born here; it dies with the request's other keys.
+  if redis.call('PTTL', decisions_key) == -1 then
+    local ttl = redis.call('PTTL', outcome_key)
+    if ttl > 0 then
+      redis.call('PEXPIRE', decisions_key, ttl)
+    end
+  end
+  if kind == 'approval' then
+    approvals = redis.call('HINCRBY', outcome_key, 'approvals', 1)
+  else
+    denials = redis.call('HINCRBY', outcome_key, 'denials', 1)
+  end
+  redis.call('XADD', events_key, 'MAXLEN', '~', max_events, '*',
+    'type', 'decision', 'kind', kind, 'signer', signer, 'approvals', approvals, 'denials', denials, 'at', now)
+end
+
+local decided = 0
+if approvals >= required then
+  state = 'approved'
+elseif denials > peers - required then
+  state = 'denied'
+end
+if state ~= 'pending' then
+  settle(state)
+  decided = 1
+end
+return {state, approvals, denials, counted, decided}

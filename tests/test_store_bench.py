@@ -1,0 +1,30 @@
+"""The rate-limit benchmark runs and reports every figure (targets are for `make bench`, not tests)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from teaagent.store._bench import bench_ratelimit
+
+
+@pytest.mark.slow
+def test_bench_ratelimit_reports_every_figure_and_leaves_no_keys(redis_url: str) -> None:
+    figures = bench_ratelimit(redis_url, 0.3)
+    for name in (
+        "ratelimit_per_s",
+        "ratelimit_async_per_s",
+        "raw_evalsha_per_s",
+        "limits_moving_window_per_s",
+        "limits_moving_window_redispy_per_s",
+    ):
+        assert figures[name] > 0, name
+    assert figures["ratio_to_raw_evalsha"] == figures["ratelimit_per_s"] / figures["raw_evalsha_per_s"]
+    client = redis.Redis.from_url(redis_url)
+    assert list(client.scan_iter(match="bench:*")) == []
+    client.close()
+
+
+def test_bench_ratelimit_refuses_a_non_positive_duration() -> None:
+    with pytest.raises(ValueError, match="seconds must be positive, not 0"):
+        bench_ratelimit("redis://127.0.0.1:1/0", 0)

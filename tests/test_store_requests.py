@@ -1,0 +1,479 @@
+"""Stored requests on a real Redis: accept once, count decisions atomically, settle the outcome once."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from teaagent.errors import RequestConflictError, RequestNotFoundError
+from teaagent.store import MAX_DOCUMENT_BYTES, Store, open_store
+
+T = TypeVar("T")
+NOW = 1_764_570_000  # PROTOCOL.md's example clock; scripts take time from the caller, never the server
+EXPIRES = NOW + 120
+DOC = b'{"request":{"request_id":"...","tool_name":"shell.run"},"signature":"AAAA"}'
+
+
+def new_id() -> str:
+    return secrets.token_hex(16)
+
+
+@pytest.fixture
+def in_store(redis_url: str, redis_prefix: str) -> Callable[[Callable[[Store], Awaitable[T]]], T]:
+    """Run ``scenario(store)`` in a fresh event loop with a store under the test's own prefix."""
+
+    def run(scenario: Callable[[Store], Awaitable[T]]) -> T:
+        async def main() -> T:
+            async with open_store(redis_url, prefix=redis_prefix) as store:
+                return await scenario(store)
+
+        return asyncio.run(main())
+
+    return run
+
+
+Run = Callable[[Callable[[Store], Awaitable[Any]]], Any]
+
+
+async def accepted(store: Store, *, required: int = 2, peers: int = 3, expires_at: int = EXPIRES) -> str:
+    request_id = new_id()
+    result = await store.requests.accept(
+        request_id, DOC, required_approvals=required, peers=peers, expires_at=expires_at, now=NOW
+    )
+    assert result.created
+    return request_id
+
+
+async def events(store: Store, request_id: str) -> list[dict[bytes, bytes]]:
+    entries: Any = await store.client.xrange(store.keys.request(request_id).events)
+    return [fields for _id, fields in entries]
+
+
+def outcome_events(entries: list[dict[bytes, bytes]]) -> list[dict[bytes, bytes]]:
+    return [fields for fields in entries if fields[b"type"] == b"outcome"]
+
+
+# Accepting -----------------------------------------------------------------------------------------
+
+
+def test_accept_keeps_the_document_verbatim_and_the_same_bytes_twice_are_one_request(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        first = await store.requests.accept(
+            request_id, DOC, required_approvals=2, peers=3, expires_at=EXPIRES, now=NOW
+        )
+        again = await store.requests.accept(
+            request_id, DOC, required_approvals=2, peers=3, expires_at=EXPIRES, now=NOW
+        )
+        assert (first.created, first.state) == (True, "pending")
+        assert (again.created, again.state) == (False, "pending")
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert stored.document == DOC
+        assert (stored.state, stored.required, stored.peers, stored.expires_at) == ("pending", 2, 3, EXPIRES)
+        assert (stored.accepted_at, stored.decided_at, stored.approvals, stored.denials) == (
+            NOW,
+            None,
+            {},
+            {},
+        )
+        assert [fields[b"type"] for fields in await events(store, request_id)] == [b"accepted"]
+        listed = await store.requests.list_requests(state=None, now=NOW)
+        assert [item.request_id for item in listed] == [request_id]
+
+    in_store(scenario)
+
+
+def test_accept_refuses_another_document_under_a_stored_id_and_keeps_the_first(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store)
+        with pytest.raises(
+            RequestConflictError,
+            match=f"^request {request_id} already exists with a different document; the new one is refused$",
+        ):
+            await store.requests.accept(
+                request_id, DOC + b" ", required_approvals=2, peers=3, expires_at=EXPIRES, now=NOW
+            )
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert stored.document == DOC
+
+    in_store(scenario)
+
+
+@pytest.mark.parametrize(("required", "peers"), [(0, 3), (4, 3), (-1, 0)])
+def test_accept_refuses_counting_that_can_never_settle(in_store: Run, required: int, peers: int) -> None:
+    async def scenario(store: Store) -> None:
+        with pytest.raises(ValueError, match="required_approvals must be between 1 and peers"):
+            await store.requests.accept(
+                new_id(), DOC, required_approvals=required, peers=peers, expires_at=EXPIRES
+            )
+
+    in_store(scenario)
+
+
+def test_accept_refuses_documents_that_are_not_bytes_or_too_large(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        with pytest.raises(TypeError, match="document must be non-empty bytes"):
+            await store.requests.accept(new_id(), "text", required_approvals=1, peers=1, expires_at=EXPIRES)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="document must be non-empty bytes"):
+            await store.requests.accept(new_id(), b"", required_approvals=1, peers=1, expires_at=EXPIRES)
+        with pytest.raises(ValueError, match=f"above the limit of {MAX_DOCUMENT_BYTES}"):
+            await store.requests.accept(
+                new_id(), b"x" * (MAX_DOCUMENT_BYTES + 1), required_approvals=1, peers=1, expires_at=EXPIRES
+            )
+        # The limit itself passes.
+        result = await store.requests.accept(
+            new_id(), b"x" * MAX_DOCUMENT_BYTES, required_approvals=1, peers=1, expires_at=EXPIRES, now=NOW
+        )
+        assert result.created
+
+    in_store(scenario)
+
+
+def test_accepting_an_already_expired_request_records_it_expired_with_one_outcome(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        result = await store.requests.accept(
+            request_id, DOC, required_approvals=1, peers=1, expires_at=NOW - 1, now=NOW
+        )
+        assert (result.created, result.state) == (True, "expired")
+        assert len(outcome_events(await events(store, request_id))) == 1
+
+    in_store(scenario)
+
+
+# Counting ------------------------------------------------------------------------------------------
+
+
+def test_quorum_story_duplicates_count_once_and_the_threshold_settles_approved_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=2, peers=3)
+        record = store.requests.record_decision
+
+        first = await record(request_id, kind="approval", signer="beta", decision=b"beta-1", now=NOW + 1)
+        assert (first.state, first.approvals, first.counted, first.decided) == ("pending", 1, True, False)
+
+        repeat = await record(request_id, kind="approval", signer="beta", decision=b"beta-2", now=NOW + 2)
+        assert (repeat.state, repeat.approvals, repeat.counted, repeat.decided) == (
+            "pending",
+            1,
+            False,
+            False,
+        )
+
+        settling = await record(request_id, kind="approval", signer="gamma", decision=b"gamma-1", now=NOW + 3)
+        assert (settling.state, settling.approvals, settling.counted, settling.decided) == (
+            "approved",
+            2,
+            True,
+            True,
+        )
+
+        late = await record(request_id, kind="approval", signer="delta", decision=b"delta-1", now=NOW + 4)
+        assert (late.state, late.approvals, late.counted, late.decided) == ("approved", 2, False, False)
+
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert stored.approvals == {"beta": b"beta-1", "gamma": b"gamma-1"}  # the first decision wins
+        assert (stored.state, stored.decided, stored.decided_at) == ("approved", True, NOW + 3)
+        assert [fields[b"type"] for fields in await events(store, request_id)] == [
+            b"accepted",
+            b"decision",
+            b"decision",
+            b"outcome",
+        ]
+
+    in_store(scenario)
+
+
+@pytest.mark.parametrize(
+    ("required", "peers", "denials_to_deny"),
+    [(2, 3, 2), (3, 3, 1), (1, 3, 3), (2, 5, 4)],
+)
+def test_denied_exactly_when_denials_exceed_peers_minus_required(
+    in_store: Run, required: int, peers: int, denials_to_deny: int
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=required, peers=peers)
+        signers = [f"peer{index}" for index in range(peers)]
+        for count, signer in enumerate(signers[:denials_to_deny], start=1):
+            result = await store.requests.record_decision(
+                request_id, kind="denial", signer=signer, decision=b"no", now=NOW
+            )
+            assert result.denials == count
+            # One short stays pending; the threshold denies.
+            assert result.state == ("denied" if count == denials_to_deny else "pending")
+            assert result.decided == (count == denials_to_deny)
+
+    in_store(scenario)
+
+
+def test_a_signer_counts_once_per_kind_and_a_decided_outcome_never_changes(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=2, peers=3)
+        record = store.requests.record_decision
+        await record(request_id, kind="approval", signer="beta", decision=b"a", now=NOW)
+        both = await record(request_id, kind="denial", signer="beta", decision=b"d", now=NOW)
+        assert (both.approvals, both.denials, both.state) == (1, 1, "pending")
+        denied = await record(request_id, kind="denial", signer="gamma", decision=b"d", now=NOW)
+        assert (denied.state, denied.decided) == ("denied", True)
+        after = await record(request_id, kind="approval", signer="delta", decision=b"a", now=NOW)
+        assert (after.state, after.approvals, after.counted, after.decided) == ("denied", 1, False, False)
+        assert len(outcome_events(await events(store, request_id))) == 1
+
+    in_store(scenario)
+
+
+def test_expiry_a_decision_at_expires_at_counts_and_one_second_later_expires_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=2, peers=3)
+        record = store.requests.record_decision
+        at_expiry = await record(request_id, kind="approval", signer="beta", decision=b"a", now=EXPIRES)
+        assert (at_expiry.state, at_expiry.counted) == ("pending", True)
+        past = await record(request_id, kind="approval", signer="gamma", decision=b"a", now=EXPIRES + 1)
+        assert (past.state, past.approvals, past.counted, past.decided) == ("expired", 1, False, True)
+        again = await record(request_id, kind="approval", signer="delta", decision=b"a", now=EXPIRES + 2)
+        assert (again.state, again.counted, again.decided) == ("expired", False, False)
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert (stored.state, stored.decided_at, list(stored.approvals)) == ("expired", EXPIRES + 1, ["beta"])
+        assert len(outcome_events(await events(store, request_id))) == 1
+
+    in_store(scenario)
+
+
+def test_settle_expiry_only_acts_past_expires_at_and_only_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store)
+        early = await store.requests.settle_expiry(request_id, now=EXPIRES)
+        assert (early.state, early.decided) == ("pending", False)
+        late = await store.requests.settle_expiry(request_id, now=EXPIRES + 1)
+        assert (late.state, late.decided) == ("expired", True)
+        later = await store.requests.settle_expiry(request_id, now=EXPIRES + 9)
+        assert (later.state, later.decided) == ("expired", False)
+
+    in_store(scenario)
+
+
+def test_fifty_concurrent_approvals_racing_at_the_threshold_settle_exactly_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=25, peers=50)
+        results = await asyncio.gather(
+            *(
+                store.requests.record_decision(
+                    request_id, kind="approval", signer=f"peer{index:02d}", decision=b"yes", now=NOW
+                )
+                for index in range(50)
+            )
+        )
+        assert sum(result.decided for result in results) == 1
+        assert sum(result.counted for result in results) == 25
+        assert {result.state for result in results if result.counted and not result.decided} == {"pending"}
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert (stored.state, len(stored.approvals)) == ("approved", 25)
+        assert len(outcome_events(await events(store, request_id))) == 1
+
+    in_store(scenario)
+
+
+def test_fifty_concurrent_copies_of_one_decision_count_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=2, peers=3)
+        results = await asyncio.gather(
+            *(
+                store.requests.record_decision(
+                    request_id, kind="approval", signer="beta", decision=b"yes", now=NOW
+                )
+                for _ in range(50)
+            )
+        )
+        assert sum(result.counted for result in results) == 1
+        assert {(result.state, result.approvals) for result in results} == {("pending", 1)}
+
+    in_store(scenario)
+
+
+def test_approvals_and_denials_racing_at_both_thresholds_settle_exactly_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        # 26 of 50: approved at the 26th approval, denied at the 25th denial; only one can win.
+        request_id = await accepted(store, required=26, peers=50)
+        calls = [
+            store.requests.record_decision(
+                request_id,
+                kind="approval" if index % 2 else "denial",
+                signer=f"peer{index:02d}",
+                decision=b"x",
+                now=NOW,
+            )
+            for index in range(50)
+        ]
+        results = await asyncio.gather(*calls)
+        winners = [result for result in results if result.decided]
+        assert len(winners) == 1
+        assert winners[0].state == "denied"  # 25 approvals can never reach 26
+        assert len(outcome_events(await events(store, request_id))) == 1
+
+    in_store(scenario)
+
+
+def test_recording_for_an_unknown_request_is_not_found(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        with pytest.raises(
+            RequestNotFoundError,
+            match=f"^request {request_id} is not stored here \\(it never arrived, or it expired\\)$",
+        ):
+            await store.requests.record_decision(request_id, kind="approval", signer="beta", decision=b"x")
+        assert await store.requests.get(request_id) is None
+
+    in_store(scenario)
+
+
+@pytest.mark.parametrize(
+    ("kind", "signer", "decision", "error", "message"),
+    [
+        ("maybe", "beta", b"x", ValueError, "decision kind must be 'approval' or 'denial'"),
+        ("approval", "Beta!", b"x", ValueError, "signer 'Beta!' is not a valid agent id"),
+        ("approval", "beta", b"", TypeError, "decision must be non-empty bytes"),
+    ],
+)
+def test_record_decision_refuses_malformed_input(
+    in_store: Run, kind: str, signer: str, decision: bytes, error: type[Exception], message: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store)
+        with pytest.raises(error, match=message):
+            await store.requests.record_decision(request_id, kind=kind, signer=signer, decision=decision)  # type: ignore[arg-type]
+
+    in_store(scenario)
+
+
+# Waiting -------------------------------------------------------------------------------------------
+
+
+def test_wait_outcome_wakes_on_the_outcome_event(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=1, peers=1, expires_at=int(time.time()) + 60)
+        waiter = asyncio.create_task(store.requests.wait_outcome(request_id, 10))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        await store.requests.record_decision(request_id, kind="approval", signer="beta", decision=b"yes")
+        stored = await asyncio.wait_for(waiter, 5)
+        assert (stored.state, stored.approvals) == ("approved", {"beta": b"yes"})
+
+    in_store(scenario)
+
+
+def test_wait_outcome_returns_a_decided_request_at_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=1, peers=1, expires_at=int(time.time()) + 60)
+        await store.requests.record_decision(request_id, kind="denial", signer="beta", decision=b"no")
+        started = time.monotonic()
+        stored = await store.requests.wait_outcome(request_id, 30)
+        assert stored.state == "denied"
+        assert time.monotonic() - started < 5  # far below the 30 s timeout: it did not wait
+
+    in_store(scenario)
+
+
+def test_wait_outcome_blocks_on_the_stream_instead_of_polling(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=1, peers=1, expires_at=int(time.time()) + 60)
+        before = (await store.client.info("commandstats")).get("cmdstat_xread", {}).get("calls", 0)
+        stored = await store.requests.wait_outcome(request_id, 0.8)
+        after = (await store.client.info("commandstats")).get("cmdstat_xread", {}).get("calls", 0)
+        assert stored.state == "pending"  # the timeout came first
+        assert after - before <= 2  # one blocking read covers the wait (a poll loop would make dozens)
+
+    in_store(scenario)
+
+
+def test_wait_outcome_settles_expiry_itself(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=1, peers=1, expires_at=EXPIRES)
+        stored = await store.requests.wait_outcome(request_id, 30, clock=lambda: float(EXPIRES + 1))
+        assert (stored.state, stored.decided_at) == ("expired", EXPIRES + 1)
+        assert len(outcome_events(await events(store, request_id))) == 1
+
+    in_store(scenario)
+
+
+@pytest.mark.slow
+def test_wait_outcome_wakes_at_expiry_on_the_real_clock(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=1, peers=1, expires_at=int(time.time()) + 1)
+        stored = await store.requests.wait_outcome(request_id, 10)
+        assert stored.state == "expired"
+
+    in_store(scenario)
+
+
+def test_wait_outcome_on_an_unknown_request_is_not_found(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        with pytest.raises(RequestNotFoundError, match="is not stored here"):
+            await store.requests.wait_outcome(new_id(), 1)
+        with pytest.raises(ValueError, match="timeout must be >= 0 seconds"):
+            await store.requests.wait_outcome(await accepted(store), -1)
+
+    in_store(scenario)
+
+
+# Listing and the inbox -----------------------------------------------------------------------------
+
+
+def test_listing_pending_skips_decided_and_expired_requests(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        soon = await accepted(store, required=1, peers=2, expires_at=NOW + 10)
+        later = await accepted(store, required=1, peers=2, expires_at=NOW + 20)
+        decided = await accepted(store, required=1, peers=2, expires_at=NOW + 30)
+        await store.requests.record_decision(decided, kind="approval", signer="beta", decision=b"x", now=NOW)
+        pending = await store.requests.list_requests(now=NOW)
+        assert [item.request_id for item in pending] == [soon, later]  # in order of expiry
+        assert [item.request_id for item in await store.requests.list_requests(now=NOW + 15)] == [later]
+        everything = await store.requests.list_requests(state=None, now=NOW + 15)
+        assert [item.request_id for item in everything] == [soon, later, decided]
+        approved = await store.requests.list_requests(state="approved", now=NOW)
+        assert [item.request_id for item in approved] == [decided]
+        with pytest.raises(ValueError, match="limit must be between 1 and 1000"):
+            await store.requests.list_requests(limit=0)
+
+    in_store(scenario)
+
+
+def test_inbox_items_are_kept_per_origin_and_settled_by_this_nodes_decision(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        from_alpha = await store.inbox.accept("alpha", request_id, b"alpha's", expires_at=EXPIRES, now=NOW)
+        # Another peer reusing the id is another item, not a conflict that would block alpha's request.
+        from_gamma = await store.inbox.accept("gamma", request_id, b"gamma's", expires_at=EXPIRES, now=NOW)
+        assert from_alpha.created
+        assert from_gamma.created
+        waiting = await store.inbox.list_requests(now=NOW)
+        assert sorted((item.origin, item.document) for item in waiting) == [
+            ("alpha", b"alpha's"),
+            ("gamma", b"gamma's"),
+        ]
+        decided = await store.inbox.record_decision(
+            "alpha", request_id, kind="approval", signer="beta", decision=b"signed", now=NOW
+        )
+        assert (decided.state, decided.decided) == ("approved", True)
+        assert [item.origin for item in await store.inbox.list_requests(now=NOW)] == ["gamma"]
+        item = await store.inbox.get("alpha", request_id)
+        assert item is not None
+        assert (item.origin, item.approvals) == ("alpha", {"beta": b"signed"})
+        with pytest.raises(RequestConflictError, match=f"request {request_id} from alpha already exists"):
+            await store.inbox.accept("alpha", request_id, b"changed", expires_at=EXPIRES, now=NOW)
+        with pytest.raises(RequestNotFoundError, match=f"request {request_id} from delta is not stored here"):
+            await store.inbox.record_decision(
+                "delta", request_id, kind="denial", signer="beta", decision=b"x"
+            )
+        assert await store.requests.get(request_id) is None  # own requests are another namespace
+
+    in_store(scenario)

@@ -1,0 +1,50 @@
+"""Every key the store writes carries a TTL: after a full scenario, no key is left to live forever."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+from teaagent.store import REQUEST_RETENTION_SECONDS, open_store
+from teaagent.tools import ToolRateLimit
+
+
+def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_retention(
+    redis_url: str, redis_prefix: str
+) -> None:
+    now = time.time()
+    expires_at = int(now) + 120
+
+    async def scenario() -> dict[str, int]:
+        async with open_store(redis_url, prefix=redis_prefix) as store:
+            own, received = secrets.token_hex(16), secrets.token_hex(16)
+            await store.requests.accept(own, b"{}", required_approvals=2, peers=3, expires_at=expires_at)
+            for signer in ("beta", "gamma"):
+                await store.requests.record_decision(own, kind="approval", signer=signer, decision=b"a")
+            await store.requests.list_requests()
+            await store.inbox.accept("alpha", received, b"{}", expires_at=expires_at)
+            await store.inbox.record_decision("alpha", received, kind="denial", signer="beta", decision=b"d")
+            await store.inbox_queue.enqueue("approver", received, b"{}", expires_at)
+            deliveries = store.queue("deliveries", max_attempts=2)
+            for target in ("beta", "gamma"):
+                await deliveries.enqueue(target, own, b"{}", expires_at)
+            first, second = await deliveries.claim("w1", 2, 0)
+            await deliveries.retry_later(first, "refused")  # scheduled
+            await deliveries.retry_later(second, "refused")
+            [again] = await deliveries.claim("w1", 1, 0, now=now + 60)
+            await deliveries.retry_later(again, "refused")  # dead-lettered (second attempt of two)
+            await store.rate_limiter.hit("origin:alpha", ToolRateLimit(5, 60.0))
+            keys = [
+                key.decode() async for key in store.client.scan_iter(match=store.keys.pattern(), count=1000)
+            ]
+            return {key: await store.client.pttl(key) for key in keys}
+
+    ttls = asyncio.run(scenario())
+    kinds = {key.rsplit(":", 1)[-1] for key in ttls}
+    # The scenario reached every kind of key, so the check below is not vacuous.
+    assert {"doc", "outcome", "decisions", "events", "index", "stream", "schedule", "dead"} <= kinds
+    assert any(":rl:" in key for key in ttls)
+    ceiling_ms = (expires_at - now + REQUEST_RETENTION_SECONDS + 1) * 1000
+    for key, ttl in ttls.items():
+        assert 0 < ttl <= ceiling_ms, key
