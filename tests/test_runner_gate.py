@@ -64,23 +64,34 @@ def quorum(required: int = 2) -> MultiSigQuorumConfig:
     )
 
 
-def test_a_read_only_call_is_recorded_before_and_after_it_runs(workspace: Path, tmp_path: Path) -> None:
+def test_a_read_only_call_is_recorded_once_when_it_returns(workspace: Path, tmp_path: Path) -> None:
     (workspace / "notes.txt").write_text("hello")
     gate, audit_path = make_gate(workspace, tmp_path)
 
     result = gate.call("fs.read", {"path": "notes.txt"}, call_id="c1", reason="look")
 
     assert result["content"] == "hello"
+    assert kinds(audit_path) == ["tool_result"]
+    (done,) = records(audit_path)
+    assert done["payload"]["arguments"] == {"path": "notes.txt"}
+    assert done["payload"]["result"]["content"] == "hello"
+    assert verify_log(audit_path).ok
+
+
+def test_a_call_that_can_change_something_is_recorded_before_it_runs(workspace: Path, tmp_path: Path) -> None:
+    gate, audit_path = make_gate(workspace, tmp_path)
+
+    gate.call("fs.write", {"path": "a.txt", "content": "x"}, call_id="c1", reason="save")
+
     assert kinds(audit_path) == ["tool_call", "tool_result"]
     call, done = records(audit_path)
     assert call["payload"] == {
-        "tool_name": "fs.read",
+        "tool_name": "fs.write",
         "call_id": "c1",
-        "arguments": {"path": "notes.txt"},
-        "reason": "look",
+        "arguments": {"path": "a.txt", "content": "x"},
+        "reason": "save",
     }
-    assert done["payload"]["result"]["content"] == "hello"
-    assert verify_log(audit_path).ok
+    assert done["payload"]["result"] == {"path": "a.txt", "bytes_written": 1}
 
 
 def test_a_refused_call_never_runs_and_is_recorded_as_denied(workspace: Path, tmp_path: Path) -> None:
@@ -131,8 +142,10 @@ def test_unknown_tools_and_handler_failures_are_recorded_as_tool_errors(
     with pytest.raises(ToolError, match="no such file or directory"):
         gate.call("fs.read", {"path": "missing.txt"}, call_id="c2")
 
-    assert kinds(audit_path) == ["tool_error", "tool_call", "tool_error"]
-    assert records(audit_path)[2]["payload"]["error_type"] == "ToolError"
+    assert kinds(audit_path) == ["tool_error", "tool_error"]
+    failed = records(audit_path)[1]["payload"]
+    assert failed["error_type"] == "ToolError"
+    assert failed["arguments"] == {"path": "missing.txt"}
 
 
 def test_a_full_rate_limit_window_refuses_the_call(workspace: Path, tmp_path: Path) -> None:
@@ -155,7 +168,7 @@ def test_a_full_rate_limit_window_refuses_the_call(workspace: Path, tmp_path: Pa
     with pytest.raises(ToolRateLimitError, match="rate limit of 2 calls"):
         gate.call("fs.list", {}, call_id="c3")
 
-    assert kinds(audit_path)[-2:] == ["tool_call", "tool_error"]
+    assert kinds(audit_path) == ["tool_result", "tool_result", "tool_error"]
 
 
 @pytest.mark.parametrize("mode", list(PermissionMode))

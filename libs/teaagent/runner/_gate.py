@@ -7,11 +7,15 @@ One call, in order (the runner and ``teaagent tools call`` share it):
 2. ask the :class:`~teaagent.policy.ApprovalPolicy` (permission mode, local approvals, and the
    peers' quorum for a high-risk call) what allows the call; a refusal is audited as
    ``approval_denied`` and raised;
-3. audit ``tool_call`` (with ``approval_granted`` first when something other than the permission
-   mode allowed it, the quorum certificate included), so a call that crashes the process is still
-   on record;
+3. audit ``approval_granted`` when something other than the permission mode allowed the call (the
+   quorum certificate included), and ``tool_call`` before a call that can change something, so
+   that a call which crashes the process is still on record;
 4. run it through the :class:`~teaagent.tools.ToolRegistry` (rate limit, handler, output schema)
    and audit ``tool_result`` or ``tool_error``.
+
+A read-only call has no side effect that a crash could hide, so it is recorded once, when it
+ends: its ``tool_result`` (or ``tool_error``) record carries the arguments as well. Every call
+therefore leaves exactly one ``tool_result`` or ``tool_error`` record with its arguments.
 """
 
 from __future__ import annotations
@@ -89,7 +93,10 @@ class ToolGate:
             raise
         if authorization.source is not ApprovalSource.PERMISSION_MODE or authorization.certificate:
             log("approval_granted", {**base, **_granted(authorization)})
-        log("tool_call", {**base, "arguments": arguments, "reason": reason})
+        if annotations.read_only:
+            base["arguments"] = arguments
+        else:
+            log("tool_call", {**base, "arguments": arguments, "reason": reason})
         try:
             result = self.registry.call(tool_name, arguments)
         except Exception as exc:
