@@ -71,7 +71,7 @@ class ToolGate:
             Exception: Whatever the tool's handler raised.
         """
         log = self.audit.log
-        base = {"tool_name": tool_name, "call_id": call_id}
+        base: dict[str, Any] = {"tool_name": tool_name, "call_id": call_id}
         try:
             definition = self.registry.validate_arguments(tool_name, arguments)
         except ToolError as exc:
