@@ -1,0 +1,37 @@
+"""MCP server internals: the workspace registry that lets one process at a time work in a workspace.
+
+A lock is an exclusive ``flock`` on ``<workspace>/.teaagent/workspace.lock`` (or on a file per
+workspace in the registry's ``state_dir``), held for as long as the holder keeps it; the file
+records the holder's pid, start time, boot id, host and ``acquired_at``, which name it in a
+:class:`~teaagent.errors.WorkspaceLockConflictError`. A lock left by a process that has died is
+taken over ("zombie cleanup") by exactly one of the processes that want it. See
+:class:`WorkspaceRegistry` for the whole protocol.
+"""
+
+from __future__ import annotations
+
+from teaagent.errors import WorkspaceLockConflictError
+from teaagent.mcp_server._locks import (
+    ACQUIRE_ATTEMPTS,
+    LOCK_FILE_NAME,
+    LOCKS_DIR_NAME,
+    SETTLE_SECONDS,
+    STATE_DIR_NAME,
+    WorkspaceLock,
+    WorkspaceRegistry,
+)
+from teaagent.mcp_server._process import Liveness, liveness, process_start_time
+
+__all__ = [
+    "ACQUIRE_ATTEMPTS",
+    "LOCKS_DIR_NAME",
+    "LOCK_FILE_NAME",
+    "SETTLE_SECONDS",
+    "STATE_DIR_NAME",
+    "Liveness",
+    "WorkspaceLock",
+    "WorkspaceLockConflictError",
+    "WorkspaceRegistry",
+    "liveness",
+    "process_start_time",
+]
