@@ -8,6 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
+from teaagent._files import sync_folder
 from teaagent.errors import ConfigError
 
 __all__ = [
@@ -115,15 +116,6 @@ def load_or_create_key(path: Path) -> bytes:
     finally:
         os.unlink(temporary)
     return read_key_file(path)
-
-
-def sync_folder(folder: Path) -> None:
-    """Flush a folder's entries to the disk, so that a file just created in it survives a crash."""
-    descriptor = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 class ChainMac:

@@ -31,7 +31,6 @@ import os
 import re
 import secrets
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from teaagent._canonical import payload_digest
+from teaagent._files import atomic_write
 from teaagent.errors import ConfigError
 
 __all__ = ["PRESETS_FILE", "ApprovalPreset", "ApprovalPresetStore"]
@@ -414,21 +414,4 @@ class ApprovalPresetStore:
             indent=2,
             sort_keys=True,
         ).encode("utf-8")
-        folder = self._path.parent
-        fd, temp_name = tempfile.mkstemp(prefix=".approval_presets.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o600)  # mkstemp already does; the umask must not matter
-                handle.write(body + b"\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp_name, self._path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp_name)
-            raise
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)  # the rename itself must survive a crash
-        finally:
-            os.close(dir_fd)
+        atomic_write(self._path, body + b"\n")

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
 import os
 import re
 import stat
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Final
 
+from teaagent._files import atomic_write, sync_folder
 from teaagent.errors import ConfigError
 from teaagent.session._session import SESSION_ID_PATTERN, ChatSession, check_session_id
 from teaagent.session._time import parse_timestamp
@@ -99,19 +98,7 @@ class SessionStore:
             )
         path = self.path_for(session.id)
         self._make_folder()
-        fd, temp_name = tempfile.mkstemp(prefix=f".{session.id}.", suffix=".tmp", dir=self._folder)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o600)  # mkstemp already does; the umask must not matter
-                handle.write(body)
-                handle.flush()
-                os.fsync(handle.fileno())  # the data reaches the disk before the name points at it
-            os.replace(temp_name, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp_name)
-            raise
-        _sync_folder(self._folder)
+        atomic_write(path, body)
 
     def load(self, session_id: str) -> ChatSession | None:
         """Load a session by ID.
@@ -146,7 +133,7 @@ class SessionStore:
             os.unlink(self.path_for(session_id))
         except FileNotFoundError:
             return False
-        _sync_folder(self._folder)
+        sync_folder(self._folder)
         return True
 
     def list_sessions(self) -> list[dict[str, Any]]:
@@ -270,12 +257,3 @@ def _read_session(path: Path) -> ChatSession:
     if session.id + _SUFFIX != path.name:
         raise _CorruptSessionError(f"holds session {session.id!r}, not the one its name says")
     return session
-
-
-def _sync_folder(folder: Path) -> None:
-    """Flush a folder's entries, so a rename or removal in it survives a crash of the machine."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,0 +1,49 @@
+"""Small file primitives the library's state files share: atomic replacement and folder syncs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["atomic_write", "sync_folder"]
+
+
+def sync_folder(folder: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries to the disk, so that a rename or a new file in it survives a crash."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` so that a crash at any point leaves the old or the new file, whole.
+
+    The bytes go to a temporary file in the same folder, reach the disk (``fsync``), are renamed
+    over ``path`` (``os.replace``), and the folder is synced so the rename survives too.
+
+    Args:
+        path: The file to write; its folder must exist.
+        data: The whole new content.
+        mode: The file's permissions, whatever the umask.
+
+    Raises:
+        OSError: The file could not be written; ``path`` is unchanged and no temporary file is left.
+    """
+    folder = path.parent
+    fd, temp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())  # the data reaches the disk before the name points at it
+        os.replace(temp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp_name)
+        raise
+    sync_folder(folder)
