@@ -360,13 +360,15 @@ def test_request_accepts_the_smallest_limits() -> None:
     assert LLMRequest(messages=[], model="m", max_tokens=1, temperature=0.0).max_tokens == 1
 
 
-def test_message_roles_are_the_specs() -> None:
-    assert MESSAGE_ROLES == ("user", "assistant", "system")
-    assert [LLMMessage(role, "x").role for role in MESSAGE_ROLES] == list(MESSAGE_ROLES)
+def test_message_roles_are_the_specs_plus_tool_results() -> None:
+    # The spec's three roles, and "tool" for the result of a tool call sent back to the model.
+    assert MESSAGE_ROLES == ("user", "assistant", "system", "tool")
+    assert [LLMMessage(role, "x").role for role in MESSAGE_ROLES[:3]] == list(MESSAGE_ROLES[:3])
+    assert LLMMessage("tool", "x", tool_call_id="c1").tool_call_id == "c1"
     with pytest.raises(
-        ValueError, match=r"^A message role must be one of user, assistant, system, not 'tool'\.$"
+        ValueError, match=r"^A message role must be one of user, assistant, system, tool, not 'robot'\.$"
     ):
-        LLMMessage("tool", "x")
+        LLMMessage("robot", "x")
 
 
 def test_response_stop_reasons_and_counts() -> None:

@@ -73,6 +73,7 @@ def test_a_read_only_call_is_recorded_once_when_it_returns(workspace: Path, tmp_
     assert result["content"] == "hello"
     assert kinds(audit_path) == ["tool_result"]
     (done,) = records(audit_path)
+    assert done["run_id"] == "run-1"  # the gate's run, not the logger's default
     assert done["payload"]["arguments"] == {"path": "notes.txt"}
     assert done["payload"]["result"]["content"] == "hello"
     assert verify_log(audit_path).ok

@@ -19,7 +19,12 @@ The tree::
     ├── StoreError                       the node's Redis store is unreachable or failed
     │   ├── RequestNotFoundError         no stored request under that id (never, or expired)
     │   └── RequestConflictError         a different document already holds that request id
+    ├── RelayError                       the node's relay refused a call or could not be reached
     ├── MissingAPIKeyError               a provider's API key variable is not set
+    ├── LLMError                         a call to an LLM provider failed (unreachable, refused, 5xx)
+    │   ├── LLMRateLimitError            the provider still answered 429 after every retry
+    │   ├── LLMAuthenticationError       the provider refused the API key (401) or the access (403)
+    │   └── LLMResponseError             the provider's reply is malformed or not what its API documents
     └── WorkspaceLockConflictError       another live process holds the workspace lock
 
 Each message is the sentence a user reads: the CLI prints ``str(error)`` and nothing else.
@@ -35,8 +40,13 @@ __all__ = [
     "BudgetExceededError",
     "ConfigError",
     "CostCapError",
+    "LLMAuthenticationError",
+    "LLMError",
+    "LLMRateLimitError",
+    "LLMResponseError",
     "MissingAPIKeyError",
     "QuorumError",
+    "RelayError",
     "RequestConflictError",
     "RequestNotFoundError",
     "RunLimitError",
@@ -120,8 +130,48 @@ class RequestConflictError(StoreError):
     """A different document is already stored under that request id; the new one is refused."""
 
 
+class RelayError(TeaAgentError):
+    """The node's relay refused a call (its ``ErrorOut`` code) or could not be reached.
+
+    Attributes:
+        status_code: The relay's HTTP status, or None when no HTTP answer arrived.
+        code: The relay's stable error code (``forbidden``, ``not_found``...), or None.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.code = code
+
+
 class MissingAPIKeyError(TeaAgentError):
     """The environment variable holding a provider's API key is not set."""
+
+
+class LLMError(TeaAgentError):
+    """A call to an LLM provider failed: unreachable, refused, or answered with something unusable.
+
+    The message never contains the API key.
+
+    Attributes:
+        status_code: The provider's HTTP status, or None when no HTTP answer arrived.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class LLMRateLimitError(LLMError):
+    """The provider kept answering 429 (rate limited) until the adapter ran out of attempts."""
+
+
+class LLMAuthenticationError(LLMError):
+    """The provider refused the API key (401) or refused the key access to what was asked (403)."""
+
+
+class LLMResponseError(LLMError):
+    """The provider's reply is malformed JSON or lacks what its documented format promises."""
 
 
 class WorkspaceLockConflictError(TeaAgentError):

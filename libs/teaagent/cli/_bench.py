@@ -30,20 +30,41 @@ def _signing(seconds: float) -> dict[str, float]:
     return {**bench_signing_primitives(seconds), **bench_evaluate(seconds / 2)}
 
 
+def _runner(seconds: float) -> dict[str, float]:
+    from teaagent.runner._bench import bench_runner
+
+    return bench_runner(seconds)
+
+
+def _relay(seconds: float) -> dict[str, float]:
+    from teaagent.relay_client._bench import bench_relay
+
+    # Numbers only: the table prints each figure as one; a missing contender is simply absent.
+    return {
+        key: float(value)
+        for key, value in bench_relay(seconds).items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
 BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "core": _core,
     "signing": _signing,
+    "relay": _relay,
+    "runner": _runner,
 }
 
 # What each benchmark promises (key, comparison, target), printed beside the figures.
 TARGETS: dict[str, list[tuple[str, str, float]]] = {
     "core": [("gate_overhead_us_median", "<=", 50.0), ("audit_appends_per_s", ">=", 20_000.0)],
     "signing": [("sshsig_verify_ratio", ">=", 0.85), ("evaluate_2of3_over_two_raw", "<=", 2.5)],
+    "relay": [("decisions_per_s", ">=", 1000.0)],
+    "runner": [("iteration_overhead_ms_median", "<=", 1.0)],
 }
 
 
 def bench(
-    name: Annotated[str, typer.Argument(help="core | signing")],
+    name: Annotated[str, typer.Argument(help="core | signing | relay | runner")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")] = False,
     seconds: Annotated[
         float, typer.Option(help="Time budget of the benchmark, in seconds.")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import typer
 
-from teaagent.cli import _audit, _bench, _demo, _keys, _quorum, _tools
+from teaagent.cli import _audit, _bench, _demo, _keys, _quorum, _relay, _run, _tools
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
 
 EXIT_OK = 0
@@ -28,9 +28,11 @@ app = typer.Typer(
 app.add_typer(_audit.app, name="audit")
 app.add_typer(_keys.app, name="keys")
 app.add_typer(_quorum.app, name="quorum")
+app.add_typer(_relay.app, name="relay")
 app.add_typer(_tools.app, name="tools")
 app.command("demo")(_demo.demo)
 app.command("bench")(_bench.bench)
+app.command("run")(_run.run)
 
 
 def _fail(message: str, code: int) -> int:

@@ -1,7 +1,149 @@
-"""``teaagent tools``: sub-commands."""
+"""``teaagent tools``: the node's tools, and one call through the full policy gate.
+
+``tools call`` takes exactly the path of a tool call the agent makes (schema, permission mode,
+presets, the peers' quorum for a high-risk call, rate limit, audit log in ``<data_dir>/audit/``)
+and prints the tool's result as JSON on stdout and nothing else; progress goes to stderr.
+Exit codes: 0 the tool ran; 1 it failed; 2 bad usage, JSON or configuration; 3 the call was denied
+or its approval expired.
+"""
 
 from __future__ import annotations
 
+import json
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="tools commands.")
+from teaagent.audit import AuditLogger
+from teaagent.config import NodeConfig, load_config
+from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
+from teaagent.policy import MultiSigQuorumConfig
+from teaagent.runner._gate import ToolGate
+from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate
+from teaagent.tools import ToolRegistry, workspace_registry
+
+app = typer.Typer(no_args_is_help=True, help="List the node's tools, or call one through the policy gate.")
+
+MAX_ARGUMENTS_CHARS = 1024 * 1024  # a tool call's arguments, not a file upload
+_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
+_COLUMNS = ("name", "tier", "read_only", "destructive", "high_risk")
+
+
+class _Failed(TeaAgentError):
+    """The tool ran and failed (exit 1)."""
+
+
+def node_registry(node: NodeConfig) -> ToolRegistry:
+    """The tools of the node: the built-in workspace tools bound to its workspace.
+
+    Raises:
+        FileNotFoundError: The workspace does not exist.
+        NotADirectoryError: The workspace is not a directory.
+    """
+    return workspace_registry(node.workspace)
+
+
+def _tool_rows(registry: ToolRegistry, quorum: MultiSigQuorumConfig) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": tool.name,
+            "tier": tool.get_security_tier(),
+            "read_only": tool.annotations.read_only,
+            "destructive": tool.annotations.destructive,
+            "high_risk": quorum.is_high_risk(tool.name),
+            "description": tool.description,
+        }
+        for tool in registry.list_tools()
+    ]
+
+
+@app.command("list")
+def list_tools(
+    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
+) -> None:
+    """List the tools with their security tier, behaviour, and whether a call needs the peers' quorum."""
+    node = load_config(config)
+    rows = _tool_rows(node_registry(node), node.quorum)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    cells = [list(_COLUMNS)]
+    for row in rows:
+        cells.append(
+            [str(row["name"]), str(row["tier"])] + ["yes" if row[key] else "no" for key in _COLUMNS[2:]]
+        )
+    widths = [max(len(line[index]) for line in cells) for index in range(len(_COLUMNS))]
+    for line in cells:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+    if node.quorum.enabled:
+        typer.echo(f"\nhigh-risk calls need {node.quorum.describe_quorum()}.")
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    """Read a tool call's arguments from the command line: one JSON object.
+
+    Raises:
+        ConfigError: The text is not JSON, or not an object.
+    """
+    if len(text) > MAX_ARGUMENTS_CHARS:
+        raise ConfigError(f"The arguments are longer than {MAX_ARGUMENTS_CHARS} characters.")
+    try:
+        arguments = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"The arguments are not valid JSON: {exc.msg} at column {exc.colno}.") from None
+    if not isinstance(arguments, dict):
+        raise ConfigError(
+            f'The arguments must be a JSON object such as \'{{"path": "README.md"}}\', not {text!r}.'
+        )
+    return arguments
+
+
+def _progress(line: str) -> None:
+    # stdout carries the result alone; what the call waits for goes to stderr.
+    sys.stderr.write(f"teaagent: {line}\n")
+    sys.stderr.flush()
+
+
+@app.command("call")
+def call_tool(
+    tool: Annotated[str, typer.Argument(help="The tool's name, such as fs.read.")],
+    arguments: Annotated[str, typer.Argument(help="Its arguments as one JSON object.")] = "{}",
+    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why the call is made; shown to approvers.")] = "",
+) -> None:
+    """Make one tool call through the full policy gate and print its result as JSON."""
+    parsed = parse_arguments(arguments)
+    node = load_config(config)
+    registry = node_registry(node)
+    try:
+        # A mistake in the command line (an unknown tool, arguments its schema refuses) is a usage
+        # error; it is refused before anything is asked of an approver.
+        registry.validate_arguments(tool, parsed)
+    except (ToolNotFoundError, SchemaValidationError) as exc:
+        raise ConfigError(str(exc)) from None
+    from teaagent.cli._run import terminal_prompter
+
+    quorum_gate = node_quorum_gate(node, on_progress=_progress)
+    policy = node_policy(node, prompter=terminal_prompter(), quorum_gate=quorum_gate)
+    run_id = f"cli-{secrets.token_hex(8)}"
+    audit = AuditLogger(node_audit_path(node), run_id=run_id)
+    if audit.disk_error is not None:
+        # Fail closed: a call that cannot be put on record is not made.
+        audit.close()
+        raise ConfigError(f"The audit log {audit.path} cannot be written: {audit.disk_error}.")
+    gate = ToolGate(registry=registry, policy=policy, audit=audit, run_id=run_id)
+    try:
+        result = gate.call(tool, parsed, call_id=f"{run_id}-1", reason=reason or "teaagent tools call")
+    except ToolError as exc:
+        raise _Failed(str(exc)) from None
+    except TeaAgentError:
+        raise
+    except Exception as exc:  # the tool's own failure: exit 1 with its sentence, not an internal error
+        raise _Failed(f"{tool} failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        audit.close()
+    typer.echo(json.dumps(result, ensure_ascii=False))

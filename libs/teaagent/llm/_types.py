@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -18,8 +18,8 @@ __all__ = [
     "LLMToolCall",
 ]
 
-#: The roles a message may carry.
-MESSAGE_ROLES = ("user", "assistant", "system")
+#: The roles a message may carry; ``"tool"`` carries a tool's result back to the model.
+MESSAGE_ROLES = ("user", "assistant", "system", "tool")
 #: Why a model stopped; an adapter maps its provider's reasons onto these three.
 STOP_REASONS = ("end_turn", "tool_use", "max_tokens")
 
@@ -28,16 +28,40 @@ STOP_REASONS = ("end_turn", "tool_use", "max_tokens")
 class LLMMessage:
     """One message of the conversation sent to a model.
 
+    Beyond the plain ``user``/``assistant``/``system`` text turns, two keyword-only fields carry a
+    tool round trip, which every adapter converts to its provider's wire format:
+
+    * an ``assistant`` message whose ``tool_calls`` lists the calls the model asked for (its
+      ``content`` is the text written beside them, often ``""``);
+    * one ``tool`` message per call, with ``tool_call_id`` set to that call's
+      :attr:`LLMToolCall.call_id` and ``content`` holding the tool's result as text.
+
+    Attributes:
+        role: One of :data:`MESSAGE_ROLES`.
+        content: The message's text.
+        tool_calls: On an ``assistant`` message, the tool calls the model made; None otherwise.
+        tool_call_id: On a ``tool`` message, the id of the call it answers; None otherwise.
+
     Raises:
-        ValueError: ``role`` is not one of :data:`MESSAGE_ROLES`.
+        ValueError: ``role`` is not one of :data:`MESSAGE_ROLES`, a ``tool`` message has no
+            ``tool_call_id``, ``tool_call_id`` is set on another role, or ``tool_calls`` is set on a
+            role other than ``assistant``.
     """
 
     role: str
     content: str
+    tool_calls: list[LLMToolCall] | None = field(default=None, kw_only=True)
+    tool_call_id: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.role not in MESSAGE_ROLES:
             raise ValueError(f"A message role must be one of {', '.join(MESSAGE_ROLES)}, not {self.role!r}.")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("A tool message must name the call it answers in tool_call_id.")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError(f"Only a tool message may set tool_call_id, not a {self.role} message.")
+        if self.role != "assistant" and self.tool_calls is not None:
+            raise ValueError(f"Only an assistant message may set tool_calls, not a {self.role} message.")
 
 
 @dataclass
@@ -153,3 +177,22 @@ class LLMAdapter(ABC):
         Returns:
             An async iterator over pieces of the reply's text.
         """
+
+    async def complete_streaming(self, request: LLMRequest, on_text: Callable[[str], object]) -> LLMResponse:
+        """Send ``request``, hand the reply's text to ``on_text`` as it arrives, and return the whole reply.
+
+        This is how a caller streams text and still gets the tool calls, token counts and cost of the
+        reply. This default calls :meth:`complete` and hands the whole text over at once; an adapter
+        that can stream overrides it.
+
+        Args:
+            request: The call to make.
+            on_text: Called with each piece of text (never with ``""``).
+
+        Returns:
+            The reply, as :meth:`complete` returns it.
+        """
+        response = await self.complete(request)
+        if response.content:
+            on_text(response.content)
+        return response

@@ -1,4 +1,7 @@
-"""The agent run: the shapes a run passes around and the errors that stop it at its budget.
+"""The agent run: the loop, the shapes a run passes around, and the errors that stop it at its budget.
+
+:class:`AgentRunner` runs one task (see :mod:`teaagent.runner._runner` for the loop, step by step);
+its :class:`RunEvent` stream tells callbacks and async iterators what happens as it happens.
 
 ``RunLimitError`` (iteration or tool-call limit) and ``CostCapError`` (estimated cost above the
 cap) are both :class:`teaagent.budget.BudgetExceededError`.
@@ -7,6 +10,17 @@ cap) are both :class:`teaagent.budget.BudgetExceededError`.
 from __future__ import annotations
 
 from teaagent.errors import CostCapError, RunLimitError
+from teaagent.runner._events import EVENT_KINDS, MAX_EVENT_HISTORY, EventSink, RunEvent
+from teaagent.runner._runner import (
+    ASK_USER_TOOL,
+    CANCELLED_MESSAGE,
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_SYSTEM_PROMPT,
+    MAX_TOOL_RESULT_CHARS,
+    AgentRunner,
+    AskCallback,
+    Question,
+)
 from teaagent.runner._types import (
     BYTES_KEY,
     REDACTED,
@@ -19,12 +33,24 @@ from teaagent.runner._types import (
 )
 
 __all__ = [
+    "ASK_USER_TOOL",
     "BYTES_KEY",
+    "CANCELLED_MESSAGE",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "DEFAULT_SYSTEM_PROMPT",
+    "EVENT_KINDS",
+    "MAX_EVENT_HISTORY",
+    "MAX_TOOL_RESULT_CHARS",
     "REDACTED",
     "RUN_STATUSES",
+    "AgentRunner",
     "ApprovalRequest",
+    "AskCallback",
     "CostCapError",
+    "EventSink",
     "FinalAnswer",
+    "Question",
+    "RunEvent",
     "RunLimitError",
     "RunResult",
     "RunStatus",

@@ -6,6 +6,9 @@ called bare. Calls are timed in pairs, gated and bare back to back, and the medi
 differences is reported, so that noise from the machine cancels out instead of adding up.
 
 ``audit_appends_per_s``: L2 appends of a small ``tool_result`` record, no fsync.
+
+``teaagent bench runner`` (:func:`bench_runner`): ``iteration_overhead_ms_median``, what one agent
+iteration costs besides the model's and the tool's own time.
 """
 
 from __future__ import annotations
@@ -13,15 +16,19 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from teaagent.audit import AuditLogger
+from teaagent.budget import RunBudget
+from teaagent.llm import LLMAdapter, LLMRequest, LLMResponse, ScriptedAdapter
 from teaagent.policy import ApprovalPolicy, PermissionMode
+from teaagent.runner._events import RunEvent
 from teaagent.runner._gate import ToolGate
 from teaagent.tools import ToolAnnotations, ToolRateLimit, ToolRegistry
 
-__all__ = ["bench_core"]
+__all__ = ["bench_core", "bench_runner"]
 
 _WARMUP_CALLS = 200  # compiled validators, regex caches and the file's page cache are warm after these
 
@@ -121,4 +128,121 @@ def bench_core(seconds: float) -> dict[str, float]:
         "bare_call_us_median": statistics.median(bare) / 1000,
         "gate_calls_measured": float(len(differences)),
         "audit_appends_per_s": appends / (now - started),
+    }
+
+
+# -- teaagent bench runner --------------------------------------------------------------------------
+
+_TURNS_PER_RUN = 50  # tool-call turns per run, then a final answer; a run is a realistic long task
+_RUNNER_WARMUP_RUNS = 2  # the thread pool, the compiled schemas and the files are warm after these
+
+
+class _TimedAdapter(LLMAdapter):
+    """The scripted model, with the time spent inside each ``complete`` call recorded."""
+
+    provider = "scripted"
+
+    def __init__(self, inner: ScriptedAdapter, spent: list[int]) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.spent = spent
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        t0 = time.perf_counter_ns()
+        response = await self.inner.complete(request)
+        self.spent.append(time.perf_counter_ns() - t0)
+        return response
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
+        async for piece in self.inner.stream(request):
+            yield piece
+
+
+def bench_runner(seconds: float) -> dict[str, float]:
+    """Measure what the runner adds to each iteration, besides the model's and the tool's own time.
+
+    Each measured iteration is one model turn that calls one read-only tool (scripted provider,
+    the ``notes.read`` tool of :func:`bench_core`, default budget with its cost preflight, L2 audit
+    log and run log without fsync, an event sink). Its overhead is the time from one
+    ``model_request`` event to the next, minus the time spent inside ``adapter.complete`` and
+    inside the tool's handler; the median is reported.
+
+    Args:
+        seconds: Roughly how long the benchmark runs.
+
+    Returns:
+        ``iteration_overhead_ms_median`` (the figure with a target), ``iteration_overhead_ms_p90``,
+        ``iteration_ms_median`` (the whole iteration) and ``iterations_measured``.
+    """
+    from teaagent.runner._runner import AgentRunner
+
+    turns = [
+        {"content": "", "tool_calls": [{"tool_name": "notes.read", "arguments": {"path": "src/main.py"}}]}
+    ] * _TURNS_PER_RUN + [{"content": "Done."}]
+    script = ScriptedAdapter(turns, source="bench")
+    budget = RunBudget(max_iterations=_TURNS_PER_RUN + 1, max_tool_calls=_TURNS_PER_RUN)
+    handler_ns: list[int] = []
+
+    def timed_read(arguments: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter_ns()
+        result = _read_note(arguments)
+        handler_ns.append(time.perf_counter_ns() - t0)
+        return result
+
+    overheads: list[int] = []
+    totals: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="teaagent-bench-") as folder:
+        root = Path(folder)
+        registry = ToolRegistry()
+        registry.register(
+            "notes.read",
+            "Read a note.",
+            _INPUT_SCHEMA,
+            _OUTPUT_SCHEMA,
+            ToolAnnotations(read_only=True, idempotent=True, security_tier="Low"),
+            timed_read,
+        )
+        policy = ApprovalPolicy.for_workspace(root, mode=PermissionMode.WORKSPACE_WRITE, use_presets=False)
+        audit = AuditLogger(root / "audit.jsonl", audit_level="L2", fsync=False)
+        deadline = time.perf_counter() + seconds
+        runs = 0
+        while runs < _RUNNER_WARMUP_RUNS + 2 or time.perf_counter() < deadline:
+            runs += 1
+            script.reset()
+            model_ns: list[int] = []
+            handler_ns.clear()
+            marks: list[int] = []
+
+            def mark(event: RunEvent, marks: list[int] = marks) -> None:
+                if event.kind == "model_request":
+                    marks.append(time.perf_counter_ns())
+
+            runner = AgentRunner(
+                adapter=_TimedAdapter(script, model_ns),
+                registry=registry,
+                policy=policy,
+                audit=audit,
+                budget=budget,
+                run_id=f"bench-{runs}",
+                root=root,
+                event_sink=mark,
+            )
+            result = runner.run("Read src/main.py again and again.")
+            if result.status != "completed":
+                raise RuntimeError(f"the benchmark's run ended {result.status}: {result.error_message}")
+            if runs <= _RUNNER_WARMUP_RUNS:
+                continue
+            # Iteration i runs from marks[i] to marks[i + 1] and holds model call i and tool call i.
+            for index in range(_TURNS_PER_RUN):
+                total = marks[index + 1] - marks[index]
+                totals.append(total)
+                overheads.append(total - model_ns[index] - handler_ns[index])
+        if audit.disk_error is not None:
+            raise audit.disk_error
+    overheads.sort()
+    return {
+        "iteration_overhead_ms_median": statistics.median(overheads) / 1e6,
+        "iteration_overhead_ms_p90": overheads[int(len(overheads) * 0.9)] / 1e6,
+        "iteration_ms_median": statistics.median(totals) / 1e6,
+        "iterations_measured": float(len(overheads)),
     }

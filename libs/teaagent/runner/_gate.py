@@ -20,6 +20,7 @@ therefore leaves exactly one ``tool_result`` or ``tool_error`` record with its a
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from teaagent.audit import AuditLogger
@@ -70,7 +71,8 @@ class ToolGate:
             ToolRateLimitError: The tool's rate-limit window is full.
             Exception: Whatever the tool's handler raised.
         """
-        log = self.audit.log
+        # The gate's run, not the logger's: one audit log may carry several runs.
+        log = functools.partial(self.audit.log, run_id=self.run_id)
         base: dict[str, Any] = {"tool_name": tool_name, "call_id": call_id}
         try:
             definition = self.registry.validate_arguments(tool_name, arguments)

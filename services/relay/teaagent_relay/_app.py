@@ -1,35 +1,160 @@
-"""The relay service's application factory."""
+"""The relay service's application factory and its lifespan (store, delivery worker)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Final
+
 from fastapi import FastAPI
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 import teaagent
+from teaagent.config import NodeConfig, load_config
+from teaagent.errors import ConfigError, StoreError
+from teaagent.store import Keys, Store, node_prefix, open_store
+from teaagent_relay._errors import install_error_handlers
+from teaagent_relay._metrics import RelayMetrics
+from teaagent_relay._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, MetricsMiddleware
+from teaagent_relay._relay import Relay
+from teaagent_relay._routes import (
+    DECISIONS_PATH,
+    count_decision,
+    inbox_router,
+    operations_router,
+    requests_router,
+)
+from teaagent_relay._settings import Settings
+from teaagent_relay._worker import DeliveryWorker
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("teaagent.relay")
+
+STARTUP_REDIS_WAIT_SECONDS: Final = 30.0  # a relay started beside its Redis (compose) waits for it this long
+STARTUP_RETRY_SECONDS: Final = 0.5
+
+DESCRIPTION = f"""\
+A teaagent node's mailbox. It sends this node's approval requests to the peers' relays, receives
+the peers' requests for this node's approver, and counts the signed decisions that come back
+(PROTOCOL.md). Relays are untrusted transport: every document is signed, and the origin verifies
+the quorum certificate itself.
+
+Calls of the node itself (its agent, approver and operators) carry the node's bearer token;
+calls of peer relays (`POST /v1/inbox`, `POST /v1/requests/{{id}}/decisions`) carry none: what they
+send is signed and verified against this node's configuration. Bodies are limited to
+{MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`.
+"""
 
 
-class Settings(BaseSettings):
-    """Where the service finds its node configuration (``TEAAGENT_CONFIG``)."""
+class _PlainRoute(Route):
+    """A Starlette route that names itself in the scope, as FastAPI's routes do (for the metrics)."""
 
-    model_config = SettingsConfigDict(env_prefix="TEAAGENT_")
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self
+        await super().handle(scope, receive, send)
 
-    config: str | None = None
+
+async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) -> Store:
+    """Open the node's store, waiting up to ``STARTUP_REDIS_WAIT_SECONDS`` for Redis to answer."""
+    deadline = time.monotonic() + STARTUP_REDIS_WAIT_SECONDS
+    while True:
+        try:
+            return await stack.enter_async_context(
+                open_store(config.redis_url, prefix=prefix, data_dir=config.data_dir)
+            )
+        except StoreError as exc:
+            if time.monotonic() > deadline:
+                raise
+            logger.warning("relay of %s waits for Redis: %s", config.agent_id, exc)
+            await asyncio.sleep(STARTUP_RETRY_SECONDS)
+
+
+def _lifespan(
+    settings: Settings, config: NodeConfig, metrics: RelayMetrics, prefix: str
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            store = await _open_store(stack, config, prefix)
+            relay = Relay(config=config, store=store, settings=settings, metrics=metrics)
+            task: asyncio.Task[None] | None = None
+            if settings.deliver:
+                worker = DeliveryWorker(relay, min_idle_seconds=settings.delivery_min_idle_seconds)
+                stack.push_async_callback(worker.aclose)
+                task = asyncio.create_task(worker.run(), name="teaagent-relay-deliveries")
+            app.state.relay = relay
+            logger.info(
+                "relay of %s serving (store %r, delivery worker %s)",
+                config.agent_id,
+                store,
+                "on" if task else "off",
+            )
+            try:
+                yield
+            finally:
+                app.state.relay = None
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    return lifespan
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the relay service's application.
+
+    The node configuration is loaded here, so a broken file fails before the server starts; the
+    store is opened (and the embedded Redis started, with ``redis_url = "embedded"``) and the
+    delivery worker started when the application starts, and both stopped when it stops.
 
     Args:
         settings: The service settings; read from the environment when None.
 
     Returns:
         The FastAPI application.
+
+    Raises:
+        ConfigError: The node configuration is missing or wrong, this node's public key cannot be
+            read, its token file cannot be read or created, or the key prefix is malformed.
     """
-    app = FastAPI(title="teaagent relay", version=teaagent.__version__)
-    app.state.settings = settings or Settings()
-
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "service": "relay", "version": teaagent.__version__}
-
+    settings = settings or Settings()
+    config = load_config(settings.config)
+    # Read now, not in the lifespan: a missing key or an unusable token file fails before serving.
+    config.load_token()
+    config.own_public_key()
+    prefix = settings.redis_prefix or node_prefix(config.agent_id)
+    try:
+        Keys(prefix)
+    except ValueError as exc:
+        raise ConfigError(f"TEAAGENT_RELAY_REDIS_PREFIX is not usable: {exc}.") from exc
+    metrics = RelayMetrics()
+    app = FastAPI(
+        title="teaagent relay",
+        version=teaagent.__version__,
+        description=DESCRIPTION,
+        lifespan=_lifespan(settings, config, metrics, prefix),
+    )
+    app.state.settings = settings
+    app.state.config = config
+    app.state.metrics = metrics
+    app.state.relay = None
+    install_error_handlers(app)
+    app.include_router(requests_router)
+    app.include_router(inbox_router)
+    app.include_router(operations_router)
+    # The peers' decisions, served by Starlette directly (matched first); the documented FastAPI
+    # route of the same path delegates to the same function.
+    app.router.routes.insert(
+        0, _PlainRoute(DECISIONS_PATH, count_decision, methods=["POST"], include_in_schema=False)
+    )
+    # The last added is the outermost: metrics see every call, the body limit refuses before any route.
+    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

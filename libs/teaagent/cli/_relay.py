@@ -1,0 +1,53 @@
+"""``teaagent relay serve``: run this node's relay (its mailbox between peers) in the foreground."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import typer
+
+from teaagent.errors import RelayError
+
+app = typer.Typer(help="The node's relay: its mailbox between peers.", no_args_is_help=True)
+
+
+@app.command("serve")
+def serve(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default: relay_url's host).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default: relay_url's port).")] = None,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
+    access_log: Annotated[bool, typer.Option(help="Log one line per HTTP call.")] = True,
+) -> None:
+    """Serve the relay of the node in CONFIG on its relay_url, one worker, until interrupted."""
+    import uvicorn
+
+    # The command line is the one place the library starts a service; the import stays here.
+    from teaagent_relay import Settings, create_app
+
+    settings = Settings(config=str(config)) if config is not None else Settings()
+    application = create_app(settings)
+    node = application.state.config
+    url = urlsplit(node.relay_url)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application,
+            host=host or url.hostname or "127.0.0.1",
+            port=port if port is not None else (url.port or (443 if url.scheme == "https" else 80)),
+            workers=1,
+            log_level=log_level,
+            access_log=access_log,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    server.run()
+    if not server.started:
+        raise RelayError(f"the relay of {node.agent_id} did not start; the log above says why.")

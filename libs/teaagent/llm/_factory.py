@@ -1,0 +1,105 @@
+"""create_llm_adapter: a provider's name in, a ready adapter out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+from teaagent.llm._http import MAX_ATTEMPTS, Sleep
+from teaagent.llm._providers import require_provider
+from teaagent.llm._types import LLMAdapter
+
+__all__ = ["SCRIPT_PATH_ENV", "create_llm_adapter"]
+
+#: The variable naming the script file the ``scripted`` provider replays, when no path is passed.
+SCRIPT_PATH_ENV: Final = "TEAAGENT_LLM_SCRIPT"
+
+
+def create_llm_adapter(
+    provider: str,
+    model: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    http_client: httpx.AsyncClient | None = None,
+    timeout: httpx.Timeout | None = None,
+    max_attempts: int = MAX_ATTEMPTS,
+    sleep: Sleep = asyncio.sleep,
+    script_path: str | os.PathLike[str] | None = None,
+) -> LLMAdapter:
+    """Instantiate an adapter for the given provider.
+
+    The API key comes from the provider's ``api_key_env`` variable and the base URL from its
+    ``base_url_env`` variable when that is set (see :class:`ProviderConfig`). Nothing is sent until
+    the adapter is first called.
+
+    Args:
+        provider: Provider name (must be in :func:`available_providers`).
+        model: Model override. If None, uses ``ProviderConfig.default_model``.
+        environ: The environment to read the key and URL from; ``os.environ`` when None.
+        http_client: An httpx client for the HTTP providers to send with (its owner closes it).
+        timeout: Timeouts for each HTTP request; the adapters' connect and read defaults when None.
+        max_attempts: How many times an HTTP call is sent before its failure is final.
+        sleep: Waits between attempts (tests inject a fast one).
+        script_path: For ``scripted``, the script file to replay; when None, the file
+            :data:`SCRIPT_PATH_ENV` names, or the bundled demo script when that is unset too.
+
+    Returns:
+        An adapter, not yet connected.
+
+    Raises:
+        ValueError: Unknown provider (the message lists the available ones).
+        MissingAPIKeyError: Required environment variable not set (the message names it).
+        ConfigError: The base URL variable is not an http(s) URL, or the ``scripted`` provider's
+            script file cannot be read or is malformed.
+    """
+    config = require_provider(provider)
+    env = os.environ if environ is None else environ
+    chosen = model or config.default_model
+    if provider == "scripted":
+        return _scripted(chosen, env, script_path)
+    api_key = config.resolve_api_key(env)
+    base_url = config.resolve_base_url(env)
+    if provider == "anthropic":
+        from teaagent.llm._anthropic import AnthropicAdapter
+
+        return AnthropicAdapter(
+            model=chosen,
+            api_key=api_key,
+            base_url=base_url,
+            api_key_env=config.api_key_env,
+            http_client=http_client,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            sleep=sleep,
+        )
+    from teaagent.llm._openai import OpenAIAdapter, OpenAICompatibleAdapter
+
+    if provider in ("openai", "openai-compatible"):
+        adapter_class = OpenAIAdapter if provider == "openai" else OpenAICompatibleAdapter
+        return adapter_class(
+            model=chosen,
+            api_key=api_key,
+            base_url=base_url,
+            api_key_env=config.api_key_env,
+            http_client=http_client,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            sleep=sleep,
+        )
+    # A provider added to PROVIDER_CONFIGS at run time has a configuration but no adapter.
+    raise ValueError(f"The LLM provider {provider!r} is configured but has no adapter.")
+
+
+def _scripted(model: str, env: Mapping[str, str], script_path: str | os.PathLike[str] | None) -> LLMAdapter:
+    # Imported here: the scripted adapter is another module's, and the HTTP providers never need it.
+    from teaagent.llm._scripted import ScriptedAdapter
+
+    path = script_path if script_path is not None else env.get(SCRIPT_PATH_ENV, "").strip()
+    if not path:
+        return ScriptedAdapter.demo(model=model)
+    return ScriptedAdapter.from_file(Path(path), model=model)

@@ -1,0 +1,34 @@
+"""A client of the relay HTTP API, and the quorum gate that uses it.
+
+The agent's policy obtains quorum certificates with :class:`RelayQuorumGate`; the approver, the
+CLI and tests talk to a relay with :class:`RelayClient` (or :class:`AsyncRelayClient`). Every
+failure is a :class:`~teaagent.errors.RelayError` carrying the relay's status and stable
+``ErrorOut`` code; a denied or expired request is an :class:`~teaagent.errors.ApprovalDeniedError`.
+"""
+
+from __future__ import annotations
+
+from teaagent.errors import RelayError
+from teaagent.relay_client._client import (
+    DEFAULT_TIMEOUT,
+    MAX_WAIT_SECONDS,
+    AsyncRelayClient,
+    DecisionReceipt,
+    InboxItem,
+    RelayClient,
+    RequestStatus,
+)
+from teaagent.relay_client._gate import EXPIRY_GRACE_SECONDS, RelayQuorumGate
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "EXPIRY_GRACE_SECONDS",
+    "MAX_WAIT_SECONDS",
+    "AsyncRelayClient",
+    "DecisionReceipt",
+    "InboxItem",
+    "RelayClient",
+    "RelayError",
+    "RelayQuorumGate",
+    "RequestStatus",
+]

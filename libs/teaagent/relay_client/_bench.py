@@ -1,0 +1,312 @@
+"""Benchmark of a relay counting signed decisions: ``teaagent bench relay`` (with the store's rate limiter).
+
+``bench_decisions(seconds)`` starts an embedded Redis and one real relay process
+(``teaagent relay serve``: one uvicorn worker; its delivery worker off, so that only intake is
+measured), stores signed requests of its origin, and pre-signs three decisions for each (a denial
+by ``delta``, approvals by ``beta`` and ``gamma``; 2 of 3 required, so all three count when they
+arrive in that order). It then posts every decision at once over ``CONCURRENCY`` keep-alive
+connections, twice, on fresh requests each time:
+
+- ``decisions_per_s``: with a minimal HTTP/1.1 client (asyncio streams), so that the figure is
+  the relay's own rate and not the load generator's, which shares this machine's cores;
+- ``decisions_per_s_httpx``: with httpx (``HTTPX_CLIENTS`` clients of ``CONCURRENCY / HTTPX_CLIENTS``
+  connections each: one httpx pool of many connections spends more time in its pool than on
+  the wire).
+
+Each decision is verified by the relay (PROTOCOL.md's counting rules, one Ed25519 SSHSIG
+verification) and counted in Redis (the atomic ``record_decision`` script) before it is answered;
+only 2xx answers count, and every decision must be answered 2xx. ``relay_cpu_ms_per_decision`` is
+the relay process's CPU time (user and system) per decision during the first run: its rate on a
+core of its own is about ``1000 / relay_cpu_ms_per_decision``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from teaagent.policy import MultiSigQuorumConfig
+from teaagent.quorum import approval_statement, build_request, sign_approval, sign_denial, sign_request
+from teaagent.signing import SSHPrivateKey
+from teaagent.store import EmbeddedRedis
+
+__all__ = ["bench_decisions", "bench_relay"]
+
+CONCURRENCY: Final = 64  # decisions in flight: many peers answering at once
+HTTPX_CLIENTS: Final = 16  # httpx clients sharing CONCURRENCY connections
+DECISIONS_PER_SECOND_GUESS: Final = 1500  # sizes the work to the time budget; the figure is measured
+READY_TIMEOUT: Final = 30.0  # seconds for the relay process to answer /health
+PEERS: Final = ("beta", "delta", "gamma")
+
+_Item = tuple[str, bytes]  # (path, JSON body)
+_Poster = Callable[[str, list[_Item], dict[str, str]], Coroutine[Any, Any, tuple[int, list[float]]]]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _post_raw(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
+    """POST every item over CONCURRENCY keep-alive connections with a minimal HTTP/1.1 client."""
+    host, port = url.rsplit("//", 1)[1].split(":")
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    pending = list(reversed(items))
+    ok = 0
+    latencies: list[float] = []
+
+    async def worker() -> None:
+        nonlocal ok
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while pending:
+                path, body = pending.pop()
+                started = time.perf_counter()
+                head = (
+                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"{extra}Content-Length: {len(body)}\r\n\r\n"
+                )
+                writer.write(head.encode() + body)
+                answer = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in answer.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                latencies.append(time.perf_counter() - started)
+                ok += answer.startswith(b"HTTP/1.1 2")
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return ok, latencies
+
+
+async def _post_httpx(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
+    """POST every item with httpx: HTTPX_CLIENTS clients, CONCURRENCY connections in all."""
+    per_client = max(1, CONCURRENCY // HTTPX_CLIENTS)
+    limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
+    clients = [
+        httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0, headers=headers)
+        for _ in range(HTTPX_CLIENTS)
+    ]
+    pending = list(reversed(items))
+    ok = 0
+    latencies: list[float] = []
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal ok
+        while pending:
+            path, body = pending.pop()
+            started = time.perf_counter()
+            response = await client.post(path, content=body, headers={"Content-Type": "application/json"})
+            latencies.append(time.perf_counter() - started)
+            ok += response.is_success
+
+    try:
+        await asyncio.gather(*(worker(client) for client in clients for _ in range(per_client)))
+    finally:
+        for client in clients:
+            await client.aclose()
+    return ok, latencies
+
+
+def _write_node(
+    folder: Path, redis_url: str, port: int, keys: dict[str, SSHPrivateKey], raw: Ed25519PrivateKey
+) -> str:
+    key_path = folder / "keys" / "alpha"
+    key_path.parent.mkdir(parents=True)
+    key_path.write_bytes(
+        raw.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+    )
+    key_path.chmod(0o600)
+    peers = "".join(
+        f'\n[peers.{peer}]\npublic_key = "{keys[peer].public_key.to_line()}"\n'
+        f'relay_url = "http://127.0.0.1:{_free_port()}"\n'
+        for peer in PEERS
+    )
+    token = f"bench-{secrets.token_hex(16)}"
+    (folder / "alpha.toml").write_text(
+        f'agent_id = "alpha"\nprivate_key = "keys/alpha"\nredis_url = "{redis_url}"\n'
+        f'relay_url = "http://127.0.0.1:{port}"\ntoken = "{token}"\n\n'
+        '[quorum]\nenabled = true\nrequired_approvals = 2\nhigh_risk_patterns = ["shell.*"]\n'
+        f"timeout_seconds = 600\n{peers}"
+    )
+    return token
+
+
+def _wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the relay exited at start: {log.read_text(errors='replace')[-1000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"the relay did not answer within {READY_TIMEOUT}s")
+
+
+def _work(count: int, keys: dict[str, SSHPrivateKey], tag: str) -> tuple[list[_Item], list[_Item]]:
+    """``count`` signed requests to submit, and their three signed decisions each."""
+    config = MultiSigQuorumConfig(
+        enabled=True,
+        required_approvals=2,
+        peer_agent_ids=list(PEERS),
+        peer_public_keys={peer: keys[peer].public_key.to_line() for peer in PEERS},
+        peer_relay_urls={peer: "http://127.0.0.1:1" for peer in PEERS},
+        high_risk_patterns=["shell.*"],
+        timeout_seconds=600,
+    )
+    submissions: list[_Item] = []
+    decisions: list[_Item] = []
+    for index in range(count):
+        request = build_request(
+            origin="alpha",
+            run_id=f"bench-{tag}",
+            call_id=f"call-{index}",
+            tool_name="shell.run",
+            arguments={"command": f"make target-{index}"},
+            reason="benchmark",
+            config=config,
+        )
+        signed = {"request": request, "signature": sign_request(request, keys["alpha"])}
+        submissions.append(("/v1/requests", json.dumps(signed).encode()))
+        path = f"/v1/requests/{request['request_id']}/decisions"
+        decisions.append(
+            (path, json.dumps(sign_denial(request, "delta", keys["delta"], "benchmark")).encode())
+        )
+        for peer in ("beta", "gamma"):
+            compact = sign_approval(request, peer, keys[peer])
+            statement = approval_statement(request, peer, int(compact.timestamp))
+            decisions.append(
+                (path, json.dumps({"statement": statement, "signature": compact.signature}).encode())
+            )
+    return submissions, decisions
+
+
+def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
+    """Measure one relay process accepting and counting signed decisions (see the module docstring).
+
+    Returns:
+        ``decisions_per_s``, ``decisions_per_s_httpx``, ``relay_cpu_ms_per_decision``,
+        ``decision_latency_ms_median``/``_p99`` (first run), ``decisions`` (per run) and ``concurrency``.
+
+    Raises:
+        ValueError: ``seconds`` is not positive.
+        RuntimeError: The relay did not start, or refused requests or decisions it should have accepted.
+        StoreError: The embedded Redis did not start.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, not {seconds}")
+    raw = {name: Ed25519PrivateKey.generate() for name in ("alpha", *PEERS)}
+    keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
+    count = max(50, round(seconds * DECISIONS_PER_SECOND_GUESS / 3 / 2))
+    runs: list[tuple[str, _Poster, list[_Item], list[_Item]]] = [
+        ("raw", _post_raw, *_work(count, keys, "raw")),
+        ("httpx", _post_httpx, *_work(count, keys, "httpx")),
+    ]
+    figures: dict[str, Any] = {"decisions": 3 * count, "concurrency": CONCURRENCY}
+    with (
+        tempfile.TemporaryDirectory(prefix="teaagent-bench-relay-") as temporary,
+        EmbeddedRedis(Path(temporary) / "redis") as server,
+    ):
+        folder = Path(temporary)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        token = _write_node(folder, server.url, port, keys, raw["alpha"])
+        log = folder / "relay.log"
+        env = {**os.environ, "TEAAGENT_RELAY_DELIVER": "0", "TEAAGENT_RELAY_REDIS_PREFIX": "bench:alpha"}
+        env.pop("TEAAGENT_CONFIG", None)
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "teaagent", "relay", "serve", "--config", str(folder / "alpha.toml"),
+                 "--no-access-log", "--log-level", "warning"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            _wait_ready(process, url, log)
+            auth = {"Authorization": f"Bearer {token}"}
+            for name, post, submissions, decisions in runs:
+                stored, _ = asyncio.run(_post_raw(url, submissions, auth))
+                if stored != len(submissions):
+                    raise RuntimeError(f"the relay stored {stored} of {len(submissions)} requests")
+                cpu = _process_cpu_seconds(process.pid)
+                started = time.perf_counter()
+                accepted, latencies = asyncio.run(post(url, decisions, {}))
+                elapsed = time.perf_counter() - started
+                if accepted != len(decisions):
+                    raise RuntimeError(
+                        f"the relay accepted {accepted} of {len(decisions)} valid decisions ({name})"
+                    )
+                if name == "raw":
+                    figures["decisions_per_s"] = accepted / elapsed
+                    figures["relay_cpu_ms_per_decision"] = (
+                        (_process_cpu_seconds(process.pid) - cpu) / accepted * 1000
+                    )
+                    latencies.sort()
+                    figures["decision_latency_ms_median"] = statistics.median(latencies) * 1000
+                    figures["decision_latency_ms_p99"] = (
+                        latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
+                    )
+                else:
+                    figures[f"decisions_per_s_{name}"] = accepted / elapsed
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    return figures
+
+
+def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
+    """``teaagent bench relay``: the store's rate-limit figures and the relay's decision rates.
+
+    The rate limiter runs against a fresh embedded Redis (``seconds / 2`` per contender, see
+    ``teaagent.store._bench``); the decisions take about ``seconds``.
+
+    Raises:
+        ValueError: ``seconds`` is not positive.
+        RuntimeError: The relay did not start or refused valid decisions.
+        StoreError: The embedded Redis did not start.
+    """
+    from teaagent.store._bench import bench_ratelimit
+
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, not {seconds}")
+    with (
+        tempfile.TemporaryDirectory(prefix="teaagent-bench-ratelimit-") as folder,
+        EmbeddedRedis(folder) as server,
+    ):
+        figures = bench_ratelimit(server.url, seconds / 2)
+    figures.update(bench_decisions(seconds))
+    return figures

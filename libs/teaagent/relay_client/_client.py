@@ -1,0 +1,632 @@
+"""HTTP clients of the relay API (ARCHITECTURE.md "Relay HTTP API"), synchronous and asyncio.
+
+Both clients speak the same calls and return the same frozen dataclasses; every failure is a
+:class:`~teaagent.errors.RelayError` carrying the relay's status and stable ``ErrorOut`` code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+import httpx
+
+from teaagent.errors import RelayError
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_WAIT_SECONDS",
+    "AsyncRelayClient",
+    "DecisionReceipt",
+    "InboxItem",
+    "RelayClient",
+    "RequestStatus",
+]
+
+DEFAULT_TIMEOUT: Final = 10.0  # seconds for one call; a relay answers in milliseconds, long-polls excepted
+MAX_WAIT_SECONDS: Final = 60.0  # the relay's cap on one long-poll; longer waits are several polls
+_WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the relay answers first
+
+State = Literal["pending", "approved", "denied", "expired"]
+InboxState = Literal["pending", "approved", "denied", "expired", "all"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestStatus:
+    """One of this node's own requests as its relay counts it.
+
+    Attributes:
+        request_id: The request's id.
+        state: ``pending``, ``approved``, ``denied`` or ``expired``; once decided it never changes.
+        required: Approvals needed.
+        peers: The request's peers that the relay counts.
+        signers: Peers whose approval was counted.
+        denied_by: Peers whose denial was counted.
+        denial_reasons: The reason each denier signed.
+        expires_at: Unix seconds after which the request is expired.
+        accepted_at: Unix seconds when the relay stored it.
+        decided_at: Unix seconds when it was decided, or None.
+        certificate: The quorum certificate once approved (verify it: the relay is not trusted).
+    """
+
+    request_id: str
+    state: State
+    required: int
+    peers: tuple[str, ...]
+    signers: tuple[str, ...]
+    denied_by: tuple[str, ...]
+    denial_reasons: Mapping[str, str] = field(default_factory=dict)
+    expires_at: int
+    accepted_at: int
+    decided_at: int | None
+    certificate: dict[str, Any] | None
+
+    @property
+    def decided(self) -> bool:
+        """Whether the outcome is final."""
+        return self.state != "pending"
+
+    def describe(self) -> str:
+        """Return the state as one phrase: ``denied by delta: not on Fridays (2 of 3)`` and the like."""
+        quorum = f"({self.required} of {len(self.peers)})"
+        if self.state == "approved":
+            return f"approved by {', '.join(self.signers)} {quorum}"
+        if self.state == "denied":
+            reasons = "; ".join(
+                f"{peer}: {self.denial_reasons[peer]}" if self.denial_reasons.get(peer) else peer
+                for peer in self.denied_by
+            )
+            return f"denied by {reasons} {quorum}"
+        if self.state == "expired":
+            return f"expired before {self.required} of {len(self.peers)} peers approved"
+        return f"waiting: {len(self.signers)} of {self.required} approvals {quorum}"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RequestStatus:
+        """Build it from the relay's JSON (``RequestStatusOut``).
+
+        Raises:
+            KeyError: A field is missing.
+        """
+        return cls(
+            request_id=data["request_id"],
+            state=data["state"],
+            required=data["required"],
+            peers=tuple(data["peers"]),
+            signers=tuple(data["signers"]),
+            denied_by=tuple(data["denied_by"]),
+            denial_reasons=dict(data.get("denial_reasons") or {}),
+            expires_at=data["expires_at"],
+            accepted_at=data["accepted_at"],
+            decided_at=data.get("decided_at"),
+            certificate=data.get("certificate"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class InboxItem:
+    """A request received from a peer origin, waiting for (or decided by) this node.
+
+    Attributes:
+        request_id: The request's id.
+        origin: The peer that asks.
+        tool_name: The tool it wants to call.
+        arguments: The call's arguments.
+        reason: The origin model's reasoning.
+        run_id: The origin's run.
+        call_id: The call's id in that run.
+        payload_digest: ``sha256:...`` of the call.
+        required_approvals: Approvals the origin needs.
+        peers: Every peer asked.
+        created_at: Unix seconds.
+        expires_at: Unix seconds.
+        state: ``pending``, ``approved``/``denied`` (by this node), or ``expired``.
+        request: The request document (build the statement to sign from it).
+        signature: The origin's signature over it.
+        decision: This node's signed decision ``{"statement", "signature"}``, once given.
+    """
+
+    request_id: str
+    origin: str
+    tool_name: str
+    arguments: dict[str, Any]
+    reason: str
+    run_id: str
+    call_id: str
+    payload_digest: str
+    required_approvals: int
+    peers: tuple[str, ...]
+    created_at: int
+    expires_at: int
+    state: State
+    request: dict[str, Any]
+    signature: str
+    decision: dict[str, Any] | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> InboxItem:
+        """Build it from the relay's JSON (``InboxItemOut``).
+
+        Raises:
+            KeyError: A field is missing.
+        """
+        return cls(
+            request_id=data["request_id"],
+            origin=data["origin"],
+            tool_name=data["tool_name"],
+            arguments=dict(data["arguments"]),
+            reason=data["reason"],
+            run_id=data["run_id"],
+            call_id=data["call_id"],
+            payload_digest=data["payload_digest"],
+            required_approvals=data["required_approvals"],
+            peers=tuple(data["peers"]),
+            created_at=data["created_at"],
+            expires_at=data["expires_at"],
+            state=data["state"],
+            request=dict(data["request"]),
+            signature=data["signature"],
+            decision=data.get("decision"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the item as a JSON-ready dict (``approvals list --json``)."""
+        return {
+            "request_id": self.request_id,
+            "origin": self.origin,
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "reason": self.reason,
+            "run_id": self.run_id,
+            "call_id": self.call_id,
+            "payload_digest": self.payload_digest,
+            "required_approvals": self.required_approvals,
+            "peers": list(self.peers),
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "state": self.state,
+            "decision": self.decision,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionReceipt:
+    """What a relay did with one signed decision.
+
+    Attributes:
+        request_id: The request decided on.
+        origin: The request's origin.
+        signer: Who signed the decision.
+        kind: ``approval`` or ``denial``.
+        state: The request's state after it.
+        counted: False when the same signer's decision was counted before (a repeat).
+        decided: True when this very decision settled the outcome.
+        approvals: Approvals counted so far.
+        denials: Denials counted so far.
+    """
+
+    request_id: str
+    origin: str
+    signer: str
+    kind: Literal["approval", "denial"]
+    state: State
+    counted: bool
+    decided: bool
+    approvals: int
+    denials: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DecisionReceipt:
+        """Build it from the relay's JSON (``DecisionReceiptOut``).
+
+        Raises:
+            KeyError: A field is missing.
+        """
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One HTTP call of the API: what to send, and how to read the answer."""
+
+    method: str
+    path: str
+    what: str  # for messages: "submitting request ab12..."
+    body: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    timeout: float | None = None
+    token: bool = True
+
+
+def _check_base_url(base_url: str) -> str:
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"the relay URL {base_url!r} is not an http or https URL")
+    return base_url.rstrip("/")
+
+
+def _json(response: httpx.Response, base_url: str, call: _Call) -> Any:
+    if response.is_success:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise RelayError(
+                f"The relay at {base_url} answered {call.what} with something that is not JSON.",
+                status_code=response.status_code,
+            ) from exc
+    code: str | None = None
+    message = response.reason_phrase or "no reason given"
+    try:
+        body = response.json()
+        if isinstance(body, dict) and isinstance(body.get("error"), str):
+            code, message = body["error"], str(body.get("message", message))
+    except ValueError:
+        pass
+    message = message.strip().rstrip(".")
+    raise RelayError(
+        f"The relay at {base_url} refused {call.what} ({response.status_code} {code or 'error'}): {message}.",
+        status_code=response.status_code,
+        code=code,
+    )
+
+
+def _unreachable(base_url: str, call: _Call, exc: httpx.HTTPError) -> RelayError:
+    detail = str(exc).strip().rstrip(".") or type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return RelayError(f"The relay at {base_url} did not answer {call.what} in time: {detail}.")
+    return RelayError(f"The relay at {base_url} is unreachable ({call.what}): {detail}.")
+
+
+class _Calls:
+    """The API's calls, shared by both clients; each returns the call and how to parse its answer."""
+
+    @staticmethod
+    def health() -> _Call:
+        return _Call("GET", "/health", "the health check", token=False)
+
+    @staticmethod
+    def submit_request(request: Mapping[str, Any], signature: str) -> _Call:
+        body = {"request": dict(request), "signature": signature}
+        return _Call("POST", "/v1/requests", f"request {request.get('request_id')}", body=body)
+
+    @staticmethod
+    def get_request(request_id: str) -> _Call:
+        return _Call("GET", f"/v1/requests/{request_id}", f"the status of request {request_id}")
+
+    @staticmethod
+    def wait_outcome(request_id: str, wait: float, timeout: float) -> _Call:
+        wait = max(0.0, min(wait, MAX_WAIT_SECONDS))
+        return _Call(
+            "GET",
+            f"/v1/requests/{request_id}/outcome",
+            f"the outcome of request {request_id}",
+            params={"wait": wait},
+            timeout=wait + max(timeout, _WAIT_MARGIN),
+        )
+
+    @staticmethod
+    def list_inbox(state: InboxState, limit: int, wait: float, timeout: float) -> _Call:
+        wait = max(0.0, min(wait, MAX_WAIT_SECONDS))
+        return _Call(
+            "GET",
+            "/v1/inbox",
+            "the inbox listing",
+            params={"state": state, "limit": limit, "wait": wait},
+            timeout=wait + max(timeout, _WAIT_MARGIN),
+        )
+
+    @staticmethod
+    def get_inbox_item(request_id: str, origin: str | None) -> _Call:
+        params = {"origin": origin} if origin is not None else None
+        return _Call("GET", f"/v1/inbox/{request_id}", f"inbox request {request_id}", params=params)
+
+    @staticmethod
+    def submit_decision(request_id: str, statement: Mapping[str, Any], signature: str) -> _Call:
+        body = {"statement": dict(statement), "signature": signature}
+        return _Call(
+            "POST", f"/v1/inbox/{request_id}/decision", f"the decision on request {request_id}", body=body
+        )
+
+    @staticmethod
+    def deliver_request(request: Mapping[str, Any], signature: str) -> _Call:
+        body = {"request": dict(request), "signature": signature}
+        return _Call("POST", "/v1/inbox", f"request {request.get('request_id')}", body=body, token=False)
+
+    @staticmethod
+    def deliver_decision(request_id: str, statement: Mapping[str, Any], signature: str) -> _Call:
+        body = {"statement": dict(statement), "signature": signature}
+        return _Call(
+            "POST",
+            f"/v1/requests/{request_id}/decisions",
+            f"the decision on request {request_id}",
+            body=body,
+            token=False,
+        )
+
+
+class RelayClient:
+    """A synchronous client of one relay (the agent's quorum gate, the CLI).
+
+    Calls of the node itself send ``token``; the peer calls (``deliver_*``) send none.
+    Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """Connect nothing yet; calls open pooled connections as needed.
+
+        Raises:
+            ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
+        """
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, not {timeout}")
+        self.base_url = _check_base_url(base_url)
+        self._token = token
+        self._timeout = timeout
+        self._client = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"RelayClient({self.base_url!r})"
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._client.close()
+
+    def __enter__(self) -> RelayClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _send(self, call: _Call) -> Any:
+        headers = {"Authorization": f"Bearer {self._token}"} if call.token and self._token else None
+        try:
+            response = self._client.request(
+                call.method,
+                call.path,
+                json=call.body,
+                params=call.params,
+                headers=headers,
+                timeout=call.timeout if call.timeout is not None else self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise _unreachable(self.base_url, call, exc) from exc
+        return _json(response, self.base_url, call)
+
+    def health(self) -> dict[str, Any]:
+        """Return the relay's health document.
+
+        Raises:
+            RelayError: The relay is unreachable or unhealthy (503 when its Redis is down).
+        """
+        return dict(self._send(_Calls.health()))
+
+    def submit_request(self, request: Mapping[str, Any], signature: str) -> RequestStatus:
+        """Submit this node's signed request; the relay fans it out to the peers (idempotent).
+
+        Raises:
+            RelayError: The relay refused it (bad signature, not this node's, malformed...) or is
+                unreachable.
+        """
+        return RequestStatus.from_json(self._send(_Calls.submit_request(request, signature)))
+
+    def get_request(self, request_id: str) -> RequestStatus:
+        """Return the counting state of one of this node's requests.
+
+        Raises:
+            RelayError: The relay does not know it (``not_found``) or is unreachable.
+        """
+        return RequestStatus.from_json(self._send(_Calls.get_request(request_id)))
+
+    def wait_outcome(self, request_id: str, wait: float) -> RequestStatus:
+        """Long-poll until the request is decided or ``wait`` seconds (at most 60) pass.
+
+        Raises:
+            RelayError: The relay does not know the request, or is unreachable.
+        """
+        return RequestStatus.from_json(self._send(_Calls.wait_outcome(request_id, wait, self._timeout)))
+
+    def list_inbox(
+        self, state: InboxState = "pending", *, limit: int = 100, wait: float = 0.0
+    ) -> list[InboxItem]:
+        """List requests received from peers; with ``wait``, block until there is one.
+
+        Raises:
+            RelayError: The relay refused the call or is unreachable.
+        """
+        items = self._send(_Calls.list_inbox(state, limit, wait, self._timeout))
+        return [InboxItem.from_json(item) for item in items]
+
+    def get_inbox_item(self, request_id: str, *, origin: str | None = None) -> InboxItem:
+        """Return one received request.
+
+        Raises:
+            RelayError: Unknown (``not_found``), ambiguous without ``origin`` (``conflict``), or
+                the relay is unreachable.
+        """
+        return InboxItem.from_json(self._send(_Calls.get_inbox_item(request_id, origin)))
+
+    def submit_decision(
+        self, request_id: str, statement: Mapping[str, Any], signature: str
+    ) -> DecisionReceipt:
+        """Hand this node's signed approval or denial to its relay, which forwards it to the origin.
+
+        Raises:
+            RelayError: The relay refused it (not signed by this node, bad signature, decided
+                otherwise before, expired) or is unreachable.
+        """
+        return DecisionReceipt.from_json(self._send(_Calls.submit_decision(request_id, statement, signature)))
+
+    def deliver_request(self, request: Mapping[str, Any], signature: str) -> dict[str, Any]:
+        """As a peer relay: deliver a signed request to this relay's inbox.
+
+        Raises:
+            RelayError: Refused (unknown origin, bad signature, rate limited...) or unreachable.
+        """
+        return dict(self._send(_Calls.deliver_request(request, signature)))
+
+    def deliver_decision(
+        self, request_id: str, statement: Mapping[str, Any], signature: str
+    ) -> DecisionReceipt:
+        """As a peer relay: deliver a signed decision on one of this relay's requests.
+
+        Raises:
+            RelayError: Refused (not countable, bad signature...) or unreachable.
+        """
+        return DecisionReceipt.from_json(
+            self._send(_Calls.deliver_decision(request_id, statement, signature))
+        )
+
+
+class AsyncRelayClient:
+    """The asyncio twin of :class:`RelayClient` (the approver service, benchmarks); same calls."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+        limits: httpx.Limits | None = None,
+    ) -> None:
+        """Connect nothing yet; calls open pooled connections as needed.
+
+        Raises:
+            ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
+        """
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, not {timeout}")
+        self.base_url = _check_base_url(base_url)
+        self._token = token
+        self._timeout = timeout
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=transport,
+            limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        )
+
+    def __repr__(self) -> str:
+        return f"AsyncRelayClient({self.base_url!r})"
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._client.aclose()
+
+    async def __aenter__(self) -> AsyncRelayClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _send(self, call: _Call) -> Any:
+        headers = {"Authorization": f"Bearer {self._token}"} if call.token and self._token else None
+        try:
+            response = await self._client.request(
+                call.method,
+                call.path,
+                json=call.body,
+                params=call.params,
+                headers=headers,
+                timeout=call.timeout if call.timeout is not None else self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise _unreachable(self.base_url, call, exc) from exc
+        return _json(response, self.base_url, call)
+
+    async def health(self) -> dict[str, Any]:
+        """See :meth:`RelayClient.health`.
+
+        Raises:
+            RelayError: The relay is unreachable or unhealthy.
+        """
+        return dict(await self._send(_Calls.health()))
+
+    async def submit_request(self, request: Mapping[str, Any], signature: str) -> RequestStatus:
+        """See :meth:`RelayClient.submit_request`.
+
+        Raises:
+            RelayError: The relay refused it or is unreachable.
+        """
+        return RequestStatus.from_json(await self._send(_Calls.submit_request(request, signature)))
+
+    async def get_request(self, request_id: str) -> RequestStatus:
+        """See :meth:`RelayClient.get_request`.
+
+        Raises:
+            RelayError: The relay does not know it or is unreachable.
+        """
+        return RequestStatus.from_json(await self._send(_Calls.get_request(request_id)))
+
+    async def wait_outcome(self, request_id: str, wait: float) -> RequestStatus:
+        """See :meth:`RelayClient.wait_outcome`.
+
+        Raises:
+            RelayError: The relay does not know the request, or is unreachable.
+        """
+        return RequestStatus.from_json(await self._send(_Calls.wait_outcome(request_id, wait, self._timeout)))
+
+    async def list_inbox(
+        self, state: InboxState = "pending", *, limit: int = 100, wait: float = 0.0
+    ) -> list[InboxItem]:
+        """See :meth:`RelayClient.list_inbox`.
+
+        Raises:
+            RelayError: The relay refused the call or is unreachable.
+        """
+        items = await self._send(_Calls.list_inbox(state, limit, wait, self._timeout))
+        return [InboxItem.from_json(item) for item in items]
+
+    async def get_inbox_item(self, request_id: str, *, origin: str | None = None) -> InboxItem:
+        """See :meth:`RelayClient.get_inbox_item`.
+
+        Raises:
+            RelayError: Unknown, ambiguous, or the relay is unreachable.
+        """
+        return InboxItem.from_json(await self._send(_Calls.get_inbox_item(request_id, origin)))
+
+    async def submit_decision(
+        self, request_id: str, statement: Mapping[str, Any], signature: str
+    ) -> DecisionReceipt:
+        """See :meth:`RelayClient.submit_decision`.
+
+        Raises:
+            RelayError: The relay refused it or is unreachable.
+        """
+        return DecisionReceipt.from_json(
+            await self._send(_Calls.submit_decision(request_id, statement, signature))
+        )
+
+    async def deliver_request(self, request: Mapping[str, Any], signature: str) -> dict[str, Any]:
+        """See :meth:`RelayClient.deliver_request`.
+
+        Raises:
+            RelayError: Refused or unreachable.
+        """
+        return dict(await self._send(_Calls.deliver_request(request, signature)))
+
+    async def deliver_decision(
+        self, request_id: str, statement: Mapping[str, Any], signature: str
+    ) -> DecisionReceipt:
+        """See :meth:`RelayClient.deliver_decision`.
+
+        Raises:
+            RelayError: Refused or unreachable.
+        """
+        return DecisionReceipt.from_json(
+            await self._send(_Calls.deliver_decision(request_id, statement, signature))
+        )

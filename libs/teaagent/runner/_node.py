@@ -1,0 +1,118 @@
+"""What a node's configuration makes of the gate: its policy, its quorum gate, its audit log.
+
+``teaagent tools call``, ``teaagent run`` and the agent service build their gate the same way, so a
+call allowed by one is allowed by the others.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from teaagent.config import NodeConfig
+from teaagent.policy import ApprovalPolicy, ApprovalPresetStore, PermissionMode, Prompter, QuorumGate
+
+__all__ = ["AUDIT_DIR_NAME", "node_audit_path", "node_policy", "node_quorum_gate"]
+
+
+AUDIT_DIR_NAME: Final = "audit"
+"""The folder of ``data_dir`` that holds the node's audit log, ``<agent_id>.jsonl``."""
+
+
+def node_audit_path(node: NodeConfig) -> Path:
+    """Return the node's audit log: ``<data_dir>/audit/<agent_id>.jsonl`` (its key file beside it)."""
+    return node.data_dir / AUDIT_DIR_NAME / f"{node.agent_id}.jsonl"
+
+
+def node_quorum_gate(
+    node: NodeConfig, *, on_progress: Callable[[str], None] | None = None
+) -> QuorumGate | None:
+    """Return the gate that obtains quorum certificates through the node's relay, when the quorum is on.
+
+    The relay client, the node's signing key and its token are loaded at the first high-risk
+    call, so that a node whose key needs a passphrase still makes its other calls without one;
+    a key or token that cannot be loaded then denies that call (the policy fails closed).
+
+    Args:
+        node: The node configuration.
+        on_progress: Called with one line per step of a quorum request (sent, still waiting...).
+
+    Returns:
+        The gate; None when the quorum is disabled.
+    """
+    if not node.quorum.enabled:
+        return None
+    from teaagent.relay_client import RelayQuorumGate
+
+    def make() -> QuorumGate:
+        return RelayQuorumGate(
+            relay_url=node.relay_url,
+            token=node.load_token(),
+            origin=node.agent_id,
+            private_key_signer=node.signer(),
+            config=node.quorum,
+            on_progress=on_progress,
+        )
+
+    return _LazyGate(make)
+
+
+class _LazyGate:
+    """A quorum gate made at its first use."""
+
+    def __init__(self, make: Callable[[], QuorumGate]) -> None:
+        self._make = make
+        self._gate: QuorumGate | None = None
+        self._lock = threading.Lock()
+
+    def obtain(
+        self, *, tool_name: str, arguments: dict[str, Any], call_id: str, run_id: str | None, reason: str
+    ) -> dict[str, Any]:
+        with self._lock:
+            if self._gate is None:
+                self._gate = self._make()
+            gate = self._gate
+        return gate.obtain(
+            tool_name=tool_name, arguments=arguments, call_id=call_id, run_id=run_id, reason=reason
+        )
+
+
+def node_policy(
+    node: NodeConfig,
+    *,
+    prompter: Prompter | None = None,
+    quorum_gate: QuorumGate | None = None,
+    mode: PermissionMode | str | None = None,
+    approval_origin_run_id: str | None = None,
+) -> ApprovalPolicy:
+    """Return the approval policy of the node: its permission mode, presets, quorum and identity.
+
+    Args:
+        node: The node configuration.
+        prompter: Who to ask about calls the mode leaves to a person; None denies them.
+        quorum_gate: How to obtain quorum certificates; None denies every high-risk call.
+        mode: A permission mode instead of the configuration's ``[agent] permission_mode``.
+        approval_origin_run_id: The run whose scoped presets apply.
+
+    Returns:
+        The policy.
+
+    Raises:
+        ConfigError: The quorum is enabled and the node's own public key cannot be read.
+    """
+    # With the quorum on, certificates are checked against the node's own key as well: the
+    # request they approve must be one this node signed.
+    origin_key = node.own_public_key().to_line() if node.quorum.enabled else None
+    return ApprovalPolicy(
+        permission_mode=PermissionMode(mode if mode is not None else node.agent.permission_mode),
+        approval_store=ApprovalPresetStore(node.workspace),
+        approval_origin_run_id=approval_origin_run_id,
+        multi_sig_config=node.quorum,
+        agent_id=node.agent_id,
+        workspace_root=str(node.workspace),
+        prompter=prompter,
+        quorum_gate=quorum_gate,
+        origin_public_key=origin_key,
+    )

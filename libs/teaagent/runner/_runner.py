@@ -1,0 +1,997 @@
+"""The agent loop: model turns, tool calls through the gate, budget checks, audit records and events.
+
+One :class:`AgentRunner` makes one run. Each iteration, in order:
+
+1. stop if the run was cancelled; refuse iteration ``n`` past ``max_iterations`` (audit
+   ``iteration_limit``, status ``limit_exceeded``);
+2. add the user messages steered in since the last call (event ``steered``);
+3. refuse the model call when its worst-case cost (every allowed output token charged) would take
+   the run above its cost cap (status ``cost_exceeded``, the call is never made);
+4. call the model with the conversation and the tools (audit ``model_request``/``model_response``
+   and ``cost_checkpoint``, the run log's ``model_call``, events ``model_request``, ``model_delta``,
+   ``model_response``, ``cost``); an adapter error ends the run ``failed``;
+5. a reply without tool calls is the final answer: status ``completed``;
+6. each tool call, in order: refuse it past ``max_tool_calls`` (audit ``tool_call_limit``, status
+   ``limit_exceeded``); ``ask_user`` asks the user (:attr:`AgentRunner.ask`); any other goes through
+   the :class:`~teaagent.runner._gate.ToolGate` (policy, quorum, schema, rate limit, audit). A
+   refusal by the policy or the quorum ends the run ``approval_denied``; any other failure (unknown
+   tool, bad arguments, rate limit, the handler's exception) goes back to the model as an error
+   result, and the run goes on.
+
+Whatever happens, ``run_start`` and ``run_end`` are audited and ``run_finished`` is the last event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from teaagent.audit import AuditLogger
+from teaagent.budget import RunBudget
+from teaagent.cost_tracker import RunLogWriter, check_run_id
+from teaagent.errors import ApprovalDeniedError, CostCapError, RunLimitError
+from teaagent.llm import PROVIDER_CONFIGS, LLMAdapter, LLMMessage, LLMRequest, LLMResponse, LLMToolCall
+from teaagent.policy import ApprovalPolicy, PromptAnswer, PromptRequest, QuorumGate
+from teaagent.runner._events import EventHub, EventSink, RunEvent
+from teaagent.runner._gate import ToolGate
+from teaagent.runner._types import ApprovalRequest, FinalAnswer, RunResult, ToolRequest
+from teaagent.session import ChatSession, SessionStore
+from teaagent.tools import ToolRegistry
+
+__all__ = [
+    "ASK_USER_TOOL",
+    "CANCELLED_MESSAGE",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "DEFAULT_SYSTEM_PROMPT",
+    "MAX_REASON_CHARS",
+    "MAX_TOOL_RESULT_CHARS",
+    "AgentRunner",
+    "AskCallback",
+    "Question",
+]
+
+_log = logging.getLogger("teaagent.runner")
+
+DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096  # a long code edit fits; the cost preflight charges all of it
+MAX_TOOL_RESULT_CHARS: Final = 100_000  # about 25k tokens: a whole source file, not a flood of the context
+MAX_REASON_CHARS: Final = 2000  # what approvers are shown of the model's reasoning for a call
+MAX_QUESTION_CHARS: Final = 2000  # a question for a person, not a document
+MAX_QUESTION_OPTIONS: Final = 10
+_TAIL_BYTES: Final = 64 * 1024  # the run_end record is among the last lines of the audit log
+ASK_USER_TOOL: Final = "ask_user"
+"""The built-in tool the model calls to ask the user a question."""
+CANCELLED_MESSAGE: Final = "The run was cancelled."
+DEFAULT_SYSTEM_PROMPT: Final = (
+    "You are a careful coding agent working in a workspace through the tools you are given. "
+    "Every tool call goes through a policy gate: a call may be refused, and some calls wait for "
+    "approval by people or by peer nodes. Read before you change anything, keep changes small, and "
+    "say what you did. When you cannot go on without a decision from the user, call ask_user. "
+    "When the task is done, answer without calling a tool."
+)
+
+_ASK_USER_SPEC: Final[dict[str, Any]] = {
+    "name": ASK_USER_TOOL,
+    "description": (
+        "Ask the user a question and wait for the answer. Use it only when the task cannot go on "
+        'without the user\'s decision. The result is {"answer": "..."}, or {"declined": true} when '
+        "the user is not there or chose not to answer."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS},
+            "options": {
+                "type": "array",
+                "items": {"type": "string"},
+                "maxItems": MAX_QUESTION_OPTIONS,
+                "description": "Answers to choose from, when the question has a few.",
+            },
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Question:
+    """A question the model asks the user (the ``ask_user`` tool).
+
+    Attributes:
+        call_id: The tool call that asks it.
+        question: The question.
+        options: Answers to choose from; empty for a free answer.
+        run_id: The run that asks.
+    """
+
+    call_id: str
+    question: str
+    options: tuple[str, ...]
+    run_id: str
+
+
+AskCallback = Callable[[Question], "str | None"]
+"""Answers a question: the answer's text, or None to decline. It may block; an exception declines."""
+
+
+class _Cancelled(Exception):
+    """The run was cancelled by :meth:`AgentRunner.cancel`."""
+
+
+@dataclass
+class _Outcome:
+    status: str
+    error_message: str | None = None
+    final_answer: FinalAnswer | None = None
+
+
+def _json_text(value: object) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = json.dumps(repr(value))
+    if len(text) > MAX_TOOL_RESULT_CHARS:
+        cut = len(text) - MAX_TOOL_RESULT_CHARS
+        text = text[:MAX_TOOL_RESULT_CHARS] + f"... [{cut} more characters cut by the runner]"
+    return text
+
+
+def _sentence(error: BaseException) -> str:
+    text = str(error).strip()
+    return text or type(error).__name__
+
+
+def _message_chars(message: LLMMessage) -> int:
+    chars = len(message.content)
+    for call in message.tool_calls or ():
+        chars += len(call.tool_name) + len(_json_text(call.arguments))
+    return chars
+
+
+class AgentRunner:
+    """Runs one task: the model proposes, the gate disposes, the audit log records.
+
+    One runner makes one run (:meth:`run` or :meth:`arun`, once); :meth:`cancel` and :meth:`steer`
+    may be called from any thread while it runs.
+
+    Args:
+        adapter: The model.
+        registry: The tools the model may call (besides the built-in ``ask_user``).
+        policy: The approval policy every tool call is checked against.
+        audit: The audit log of the run.
+        budget: The run's limits; ``RunBudget()`` when None.
+        run_id: The run's id (1 to 64 letters, digits, ``_``, ``-``); the audit logger's ``run_id``
+            when None. The gate writes its records under the logger's ``run_id``, so give a logger
+            made with the same ``run_id`` when passing one.
+        provider: The provider's name, for cost estimates; ``adapter.provider`` when None.
+        model: The model to ask; ``adapter.model`` when None, else the provider's default model.
+        root: The workspace root whose ``.teaagent/runs/`` holds the run log; the policy's
+            workspace root when None.
+        system_prompt: The system message that starts the conversation; ``""`` for none.
+        max_output_tokens: The most tokens one model reply may hold.
+        temperature: The sampling temperature.
+        event_sink: A callback, or several, receiving every :class:`RunEvent`.
+        ask: Answers the model's questions; None declines every one.
+        session_store: Where ``session`` is saved.
+        session: A chat session whose messages start the conversation; the task and the final
+            answer are appended to it and it is saved when the run ends.
+        label: What the run is for, in the run log (cost reports group by it).
+        stream: Ask the model to stream its reply (events ``model_delta``).
+        run_log: Write the run log (``<root>/.teaagent/runs/<run_id>.jsonl``).
+
+    Raises:
+        ValueError: The run id is invalid, ``max_output_tokens`` is below 1, the budget has a cost
+            cap but the provider is unknown (the cap could not be checked before a call), the
+            registry holds a tool named ``ask_user``, or ``session`` is given without ``session_store``.
+        TypeError: An argument has the wrong type.
+    """
+
+    def __init__(
+        self,
+        *,
+        adapter: LLMAdapter,
+        registry: ToolRegistry,
+        policy: ApprovalPolicy,
+        audit: AuditLogger,
+        budget: RunBudget | None = None,
+        run_id: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        root: str | os.PathLike[str] | None = None,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        temperature: float = 0.0,
+        event_sink: EventSink | Iterable[EventSink] | None = None,
+        ask: AskCallback | None = None,
+        session_store: SessionStore | None = None,
+        session: ChatSession | None = None,
+        label: str = "",
+        stream: bool = False,
+        run_log: bool = True,
+    ) -> None:
+        if not isinstance(adapter, LLMAdapter):
+            raise TypeError(f"adapter must be an LLMAdapter, not {type(adapter).__name__}.")
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry must be a ToolRegistry, not {type(registry).__name__}.")
+        if not isinstance(policy, ApprovalPolicy):
+            raise TypeError(f"policy must be an ApprovalPolicy, not {type(policy).__name__}.")
+        if not isinstance(audit, AuditLogger):
+            raise TypeError(f"audit must be an AuditLogger, not {type(audit).__name__}.")
+        budget = RunBudget() if budget is None else budget
+        if not isinstance(budget, RunBudget):
+            raise TypeError(f"budget must be a RunBudget, not {type(budget).__name__}.")
+        if (
+            isinstance(max_output_tokens, bool)
+            or not isinstance(max_output_tokens, int)
+            or max_output_tokens < 1
+        ):
+            raise ValueError(f"max_output_tokens must be an int >= 1, not {max_output_tokens!r}.")
+        if ASK_USER_TOOL in registry:
+            raise ValueError(f"The registry holds a tool named {ASK_USER_TOOL!r}, which the runner provides.")
+        if session is not None and session_store is None:
+            raise ValueError("A session needs the session_store to save it in.")
+        self.run_id = run_id if run_id is not None else audit.run_id
+        if run_log:
+            check_run_id(self.run_id)
+        self.adapter = adapter
+        self.registry = registry
+        self.audit = audit
+        self.budget = budget
+        resolved_provider = provider if provider is not None else getattr(adapter, "provider", None)
+        if resolved_provider is not None and resolved_provider not in PROVIDER_CONFIGS:
+            raise ValueError(
+                f"Unknown LLM provider {resolved_provider!r}; choose one of: {', '.join(PROVIDER_CONFIGS)}."
+            )
+        if resolved_provider is None and budget.max_estimated_cost_cents is not None:
+            # A cap that cannot be checked before a call does not cap anything: refuse to start.
+            raise ValueError(
+                "The run has a cost cap but its provider is unknown; pass provider= so that each model "
+                "call's cost can be checked before it is made."
+            )
+        self.provider: str | None = resolved_provider
+        default_model = PROVIDER_CONFIGS[resolved_provider].default_model if resolved_provider else "model"
+        self.model: str = model or getattr(adapter, "model", None) or default_model
+        self.root = Path(os.fspath(root)) if root is not None else Path(policy.workspace_root)
+        self.system_prompt = system_prompt
+        self.max_output_tokens = max_output_tokens
+        self.temperature = temperature
+        self.ask = ask
+        self.session_store = session_store
+        self.session = session
+        self.label = label
+        self.stream = stream
+        self.run_log = run_log
+        if event_sink is None:
+            sinks: list[EventSink] = []
+        elif callable(event_sink):
+            sinks = [event_sink]
+        else:
+            sinks = list(event_sink)
+        self._hub = EventHub(sinks)
+        self.policy = self._watched_policy(policy)
+        self._gate = ToolGate(registry=registry, policy=self.policy, audit=audit, run_id=self.run_id)
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._steering: list[str] = []
+        self._started = False
+        self._done = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: asyncio.Future[LLMResponse] | None = None
+        self._result: RunResult | None = None
+
+    # -- control from any thread ---------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Stop the run: a model call in flight is abandoned, no further model or tool step starts.
+
+        A tool call already running (or waiting for an approval) finishes first. The run ends with
+        status ``failed``, error message :data:`CANCELLED_MESSAGE` and ``metadata["cancelled"]``.
+        Thread-safe.
+
+        Returns:
+            False when the run had already finished, else True.
+        """
+        with self._lock:
+            if self._done:
+                return False
+            self._cancel.set()
+            inflight, loop = self._inflight, self._loop
+        if inflight is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing left to stop
+                loop.call_soon_threadsafe(inflight.cancel)
+        return True
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._cancel.is_set()
+
+    def steer(self, text: str) -> bool:
+        """Add a user message to the conversation, sent with the next model call. Thread-safe.
+
+        Args:
+            text: The message.
+
+        Returns:
+            False when the run has finished (the message was not taken), else True.
+
+        Raises:
+            ValueError: ``text`` is empty.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("A steering message must be a non-empty string.")
+        with self._lock:
+            if self._done:
+                return False
+            self._steering.append(text)
+            return True
+
+    def add_sink(self, sink: EventSink) -> None:
+        """Send every event emitted from now on to ``sink`` as well."""
+        self._hub.add_sink(sink)
+
+    def events(self) -> AsyncIterator[RunEvent]:
+        """An async iterator over the run's events, from the first to ``run_finished``.
+
+        It may start before or during the run (it replays what it missed), from any event loop.
+
+        Returns:
+            An ``AsyncIterator[RunEvent]``.
+        """
+        return self._hub.stream()
+
+    @property
+    def history(self) -> list[RunEvent]:
+        """The events emitted so far."""
+        return self._hub.history
+
+    @property
+    def result(self) -> RunResult | None:
+        """The run's result once it has finished, else None."""
+        return self._result
+
+    # -- running -------------------------------------------------------------------------------------
+
+    def run(self, task: str) -> RunResult:
+        """Run ``task`` to its end and return how it ended (a blocking wrapper of :meth:`arun`).
+
+        Args:
+            task: What the user asks the agent to do.
+
+        Returns:
+            The run's result; its status says how it ended (the run itself never raises for a
+            refused call, a budget limit or a model error).
+
+        Raises:
+            RuntimeError: The runner has already run, or this is called inside a running event loop
+                (use :meth:`arun` there).
+            ValueError: ``task`` is empty.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(task))
+        raise RuntimeError("AgentRunner.run() cannot be called inside an event loop; await arun() instead.")
+
+    async def arun(self, task: str) -> RunResult:
+        """Run ``task`` to its end and return how it ended.
+
+        Args:
+            task: What the user asks the agent to do.
+
+        Returns:
+            The run's result.
+
+        Raises:
+            RuntimeError: The runner has already run.
+            ValueError: ``task`` is empty.
+            asyncio.CancelledError: The task running this coroutine was cancelled; the run is
+                recorded as cancelled first.
+        """
+        if not isinstance(task, str) or not task.strip():
+            raise ValueError("A run needs a task: a non-empty string.")
+        with self._lock:
+            if self._started:
+                raise RuntimeError("An AgentRunner makes one run; make a new one for the next task.")
+            self._started = True
+            self._loop = asyncio.get_running_loop()
+        state = _RunState()
+        outcome = _Outcome(status="failed", error_message="The run did not start.")
+        interrupted: BaseException | None = None
+        try:
+            outcome = await self._run(task, state)
+        except _Cancelled:
+            outcome = _Outcome(status="failed", error_message=CANCELLED_MESSAGE)
+        except asyncio.CancelledError as exc:
+            self._cancel.set()
+            outcome = _Outcome(status="failed", error_message=CANCELLED_MESSAGE)
+            interrupted = exc
+        except Exception as exc:  # a bug must still leave run_end behind, and a failed result
+            _log.exception("the run %s failed", self.run_id)
+            outcome = _Outcome(status="failed", error_message=f"Internal error: {type(exc).__name__}: {exc}")
+        result = self._finish(state, outcome)
+        if interrupted is not None:
+            raise interrupted
+        return result
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    async def _run(self, task: str, state: _RunState) -> _Outcome:
+        self._start(task, state)
+        try:
+            state.writer = self._open_run_log()
+        except OSError as exc:
+            return _Outcome(
+                status="failed", error_message=f"The run log cannot be written: {_sentence(exc)}."
+            )
+        self._emit(
+            "run_started",
+            {
+                "run_id": self.run_id,
+                "task": task,
+                "provider": self.provider,
+                "model": self.model,
+                "tools": [tool["name"] for tool in state.tools],
+                "budget": dataclasses.asdict(self.budget),
+            },
+        )
+        iteration = 0
+        while True:
+            self._check_cancelled()
+            iteration += 1
+            reply = await self._model_turn(iteration, state)
+            if isinstance(reply, _Outcome):
+                return reply
+            requests = self._tool_requests(reply, state)
+            self._append(
+                state,
+                LLMMessage(
+                    "assistant",
+                    reply.content,
+                    tool_calls=[
+                        LLMToolCall(call_id=wire_id, tool_name=request.tool_name, arguments=request.arguments)
+                        for wire_id, request in requests
+                    ]
+                    or None,
+                ),
+            )
+            if not requests:
+                metadata: dict[str, Any] = {"stop_reason": reply.stop_reason, "iteration": iteration}
+                if reply.stop_reason == "max_tokens":
+                    metadata["truncated"] = True
+                return _Outcome(
+                    status="completed", final_answer=FinalAnswer(content=reply.content, metadata=metadata)
+                )
+            outcome = await self._tool_turn(requests, state)
+            if outcome is not None:
+                return outcome
+
+    def _start(self, task: str, state: _RunState) -> None:
+        """Build the conversation and the tool list, and audit ``run_start``."""
+        state.tools = [
+            {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+            for tool in self.registry.list_tools()
+        ]
+        state.tools.append(_ASK_USER_SPEC)
+        state.chars = len(_json_text(state.tools))
+        if self.system_prompt:
+            self._append(state, LLMMessage("system", self.system_prompt))
+        if self.session is not None:
+            for message in self.session.messages:
+                self._append(state, LLMMessage(message.role, message.content))
+            self.session.add_message("user", task)
+        self._append(state, LLMMessage("user", task))
+        # Disk errors from before the run are not this run's; one from run_start on stops tool calls.
+        state.audit_errors = self.audit.disk_error_count
+        self._audit(
+            "run_start",
+            {
+                "task": task,
+                "provider": self.provider,
+                "model": self.model,
+                "tools": [tool["name"] for tool in state.tools],
+                "permission_mode": self.policy.permission_mode.value,
+                "budget": dataclasses.asdict(self.budget),
+                "session_id": None if self.session is None else self.session.id,
+            },
+        )
+
+    @staticmethod
+    def _append(state: _RunState, message: LLMMessage) -> None:
+        state.messages.append(message)
+        state.chars += _message_chars(message)
+
+    async def _model_turn(self, iteration: int, state: _RunState) -> LLMResponse | _Outcome:
+        """Steps 1 to 4 of an iteration: limits, steering, the cost preflight, the model call."""
+        budget = self.budget
+        try:
+            budget.check_iteration(iteration)
+        except RunLimitError as exc:
+            self._audit("iteration_limit", {"iteration": iteration, "max_iterations": budget.max_iterations})
+            return _Outcome(status="limit_exceeded", error_message=_sentence(exc))
+        steered = self._take_steering()
+        for text in steered:
+            self._append(state, LLMMessage("user", text))
+            self._emit("steered", {"iteration": iteration, "text": text})
+        if self.provider is not None:
+            try:
+                budget.check_cost_preflight(
+                    self.provider, self.model, state.chars, self.max_output_tokens, spent_cents=state.cost
+                )
+            except CostCapError as exc:
+                refusal = {"iteration": iteration, "total_cents": state.cost, "refused": "preflight"}
+                self._audit("cost_checkpoint", {**refusal, "reason": _sentence(exc)})
+                return _Outcome(status="cost_exceeded", error_message=_sentence(exc))
+        request = LLMRequest(
+            messages=list(state.messages),
+            model=self.model,
+            max_tokens=self.max_output_tokens,
+            tools=state.tools,
+            temperature=self.temperature,
+        )
+        size = {
+            "iteration": iteration,
+            "message_count": len(state.messages),
+            "approx_input_chars": state.chars,
+        }
+        self._audit(
+            "model_request",
+            {
+                **size,
+                "provider": self.provider,
+                "model": self.model,
+                "max_tokens": self.max_output_tokens,
+                "tool_count": len(state.tools),
+                "steered": steered,
+            },
+        )
+        self._emit("model_request", size)
+        state.iterations = iteration
+        try:
+            response = await self._call_model(request, iteration)
+        except (_Cancelled, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # the adapter converts provider errors; anything else fails too
+            self._audit("model_response", {"iteration": iteration, "error": _sentence(exc)})
+            return _Outcome(status="failed", error_message=_sentence(exc))
+        state.cost += response.cost_cents
+        state.input_tokens += response.input_tokens
+        state.output_tokens += response.output_tokens
+        if state.writer is not None:
+            try:
+                state.writer.record_model_call(
+                    self.model, response.input_tokens, response.output_tokens, float(response.cost_cents)
+                )
+            except OSError as exc:
+                # A cost that no report would show: stop rather than spend more unrecorded.
+                return _Outcome(
+                    status="failed", error_message=f"The run log cannot be written: {_sentence(exc)}."
+                )
+        reply = {
+            "iteration": iteration,
+            "content": response.content,
+            "stop_reason": response.stop_reason,
+            "tool_calls": [
+                {"call_id": call.call_id, "tool_name": call.tool_name, "arguments": call.arguments}
+                for call in response.tool_calls
+            ],
+            "input_tokens": response.input_tokens,
+            "output_tokens": response.output_tokens,
+            "cost_cents": response.cost_cents,
+        }
+        totals = {
+            "iteration": iteration,
+            "call_cents": response.cost_cents,
+            "total_cents": state.cost,
+            "input_tokens": state.input_tokens,
+            "output_tokens": state.output_tokens,
+        }
+        self._audit("model_response", reply)
+        self._audit("cost_checkpoint", totals)
+        self._emit("model_response", reply)
+        self._emit("cost", {**totals, "cap_cents": budget.max_estimated_cost_cents})
+        try:
+            budget.check_cost(state.cost)
+        except CostCapError as exc:
+            return _Outcome(status="cost_exceeded", error_message=_sentence(exc))
+        return response
+
+    async def _tool_turn(self, requests: list[tuple[str, ToolRequest]], state: _RunState) -> _Outcome | None:
+        """Step 6: the reply's tool calls, in order; an outcome when one of them ends the run."""
+        budget = self.budget
+        for wire_id, request in requests:
+            self._check_cancelled()
+            try:
+                budget.check_tool_calls(state.tool_calls + 1)
+            except RunLimitError as exc:
+                self._audit(
+                    "tool_call_limit",
+                    {
+                        "tool_name": request.tool_name,
+                        "call_id": request.call_id,
+                        "max_tool_calls": budget.max_tool_calls,
+                    },
+                )
+                return _Outcome(status="limit_exceeded", error_message=_sentence(exc))
+            state.tool_calls += 1
+            if request.tool_name == ASK_USER_TOOL:
+                content = await self._ask_user(request)
+            elif self.audit.disk_error_count > state.audit_errors:
+                # Fail closed: a tool call that cannot be put on record is not made.
+                error = self.audit.disk_error
+                message = f"The audit log cannot be written, so no tool is called: {error}."
+                return _Outcome(status="failed", error_message=message)
+            else:
+                try:
+                    content = await self._call_tool(request)
+                except ApprovalDeniedError as exc:
+                    reason = _sentence(exc)
+                    if request.tool_name not in reason:
+                        reason = f"{request.tool_name} was denied: {reason}"
+                    return _Outcome(status="approval_denied", error_message=reason)
+            self._append(state, LLMMessage("tool", content, tool_call_id=wire_id))
+        return None
+
+    def _tool_requests(self, response: LLMResponse, state: _RunState) -> list[tuple[str, ToolRequest]]:
+        """The reply's tool calls, each with the id the provider knows and a call id unique in the run."""
+        reasoning = response.content[:MAX_REASON_CHARS] or None
+        requests: list[tuple[str, ToolRequest]] = []
+        for call in response.tool_calls:
+            wire_id = call.call_id or f"call_{len(state.call_ids) + 1}"
+            call_id = wire_id
+            # Approvals are given per call id, so two calls must never share one, even when a
+            # provider reuses ids across turns.
+            if call_id in state.call_ids:
+                call_id = f"{wire_id}-{len(state.call_ids) + 1}"
+            state.call_ids.add(call_id)
+            # Arguments that are not an object stay as they are, for the gate's schema check to refuse.
+            arguments = call.arguments
+            requests.append(
+                (
+                    wire_id,
+                    ToolRequest(
+                        tool_name=call.tool_name, arguments=arguments, call_id=call_id, reasoning=reasoning
+                    ),
+                )
+            )
+        return requests
+
+    async def _call_model(self, request: LLMRequest, iteration: int) -> LLMResponse:
+        if self.stream:
+
+            def on_text(text: str) -> None:
+                if text:
+                    self._emit("model_delta", {"iteration": iteration, "text": text})
+
+            call = self.adapter.complete_streaming(request, on_text)
+        else:
+            call = self.adapter.complete(request)
+        task: asyncio.Future[LLMResponse] = asyncio.ensure_future(call)
+        with self._lock:
+            self._inflight = task
+            cancelled = self._cancel.is_set()
+        if cancelled:
+            task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._cancel.is_set() and (current is None or not current.cancelling()):
+                raise _Cancelled from None
+            raise
+        finally:
+            with self._lock:
+                self._inflight = None
+
+    async def _call_tool(self, request: ToolRequest) -> str:
+        """Run one call through the gate; return the tool message's content. Denials propagate."""
+        self._emit(
+            "tool_call",
+            {
+                "call_id": request.call_id,
+                "tool_name": request.tool_name,
+                "arguments": request.arguments,
+                "reason": request.reasoning or "",
+            },
+        )
+        try:
+            # The gate may block for minutes (a quorum, a person at a prompt): keep the loop free.
+            result = await asyncio.to_thread(
+                self._gate.call,
+                request.tool_name,
+                request.arguments,
+                call_id=request.call_id,
+                reason=request.reasoning or "",
+            )
+        except ApprovalDeniedError as exc:
+            self._emit(
+                "approval_denied",
+                {"call_id": request.call_id, "tool_name": request.tool_name, "reason": _sentence(exc)},
+            )
+            raise
+        except Exception as exc:
+            error = {"error": _sentence(exc), "error_type": type(exc).__name__}
+            self._emit(
+                "tool_result",
+                {"call_id": request.call_id, "tool_name": request.tool_name, "ok": False, **error},
+            )
+            return _json_text(error)
+        self._emit(
+            "tool_result",
+            {"call_id": request.call_id, "tool_name": request.tool_name, "ok": True, "result": result},
+        )
+        return _json_text(result)
+
+    async def _ask_user(self, request: ToolRequest) -> str:
+        arguments: Any = request.arguments
+        if not isinstance(arguments, dict):
+            arguments = {}  # no question in it: refused below like any malformed question
+        question = arguments.get("question")
+        options = arguments.get("options", [])
+        base = {"tool_name": ASK_USER_TOOL, "call_id": request.call_id, "arguments": request.arguments}
+        if (
+            not isinstance(question, str)
+            or not question.strip()
+            or len(question) > MAX_QUESTION_CHARS
+            or not isinstance(options, list)
+            or len(options) > MAX_QUESTION_OPTIONS
+            or not all(isinstance(option, str) for option in options)
+        ):
+            error = (
+                f"{ASK_USER_TOOL} takes a question of 1 to {MAX_QUESTION_CHARS} characters and at most "
+                f"{MAX_QUESTION_OPTIONS} string options."
+            )
+            self._audit("tool_error", {**base, "error": error, "stage": "arguments"})
+            self._emit(
+                "tool_result",
+                {"call_id": request.call_id, "tool_name": ASK_USER_TOOL, "ok": False, "error": error},
+            )
+            return _json_text({"error": error, "error_type": "SchemaValidationError"})
+        asked = Question(
+            call_id=request.call_id, question=question, options=tuple(options), run_id=self.run_id
+        )
+        self._emit("question", {"call_id": request.call_id, "question": question, "options": list(options)})
+        answer: str | None = None
+        if self.ask is not None:
+            try:
+                raw = await asyncio.to_thread(self.ask, asked)
+            except Exception:
+                _log.exception("the ask callback failed; the question is declined")
+                raw = None
+            answer = raw if isinstance(raw, str) else None
+        result: dict[str, Any] = {"declined": True} if answer is None else {"answer": answer}
+        self._audit("tool_result", {**base, "result": result})
+        self._emit("answer", {"call_id": request.call_id, "answered": answer is not None, "answer": answer})
+        return _json_text(result)
+
+    # -- pieces --------------------------------------------------------------------------------------
+
+    def _check_cancelled(self) -> None:
+        if self._cancel.is_set():
+            raise _Cancelled
+
+    def _take_steering(self) -> list[str]:
+        with self._lock:
+            taken, self._steering = self._steering, []
+        return taken
+
+    def _audit(self, event_type: str, payload: dict[str, Any]) -> None:
+        self.audit.log(event_type, payload, run_id=self.run_id)
+
+    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+        self._hub.emit(kind, data)
+
+    def _open_run_log(self) -> RunLogWriter | None:
+        if not self.run_log:
+            return None
+        return RunLogWriter(
+            self.root, self.run_id, label=self.label, provider=self.provider or "", model=self.model
+        )
+
+    def _finish(self, state: _RunState, outcome: _Outcome) -> RunResult:
+        cancelled = self._cancel.is_set() and outcome.error_message == CANCELLED_MESSAGE
+        metadata: dict[str, Any] = {
+            "provider": self.provider,
+            "model": self.model,
+            "cancelled": cancelled,
+            "audit_log": str(self.audit.path),
+            "run_log": None if state.writer is None else str(state.writer.path),
+        }
+        if outcome.final_answer is not None:
+            metadata["stop_reason"] = outcome.final_answer.metadata.get("stop_reason")
+        writer = state.writer
+        if writer is not None:
+            try:
+                if not writer.finished:
+                    writer.finish(outcome.status)
+            except (OSError, RuntimeError) as exc:
+                metadata["run_log_error"] = _sentence(exc)
+                with contextlib.suppress(Exception):
+                    writer.close()
+        if self.session is not None and self.session_store is not None:
+            metadata["session_id"] = self.session.id
+            try:
+                if outcome.final_answer is not None:
+                    self.session.add_message("assistant", outcome.final_answer.content)
+                self.session_store.save(self.session)
+            except Exception as exc:  # the run's outcome stands; the caller learns the session was not saved
+                metadata["session_error"] = _sentence(exc)
+        end = {
+            "status": outcome.status,
+            "error_message": outcome.error_message,
+            "iterations": state.iterations,
+            "tool_calls": state.tool_calls,
+            "input_tokens": state.input_tokens,
+            "output_tokens": state.output_tokens,
+            "cost_cents": state.cost,
+            "cancelled": cancelled,
+        }
+        self._audit("run_end", end)
+        last_hash = _last_event_hash(self.audit)
+        if last_hash is not None:
+            metadata["last_audit_hash"] = last_hash
+        if self.audit.disk_error_count:
+            metadata["audit_disk_error"] = str(self.audit.disk_error)
+        result = RunResult(
+            run_id=self.run_id,
+            final_answer=outcome.final_answer,
+            iterations=state.iterations,
+            tool_calls=state.tool_calls,
+            status=outcome.status,
+            metadata=metadata,
+            error_message=outcome.error_message,
+            cost_cents=state.cost,
+            input_tokens=state.input_tokens,
+            output_tokens=state.output_tokens,
+        )
+        with self._lock:
+            self._done = True
+            self._result = result
+        self._emit(
+            "run_finished",
+            {
+                **end,
+                "run_id": self.run_id,
+                "final_answer": None if outcome.final_answer is None else outcome.final_answer.content,
+            },
+        )
+        return result
+
+    # -- approvals, watched --------------------------------------------------------------------------
+
+    def _watched_policy(self, policy: ApprovalPolicy) -> ApprovalPolicy:
+        """The same policy, with its prompter and quorum gate reporting waits as events and audit records."""
+        prompter = policy.prompter
+        gate = policy.quorum_gate
+        if prompter is None and gate is None:
+            return policy
+        # replace() keeps the JIT state and the preset store (the same objects) and checks again.
+        return dataclasses.replace(
+            policy,
+            prompter=None if prompter is None else _WatchedPrompter(self, prompter),
+            quorum_gate=None if gate is None else _WatchedQuorumGate(self, gate, policy),
+        )
+
+    def _approval_waiting(self, request: ApprovalRequest, via: str, extra: Mapping[str, Any]) -> None:
+        self._audit("approval_request", {**request.to_dict(), "via": via, **extra})
+        self._emit("approval_waiting", {**request.to_dict(), "via": via, **extra})
+
+
+class _WatchedPrompter:
+    def __init__(self, runner: AgentRunner, prompter: Callable[[PromptRequest], PromptAnswer]) -> None:
+        self._runner = runner
+        self._prompter = prompter
+
+    def __call__(self, request: PromptRequest, /) -> PromptAnswer:
+        approval = ApprovalRequest(
+            call_id=request.call_id,
+            tool_name=request.tool_name,
+            arguments=request.arguments,
+            reason=request.reason,
+            annotations=dict(request.annotations),
+            run_id=request.run_id,
+            workspace_secret=None,
+        )
+        self._runner._approval_waiting(approval, "prompt", {})
+        answer = self._prompter(request)
+        if answer in (PromptAnswer.ONCE, PromptAnswer.SESSION):
+            self._runner._emit(
+                "approval_granted",
+                {
+                    "call_id": request.call_id,
+                    "tool_name": request.tool_name,
+                    "via": "prompt",
+                    "answer": str(answer),
+                },
+            )
+        return answer
+
+
+class _WatchedQuorumGate:
+    def __init__(self, runner: AgentRunner, gate: QuorumGate, policy: ApprovalPolicy) -> None:
+        self._runner = runner
+        self._gate = gate
+        self._config = policy.multi_sig_config
+
+    def obtain(
+        self,
+        *,
+        tool_name: str,
+        arguments: dict[str, Any],
+        call_id: str,
+        run_id: str | None,
+        reason: str,
+    ) -> dict[str, Any]:
+        config = self._config
+        approval = ApprovalRequest(
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=arguments,
+            reason=reason,
+            annotations={},
+            run_id=run_id,
+            workspace_secret=None,
+        )
+        self._runner._approval_waiting(
+            approval,
+            "quorum",
+            {
+                "required_approvals": config.required_approvals,
+                "peers": list(config.peer_agent_ids),
+                "timeout_seconds": config.timeout_seconds,
+            },
+        )
+        certificate = self._gate.obtain(
+            tool_name=tool_name, arguments=arguments, call_id=call_id, run_id=run_id, reason=reason
+        )
+        self._runner._emit("approval_granted", {"call_id": call_id, "tool_name": tool_name, "via": "quorum"})
+        return certificate
+
+
+@dataclass
+class _RunState:
+    iterations: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    chars: int = 0
+    audit_errors: int = 0
+    writer: RunLogWriter | None = None
+    call_ids: set[str] = dataclasses.field(default_factory=set)
+    messages: list[LLMMessage] = dataclasses.field(default_factory=list)
+    tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def _last_event_hash(audit: AuditLogger) -> str | None:
+    """The ``event_hash`` of the last record this logger wrote, read back from the file's tail."""
+    events = audit.events
+    if not events:
+        return None
+    event_id = events[-1].event_id
+    try:
+        with open(audit.path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - _TAIL_BYTES))
+            tail = handle.read()
+    except OSError:
+        return None
+    marker = f'"event_id":"{event_id}"'.encode()
+    for line in reversed(tail.splitlines()):
+        if marker in line:
+            try:
+                value = json.loads(line).get("event_hash")
+            except (ValueError, AttributeError):
+                return None
+            return value if isinstance(value, str) else None
+    return None

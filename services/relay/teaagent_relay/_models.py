@@ -1,0 +1,116 @@
+"""The relay's HTTP shapes (pydantic only here, at the edge; the library's plain objects inside).
+
+Signed documents travel as plain JSON objects (``dict[str, Any]``): their exact values, types
+included, are what the signatures cover, so the edge checks only their outer shape and the
+library's protocol code checks the rest (PROTOCOL.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "DecisionReceiptOut",
+    "HealthOut",
+    "InboxAcceptedOut",
+    "InboxItemOut",
+    "RequestStatusOut",
+    "SignedDecisionIn",
+    "SignedRequestIn",
+]
+
+State = Literal["pending", "approved", "denied", "expired"]
+
+
+class SignedRequestIn(BaseModel):
+    """A request document and its origin's signature (PROTOCOL.md, Request)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request: dict[str, Any] = Field(description="The request document, exactly as signed.")
+    signature: str = Field(
+        description="The origin's SSHSIG over the request's canonical JSON (base64 or armored)."
+    )
+
+
+class SignedDecisionIn(BaseModel):
+    """An approval or denial statement and its signer's signature (PROTOCOL.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    statement: dict[str, Any] = Field(description="The approval or denial statement, exactly as signed.")
+    signature: str = Field(description="The signer's SSHSIG over the statement's canonical JSON.")
+
+
+class RequestStatusOut(BaseModel):
+    """One of this node's own requests: its counting state, and the certificate once approved."""
+
+    request_id: str
+    state: State
+    required: int = Field(description="Approvals needed (the larger of the request's and this node's).")
+    peers: list[str] = Field(description="The request's peers that this node counts.")
+    signers: list[str] = Field(description="Peers whose approval was counted.")
+    denied_by: list[str] = Field(description="Peers whose denial was counted.")
+    denial_reasons: dict[str, str]
+    expires_at: int
+    accepted_at: int
+    decided_at: int | None
+    certificate: dict[str, Any] | None = Field(
+        description="The quorum certificate (PROTOCOL.md) when approved; the origin verifies it itself."
+    )
+
+
+class InboxAcceptedOut(BaseModel):
+    """A peer's request as stored in this node's inbox."""
+
+    request_id: str
+    origin: str
+    state: State
+    created: bool
+
+
+class InboxItemOut(BaseModel):
+    """A request received from a peer, waiting for (or decided by) this node."""
+
+    request_id: str
+    origin: str
+    tool_name: str
+    arguments: dict[str, Any]
+    reason: str
+    run_id: str
+    call_id: str
+    payload_digest: str
+    required_approvals: int
+    peers: list[str]
+    created_at: int
+    expires_at: int
+    state: State = Field(description="pending, approved or denied (by this node), or expired.")
+    request: dict[str, Any] = Field(description="The request document, to build the statement to sign.")
+    signature: str = Field(description="The origin's signature over the request.")
+    decision: dict[str, Any] | None = Field(description="This node's signed decision, once given.")
+
+
+class DecisionReceiptOut(BaseModel):
+    """What happened to one signed decision."""
+
+    request_id: str
+    origin: str
+    signer: str
+    kind: Literal["approval", "denial"]
+    state: State = Field(description="The request's state after this decision.")
+    counted: bool = Field(description="False when the same signer's decision was already counted.")
+    decided: bool = Field(description="True when this very decision settled the outcome.")
+    approvals: int
+    denials: int
+
+
+class HealthOut(BaseModel):
+    """Liveness: the relay answers and its Redis answers."""
+
+    status: Literal["ok"]
+    service: Literal["relay"]
+    version: str
+    agent_id: str
+    redis_ms: float

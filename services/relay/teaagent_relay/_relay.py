@@ -1,0 +1,559 @@
+"""What the relay does, apart from HTTP: store, verify, count, queue.
+
+Stored forms (all in the node's store, ``teaagent.store``):
+
+- a request (own or received) is the JSON envelope ``{"request": ..., "signature": <wire>}``, the
+  request exactly as its origin signed it;
+- a decision is ``{"statement": <rebuilt from the request>, "signature": <wire>}``, stored only
+  after it verified, so a certificate is built from stored decisions without checking them again
+  (the origin's agent verifies the certificate itself anyway);
+- a delivery (queue ``deliveries``, target = the peer's agent id) carries
+  ``{"path": "/v1/...", "body": {...}}``; the worker looks the peer's relay URL up in the node
+  configuration when it delivers;
+- an inbox entry (queue ``inbox``, target ``approver``) carries ``{"origin", "request_id"}`` for the
+  node's approver, which may also list ``GET /v1/inbox``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import redis.exceptions
+
+from teaagent._canonical import canonical
+from teaagent.config import NodeConfig
+from teaagent.errors import RequestConflictError, StoreError
+from teaagent.quorum import build_certificate, request_problem
+from teaagent.signing import parse_public_key
+from teaagent.store import DecisionResult, RequestState, Store, StoredRequest
+from teaagent_relay._errors import ApiError
+from teaagent_relay._metrics import RelayMetrics
+from teaagent_relay._protocol import (
+    DecisionKind,
+    check_request_signature,
+    check_statement,
+    decision_bytes,
+    sentence,
+    verify_decision,
+)
+from teaagent_relay._settings import Settings
+from teaagent_relay._writer import DecisionWriter
+
+__all__ = ["APPROVER_TARGET", "MAX_WAIT_SECONDS", "KnownRequest", "Relay"]
+
+logger = logging.getLogger("teaagent.relay")
+
+MAX_WAIT_SECONDS: Final = 60.0  # one long-poll; proxies commonly cut idle HTTP at 60-100 s
+MAX_KNOWN_REQUESTS: Final = 10_000  # parsed own requests kept in memory; a decision then costs one round trip
+APPROVER_TARGET: Final = "approver"  # the inbox queue's only consumer
+INBOX_WAKE_SECONDS: Final = 2.0  # one block of an inbox long-poll, under the store's socket timeout
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A per-origin window: ``max_calls`` per ``window_seconds``."""
+
+    max_calls: int
+    window_seconds: float
+
+
+@dataclass(frozen=True)
+class KnownRequest:
+    """One of this node's own requests, parsed once, with who may count for it and how many must.
+
+    ``decided`` maps each signer with a counted decision to its kind: a signer's first decision
+    wins (PROTOCOL.md rule 5: each signer counts once), so a contrary one later is refused. It is
+    filled from the store when the request is loaded and kept here after, which holds because a
+    node runs one relay process (``teaagent relay serve`` starts one worker).
+    """
+
+    request: dict[str, Any]
+    signature: str
+    peers: tuple[str, ...]
+    required: int
+    decided: dict[str, DecisionKind] = field(default_factory=dict)
+
+
+def _envelope(document: bytes) -> tuple[dict[str, Any], str]:
+    parsed = json.loads(document)
+    return parsed["request"], parsed["signature"]
+
+
+def _not_found(request_id: str) -> ApiError:
+    # The store's own sentence for the same case (RequestNotFoundError), so both read alike.
+    return ApiError(
+        404, "not_found", f"Request {request_id} is not stored here (it never arrived, or it expired)."
+    )
+
+
+def _payload(path: str, body: dict[str, Any]) -> bytes:
+    return json.dumps({"path": path, "body": body}, separators=(",", ":")).encode()
+
+
+@contextmanager
+def _redis(store: Store) -> Iterator[None]:
+    """Turn a Redis error of a direct client call into the store's ``StoreError``."""
+    try:
+        yield
+    except redis.exceptions.RedisError as exc:
+        raise StoreError(f"Redis at {store.url} failed: {exc}") from exc
+
+
+class Relay:
+    """One node's relay: its configuration, its store, and the rules of PROTOCOL.md."""
+
+    def __init__(
+        self, *, config: NodeConfig, store: Store, settings: Settings, metrics: RelayMetrics
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.agent_id = config.agent_id
+        self.token = config.load_token()
+        self.own_key = config.own_public_key()
+        self.allow_dev = config.quorum.allow_dev_signatures
+        self.inbox_limit = RateLimit(settings.inbox_rate_limit, settings.inbox_rate_window_seconds)
+        self.deliveries = store.queue(
+            "deliveries",
+            min_idle_seconds=settings.delivery_min_idle_seconds,
+            retry_base_seconds=settings.delivery_retry_base_seconds,
+            retry_cap_seconds=settings.delivery_retry_cap_seconds,
+        )
+        # The same queue with one attempt: retry_later on it dead-letters at once (a permanent refusal).
+        self.dead_letters = store.queue("deliveries", max_attempts=1)
+        self._known: OrderedDict[str, KnownRequest] = OrderedDict()
+        self.writer = DecisionWriter(store)
+        # Parsed once: a key line costs more to parse than one Ed25519 verification.
+        self._peer_keys = {name: parse_public_key(peer.public_key) for name, peer in config.peers.items()}
+
+    # -- own requests ----------------------------------------------------------------------------
+
+    def _counting(self, request: dict[str, Any]) -> tuple[tuple[str, ...], int]:
+        """Who counts for a request here and how many must approve (as ``evaluate`` counts it)."""
+        peers = tuple(p for p in request["peers"] if p in self.config.peers and p != request["origin"])
+        required = max(request["required_approvals"], self.config.quorum.required_approvals, 1)
+        return peers, required
+
+    def _remember(self, known: KnownRequest) -> KnownRequest:
+        request_id = known.request["request_id"]
+        self._known[request_id] = known
+        self._known.move_to_end(request_id)
+        while len(self._known) > MAX_KNOWN_REQUESTS:
+            self._known.popitem(last=False)
+        return known
+
+    async def known_request(self, request_id: str) -> KnownRequest:
+        """Return one of this node's stored requests, parsed (from memory when seen before).
+
+        Raises:
+            ApiError: 404 when no such request is stored.
+        """
+        known = self._known.get(request_id)
+        if known is not None:
+            return known
+        stored = await self.store.requests.get(request_id)
+        if stored is None:
+            raise _not_found(request_id)
+        request, signature = _envelope(stored.document)
+        peers, _required = self._counting(request)
+        decided: dict[str, DecisionKind] = dict.fromkeys(stored.denials, "denial")
+        decided.update(dict.fromkeys(stored.approvals, "approval"))
+        return self._remember(KnownRequest(request, signature, peers, stored.required, decided))
+
+    async def submit(self, request: dict[str, Any], signature: str) -> tuple[bool, dict[str, Any]]:
+        """Store a request of this node's agent and queue it for every peer; idempotent.
+
+        Returns ``(created, status)``.
+
+        Raises:
+            ApiError: 422 malformed or not countable here, 403 not this node's or a bad signature,
+                409 another document holds the id.
+            StoreError: Redis failed.
+        """
+        problem = request_problem(request)
+        if problem is not None:
+            raise ApiError(422, "invalid", sentence(problem))
+        request_id = request["request_id"]
+        if request["origin"] != self.agent_id:
+            raise ApiError(
+                403,
+                "forbidden",
+                f"The request's origin {request['origin']} is not this node ({self.agent_id}).",
+            )
+        peers, required = self._counting(request)
+        if required > len(peers):
+            raise ApiError(
+                422,
+                "invalid",
+                f"Request {request_id} needs {required} approvals but only {len(peers)} of its peers "
+                "are configured peers of this node.",
+            )
+        # Never trust the body: the signature must verify with this node's own configured key.
+        wire = check_request_signature(
+            request, signature, self.own_key.to_line(), allow_dev=self.allow_dev, whose="this node's own key"
+        )
+        document = canonical({"request": request, "signature": wire})
+        try:
+            result = await self.store.requests.accept(
+                request_id,
+                document,
+                required_approvals=required,
+                peers=len(peers),
+                expires_at=request["expires_at"],
+            )
+            created, state = result.created, result.state
+        except RequestConflictError:
+            stored = await self.store.requests.get(request_id)
+            if stored is None or _envelope(stored.document)[0] != request:
+                raise ApiError(
+                    409, "conflict", f"Request {request_id} is already stored with a different document."
+                ) from None
+            # The same request signed again (ECDSA signatures differ each time): the first one stays.
+            created, state, wire = False, stored.state, _envelope(stored.document)[1]
+        if request_id not in self._known:
+            self._remember(KnownRequest(request, wire, peers, required))
+        self.metrics.quorum_requests.labels("own", "created" if created else "duplicate").inc()
+        if state == "pending":
+            # Enqueued on every submission, not only the first: a retry after a crash completes it.
+            payload = _payload("/v1/inbox", {"request": request, "signature": wire})
+            await asyncio.gather(
+                *(self.deliveries.enqueue(peer, request_id, payload, request["expires_at"]) for peer in peers)
+            )
+        return created, await self.status(request_id)
+
+    async def status(self, request_id: str) -> dict[str, Any]:
+        """Return the counting state of an own request, settling its expiry when due.
+
+        Raises:
+            ApiError: 404 when no such request is stored.
+            StoreError: Redis failed.
+        """
+        stored = await self.store.requests.get(request_id)
+        if stored is None:
+            raise _not_found(request_id)
+        if stored.state == "pending" and time.time() > stored.expires_at:
+            await self._settle(request_id)
+            stored = await self.store.requests.get(request_id) or stored
+        return self._status(stored)
+
+    async def wait(self, request_id: str, wait: float) -> dict[str, Any]:
+        """Block until the request is decided or ``wait`` seconds pass (XREAD BLOCK on its events).
+
+        Raises:
+            ApiError: 404 when no such request is stored.
+            StoreError: Redis failed.
+        """
+        stored = await self.store.requests.wait_outcome(request_id, min(wait, MAX_WAIT_SECONDS))
+        return self._status(stored)
+
+    async def _settle(self, request_id: str) -> DecisionResult:
+        result = await self.store.requests.settle_expiry(request_id)
+        if result.decided:
+            self.metrics.outcomes.labels(result.state).inc()
+        return result
+
+    def _status(self, stored: StoredRequest) -> dict[str, Any]:
+        request, signature = _envelope(stored.document)
+        peers, _required = self._counting(request)
+        order = {peer: index for index, peer in enumerate(request["peers"])}
+
+        def position(signer: str) -> int:
+            return order.get(signer, len(order))
+
+        approvals = [json.loads(stored.approvals[s]) for s in sorted(stored.approvals, key=position)]
+        denials = {s: json.loads(stored.denials[s]) for s in sorted(stored.denials, key=position)}
+        certificate = build_certificate(request, signature, approvals) if stored.state == "approved" else None
+        return {
+            "request_id": stored.request_id,
+            "state": stored.state,
+            "required": stored.required,
+            "peers": list(peers),
+            "signers": [approval["statement"]["signer"] for approval in approvals],
+            "denied_by": list(denials),
+            "denial_reasons": {s: str(d["statement"].get("reason", "")) for s, d in denials.items()},
+            "expires_at": stored.expires_at,
+            "accepted_at": stored.accepted_at,
+            "decided_at": stored.decided_at,
+            "certificate": certificate,
+        }
+
+    async def count(self, request_id: str, statement: dict[str, Any], signature: str) -> dict[str, Any]:
+        """Verify a peer's decision on an own request and count it once (PROTOCOL.md "Counting").
+
+        Raises:
+            ApiError: 404 unknown request; 422 not a statement of this request; 403 a signer that
+                may not sign it, or a signature that does not verify; 409 the signer decided
+                otherwise before.
+            StoreError: Redis failed.
+        """
+        known = await self.known_request(request_id)
+        request = known.request
+        now = time.time()
+        try:
+            kind, signer, rebuilt = check_statement(request, statement, configured=known.peers, now=now)
+        except ApiError:
+            self.metrics.decisions.labels("peer", "rejected").inc()
+            raise
+        if now > request["expires_at"]:
+            # Rule 4: nothing counts on an expired request; settle it and say so.
+            result = await self._settle(request_id)
+            self.metrics.decisions.labels("peer", "late").inc()
+            return self._receipt(request, signer, kind, result)
+        # Rules 2 and 3: the signature verifies over the rebuilt statement with the configured key.
+        try:
+            wire = verify_decision(
+                kind,
+                rebuilt,
+                signature,
+                self._peer_keys[signer],
+                allow_dev=self.allow_dev,
+                whose=f"the key configured for {signer}",
+            )
+        except ApiError:
+            self.metrics.decisions.labels("peer", "rejected").inc()
+            raise
+        # Rule 5: each signer counts once; its first decision wins, a contrary one is refused.
+        previous = known.decided.get(signer)
+        if previous is not None and previous != kind:
+            self.metrics.decisions.labels("peer", "rejected").inc()
+            raise ApiError(409, "conflict", f"{signer} already sent a {previous} for request {request_id}.")
+        known.decided[signer] = kind  # before the await: a concurrent contrary decision sees it
+        try:
+            result = await self.writer.record(
+                request_id, kind=kind, signer=signer, decision=decision_bytes(rebuilt, wire), now=int(now)
+            )
+        except BaseException:
+            if previous is None:
+                known.decided.pop(signer, None)
+            raise
+        self.metrics.decisions.labels("peer", "counted" if result.counted else "duplicate").inc()
+        if result.decided:
+            self.metrics.outcomes.labels(result.state).inc()
+        return self._receipt(request, signer, kind, result)
+
+    @staticmethod
+    def _receipt(request: dict[str, Any], signer: str, kind: str, result: DecisionResult) -> dict[str, Any]:
+        return {
+            "request_id": request["request_id"],
+            "origin": request["origin"],
+            "signer": signer,
+            "kind": kind,
+            "state": result.state,
+            "counted": result.counted,
+            "decided": result.decided,
+            "approvals": result.approvals,
+            "denials": result.denials,
+        }
+
+    # -- the inbox -------------------------------------------------------------------------------
+
+    async def receive(self, request: dict[str, Any], signature: str) -> tuple[bool, dict[str, Any]]:
+        """Accept a peer's request into the inbox and queue it for the approver; idempotent.
+
+        Raises:
+            ApiError: 403 unknown origin, not addressed to this node, or a bad signature; 422
+                malformed; 429 the origin's window is full; 409 another document holds the id.
+            StoreError: Redis failed.
+        """
+        origin = request.get("origin")
+        if isinstance(origin, str) and origin not in self.config.peers:
+            raise ApiError(403, "forbidden", sentence(f"{origin!r} is not a configured peer of this node"))
+        problem = request_problem(request)
+        if problem is not None:
+            raise ApiError(422, "invalid", sentence(problem))
+        assert isinstance(origin, str)  # request_problem checked it
+        request_id = request["request_id"]
+        if self.agent_id not in request["peers"]:
+            raise ApiError(
+                403,
+                "forbidden",
+                f"This node ({self.agent_id}) is not among the peers of request {request_id}.",
+            )
+        wire = check_request_signature(
+            request,
+            signature,
+            self.config.peers[origin].public_key,
+            allow_dev=self.allow_dev,
+            whose=f"the key configured for {origin}",
+        )
+        # After the signature: only a genuine origin's requests use up its window.
+        decision = await self.store.rate_limiter.hit(f"origin:{origin}", self.inbox_limit)
+        if not decision.allowed:
+            retry_after = max(1, math.ceil(decision.retry_after))
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"{origin} sent more than {self.inbox_limit.max_calls} requests in "
+                f"{self.inbox_limit.window_seconds:g} seconds; retry in {retry_after} s.",
+                headers={"Retry-After": str(retry_after)},
+            )
+        document = canonical({"request": request, "signature": wire})
+        try:
+            result = await self.store.inbox.accept(
+                origin, request_id, document, expires_at=request["expires_at"]
+            )
+            created, state = result.created, result.state
+        except RequestConflictError:
+            stored = await self.store.inbox.get(origin, request_id)
+            if stored is None or _envelope(stored.document)[0] != request:
+                raise ApiError(
+                    409,
+                    "conflict",
+                    f"Request {request_id} from {origin} is already stored with a different document.",
+                ) from None
+            created, state = False, stored.state
+        self.metrics.quorum_requests.labels("inbox", "created" if created else "duplicate").inc()
+        if state == "pending":
+            # Also for a repeat: the origin repeats only when it got no answer, maybe before this step.
+            payload = json.dumps({"origin": origin, "request_id": request_id}).encode()
+            await self.store.inbox_queue.enqueue(APPROVER_TARGET, request_id, payload, request["expires_at"])
+        return created, {"request_id": request_id, "origin": origin, "state": state, "created": created}
+
+    def _inbox_item(self, stored: StoredRequest, now: float) -> dict[str, Any]:
+        request, signature = _envelope(stored.document)
+        raw = next(iter(stored.approvals.values()), None) or next(iter(stored.denials.values()), None)
+        state: RequestState = stored.state
+        if state == "pending" and now > stored.expires_at:
+            state = "expired"
+        return {
+            "request_id": stored.request_id,
+            "origin": request["origin"],
+            "tool_name": request["tool_name"],
+            "arguments": request["arguments"],
+            "reason": request["reason"],
+            "run_id": request["run_id"],
+            "call_id": request["call_id"],
+            "payload_digest": request["payload_digest"],
+            "required_approvals": request["required_approvals"],
+            "peers": request["peers"],
+            "created_at": request["created_at"],
+            "expires_at": request["expires_at"],
+            "state": state,
+            "request": request,
+            "signature": signature,
+            "decision": json.loads(raw) if raw is not None else None,
+        }
+
+    async def inbox(self, state: RequestState | None, limit: int, wait: float) -> list[dict[str, Any]]:
+        """List received requests; with ``wait``, block until one is there (XREAD on the inbox queue).
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        deadline = time.monotonic() + min(wait, MAX_WAIT_SECONDS)
+        stream = self.store.keys.queue(self.store.inbox_queue.name).stream
+        while True:
+            # The stream's last id first: an item queued after it wakes the block below.
+            with _redis(self.store):
+                last: Any = await self.store.client.xrevrange(stream, "+", "-", count=1)
+            last_id: Any = last[0][0] if last else "0-0"
+            stored = await self.store.inbox.list_requests(state=state, limit=limit)
+            now = time.time()
+            items = [self._inbox_item(item, now) for item in stored]
+            remaining = deadline - time.monotonic()
+            if items or remaining <= 0:
+                return items
+            with _redis(self.store):
+                await self.store.client.xread(
+                    {stream: last_id}, count=1, block=max(1, int(min(remaining, INBOX_WAKE_SECONDS) * 1000))
+                )
+
+    async def inbox_item(self, request_id: str, origin: str | None) -> dict[str, Any]:
+        """Return one received request, by id (and origin, when several origins used that id).
+
+        Raises:
+            ApiError: 404 unknown, 409 ambiguous, 422 an origin that is not an agent id.
+            StoreError: Redis failed.
+        """
+        stored = await self._find_inbox(request_id, origin)
+        return self._inbox_item(stored, time.time())
+
+    async def _find_inbox(self, request_id: str, origin: str | None) -> StoredRequest:
+        origins = [origin] if origin is not None else list(self.config.peers)
+        if origin is not None and origin not in self.config.peers:
+            raise ApiError(
+                404, "not_found", f"No request {request_id} from {origin} is in this node's inbox."
+            )
+        found = [
+            item
+            for item in await asyncio.gather(*(self.store.inbox.get(o, request_id) for o in origins))
+            if item
+        ]
+        if not found:
+            where = f" from {origin}" if origin is not None else ""
+            raise ApiError(404, "not_found", f"No request {request_id}{where} is in this node's inbox.")
+        if len(found) > 1:
+            names = ", ".join(sorted(str(item.origin) for item in found))
+            raise ApiError(
+                409,
+                "conflict",
+                f"Several origins ({names}) sent a request {request_id}; name one with ?origin=.",
+            )
+        return found[0]
+
+    async def decide(self, request_id: str, statement: dict[str, Any], signature: str) -> dict[str, Any]:
+        """Record this node's own signed decision on a received request and queue it for the origin.
+
+        Raises:
+            ApiError: 404 unknown request; 422 not a statement of it; 403 not signed by this node
+                or a bad signature; 409 this node decided otherwise before, or the request expired.
+            StoreError: Redis failed.
+        """
+        origin = statement.get("origin")
+        if not isinstance(origin, str):
+            raise ApiError(422, "invalid", "The statement's origin is not a string.")
+        stored = await self._find_inbox(request_id, origin)
+        request, _signature = _envelope(stored.document)
+        signer = statement.get("signer")
+        if signer != self.agent_id:
+            self.metrics.decisions.labels("own", "rejected").inc()
+            raise ApiError(
+                403,
+                "forbidden",
+                sentence(f"the statement is signed as {signer!r}, not as this node ({self.agent_id})"),
+            )
+        now = time.time()
+        try:
+            kind, signer, rebuilt = check_statement(request, statement, configured=(self.agent_id,), now=now)
+            wire = verify_decision(
+                kind, rebuilt, signature, self.own_key, allow_dev=self.allow_dev, whose="this node's own key"
+            )
+        except ApiError:
+            self.metrics.decisions.labels("own", "rejected").inc()
+            raise
+        if now > request["expires_at"]:
+            raise ApiError(
+                409,
+                "conflict",
+                f"Request {request_id} expired at {request['expires_at']}; a decision can no longer count.",
+            )
+        data = decision_bytes(rebuilt, wire)
+        result = await self.store.inbox.record_decision(
+            origin, request_id, kind=kind, signer=signer, decision=data, now=int(now)
+        )
+        if not result.counted:
+            current = await self.store.inbox.get(origin, request_id)
+            previous = None if current is None else (current.approvals or current.denials).get(signer)
+            if previous != data:
+                decided = "approved" if current is not None and current.approvals else "denied"
+                raise ApiError(
+                    409,
+                    "conflict",
+                    f"This node already {decided} request {request_id} with another decision.",
+                )
+        self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()
+        # Queued again for a repeat as well: the first call may have died before this step.
+        body = {"statement": rebuilt, "signature": wire}
+        await self.deliveries.enqueue(
+            origin, request_id, _payload(f"/v1/requests/{request_id}/decisions", body), request["expires_at"]
+        )
+        return self._receipt(request, signer, kind, result)

@@ -1,0 +1,276 @@
+"""The relay's routes, grouped by resource: own requests, the inbox, and operations (health, metrics)."""
+
+from __future__ import annotations
+
+import hmac
+import re
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
+
+import teaagent
+from teaagent.errors import StoreError
+from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
+from teaagent_relay._models import (
+    DecisionReceiptOut,
+    HealthOut,
+    InboxAcceptedOut,
+    InboxItemOut,
+    RequestStatusOut,
+    SignedDecisionIn,
+    SignedRequestIn,
+)
+from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
+
+__all__ = ["DECISIONS_PATH", "count_decision", "inbox_router", "operations_router", "requests_router"]
+
+MAX_LISTED = 1000  # one inbox listing; the store's own bound
+_REQUEST_ID = re.compile(r"[0-9a-f]{32}")
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+async def _relay(request: Request) -> Relay:
+    relay: Relay | None = getattr(request.app.state, "relay", None)
+    if relay is None:
+        raise ApiError(503, "unavailable", "The relay is starting or stopping; try again in a moment.")
+    return relay
+
+
+RelayDep = Annotated[Relay, Depends(_relay)]
+_bearer = HTTPBearer(
+    auto_error=False, description="The node's token (`token` in node.toml, or data_dir/token)."
+)
+
+
+async def _require_token(
+    relay: RelayDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    given = credentials.credentials.encode() if credentials is not None else b""
+    if not given or not hmac.compare_digest(given, relay.token.encode()):
+        raise ApiError(
+            401,
+            "unauthorized",
+            "This call needs the node's bearer token (Authorization: Bearer <token>).",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+Authorized = Annotated[None, Depends(_require_token)]
+RequestId = Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="32 lowercase hex characters.")]
+Wait = Annotated[
+    float,
+    Query(
+        ge=0, le=MAX_WAIT_SECONDS, description=f"Seconds to wait for a change, at most {MAX_WAIT_SECONDS:g}."
+    ),
+]
+
+
+async def _read(request: Request, model: type[_Model]) -> _Model:
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        status, message = validation_message(exc.errors())
+        raise ApiError(status, "invalid", message) from exc
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ErrorOut} for status in statuses}
+
+
+requests_router = APIRouter(prefix="/v1/requests", tags=["requests"])
+
+
+@requests_router.post(
+    "",
+    status_code=201,
+    response_model=RequestStatusOut,
+    responses=_errors(400, 401, 403, 409, 413, 422, 503),
+    summary="Submit a signed request of this node's agent and fan it out to the peers",
+)
+async def submit_request(
+    body: SignedRequestIn, relay: RelayDep, _auth: Authorized, response: Response
+) -> Any:
+    """Store the request (idempotent: 201 the first time, 200 after) and queue it for every peer.
+
+    The signature must verify with this node's own configured key; the body is never trusted.
+    """
+    created, status = await relay.submit(body.request, body.signature)
+    if not created:
+        response.status_code = 200
+    return status
+
+
+@requests_router.get(
+    "/{request_id}",
+    response_model=RequestStatusOut,
+    responses=_errors(401, 404, 422, 503),
+    summary="State, counted signers and, once approved, the quorum certificate",
+)
+async def get_request(request_id: RequestId, relay: RelayDep, _auth: Authorized) -> Any:
+    """Return the request's counting state; an expired request is settled as expired here."""
+    return await relay.status(request_id)
+
+
+@requests_router.get(
+    "/{request_id}/outcome",
+    response_model=RequestStatusOut,
+    responses=_errors(401, 404, 422, 503),
+    summary="Long-poll until the request is decided",
+)
+async def wait_outcome(request_id: RequestId, relay: RelayDep, _auth: Authorized, wait: Wait = 0.0) -> Any:
+    """Block (on the request's event stream, not by polling) until it is decided or ``wait`` passes.
+
+    The state is still ``pending`` when the wait ran out first.
+    """
+    return await relay.wait(request_id, wait)
+
+
+@requests_router.post(
+    "/{request_id}/decisions",
+    response_model=DecisionReceiptOut,
+    responses=_errors(400, 403, 404, 409, 413, 422, 503),
+    summary="A peer's signed approval or denial of one of this node's requests",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SignedDecisionIn"}}},
+        }
+    },
+)
+async def post_decision(request_id: str, request: Request) -> Any:
+    """Verify the decision by PROTOCOL.md's counting rules, then count it once.
+
+    No token: the signature is the authentication. A repeat of a counted decision answers 200
+    with ``counted: false``; a decision on an expired request answers 200 with state ``expired``.
+    """
+    return await count_decision(request)
+
+
+async def count_decision(request: Request) -> Response:
+    """The hot path of a relay, also mounted as a plain Starlette route ahead of the documented one.
+
+    FastAPI's dependency solving and generic body handling cost more than the verification itself
+    on a small host; here the body is parsed and shape-checked by pydantic-core in one step and the
+    receipt is returned as it is. The behaviour is the documented route's, which only delegates here.
+    """
+    relay = await _relay(request)
+    request_id = request.path_params["request_id"]
+    if not _REQUEST_ID.fullmatch(request_id):
+        raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
+    body = await _read(request, SignedDecisionIn)
+    return JSONResponse(await relay.count(request_id, body.statement, body.signature))
+
+
+DECISIONS_PATH = "/v1/requests/{request_id}/decisions"
+
+
+inbox_router = APIRouter(prefix="/v1/inbox", tags=["inbox"])
+
+
+@inbox_router.post(
+    "",
+    status_code=201,
+    response_model=InboxAcceptedOut,
+    responses=_errors(400, 403, 409, 413, 422, 429, 503),
+    summary="A peer relay delivers a signed request for this node's approver",
+)
+async def receive_request(body: SignedRequestIn, relay: RelayDep, response: Response) -> Any:
+    """Accept it when its origin is a configured peer, this node is among its peers and the
+    origin's signature verifies with the origin's configured key; rate-limited per origin.
+
+    No token: the signature is the authentication. 201 the first time, 200 for a repeat.
+    """
+    created, accepted = await relay.receive(body.request, body.signature)
+    if not created:
+        response.status_code = 200
+    return accepted
+
+
+@inbox_router.get(
+    "",
+    response_model=list[InboxItemOut],
+    responses=_errors(401, 422, 503),
+    summary="Requests received from peers (pending ones by default)",
+)
+async def list_inbox(
+    relay: RelayDep,
+    _auth: Authorized,
+    state: Literal["pending", "approved", "denied", "expired", "all"] = "pending",
+    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100,
+    wait: Wait = 0.0,
+) -> Any:
+    """List received requests in order of expiry; with ``wait``, block until there is one."""
+    return await relay.inbox(None if state == "all" else state, limit, wait)
+
+
+@inbox_router.get(
+    "/{request_id}",
+    response_model=InboxItemOut,
+    responses=_errors(401, 404, 409, 422, 503),
+    summary="One received request",
+)
+async def get_inbox_item(
+    request_id: RequestId,
+    relay: RelayDep,
+    _auth: Authorized,
+    origin: Annotated[str | None, Query(pattern="^[a-z0-9][a-z0-9._-]{0,63}$")] = None,
+) -> Any:
+    """Return the request with its origin, tool call, reason and expiry, and this node's decision."""
+    return await relay.inbox_item(request_id, origin)
+
+
+@inbox_router.post(
+    "/{request_id}/decision",
+    response_model=DecisionReceiptOut,
+    responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
+    summary="This node's signed approval or denial, forwarded to the origin's relay",
+)
+async def decide(request_id: RequestId, body: SignedDecisionIn, relay: RelayDep, _auth: Authorized) -> Any:
+    """Verify the decision with this node's own key, record it, and queue it for the origin.
+
+    Repeating the same decision is harmless (200, ``counted: false``); a different one is 409.
+    """
+    return await relay.decide(request_id, body.statement, body.signature)
+
+
+operations_router = APIRouter(tags=["operations"])
+
+
+@operations_router.get(
+    "/health", response_model=HealthOut, responses=_errors(503), summary="Liveness, Redis included"
+)
+async def health(relay: RelayDep) -> Any:
+    """Answer 200 when the relay and its Redis answer, 503 ``unavailable`` otherwise."""
+    try:
+        seconds = await relay.store.ping()
+    except StoreError as exc:
+        return error_response(503, "unavailable", str(exc))
+    return {
+        "status": "ok",
+        "service": "relay",
+        "version": teaagent.__version__,
+        "agent_id": relay.agent_id,
+        "redis_ms": round(seconds * 1000, 3),
+    }
+
+
+@operations_router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    summary="Prometheus metrics",
+)
+async def metrics(relay: RelayDep) -> Response:
+    """Counters of calls, requests, deliveries, retries, decisions and outcomes; latency; queue sizes."""
+    for queue in (relay.deliveries, relay.store.inbox_queue):
+        try:
+            stats = await queue.stats()
+        except StoreError:
+            continue  # the counters still render; the gauges keep their last values
+        for kind in ("length", "pending", "scheduled", "dead"):
+            relay.metrics.queue.labels(queue.name, kind).set(getattr(stats, kind))
+    return Response(relay.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,51 @@
+"""The relay's settings: where its node configuration lives, and the few knobs operators and tests turn."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = [
+    "DEFAULT_INBOX_RATE_LIMIT",
+    "DEFAULT_INBOX_RATE_WINDOW_SECONDS",
+    "Settings",
+]
+
+DEFAULT_INBOX_RATE_LIMIT: Final = (
+    600  # requests per origin per window: ten a second, far above any agent's pace
+)
+DEFAULT_INBOX_RATE_WINDOW_SECONDS: Final = 60.0
+
+
+class Settings(BaseSettings):
+    """The relay service's settings, read from the environment.
+
+    ``config`` comes from ``TEAAGENT_CONFIG`` (shared with the other services and the CLI); the
+    relay's own knobs from ``TEAAGENT_RELAY_<NAME>`` (``TEAAGENT_RELAY_DELIVER=0`` and so on).
+
+    Attributes:
+        config: The node configuration file (``node.toml``); required.
+        redis_prefix: The key prefix of this node's store; ``ta:<agent_id>`` when None. Tests and
+            demos that put several nodes on one Redis give each its own.
+        deliver: Run the delivery worker (off only for benchmarks that measure intake alone).
+        inbox_rate_limit: Requests accepted per peer origin per window; past it, 429.
+        inbox_rate_window_seconds: The window of ``inbox_rate_limit``.
+        delivery_min_idle_seconds: How long a claimed delivery may sit unacknowledged before
+            another consumer takes it over (the claimer crashed). Keep it above the delivery
+            timeout, which is derived from it.
+        delivery_retry_base_seconds: The first retry's backoff; it doubles per failure.
+        delivery_retry_cap_seconds: The longest backoff between two attempts.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TEAAGENT_RELAY_", populate_by_name=True, extra="forbid")
+
+    config: str | None = Field(default=None, validation_alias="TEAAGENT_CONFIG")
+    redis_prefix: str | None = None
+    deliver: bool = True
+    inbox_rate_limit: int = Field(default=DEFAULT_INBOX_RATE_LIMIT, ge=1, le=100_000)
+    inbox_rate_window_seconds: float = Field(default=DEFAULT_INBOX_RATE_WINDOW_SECONDS, gt=0, le=3600)
+    delivery_min_idle_seconds: float = Field(default=60.0, ge=1.0, le=3600)
+    delivery_retry_base_seconds: float = Field(default=0.5, gt=0, le=60)
+    delivery_retry_cap_seconds: float = Field(default=30.0, gt=0, le=3600)

@@ -1,0 +1,148 @@
+"""The delivery worker: claims queued deliveries and POSTs them to the peers' relays.
+
+At least once: an entry is acknowledged only after the peer answered 2xx, so a relay killed
+between claiming and acknowledging leaves it pending, and the next claim of any consumer takes it
+over once it has been idle ``delivery_min_idle_seconds``. Receivers are idempotent (a request
+stored twice is one request, a decision counted twice counts once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from typing import Final
+
+import httpx
+
+from teaagent.errors import StoreError
+from teaagent.store import Delivery
+from teaagent_relay._relay import Relay
+
+__all__ = ["CLAIM_BATCH", "DeliveryWorker", "consumer_name"]
+
+logger = logging.getLogger("teaagent.relay")
+
+CLAIM_BATCH: Final = 32  # deliveries claimed and sent at once; a burst of requests fans out in parallel
+CLAIM_BLOCK_MS: Final = 2000  # one blocking read; the store caps it under its socket timeout anyway
+MAX_DELIVERY_TIMEOUT: Final = 10.0  # seconds for one POST; a peer relay answers in milliseconds
+STORE_BACKOFF_START: Final = 0.25  # seconds to wait after Redis failed, doubling per failure
+STORE_BACKOFF_CAP: Final = 5.0
+_TEMPORARY: Final = frozenset({408, 425, 429})  # 4xx answers that a later attempt may turn into 2xx
+
+
+def consumer_name() -> str:
+    """The consumer name of this process in the queue's group: ``<hostname>-<pid>``."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _refusal(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return f"{body['error']}: {body['message']}"
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200] or response.reason_phrase
+
+
+class DeliveryWorker:
+    """Delivers the ``deliveries`` queue of one relay until cancelled."""
+
+    def __init__(
+        self,
+        relay: Relay,
+        *,
+        consumer: str | None = None,
+        min_idle_seconds: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.relay = relay
+        self.consumer = consumer or consumer_name()
+        # Under the min-idle time, so a live worker's entry is never taken over while it delivers it.
+        timeout = min(MAX_DELIVERY_TIMEOUT, min_idle_seconds / 2)
+        self.client = httpx.AsyncClient(timeout=timeout, transport=transport)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.client.aclose()
+
+    async def run(self) -> None:
+        """Claim and deliver until cancelled; failures (Redis down) are waited out with a backoff."""
+        failures = 0
+        while True:
+            try:
+                await self.run_once()
+                failures = 0
+            except Exception as exc:  # Redis down, or a bug: the worker must outlive both
+                failures += 1
+                delay = min(STORE_BACKOFF_CAP, STORE_BACKOFF_START * 2 ** min(failures - 1, 10))
+                if failures == 1:
+                    if isinstance(exc, StoreError):
+                        logger.warning("delivery worker: %s; retrying", exc)
+                    else:
+                        logger.exception("delivery worker failed; retrying")
+                await asyncio.sleep(delay)
+
+    async def run_once(self, block_ms: int = CLAIM_BLOCK_MS) -> int:
+        """Claim one batch (blocking up to ``block_ms`` when none is ready) and deliver it.
+
+        Returns:
+            How many deliveries were handled.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        batch = await self.relay.deliveries.claim(self.consumer, CLAIM_BATCH, block_ms)
+        if batch:
+            await asyncio.gather(*(self.deliver(delivery) for delivery in batch))
+        return len(batch)
+
+    async def deliver(self, delivery: Delivery) -> None:
+        """POST one delivery, then ack it, schedule a retry, or dead-letter it.
+
+        Raises:
+            StoreError: Redis failed (the entry stays pending and is taken over later).
+        """
+        metrics = self.relay.metrics
+        peer = self.relay.config.peers.get(delivery.target)
+        if peer is None:
+            await self._dead(delivery, f"{delivery.target} is not a configured peer of this node")
+            return
+        try:
+            payload = json.loads(delivery.payload)
+            url = peer.relay_url.rstrip("/") + payload["path"]
+            body = payload["body"]
+        except (ValueError, KeyError, TypeError):
+            await self._dead(delivery, "the queued delivery is not a JSON object with path and body")
+            return
+        try:
+            response = await self.client.post(url, json=body)
+        except httpx.HTTPError as exc:
+            await self._retry(
+                delivery, f"{delivery.target}'s relay at {url} is unreachable: {exc or type(exc).__name__}"
+            )
+            return
+        if response.is_success:
+            await self.relay.deliveries.ack(delivery)
+            metrics.deliveries.labels("ok").inc()
+            return
+        error = f"{delivery.target}'s relay at {url} answered {response.status_code} {_refusal(response)}"
+        if response.status_code >= 500 or response.status_code in _TEMPORARY:
+            await self._retry(delivery, error)
+        else:
+            await self._dead(delivery, error)
+
+    async def _retry(self, delivery: Delivery, error: str) -> None:
+        result = await self.relay.deliveries.retry_later(delivery, error)
+        if result.action == "retry":
+            self.relay.metrics.retries.inc()
+        elif result.action == "dead":
+            self.relay.metrics.deliveries.labels("dead").inc()
+            logger.warning("delivery %s to %s given up: %s", delivery.entry_id, delivery.target, error)
+
+    async def _dead(self, delivery: Delivery, error: str) -> None:
+        logger.warning("delivery %s to %s refused for good: %s", delivery.entry_id, delivery.target, error)
+        result = await self.relay.dead_letters.retry_later(delivery, error)
+        if result.action == "dead":
+            self.relay.metrics.deliveries.labels("dead").inc()

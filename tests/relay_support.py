@@ -1,0 +1,377 @@
+"""Clusters of relays for the relay tests: node configurations, in-process apps, real processes.
+
+Keys are made in-process (``cryptography``) and written as OpenSSH files, so a node's
+configuration is a real file that ``teaagent relay serve`` loads; every node's store lives under
+the test's Redis prefix (``<prefix>:<agent_id>``), so tests never share keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from teaagent.policy import MultiSigQuorumConfig
+from teaagent.quorum import build_request, sign_approval, sign_denial, sign_request
+from teaagent.signing import SSHPrivateKey
+
+READY_TIMEOUT = 20.0  # seconds for a relay process to answer /health (Python start-up on a loaded host)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+_KEYS: dict[str, Ed25519PrivateKey] = {}
+
+
+def private_key(name: str) -> Ed25519PrivateKey:
+    """One key per node name for the whole session (cheap to make, but stable is easier to read)."""
+    if name not in _KEYS:
+        _KEYS[name] = Ed25519PrivateKey.generate()
+    return _KEYS[name]
+
+
+def signer(name: str) -> SSHPrivateKey:
+    return SSHPrivateKey.from_cryptography(private_key(name), comment=name)
+
+
+def public_line(name: str) -> str:
+    return signer(name).public_key.to_line()
+
+
+@dataclass
+class Node:
+    """One node of a test cluster: its configuration file, key, relay URL and token."""
+
+    name: str
+    folder: Path
+    port: int
+    token: str
+    peers: tuple[str, ...]
+    required: int
+    timeout_seconds: int
+    prefix: str
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.folder / f"{self.name}.toml"
+
+    @property
+    def key(self) -> SSHPrivateKey:
+        return signer(self.name)
+
+    @property
+    def redis_prefix(self) -> str:
+        return f"{self.prefix}:{self.name}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def quorum(self) -> MultiSigQuorumConfig:
+        return MultiSigQuorumConfig(
+            enabled=True,
+            required_approvals=self.required,
+            peer_agent_ids=list(self.peers),
+            peer_public_keys={peer: public_line(peer) for peer in self.peers},
+            peer_relay_urls={peer: "http://127.0.0.1:1" for peer in self.peers},
+            high_risk_patterns=["shell.*", "fs.delete"],
+            timeout_seconds=self.timeout_seconds,
+        )
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("TEAAGENT_CONFIG", None)
+        env.update(
+            {
+                "TEAAGENT_RELAY_REDIS_PREFIX": self.redis_prefix,
+                "TEAAGENT_RELAY_DELIVERY_MIN_IDLE_SECONDS": "2",
+                "TEAAGENT_RELAY_DELIVERY_RETRY_BASE_SECONDS": "0.1",
+                "TEAAGENT_RELAY_DELIVERY_RETRY_CAP_SECONDS": "0.5",
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def settings(self, **overrides: Any) -> Any:
+        from teaagent_relay import Settings
+
+        values: dict[str, Any] = {
+            "config": str(self.config_path),
+            "redis_prefix": self.redis_prefix,
+            "delivery_min_idle_seconds": 2.0,
+            "delivery_retry_base_seconds": 0.1,
+            "delivery_retry_cap_seconds": 0.5,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    # -- documents ---------------------------------------------------------------------------
+
+    def request(
+        self, *, tool_name: str = "shell.run", arguments: Mapping[str, Any] | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        return build_request(
+            origin=self.name,
+            run_id="run-1",
+            call_id=fields.pop("call_id", "call-1"),
+            tool_name=tool_name,
+            arguments=dict(arguments or {"command": "rm -rf build"}),
+            reason=fields.pop("reason", "clean the build"),
+            config=self.quorum(),
+            **fields,
+        )
+
+    def signed(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return {"request": dict(request), "signature": sign_request(request, self.key)}
+
+
+def approval(request: Mapping[str, Any], name: str, signed_at: int | None = None) -> dict[str, Any]:
+    """A full approval document ``{"statement", "signature"}`` by ``name``."""
+    from teaagent.quorum import approval_statement
+
+    compact = sign_approval(request, name, signer(name), signed_at)
+    return {
+        "statement": approval_statement(request, name, int(compact.timestamp)),
+        "signature": compact.signature,
+    }
+
+
+def denial(request: Mapping[str, Any], name: str, reason: str = "not today") -> dict[str, Any]:
+    return sign_denial(request, name, signer(name), reason)
+
+
+def write_cluster(
+    folder: Path,
+    names: Iterable[str],
+    *,
+    redis_url: str,
+    prefix: str,
+    required: int = 2,
+    timeout_seconds: int = 120,
+    peers_of: Mapping[str, Iterable[str]] | None = None,
+    ports: Mapping[str, int] | None = None,
+    allow_dev_signatures: bool = False,
+) -> dict[str, Node]:
+    """Write one configuration file per node; by default every node is a peer of every other."""
+    names = list(names)
+    ports = dict(ports or {})
+    for name in names:
+        ports.setdefault(name, free_port())
+    nodes: dict[str, Node] = {}
+    for name in names:
+        peers = tuple(
+            sorted(peers_of[name] if peers_of and name in peers_of else (n for n in names if n != name))
+        )
+        node = Node(
+            name=name,
+            folder=folder,
+            port=ports[name],
+            token=f"token-{name}-{secrets.token_hex(8)}",
+            peers=peers,
+            required=min(required, len(peers)),
+            timeout_seconds=timeout_seconds,
+            prefix=prefix,
+        )
+        key_path = folder / "keys" / name
+        key_path.parent.mkdir(parents=True, exist_ok=True)
+        key_path.write_bytes(
+            private_key(name).private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+            )
+        )
+        key_path.chmod(0o600)
+        peer_tables = "".join(
+            f'\n[peers.{peer}]\npublic_key = "{public_line(peer)}"\n'
+            f'relay_url = "http://127.0.0.1:{ports.get(peer, 1)}"\n'
+            for peer in peers
+        )
+        node.config_path.write_text(
+            f"""agent_id = "{name}"
+private_key = "keys/{name}"
+redis_url = "{redis_url}"
+relay_url = "{node.url}"
+workspace = "workspace-{name}"
+data_dir = "data-{name}"
+token = "{node.token}"
+
+[quorum]
+enabled = true
+required_approvals = {node.required}
+high_risk_patterns = ["shell.*", "fs.delete"]
+timeout_seconds = {timeout_seconds}
+allow_dev_signatures = {str(allow_dev_signatures).lower()}
+{peer_tables}"""
+        )
+        nodes[name] = node
+    return nodes
+
+
+@contextlib.asynccontextmanager
+async def in_process(node: Node, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The node's relay app in this process, lifespan run, behind an httpx client (no sockets)."""
+    from teaagent_relay import create_app
+
+    app = create_app(node.settings(**overrides))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url=node.url) as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client
+
+
+class RelayProcess:
+    """``teaagent relay serve`` for one node, as a real process on its loopback port."""
+
+    def __init__(self, node: Node, log_folder: Path) -> None:
+        self.node = node
+        self.log_path = log_folder / f"relay-{node.name}-{int(time.time() * 1000)}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, wait: bool = True) -> RelayProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "teaagent",
+                "relay",
+                "serve",
+                "--config",
+                str(self.node.config_path),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            env=self.node.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"relay {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.node.url}/health", timeout=0.5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(
+            f"relay {self.node.name} did not answer in {READY_TIMEOUT}s: {self.log_path.read_text()[-2000:]}"
+        )
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown, no acknowledgement, nothing flushed."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextlib.contextmanager
+def running(nodes: Iterable[Node], log_folder: Path) -> Any:
+    """Start the nodes' relays (in parallel) and stop them all at the end."""
+    processes = [RelayProcess(node, log_folder).start(wait=False) for node in nodes]
+    try:
+        for process in processes:
+            process.wait_ready()
+        yield {process.node.name: process for process in processes}
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def wait_until(predicate: Any, timeout: float = 15.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` (a test's observer, not the relay) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+class Served:
+    """The node's relay app served by uvicorn in a thread of this process: real sockets, fast start."""
+
+    def __init__(self, node: Node, **overrides: Any) -> None:
+        import uvicorn
+
+        from teaagent_relay import create_app
+
+        self.node = node
+        self.app = create_app(node.settings(**overrides))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=node.port, log_level="warning", access_log=False)
+        )
+        self.thread = threading.Thread(target=self.server.run, name=f"relay-{node.name}", daemon=True)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"relay {self.node.name} did not start in this process")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@contextlib.contextmanager
+def served(*nodes: Node, **overrides: Any) -> Iterator[dict[str, Served]]:
+    with contextlib.ExitStack() as stack:
+        yield {node.name: stack.enter_context(Served(node, **overrides)) for node in nodes}
+
+
+def asynctest(function: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an ``async def`` test in its own event loop (no pytest plugin needed)."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(function(*args, **kwargs))
+
+    return run

@@ -1,0 +1,612 @@
+"""The relay service in-process (httpx over ASGI, the real Redis): own requests and counting decisions.
+
+The inbox, the refusals of peers' calls and the delivery worker are in ``test_relay_inbox.py``;
+real processes exchanging requests, and the faults, in ``test_relay_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from relay_support import Node, approval, asynctest, denial, in_process, public_line, write_cluster
+
+from teaagent.errors import ConfigError
+from teaagent.quorum import approval_statement, sign_request, verify_certificate
+from teaagent_relay import MAX_WAIT_SECONDS, Settings, create_app
+
+
+@pytest.fixture
+def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+    """alpha, beta, gamma, delta: each a peer of every other; 2 approvals required."""
+    return write_cluster(
+        tmp_path, ["alpha", "beta", "gamma", "delta"], redis_url=redis_url, prefix=redis_prefix
+    )
+
+
+def error(response: httpx.Response) -> tuple[int, str, str]:
+    body = response.json()
+    assert set(body) == {"error", "message"}, body
+    return response.status_code, body["error"], body["message"]
+
+
+async def submit(client: httpx.AsyncClient, node: Node, request: dict[str, Any]) -> httpx.Response:
+    return await client.post("/v1/requests", json=node.signed(request), headers=node.headers)
+
+
+def decisions_path(request: dict[str, Any]) -> str:
+    return f"/v1/requests/{request['request_id']}/decisions"
+
+
+# -- submitting own requests ---------------------------------------------------------------------
+
+
+@asynctest
+async def test_a_request_is_stored_once_and_queued_for_every_peer(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        first = await submit(client, alpha, request)
+        again = await submit(client, alpha, request)
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        queued = await relay.deliveries.claim("test", 10, 0)
+
+    assert first.status_code == 201
+    assert again.status_code == 200
+    status = first.json()
+    assert status["state"] == "pending"
+    assert status["peers"] == ["beta", "delta", "gamma"]
+    assert status["required"] == 2
+    assert status["certificate"] is None
+    # Every submission queues the deliveries again (a retry after a crash completes them).
+    assert sorted(entry.target for entry in queued) == ["beta", "beta", "delta", "delta", "gamma", "gamma"]
+    payload = json.loads(queued[0].payload)
+    assert payload["path"] == "/v1/inbox"
+    assert payload["body"]["request"] == request
+
+
+@asynctest
+async def test_a_request_is_refused_without_the_nodes_token(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        missing = await client.post("/v1/requests", json=alpha.signed(request))
+        wrong = await client.post(
+            "/v1/requests",
+            json=alpha.signed(request),
+            headers={"Authorization": "Bearer not-the-token-at-all"},
+        )
+        stored = await client.app.state.relay.store.requests.get(request["request_id"])  # type: ignore[attr-defined]
+
+    for response in (missing, wrong):
+        assert error(response) == (
+            401,
+            "unauthorized",
+            "This call needs the node's bearer token (Authorization: Bearer <token>).",
+        )
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert stored is None
+
+
+@asynctest
+async def test_a_request_must_be_signed_with_the_nodes_own_key(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        forged = {
+            "request": request,
+            "signature": nodes["beta"].signed(dict(request, origin="alpha"))["signature"],
+        }
+        # beta signed a document naming alpha as origin: the key is not alpha's.
+        response = await client.post("/v1/requests", json=forged, headers=alpha.headers)
+        stored = await client.app.state.relay.store.requests.get(request["request_id"])  # type: ignore[attr-defined]
+
+    status, code, message = error(response)
+    assert (status, code) == (403, "bad_signature")
+    assert message.startswith("The request signature does not verify with this node's own key:")
+    assert stored is None
+
+
+@asynctest
+async def test_a_request_of_another_origin_is_forbidden(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(alpha, deliver=False) as client:
+        response = await client.post("/v1/requests", json=beta.signed(beta.request()), headers=alpha.headers)
+
+    assert error(response) == (403, "forbidden", "The request's origin beta is not this node (alpha).")
+
+
+@asynctest
+async def test_a_malformed_request_is_invalid(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        signed = alpha.signed(request)
+        del signed["request"]["reason"]
+        lacking = await client.post("/v1/requests", json=signed, headers=alpha.headers)
+        extra = await client.post(
+            "/v1/requests", json={**alpha.signed(request), "more": 1}, headers=alpha.headers
+        )
+        not_json = await client.post(
+            "/v1/requests", content=b"{nope", headers={**alpha.headers, "Content-Type": "application/json"}
+        )
+
+    assert error(lacking) == (422, "invalid", "The request lacks the field reason.")
+    assert error(extra) == (422, "invalid", "More: Extra inputs are not permitted.")
+    status, code, message = error(not_json)
+    assert (status, code) == (400, "invalid")
+    assert message.startswith("The request body is not valid JSON:")
+
+
+@asynctest
+async def test_another_document_under_a_stored_id_is_a_conflict(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        other = alpha.request(arguments={"command": "rm -rf /"}, request_id=request["request_id"])
+        response = await submit(client, alpha, other)
+        status = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    assert error(response) == (
+        409,
+        "conflict",
+        f"Request {request['request_id']} is already stored with a different document.",
+    )
+    assert status.json()["state"] == "pending"
+
+
+@asynctest
+async def test_a_request_the_configured_peers_cannot_approve_is_refused(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        request["peers"] = ["beta", "omega"]  # omega is no peer of alpha: one countable peer, two needed
+        signed = {"request": request, "signature": sign_request(request, alpha.key)}
+        response = await client.post("/v1/requests", json=signed, headers=alpha.headers)
+
+    assert error(response) == (
+        422,
+        "invalid",
+        f"Request {request['request_id']} needs 2 approvals but only 1 of its peers are configured peers "
+        "of this node.",
+    )
+
+
+# -- counting decisions: the story of PROTOCOL.md "Counting" ---------------------------------------
+
+
+@asynctest
+async def test_counting_tampered_fails_wrong_key_fails_one_short_waits_threshold_met_approves(
+    nodes: dict[str, Node],
+) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        path = decisions_path(request)
+
+        tampered = approval(request, "beta")
+        tampered["statement"]["payload_digest"] = "sha256:" + "0" * 64
+        refused_tampered = await client.post(path, json=tampered)
+
+        wrong_key = approval(request, "gamma")
+        wrong_key["statement"] = approval_statement(request, "beta", wrong_key["statement"]["signed_at"])
+        refused_wrong_key = await client.post(path, json=wrong_key)
+
+        one = await client.post(path, json=approval(request, "beta"))
+        short = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+        two = await client.post(path, json=approval(request, "gamma"))
+        done = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    assert error(refused_tampered) == (
+        422,
+        "invalid",
+        f"The statement's payload_digest does not match request {request['request_id']}.",
+    )
+    status, code, message = error(refused_wrong_key)
+    assert (status, code) == (403, "bad_signature")
+    assert message.startswith("The approval does not verify with the key configured for beta:")
+    assert one.json() | {"request_id": "-"} == {
+        "request_id": "-",
+        "origin": "alpha",
+        "signer": "beta",
+        "kind": "approval",
+        "state": "pending",
+        "counted": True,
+        "decided": False,
+        "approvals": 1,
+        "denials": 0,
+    }
+    assert short.json()["state"] == "pending"
+    assert short.json()["signers"] == ["beta"]
+    assert two.json()["state"] == "approved"
+    assert two.json()["decided"] is True
+    body = done.json()
+    assert body["state"] == "approved"
+    assert body["signers"] == ["beta", "gamma"]
+    outcome = verify_certificate(body["certificate"], alpha.quorum(), origin_public_key=public_line("alpha"))
+    assert outcome.signers == ("beta", "gamma")
+
+
+@asynctest
+async def test_the_same_decision_five_times_counts_once(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        document = approval(request, "beta")
+        answers = await asyncio.gather(
+            *(client.post(decisions_path(request), json=document) for _ in range(5))
+        )
+        status = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    assert [answer.status_code for answer in answers] == [200] * 5
+    assert sorted(answer.json()["counted"] for answer in answers) == [False, False, False, False, True]
+    assert {answer.json()["approvals"] for answer in answers} == {1}
+    assert status.json()["state"] == "pending"
+
+
+@asynctest
+async def test_denials_past_what_the_quorum_can_spare_deny_the_request(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        first = await client.post(decisions_path(request), json=denial(request, "delta", "not on Fridays"))
+        second = await client.post(decisions_path(request), json=denial(request, "gamma", ""))
+        late = await client.post(decisions_path(request), json=approval(request, "beta"))
+        status = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    # 3 peers, 2 required: one denial can be spared, the second one decides.
+    assert (first.json()["state"], first.json()["counted"]) == ("pending", True)
+    assert (second.json()["state"], second.json()["decided"]) == ("denied", True)
+    assert (late.json()["state"], late.json()["counted"]) == ("denied", False)
+    body = status.json()
+    assert body["state"] == "denied"
+    assert body["denied_by"] == ["delta", "gamma"]
+    assert body["denial_reasons"] == {"delta": "not on Fridays", "gamma": ""}
+    assert body["certificate"] is None
+
+
+@asynctest
+async def test_a_signers_first_decision_wins(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        await client.post(decisions_path(request), json=denial(request, "beta"))
+        turned = await client.post(decisions_path(request), json=approval(request, "beta"))
+
+    assert error(turned) == (
+        409,
+        "conflict",
+        f"beta already sent a denial for request {request['request_id']}.",
+    )
+
+
+@asynctest
+async def test_a_signer_that_may_not_sign_is_forbidden(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        stranger = await client.post(decisions_path(request), json=approval(request, "mallory"))
+        origin = await client.post(decisions_path(request), json=approval(request, "alpha"))
+
+    assert error(stranger) == (
+        403,
+        "forbidden",
+        f"'mallory' is not a peer of request {request['request_id']}.",
+    )
+    assert error(origin) == (403, "forbidden", "The origin cannot approve or deny its own request.")
+
+
+@asynctest
+async def test_a_request_peer_that_this_node_does_not_know_is_forbidden(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma", "omega"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        required=1,
+        peers_of={"alpha": ["beta", "gamma"]},
+    )
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        request["peers"] = ["beta", "gamma", "omega"]
+        await client.post(
+            "/v1/requests",
+            json={"request": request, "signature": sign_request(request, alpha.key)},
+            headers=alpha.headers,
+        )
+        response = await client.post(decisions_path(request), json=approval(request, "omega"))
+
+    assert error(response) == (403, "forbidden", "Omega is not a configured peer of this node.")
+
+
+@asynctest
+async def test_decision_times_follow_rule_4(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        now = int(time.time())
+        future = await client.post(
+            decisions_path(request), json=approval(request, "beta", signed_at=now + 120)
+        )
+        after = await client.post(
+            decisions_path(request), json=approval(request, "beta", signed_at=request["expires_at"] + 1)
+        )
+        skew = await client.post(decisions_path(request), json=approval(request, "gamma", signed_at=now + 55))
+
+    assert error(future) == (
+        422,
+        "invalid",
+        f"The statement is dated {now + 120}, more than 60 seconds in the future.",
+    )
+    assert error(after) == (
+        422,
+        "invalid",
+        f"The statement was signed at {request['expires_at'] + 1}, after the request expired at "
+        f"{request['expires_at']}.",
+    )
+    assert skew.status_code == 200  # within the clock skew
+
+
+@asynctest
+async def test_an_expired_request_counts_nothing_and_says_expired(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request(now=time.time() - 200)  # expired 80 seconds ago
+        created = await submit(client, alpha, request)
+        late = await client.post(
+            decisions_path(request), json=approval(request, "beta", signed_at=request["expires_at"] - 1)
+        )
+        status = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    assert created.status_code == 201
+    assert created.json()["state"] == "expired"
+    assert (late.status_code, late.json()["state"], late.json()["counted"]) == (200, "expired", False)
+    assert status.json()["signers"] == []
+
+
+@asynctest
+async def test_a_decision_for_an_unknown_request_is_not_found(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        response = await client.post(decisions_path(request), json=approval(request, "beta"))
+        bad_id = await client.post("/v1/requests/NOT-AN-ID/decisions", json=approval(request, "beta"))
+        status = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    assert error(response) == (
+        404,
+        "not_found",
+        f"Request {request['request_id']} is not stored here (it never arrived, or it expired).",
+    )
+    assert error(bad_id) == (422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
+    assert error(status)[:2] == (404, "not_found")
+
+
+@asynctest
+async def test_a_decision_body_of_the_wrong_shape_is_invalid(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        path = decisions_path(request)
+        not_json = await client.post(path, content=b"{statement")
+        no_signature = await client.post(path, json={"statement": {}})
+        wrong_type = await client.post(
+            path, json={"statement": approval_statement(request, "beta", 1) | {"type": "x"}, "signature": "a"}
+        )
+
+    status, code, _ = error(not_json)
+    assert (status, code) == (400, "invalid")
+    assert error(no_signature) == (422, "invalid", "Signature: Field required.")
+    assert error(wrong_type) == (
+        422,
+        "invalid",
+        "The statement's type is neither teaagent.approval nor teaagent.denial.",
+    )
+
+
+# -- the outcome, by long-poll ---------------------------------------------------------------------
+
+
+@asynctest
+async def test_the_outcome_long_poll_returns_when_the_quorum_is_reached(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        url = f"/v1/requests/{request['request_id']}/outcome"
+        at_once = await client.get(url, params={"wait": 0}, headers=alpha.headers)
+
+        async def peers_approve() -> None:
+            await asyncio.sleep(0.3)
+            for peer in ("beta", "gamma"):
+                await client.post(decisions_path(request), json=approval(request, peer))
+
+        started = time.monotonic()
+        waited, _ = await asyncio.gather(
+            client.get(url, params={"wait": 20}, headers=alpha.headers), peers_approve()
+        )
+        elapsed = time.monotonic() - started
+
+    assert at_once.json()["state"] == "pending"
+    assert waited.json()["state"] == "approved"
+    assert waited.json()["certificate"]["request"] == request
+    assert elapsed < 15  # it returned on the outcome event, not at the end of the wait
+
+
+@asynctest
+async def test_the_long_poll_is_capped(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        response = await client.get(
+            f"/v1/requests/{request['request_id']}/outcome",
+            params={"wait": MAX_WAIT_SECONDS + 1},
+            headers=alpha.headers,
+        )
+        unknown = await client.get(
+            f"/v1/requests/{'f' * 32}/outcome", params={"wait": 1}, headers=alpha.headers
+        )
+
+    assert error(response) == (422, "invalid", "Query.wait: Input should be less than or equal to 60.")
+    assert error(unknown)[:2] == (404, "not_found")
+
+
+# -- operations ---------------------------------------------------------------------------------------
+
+
+@asynctest
+async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        await client.post(decisions_path(request), json=approval(request, "beta"))
+        await client.post(decisions_path(request), json=approval(request, "beta"))
+        await client.post(decisions_path(request), json=approval(request, "mallory"))
+        await client.post(decisions_path(request), json=approval(request, "gamma"))
+        health = await client.get("/health")
+        metrics = (await client.get("/metrics")).text
+        schema = (await client.get("/openapi.json")).json()
+
+    assert health.json()["status"] == "ok"
+    assert health.json()["agent_id"] == "alpha"
+    for line in (
+        'teaagent_relay_decisions_total{result="counted",source="peer"} 2.0',
+        'teaagent_relay_decisions_total{result="duplicate",source="peer"} 1.0',
+        'teaagent_relay_decisions_total{result="rejected",source="peer"} 1.0',
+        'teaagent_relay_outcomes_total{state="approved"} 1.0',
+        'teaagent_relay_quorum_requests_total{result="created",source="own"} 1.0',
+        'teaagent_relay_http_requests_total{method="POST",route="/v1/requests/{request_id}/decisions",'
+        'status="200"} 3.0',
+        'teaagent_relay_queue_entries{kind="length",queue="deliveries"} 3.0',
+    ):
+        assert line in metrics, line
+    assert "teaagent_relay_http_request_duration_seconds_bucket" in metrics
+    assert set(schema["paths"]) == {
+        "/v1/requests",
+        "/v1/requests/{request_id}",
+        "/v1/requests/{request_id}/outcome",
+        "/v1/requests/{request_id}/decisions",
+        "/v1/inbox",
+        "/v1/inbox/{request_id}",
+        "/v1/inbox/{request_id}/decision",
+        "/health",
+        "/metrics",
+    }
+    decisions = schema["paths"]["/v1/requests/{request_id}/decisions"]["post"]
+    assert decisions["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/SignedDecisionIn"
+    )
+    assert "ErrorOut" in schema["components"]["schemas"]
+
+
+@asynctest
+async def test_unknown_paths_and_methods_answer_error_out(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        missing = await client.get("/v2/nothing")
+        method = await client.delete("/v1/requests")
+
+    assert error(missing) == (404, "not_found", "There is no such resource on this relay.")
+    assert error(method)[:2] == (405, "method_not_allowed")
+
+
+def test_the_app_refuses_a_broken_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TEAAGENT_CONFIG", raising=False)
+    with pytest.raises(
+        ConfigError, match=r"no configuration file was given: pass --config PATH or set TEAAGENT_CONFIG\."
+    ):
+        create_app(Settings())
+    with pytest.raises(ConfigError, match=r"missing\.toml"):
+        create_app(Settings(config=str(tmp_path / "missing.toml")))
+    node = write_cluster(tmp_path, ["alpha", "beta"], redis_url="embedded", prefix="p", required=1)["alpha"]
+    with pytest.raises(ConfigError, match=r"^TEAAGENT_RELAY_REDIS_PREFIX is not usable: key prefix 'a\{b\}'"):
+        create_app(node.settings(redis_prefix="a{b}"))
+
+
+@asynctest
+async def test_development_signatures_count_only_where_the_configuration_allows_them(
+    tmp_path: Path, redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    lax = write_cluster(
+        tmp_path / "lax",
+        ["alpha", "beta"],
+        redis_url=redis_url,
+        prefix=f"{redis_prefix}:lax",
+        required=1,
+        allow_dev_signatures=True,
+    )["alpha"]
+    strict = write_cluster(
+        tmp_path / "strict",
+        ["alpha", "beta"],
+        redis_url=redis_url,
+        prefix=f"{redis_prefix}:strict",
+        required=1,
+    )["alpha"]
+    request = lax.request()
+    statement = approval(request, "beta")["statement"]
+    async with in_process(lax, deliver=False) as client:
+        submitted = await client.post(
+            "/v1/requests", json={"request": request, "signature": "dev:alpha"}, headers=lax.headers
+        )
+        counted = await client.post(
+            decisions_path(request), json={"statement": statement, "signature": "dev:beta"}
+        )
+    async with in_process(strict, deliver=False) as client:
+        refused_request = await client.post(
+            "/v1/requests", json={"request": request, "signature": "dev:alpha"}, headers=strict.headers
+        )
+
+    assert submitted.status_code == 201
+    assert (counted.json()["counted"], counted.json()["state"]) == (True, "approved")
+    assert "without any cryptography" in caplog.text
+    assert error(refused_request) == (
+        403,
+        "bad_signature",
+        "The request signature is a development signature, which this node's own key cannot verify.",
+    )
+
+
+NASTY_VALUES: list[Any] = [None, True, 1.5, -1, 2**70, "", "x" * 300, [], [1], {}, {"a": [1]}]
+
+
+@asynctest
+async def test_no_statement_field_of_any_json_type_makes_the_relay_fail(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    answers: list[tuple[str, Any, int]] = []
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        document = denial(request, "beta")
+        for name in [*document["statement"], "extra"]:
+            for value in NASTY_VALUES:
+                statement = dict(document["statement"], **{name: value})
+                response = await client.post(
+                    decisions_path(request), json={"statement": statement, "signature": document["signature"]}
+                )
+                answers.append((name, value, response.status_code))
+        for value in NASTY_VALUES:
+            response = await client.post(
+                "/v1/inbox", json={"request": dict(request, origin=value), "signature": "x"}
+            )
+            answers.append(("origin", value, response.status_code))
+
+    failures = [answer for answer in answers if not 400 <= answer[2] < 500]
+    assert failures == []

@@ -1,0 +1,58 @@
+"""``teaagent relay serve`` and ``teaagent bench relay`` (the serving itself is in test_relay_cluster.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from teaagent.cli._bench import BENCHMARKS, TARGETS
+from teaagent.cli._main import run
+from teaagent.relay_client._bench import bench_decisions
+
+
+def test_serve_refuses_a_missing_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.toml"
+
+    code = run(["relay", "serve", "--config", str(missing)])
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("teaagent: ")
+    assert str(missing) in err
+    assert "Traceback" not in err
+
+
+def test_serve_without_a_configuration_names_the_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEAAGENT_CONFIG", raising=False)
+
+    code = run(["relay", "serve"])
+
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "teaagent: no configuration file was given: pass --config PATH or set TEAAGENT_CONFIG.\n"
+    )
+
+
+def test_bench_relay_is_registered_with_its_target() -> None:
+    assert "relay" in BENCHMARKS
+    assert ("decisions_per_s", ">=", 1000.0) in TARGETS["relay"]
+
+
+@pytest.mark.slow
+def test_bench_decisions_reports_every_figure() -> None:
+    figures = bench_decisions(0.2)
+
+    for name in ("decisions_per_s", "decisions_per_s_httpx", "relay_cpu_ms_per_decision"):
+        assert figures[name] > 0, name
+    assert figures["decisions"] == 150
+    assert figures["decision_latency_ms_median"] <= figures["decision_latency_ms_p99"]
+    json.dumps(figures)  # the --json output is one JSON object
+
+
+def test_bench_decisions_refuses_a_non_positive_duration() -> None:
+    with pytest.raises(ValueError, match=r"^seconds must be positive, not 0$"):
+        bench_decisions(0)

@@ -1,0 +1,332 @@
+"""Relays as real processes (``teaagent relay serve``) on loopback, exchanging requests and decisions.
+
+Two and three relays pass a request to the peers and its decisions back; then the faults: a relay
+killed (``kill -9``) between accepting a decision and delivering it, a Redis restart, a peer relay
+that is down, a decision delivered five times, fifty decisions racing at the threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from relay_support import (
+    Node,
+    RelayProcess,
+    approval,
+    denial,
+    free_port,
+    public_line,
+    running,
+    wait_until,
+    write_cluster,
+)
+
+from teaagent.errors import ApprovalDeniedError
+from teaagent.policy import ApprovalPolicy, PermissionMode
+from teaagent.quorum import verify_certificate
+from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
+from teaagent.store import Keys, find_server_binary
+
+pytestmark = pytest.mark.slow
+
+WAIT = 20.0  # seconds a test waits for something that takes well under one on an idle host
+
+
+def approve_next(node: Node, *, deny_reason: str | None = None) -> InboxItem:
+    """Act as the node's approver: wait for the next pending request, sign a decision, hand it over."""
+    with RelayClient(node.url, token=node.token) as client:
+        items = client.list_inbox(wait=WAIT)
+        assert items, f"nothing reached {node.name}'s inbox"
+        item = items[0]
+        document = (
+            approval(item.request, node.name)
+            if deny_reason is None
+            else denial(item.request, node.name, deny_reason)
+        )
+        client.submit_decision(item.request_id, document["statement"], document["signature"])
+        return item
+
+
+def undelivered(redis_url: str, node: Node) -> int:
+    """Deliveries of ``node`` waiting, in flight or scheduled for a retry (read from Redis directly)."""
+    keys = Keys(node.redis_prefix).queue("deliveries")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.xlen(keys.stream)) + int(client.zcard(keys.schedule))
+    finally:
+        client.close()
+
+
+def test_two_relays_exchange_a_request_and_its_decision(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha = nodes["alpha"]
+    with running(nodes.values(), tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
+        request = alpha.request()
+        submitted = client.submit_request(request, alpha.signed(request)["signature"])
+        item = approve_next(nodes["beta"])
+        outcome = client.wait_outcome(request["request_id"], WAIT)
+
+    assert submitted.state == "pending"
+    assert item.request == request
+    assert item.origin == "alpha"
+    assert outcome.state == "approved"
+    assert outcome.signers == ("beta",)
+    assert outcome.certificate is not None
+    verified = verify_certificate(outcome.certificate, alpha.quorum(), origin_public_key=public_line("alpha"))
+    assert verified.signers == ("beta",)
+
+
+def test_three_relays_give_the_gate_its_certificate_or_the_denial(
+    tmp_path: Path, redis_url: str, redis_prefix: str, workspace: Path
+) -> None:
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        required=2,
+        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
+    )
+    alpha = nodes["alpha"]
+    gate = RelayQuorumGate(
+        relay_url=alpha.url,
+        token=alpha.token,
+        origin="alpha",
+        private_key_signer=alpha.key,
+        config=alpha.quorum(),
+        timeout=WAIT,
+    )
+    policy = ApprovalPolicy.for_workspace(
+        workspace,
+        mode=PermissionMode.DANGER_FULL_ACCESS,
+        agent_id="alpha",
+        multi_sig_config=alpha.quorum(),
+        quorum_gate=gate,
+        use_presets=False,
+    )
+    arguments = {"command": "rm -rf build"}
+    with running(nodes.values(), tmp_path):
+        approvers = [
+            threading.Thread(target=approve_next, args=(nodes[name],), daemon=True)
+            for name in ("beta", "gamma")
+        ]
+        for approver in approvers:
+            approver.start()
+        authorization = policy.authorize(
+            "shell.run", "call-1", True, arguments, reason="clean", run_id="run-1"
+        )
+        for approver in approvers:
+            approver.join(WAIT)
+
+        deniers = [
+            threading.Thread(target=approve_next, args=(nodes["beta"],), daemon=True),
+            threading.Thread(
+                target=approve_next,
+                args=(nodes["gamma"],),
+                kwargs={"deny_reason": "not on Fridays"},
+                daemon=True,
+            ),
+        ]
+        for denier in deniers:
+            denier.start()
+        with pytest.raises(
+            ApprovalDeniedError, match=r"^shell\.run was denied by gamma: not on Fridays \(2 of 2\)\.$"
+        ):
+            gate.obtain(
+                tool_name="shell.run", arguments=arguments, call_id="call-2", run_id="run-1", reason=""
+            )
+        for denier in deniers:
+            denier.join(WAIT)
+    gate.close()
+
+    assert authorization.certificate is not None
+    assert authorization.certificate["request"]["call_id"] == "call-1"
+    assert [a["statement"]["signer"] for a in authorization.certificate["approvals"]] == ["beta", "gamma"]
+
+
+def test_a_relay_killed_between_accepting_a_decision_and_delivering_it_loses_nothing(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    alpha_relay = RelayProcess(alpha, tmp_path).start()
+    beta_relay = RelayProcess(beta, tmp_path).start()
+    restarted: list[RelayProcess] = []
+    try:
+        request = alpha.request()
+        with RelayClient(alpha.url, token=alpha.token) as client:
+            client.submit_request(request, alpha.signed(request)["signature"])
+        alpha_relay.stop()  # the origin's relay is away: beta cannot deliver the decision now
+        approve_next(beta)  # beta's relay accepted (200) the decision and queued it
+        beta_relay.kill()  # kill -9 before any delivery could succeed
+        assert undelivered(redis_url, beta) == 1
+        restarted.append(RelayProcess(alpha, tmp_path).start())
+        restarted.append(RelayProcess(beta, tmp_path).start())
+        with RelayClient(alpha.url, token=alpha.token) as client:
+            outcome = client.wait_outcome(request["request_id"], WAIT)
+    finally:
+        for process in (alpha_relay, beta_relay, *restarted):
+            process.stop()
+
+    assert outcome.state == "approved"
+    assert outcome.signers == ("beta",)
+    assert wait_until(lambda: undelivered(redis_url, beta) == 0)
+
+
+def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
+        request = alpha.request()
+        client.submit_request(request, alpha.signed(request)["signature"])
+        time.sleep(1.5)  # several attempts fail while beta is away (backoff capped at 0.5 s here)
+        retries = httpx.get(f"{alpha.url}/metrics").text
+        with running([beta], tmp_path):
+            item = approve_next(beta)
+            outcome = client.wait_outcome(request["request_id"], WAIT)
+
+    assert "teaagent_relay_delivery_retries_total 0.0" not in retries
+    assert "teaagent_relay_delivery_retries_total" in retries
+    assert item.request_id == request["request_id"]
+    assert outcome.state == "approved"
+
+
+class _Valkey:
+    """A Redis-compatible server on a fixed port with append-only persistence, to restart at will."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "valkey.conf").write_text(
+            f"bind 127.0.0.1\nport {self.port}\ndir {folder}\nappendonly yes\nappendfsync always\n"
+            'save ""\ndaemonize no\n'
+        )
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [str(find_server_binary()), str(self.folder / "valkey.conf")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
+        assert wait_until(lambda: self._ping(client), timeout=WAIT), "valkey did not start"
+        client.close()
+
+    @staticmethod
+    def _ping(client: redis.Redis) -> bool:
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=WAIT)
+
+
+def test_a_redis_restart_with_append_only_keeps_pending_requests(tmp_path: Path) -> None:
+    server = _Valkey(tmp_path / "valkey")
+    server.start()
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=server.url, prefix="restart", required=1)
+    alpha = nodes["alpha"]
+    alpha.extra_env["TEAAGENT_RELAY_DELIVER"] = "0"
+    try:
+        with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
+            request = alpha.request()
+            client.submit_request(request, alpha.signed(request)["signature"])
+            server.stop()
+            while_down = httpx.get(
+                f"{alpha.url}/v1/requests/{request['request_id']}", headers=alpha.headers, timeout=30
+            )
+            server.start()
+            kept = client.get_request(request["request_id"])
+            counted = client.deliver_decision(request["request_id"], **approval(request, "beta"))
+    finally:
+        server.stop()
+
+    assert while_down.status_code == 503
+    assert while_down.json()["error"] == "unavailable"
+    assert kept.state == "pending"
+    assert (counted.counted, counted.state) == (True, "approved")
+
+
+def test_the_same_decision_delivered_five_times_counts_once(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix)
+    alpha = nodes["alpha"]
+    alpha.extra_env["TEAAGENT_RELAY_DELIVER"] = "0"
+    request = alpha.request()
+    document = approval(request, "beta")
+
+    async def deliver_five_times() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=alpha.url, timeout=WAIT) as client:
+            path = f"/v1/requests/{request['request_id']}/decisions"
+            return list(await asyncio.gather(*(client.post(path, json=document) for _ in range(5))))
+
+    with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
+        client.submit_request(request, alpha.signed(request)["signature"])
+        answers = asyncio.run(deliver_five_times())
+        status = client.get_request(request["request_id"])
+
+    assert [answer.status_code for answer in answers] == [200] * 5
+    assert sorted(answer.json()["counted"] for answer in answers) == [False] * 4 + [True]
+    assert status.signers == ("beta",)
+    assert status.state == "pending"
+
+
+def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_outcome_event(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    peers = [f"p{index:02d}" for index in range(50)]
+    nodes = write_cluster(
+        tmp_path, ["alpha"], redis_url=redis_url, prefix=redis_prefix, required=25, peers_of={"alpha": peers}
+    )
+    alpha = nodes["alpha"]
+    alpha.extra_env["TEAAGENT_RELAY_DELIVER"] = "0"
+    request = alpha.request()
+    documents = [approval(request, peer) for peer in peers]
+
+    async def race() -> list[dict[str, Any]]:
+        limits = httpx.Limits(max_connections=50)
+        async with httpx.AsyncClient(base_url=alpha.url, timeout=WAIT, limits=limits) as client:
+            path = f"/v1/requests/{request['request_id']}/decisions"
+            answers = await asyncio.gather(*(client.post(path, json=document) for document in documents))
+        assert {answer.status_code for answer in answers} == {200}
+        return [answer.json() for answer in answers]
+
+    with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
+        client.submit_request(request, alpha.signed(request)["signature"])
+        receipts = asyncio.run(race())
+        status = client.get_request(request["request_id"])
+    events_key = Keys(alpha.redis_prefix).request(request["request_id"]).events
+    store = redis.Redis.from_url(redis_url)
+    events = store.xrange(events_key)
+    store.close()
+
+    assert sum(receipt["decided"] for receipt in receipts) == 1
+    assert sum(receipt["counted"] for receipt in receipts) == 25
+    assert [fields[b"type"] for _id, fields in events].count(b"outcome") == 1
+    assert status.state == "approved"
+    assert status.certificate is not None
+    assert len(status.certificate["approvals"]) == 25
+    verified = verify_certificate(status.certificate, alpha.quorum(), origin_public_key=public_line("alpha"))
+    assert len(verified.signers) == 25

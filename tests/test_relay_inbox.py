@@ -1,0 +1,522 @@
+"""The relay's inbox in-process: peers' requests, their refusals, this node's decisions, the worker.
+
+Every refusal of a peer's call gets its status and ``ErrorOut`` code, and stores nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from relay_support import (
+    Node,
+    approval,
+    asynctest,
+    denial,
+    free_port,
+    in_process,
+    signer,
+    write_cluster,
+)
+
+from teaagent.quorum import approval_statement, build_request, sign_request
+from teaagent_relay import MAX_BODY_BYTES
+from teaagent_relay._worker import DeliveryWorker
+
+
+@pytest.fixture
+def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+    """alpha, beta, gamma, delta: each a peer of every other; 2 approvals required."""
+    return write_cluster(
+        tmp_path, ["alpha", "beta", "gamma", "delta"], redis_url=redis_url, prefix=redis_prefix
+    )
+
+
+def error(response: httpx.Response) -> tuple[int, str, str]:
+    body = response.json()
+    assert set(body) == {"error", "message"}, body
+    return response.status_code, body["error"], body["message"]
+
+
+async def nothing_stored(client: httpx.AsyncClient, origin: str, request_id: str) -> bool:
+    relay = client.app.state.relay  # type: ignore[attr-defined]
+    item = await relay.store.inbox.get(origin, request_id)
+    queued = await relay.store.inbox_queue.stats()
+    return item is None and queued.length == 0
+
+
+# -- accepting peers' requests ---------------------------------------------------------------------
+
+
+@asynctest
+async def test_a_peers_request_is_accepted_once_and_queued_for_the_approver(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = alpha.request()
+        first = await client.post("/v1/inbox", json=alpha.signed(request))
+        again = await client.post("/v1/inbox", json=alpha.signed(request))
+        listed = await client.get("/v1/inbox", headers=beta.headers)
+        shown = await client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        queued = await relay.store.inbox_queue.claim("approver-test", 10, 0)
+
+    assert (first.status_code, first.json()) == (
+        201,
+        {"request_id": request["request_id"], "origin": "alpha", "state": "pending", "created": True},
+    )
+    assert (again.status_code, again.json()["created"]) == (200, False)
+    [item] = listed.json()
+    assert item == shown.json()
+    for name in (
+        "request_id",
+        "origin",
+        "tool_name",
+        "arguments",
+        "reason",
+        "expires_at",
+        "created_at",
+        "peers",
+    ):
+        assert item[name] == request[name], name
+    assert item["state"] == "pending"
+    assert item["decision"] is None
+    assert item["request"] == request
+    assert {json.loads(entry.payload)["request_id"] for entry in queued} == {request["request_id"]}
+    assert {entry.target for entry in queued} == {"approver"}
+
+
+@asynctest
+async def test_an_unknown_origin_is_forbidden_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = alpha.request()
+        request = build_request(
+            origin="mallory",
+            run_id="r",
+            call_id="c",
+            tool_name="shell.run",
+            arguments={"command": "id"},
+            reason="",
+            config=alpha.quorum(),
+        )
+        response = await client.post(
+            "/v1/inbox", json={"request": request, "signature": sign_request(request, signer("mallory"))}
+        )
+        stored = await nothing_stored(client, "mallory", request["request_id"])
+
+    assert error(response) == (403, "forbidden", "'mallory' is not a configured peer of this node.")
+    assert stored
+
+
+@asynctest
+async def test_a_bad_request_signature_is_refused_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = alpha.request()
+        by_gamma = {"request": request, "signature": sign_request(request, signer("gamma"))}
+        forged = await client.post("/v1/inbox", json=by_gamma)
+        tampered = alpha.signed(request)
+        tampered["request"] = dict(request, reason="a different reason")
+        changed = await client.post("/v1/inbox", json=tampered)
+        stored = await nothing_stored(client, "alpha", request["request_id"])
+
+    for response in (forged, changed):
+        status, code, message = error(response)
+        assert (status, code) == (403, "bad_signature")
+        assert message.startswith("The request signature does not verify with the key configured for alpha:")
+    assert stored
+
+
+@asynctest
+async def test_a_request_that_does_not_name_this_node_is_forbidden(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma", "delta"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        peers_of={"alpha": ["gamma", "delta"]},
+    )
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = alpha.request()
+        response = await client.post("/v1/inbox", json=alpha.signed(request))
+        stored = await nothing_stored(client, "alpha", request["request_id"])
+
+    assert error(response) == (
+        403,
+        "forbidden",
+        f"This node (beta) is not among the peers of request {request['request_id']}.",
+    )
+    assert stored
+
+
+@asynctest
+async def test_a_malformed_request_or_body_is_invalid_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = alpha.request()
+        signed = alpha.signed(request)
+        signed["request"]["required_approvals"] = 9
+        malformed = await client.post("/v1/inbox", json=signed)
+        not_json = await client.post(
+            "/v1/inbox", content=b'{"request": {', headers={"Content-Type": "application/json"}
+        )
+        not_an_object = await client.post("/v1/inbox", json=[1, 2])
+        no_type = await client.post("/v1/inbox", content=json.dumps(alpha.signed(request)).encode())
+        stored = await nothing_stored(client, "alpha", request["request_id"])
+
+    assert error(malformed) == (
+        422,
+        "invalid",
+        "The request's required_approvals is not an integer between 1 and 3.",
+    )
+    status, code, message = error(not_json)
+    assert (status, code) == (400, "invalid")
+    assert message.startswith("The request body is not valid JSON:")
+    assert error(not_an_object) == (
+        422,
+        "invalid",
+        "The request body is not a JSON object of the expected shape: Input should be a valid dictionary or "
+        "object to extract fields from.",
+    )
+    assert error(no_type) == (
+        422,
+        "invalid",
+        "The request body must be JSON, sent with Content-Type: application/json.",
+    )
+    assert stored
+
+
+@asynctest
+async def test_an_oversized_body_is_refused_before_and_while_reading(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = alpha.request(arguments={"command": "x" * MAX_BODY_BYTES})
+        body = json.dumps({"request": request, "signature": "x"}).encode()
+        declared = await client.post("/v1/inbox", content=body, headers={"Content-Type": "application/json"})
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(body), 4096):
+                yield body[start : start + 4096]
+
+        chunked = await client.post(
+            "/v1/inbox", content=chunks(), headers={"Content-Type": "application/json"}
+        )
+        at_limit = await client.post(
+            "/v1/inbox", content=b" " * MAX_BODY_BYTES, headers={"Content-Type": "application/json"}
+        )
+        stored = await nothing_stored(client, "alpha", request["request_id"])
+
+    message = f"The request body is larger than the limit of {MAX_BODY_BYTES} bytes."
+    assert error(declared) == (413, "too_large", message)
+    assert "content-length" not in chunked.request.headers
+    assert error(chunked) == (413, "too_large", message)
+    assert error(at_limit)[:2] == (400, "invalid")  # exactly at the limit is read (and is not JSON)
+    assert stored
+
+
+@asynctest
+async def test_an_origin_past_its_rate_limit_gets_429_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
+        requests = [alpha.request(call_id=f"call-{n}") for n in range(3)]
+        answers = [await client.post("/v1/inbox", json=alpha.signed(request)) for request in requests]
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        third = await relay.store.inbox.get("alpha", requests[2]["request_id"])
+        forged = await client.post(
+            "/v1/inbox",
+            json={"request": requests[2], "signature": sign_request(requests[2], signer("gamma"))},
+        )
+
+    assert [answer.status_code for answer in answers] == [201, 201, 429]
+    status, code, message = error(answers[2])
+    assert (status, code) == (429, "rate_limited")
+    assert message.startswith("alpha sent more than 2 requests in 30 seconds; retry in ")
+    assert 1 <= int(answers[2].headers["Retry-After"]) <= 30
+    assert third is None
+    # A forged request is refused for its signature, before it could use up alpha's window.
+    assert error(forged)[:2] == (403, "bad_signature")
+
+
+@asynctest
+async def test_the_inbox_needs_the_nodes_token(nodes: dict[str, Node]) -> None:
+    beta = nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        listing = await client.get("/v1/inbox", headers={"Authorization": "Bearer wrong-token-wrong-token"})
+        item = await client.get(f"/v1/inbox/{'a' * 32}")
+        decision = await client.post(
+            f"/v1/inbox/{'a' * 32}/decision", json={"statement": {}, "signature": ""}
+        )
+
+    for response in (listing, item, decision):
+        assert error(response)[:2] == (401, "unauthorized")
+
+
+@asynctest
+async def test_the_inbox_long_poll_returns_when_a_request_arrives(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        empty = await client.get("/v1/inbox", params={"wait": 0}, headers=beta.headers)
+        request = alpha.request()
+
+        async def arrive() -> None:
+            await asyncio.sleep(0.3)
+            await client.post("/v1/inbox", json=alpha.signed(request))
+
+        waited, _ = await asyncio.gather(
+            client.get("/v1/inbox", params={"wait": 20}, headers=beta.headers), arrive()
+        )
+
+    assert empty.json() == []
+    assert [item["request_id"] for item in waited.json()] == [request["request_id"]]
+
+
+@asynctest
+async def test_an_unknown_inbox_item_is_not_found(nodes: dict[str, Node]) -> None:
+    beta = nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        missing = await client.get(f"/v1/inbox/{'a' * 32}", headers=beta.headers)
+        stranger = await client.get(
+            f"/v1/inbox/{'a' * 32}", params={"origin": "mallory"}, headers=beta.headers
+        )
+
+    assert error(missing) == (404, "not_found", f"No request {'a' * 32} is in this node's inbox.")
+    assert error(stranger) == (
+        404,
+        "not_found",
+        f"No request {'a' * 32} from mallory is in this node's inbox.",
+    )
+
+
+# -- this node's decisions ---------------------------------------------------------------------------
+
+
+async def received(client: httpx.AsyncClient, origin: Node) -> dict[str, Any]:
+    request = origin.request()
+    assert (await client.post("/v1/inbox", json=origin.signed(request))).status_code == 201
+    return request
+
+
+@asynctest
+async def test_this_nodes_decision_is_recorded_and_queued_for_the_origin(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = await received(client, alpha)
+        path = f"/v1/inbox/{request['request_id']}/decision"
+        document = approval(request, "beta")
+        first = await client.post(path, json=document, headers=beta.headers)
+        again = await client.post(path, json=document, headers=beta.headers)
+        turned = await client.post(path, json=denial(request, "beta"), headers=beta.headers)
+        shown = await client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
+        pending = await client.get("/v1/inbox", headers=beta.headers)
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        queued = await relay.deliveries.claim("test", 10, 0)
+
+    assert first.json() | {"request_id": "-"} == {
+        "request_id": "-",
+        "origin": "alpha",
+        "signer": "beta",
+        "kind": "approval",
+        "state": "approved",
+        "counted": True,
+        "decided": True,
+        "approvals": 1,
+        "denials": 0,
+    }
+    assert (again.status_code, again.json()["counted"]) == (200, False)
+    assert error(turned) == (
+        409,
+        "conflict",
+        f"This node already approved request {request['request_id']} with another decision.",
+    )
+    assert shown.json()["state"] == "approved"
+    assert shown.json()["decision"]["statement"] == document["statement"]
+    assert pending.json() == []
+    # The first decision and its harmless repeat are both queued for alpha's relay.
+    assert [entry.target for entry in queued] == ["alpha", "alpha"]
+    payload = json.loads(queued[0].payload)
+    assert payload["path"] == f"/v1/requests/{request['request_id']}/decisions"
+    assert payload["body"]["statement"] == document["statement"]
+
+
+@asynctest
+async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        request = await received(client, alpha)
+        path = f"/v1/inbox/{request['request_id']}/decision"
+        as_gamma = await client.post(path, json=approval(request, "gamma"), headers=beta.headers)
+        by_gamma_key = approval(request, "gamma")
+        by_gamma_key["statement"] = approval_statement(
+            request, "beta", by_gamma_key["statement"]["signed_at"]
+        )
+        forged = await client.post(path, json=by_gamma_key, headers=beta.headers)
+        other_request = dict(approval(request, "beta"))
+        other_request["statement"] = dict(other_request["statement"], tool_name="fs.delete")
+        mismatch = await client.post(path, json=other_request, headers=beta.headers)
+        unknown = await client.post(
+            f"/v1/inbox/{'b' * 32}/decision", json=approval(request, "beta"), headers=beta.headers
+        )
+        item = await client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
+
+    assert error(as_gamma) == (
+        403,
+        "forbidden",
+        "The statement is signed as 'gamma', not as this node (beta).",
+    )
+    status, code, message = error(forged)
+    assert (status, code) == (403, "bad_signature")
+    assert message.startswith("The approval does not verify with this node's own key:")
+    assert error(mismatch) == (
+        422,
+        "invalid",
+        f"The statement's tool_name does not match request {request['request_id']}.",
+    )
+    assert error(unknown) == (404, "not_found", f"No request {'b' * 32} from alpha is in this node's inbox.")
+    assert item.json()["state"] == "pending"
+
+
+# -- the delivery worker ----------------------------------------------------------------------------
+
+
+@asynctest
+async def test_the_worker_delivers_a_request_to_the_peer_relay(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with (
+        in_process(beta, deliver=False) as beta_client,
+        in_process(alpha, deliver=False) as alpha_client,
+    ):
+        request = alpha.request()
+        await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        to_beta = httpx.ASGITransport(app=beta_client.app)  # type: ignore[attr-defined]
+        worker = DeliveryWorker(relay, min_idle_seconds=10, transport=to_beta)
+        try:
+            handled = await worker.run_once(block_ms=0)
+        finally:
+            await worker.aclose()
+        stats = await relay.deliveries.stats()
+        item = await beta_client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
+        metrics = relay.metrics.render().decode()
+
+    assert handled == 1
+    assert (stats.length, stats.pending, stats.scheduled, stats.dead) == (0, 0, 0, 0)
+    assert item.json()["origin"] == "alpha"
+    assert 'teaagent_relay_deliveries_total{result="ok"} 1.0' in metrics
+
+
+@asynctest
+async def test_the_worker_dead_letters_a_permanent_refusal(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        required=1,
+        peers_of={"beta": ["gamma"]},  # beta does not know alpha
+    )
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with (
+        in_process(beta, deliver=False) as beta_client,
+        in_process(alpha, deliver=False) as alpha_client,
+    ):
+        request = alpha.request()
+        await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        worker = DeliveryWorker(
+            relay,
+            min_idle_seconds=10,
+            transport=httpx.ASGITransport(app=beta_client.app),  # type: ignore[attr-defined]
+        )
+        try:
+            await worker.run_once(block_ms=0)
+        finally:
+            await worker.aclose()
+        dead = await relay.deliveries.dead_letters()
+        stats = await relay.deliveries.stats()
+
+    assert {letter.delivery.target for letter in dead} == {"beta", "gamma"}
+    for letter in dead:
+        assert "answered 403 forbidden: 'alpha' is not a configured peer of this node" in letter.error
+    assert (stats.length, stats.pending, stats.dead) == (0, 0, 2)
+
+
+@asynctest
+async def test_the_worker_retries_an_unreachable_peer_later(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        required=1,
+        ports={"beta": free_port()},  # nothing listens there
+    )
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        worker = DeliveryWorker(relay, min_idle_seconds=10)
+        try:
+            await worker.run_once(block_ms=0)
+        finally:
+            await worker.aclose()
+        scheduled = await relay.deliveries.scheduled()
+        metrics = relay.metrics.render().decode()
+
+    [(not_before, delivery)] = scheduled
+    assert delivery.target == "beta"
+    assert delivery.attempts == 1
+    assert "relay at http://127.0.0.1:" in (delivery.last_error or "")
+    assert "is unreachable" in (delivery.last_error or "")
+    assert not_before > 0
+    assert "teaagent_relay_delivery_retries_total 1.0" in metrics
+
+
+@pytest.mark.slow
+@asynctest
+async def test_a_delivery_claimed_by_a_crashed_relay_is_taken_over(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with (
+        in_process(beta, deliver=False) as beta_client,
+        in_process(alpha, deliver=False, delivery_min_idle_seconds=1) as alpha_client,
+    ):
+        request = alpha.request()
+        await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        [taken] = await relay.deliveries.claim("host-1234", 10, 0)  # a relay that dies holding it
+        worker = DeliveryWorker(
+            relay,
+            min_idle_seconds=1,
+            transport=httpx.ASGITransport(app=beta_client.app),  # type: ignore[attr-defined]
+        )
+        try:
+            too_soon = await worker.run_once(block_ms=0)
+            await asyncio.sleep(1.1)
+            taken_over = await worker.run_once(block_ms=0)
+        finally:
+            await worker.aclose()
+        item = await beta_client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
+        stats = await relay.deliveries.stats()
+
+    assert taken.target == "beta"
+    assert (too_soon, taken_over) == (0, 1)
+    assert item.status_code == 200
+    assert (stats.length, stats.pending) == (0, 0)
