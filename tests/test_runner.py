@@ -23,7 +23,7 @@ from teaagent.llm import (
     ScriptedAdapter,
 )
 from teaagent.policy import ApprovalPolicy, PermissionMode
-from teaagent.runner import RUN_STATUSES, AgentRunner, RunResult
+from teaagent.runner import RUN_STATUSES, AgentRunner, FinalAnswer, RunResult, ValidationResult
 from teaagent.session import SessionStore, new_session
 from teaagent.tools import ToolAnnotations, ToolRegistry, workspace_registry
 
@@ -690,3 +690,66 @@ def test_arguments_that_are_not_an_object_are_refused_by_the_schema_not_replaced
 
     assert runner.run("List.").status == "completed"
     assert payloads(audit_path, "tool_error")[0]["stage"] == "arguments"
+
+
+# -- post-run validation ------------------------------------------------------------------------------
+
+
+def test_a_validator_that_passes_is_audited_and_the_run_completes(notes: Path) -> None:
+    seen: list[str] = []
+
+    def validator(answer: FinalAnswer) -> ValidationResult:
+        seen.append(answer.content)
+        return ValidationResult(ok=True, detail="3 tests passed")
+
+    runner, _, audit_path = make_runner(notes, READ_THEN_ANSWER, validator=validator)
+
+    result = runner.run("What do the notes say?")
+
+    assert result.status == "completed"
+    assert seen == ["The notes say: remember the milk."]
+    assert payloads(audit_path, "validation_result") == [{"ok": True, "detail": "3 tests passed"}]
+    assert kinds(audit_path)[-2:] == ["validation_result", "run_end"]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "message"),
+    [
+        (False, "Post-run validation failed: the validator said no."),
+        (ValidationResult(ok=False, detail="2 tests failed"), "Post-run validation failed: 2 tests failed."),
+    ],
+)
+def test_a_validator_that_fails_fails_the_run(notes: Path, verdict: object, message: str) -> None:
+    runner, _, audit_path = make_runner(notes, READ_THEN_ANSWER, validator=lambda answer: verdict)
+
+    result = runner.run("What do the notes say?")
+
+    assert result.status == "failed"
+    assert result.error_message == message
+    assert result.final_answer is not None  # the answer stays on record beside the verdict
+    assert payloads(audit_path, "validation_result")[0]["ok"] is False
+
+
+def test_a_validator_that_raises_has_not_validated_anything(notes: Path) -> None:
+    def broken(answer: FinalAnswer) -> bool:
+        raise RuntimeError("no test runner")
+
+    runner, _, audit_path = make_runner(notes, READ_THEN_ANSWER, validator=broken)
+
+    result = runner.run("What do the notes say?")
+
+    assert result.status == "failed"
+    assert payloads(audit_path, "validation_result") == [
+        {"ok": False, "detail": "the validator raised RuntimeError: no test runner"}
+    ]
+
+
+def test_a_run_that_did_not_complete_is_not_validated(workspace: Path) -> None:
+    called: list[FinalAnswer] = []
+    runner, _, audit_path = make_runner(workspace, [], validator=lambda answer: called.append(answer) is None)
+
+    result = runner.run("anything")
+
+    assert result.status == "failed"
+    assert called == []
+    assert "validation_result" not in kinds(audit_path)

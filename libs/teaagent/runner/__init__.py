@@ -20,6 +20,8 @@ from teaagent.runner._runner import (
     AgentRunner,
     AskCallback,
     Question,
+    ValidationResult,
+    Validator,
 )
 from teaagent.runner._types import (
     BYTES_KEY,
@@ -55,4 +57,6 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "ToolRequest",
+    "ValidationResult",
+    "Validator",
 ]

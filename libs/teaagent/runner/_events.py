@@ -54,6 +54,7 @@ EVENT_KINDS: Final = (
     "approval_granted",
     "approval_denied",
     "tool_result",
+    "validation",
     "run_finished",
 )
 # Enough for a long streamed run; an iterator that starts later than that misses the oldest events.

@@ -57,6 +57,8 @@ __all__ = [
     "AgentRunner",
     "AskCallback",
     "Question",
+    "ValidationResult",
+    "Validator",
 ]
 
 _log = logging.getLogger("teaagent.runner")
@@ -127,7 +129,24 @@ class _Cancelled(Exception):
     """The run was cancelled by :meth:`AgentRunner.cancel`."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class ValidationResult:
+    """A validator's verdict on a completed run's work.
+
+    Attributes:
+        ok: Whether the work passed.
+        detail: What was checked or what failed, for the audit log and the result.
+    """
+
+    ok: bool
+    detail: str = ""
+
+
+#: Checks the work of a completed run; returns a bool or a :class:`ValidationResult`.
+Validator = Callable[[FinalAnswer], "ValidationResult | bool"]
+
+
+@dataclass(frozen=True)
 class _Outcome:
     status: str
     error_message: str | None = None
@@ -187,6 +206,9 @@ class AgentRunner:
         label: What the run is for, in the run log (cost reports group by it).
         stream: Ask the model to stream its reply (events ``model_delta``).
         run_log: Write the run log (``<root>/.teaagent/runs/<run_id>.jsonl``).
+        validator: Checks a completed run's work (say, runs the test suite) before the run is
+            called completed; it is audited as ``validation_result``, and a run that fails it ends
+            ``failed``. It runs in a worker thread.
 
     Raises:
         ValueError: The run id is invalid, ``max_output_tokens`` is below 1, the budget has a cost
@@ -217,6 +239,7 @@ class AgentRunner:
         label: str = "",
         stream: bool = False,
         run_log: bool = True,
+        validator: Validator | None = None,
     ) -> None:
         if not isinstance(adapter, LLMAdapter):
             raise TypeError(f"adapter must be an LLMAdapter, not {type(adapter).__name__}.")
@@ -270,6 +293,7 @@ class AgentRunner:
         self.label = label
         self.stream = stream
         self.run_log = run_log
+        self.validator = validator
         if event_sink is None:
             sinks: list[EventSink] = []
         elif callable(event_sink):
@@ -409,6 +433,8 @@ class AgentRunner:
         interrupted: BaseException | None = None
         try:
             outcome = await self._run(task, state)
+            if outcome.status == "completed" and self.validator is not None and outcome.final_answer:
+                outcome = await self._validate(self.validator, outcome.final_answer)
         except _Cancelled:
             outcome = _Outcome(status="failed", error_message=CANCELLED_MESSAGE)
         except asyncio.CancelledError as exc:
@@ -795,6 +821,29 @@ class AgentRunner:
             return None
         return RunLogWriter(
             self.root, self.run_id, label=self.label, provider=self.provider or "", model=self.model
+        )
+
+    async def _validate(self, validator: Validator, answer: FinalAnswer) -> _Outcome:
+        """Run the post-run validator on a completed run; its verdict is audited either way."""
+        try:
+            verdict = await asyncio.to_thread(validator, answer)
+            if isinstance(verdict, bool):
+                verdict = ValidationResult(ok=verdict)
+            if not isinstance(verdict, ValidationResult):
+                raise TypeError(
+                    f"a validator returns a bool or a ValidationResult, not {type(verdict).__name__}"
+                )
+        except Exception as exc:  # a validator that breaks has not validated anything: fail closed
+            verdict = ValidationResult(ok=False, detail=f"the validator raised {type(exc).__name__}: {exc}")
+        report = {"ok": verdict.ok, "detail": verdict.detail}
+        self._audit("validation_result", report)
+        self._emit("validation", report)
+        if verdict.ok:
+            return _Outcome(status="completed", final_answer=answer)
+        return _Outcome(
+            status="failed",
+            error_message=f"Post-run validation failed: {verdict.detail or 'the validator said no'}.",
+            final_answer=answer,
         )
 
     def _finish(self, state: _RunState, outcome: _Outcome) -> RunResult:
