@@ -28,19 +28,20 @@ def test_the_demo_runs_end_to_end_and_its_evidence_verifies(tmp_path: Path) -> N
 
     assert result.returncode == 0, result.stderr
     assert "approved by beta, gamma (2 of 3)" in result.stdout
-    assert "no quorum could be obtained" in result.stdout
+    assert "no quorum could be obtained" in result.stderr  # with no relay up, the call was refused
+    assert "a forged approval claiming to be beta is refused" in result.stdout
     # The high-risk command really ran, and only after the quorum.
-    assert not (folder / "workspace" / "build").exists()
+    assert not (folder / "alpha" / "workspace" / "build").exists()
     certificate = json.loads((folder / "certificate.json").read_text())
     node = load_config(folder / "alpha.toml")
-    outcome = verify_certificate(certificate, node.quorum, origin_public_key=node.own_public_key())
-    assert outcome is not None
+    outcome = verify_certificate(certificate, node.quorum, origin_public_key=node.own_public_key().to_line())
     assert list(outcome.signers) == ["beta", "gamma"]
-    report = verify_log(folder / "audit" / "alpha.jsonl")
+    audit = folder / "alpha" / "data" / "audit"
+    report = verify_log(audit / "alpha.jsonl")
     assert report.ok
     assert report.hmac_checked
-    assert not verify_log(folder / "audit" / "tampered.jsonl").ok
-    records = [json.loads(line) for line in (folder / "audit" / "alpha.jsonl").read_text().splitlines()]
+    assert not verify_log(audit / "tampered.jsonl").ok
+    records = [json.loads(line) for line in (audit / "alpha.jsonl").read_text().splitlines()]
     granted = [r for r in records if r["event_type"] == "approval_granted"]
     assert len(granted) == 1
     assert (
