@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
+from teaagent.store import StoreError
 from teaagent.store._bench import bench_ratelimit
 
 
@@ -15,11 +16,14 @@ def test_bench_ratelimit_reports_every_figure_and_leaves_no_keys(redis_url: str)
         "ratelimit_per_s",
         "ratelimit_async_per_s",
         "raw_evalsha_per_s",
+        "raw_evalsha_redispy_per_s",
         "limits_moving_window_per_s",
         "limits_moving_window_redispy_per_s",
     ):
         assert figures[name] > 0, name
+        assert figures[name.removesuffix("_per_s") + "_client_cpu_us"] > 0, name
     assert figures["ratio_to_raw_evalsha"] == figures["ratelimit_per_s"] / figures["raw_evalsha_per_s"]
+    assert figures["ratio_to_limits"] == figures["ratelimit_per_s"] / figures["limits_moving_window_per_s"]
     client = redis.Redis.from_url(redis_url)
     assert list(client.scan_iter(match="bench:*")) == []
     client.close()
@@ -28,3 +32,8 @@ def test_bench_ratelimit_reports_every_figure_and_leaves_no_keys(redis_url: str)
 def test_bench_ratelimit_refuses_a_non_positive_duration() -> None:
     with pytest.raises(ValueError, match="seconds must be positive, not 0"):
         bench_ratelimit("redis://127.0.0.1:1/0", 0)
+
+
+def test_bench_ratelimit_on_an_unreachable_server_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match=r"^Redis at redis://127\.0\.0\.1:1/0 is unreachable"):
+        bench_ratelimit("redis://127.0.0.1:1/0", 0.1)

@@ -1,15 +1,35 @@
-"""Rate-limit windows in Redis: the Nth call passes, the next is refused, the window slides."""
+"""Rate-limit windows in Redis: the Nth call passes, the next is refused, the window slides.
+
+The synchronous limiter talks to Redis over a connection of its own (``LeanChannel``); the stories
+at the end put that path through what a real server does to it: losing its scripts, dropping the
+connection, stalling past the socket timeout, dying, being shared by threads and by a forked child.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import redis
 
-from teaagent.store import RateDecision, RedisRateLimiter, connect_sync, open_store
+from teaagent.store import (
+    EmbeddedRedis,
+    RateDecision,
+    RedisRateLimiter,
+    StoreError,
+    StoreOptions,
+    connect_sync,
+    open_store,
+)
 from teaagent.tools import InMemoryRateLimiter, RateLimiter, ToolRateLimit
 
 T0 = 1_000_000.0  # the caller's clock: tests pass time instead of sleeping
@@ -23,10 +43,20 @@ class Spec:
     window_seconds: float
 
 
+FAIL_FAST = StoreOptions(socket_timeout=0.3, connect_timeout=0.5, retries=0)  # errors within a second
+
+
 @pytest.fixture
 def limiter(redis_url: str, redis_prefix: str) -> Iterator[RedisRateLimiter]:
     with connect_sync(redis_url, prefix=redis_prefix) as store:
         yield store.rate_limiter
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """A server of this test alone: the stories below kill its clients, stall it, or kill it."""
+    with EmbeddedRedis(tmp_path) as server:
+        yield server
 
 
 def test_it_is_a_tools_rate_limiter(limiter: RedisRateLimiter) -> None:
@@ -154,3 +184,174 @@ def test_a_server_that_lost_its_scripts_gets_them_again(redis_url: str, redis_pr
             return await store.rate_limiter.hit("k", limit, now=T0)
 
     assert asyncio.run(scenario()) == RateDecision(False, 0, 60.0)
+
+
+def test_an_empty_scope_is_refused(limiter: RedisRateLimiter) -> None:
+    with pytest.raises(ValueError, match="rate-limit scope '' must be 1 to"):
+        limiter.hit("", ToolRateLimit(1, 1.0))
+
+
+def test_the_allowed_decisions_count_down_across_the_cached_range(limiter: RedisRateLimiter) -> None:
+    # Decisions with fewer than 256 calls left are shared objects; the ones above are built per call.
+    limit = ToolRateLimit(max_calls=300, window_seconds=60.0)
+    remaining = [limiter.hit("k", limit, now=T0).remaining for _ in range(300)]
+    assert remaining == list(range(299, -1, -1))
+    assert limiter.hit("k", limit, now=T0) == RateDecision(False, 0, 60.0)
+
+
+def test_the_script_reloaded_after_a_flush_counts_the_call_once(redis_url: str, redis_prefix: str) -> None:
+    limit = ToolRateLimit(max_calls=3, window_seconds=60.0)
+    with connect_sync(redis_url, prefix=redis_prefix) as store:
+        assert store.rate_limiter.hit("k", limit, now=T0).remaining == 2
+        for expected in (1, 0):
+            store.client.script_flush()
+            assert store.rate_limiter.hit("k", limit, now=T0) == RateDecision(True, expected, 0.0)
+        assert store.client.zcard(store.keys.ratelimit("k")) == 3
+        assert not store.rate_limiter.hit("k", limit, now=T0).allowed
+
+
+@pytest.mark.slow
+def test_a_dropped_connection_is_replaced_and_the_call_counted_once(own_server: EmbeddedRedis) -> None:
+    limit = ToolRateLimit(max_calls=5, window_seconds=60.0)
+    admin = redis.Redis.from_url(own_server.url)
+    with connect_sync(own_server.url, prefix="ta:alpha", options=FAIL_FAST) as store:
+        assert store.rate_limiter.hit("k", limit, now=T0).remaining == 4
+        # The server closes every client but the admin's: the limiter's held connection is gone.
+        assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+        assert store.rate_limiter.hit("k", limit, now=T0) == RateDecision(True, 3, 0.0)
+        assert admin.zcard(store.keys.ratelimit("k")) == 2
+    admin.close()
+
+
+@pytest.mark.slow
+def test_a_stalled_server_is_a_store_error_and_the_limiter_recovers(own_server: EmbeddedRedis) -> None:
+    limit = ToolRateLimit(max_calls=5, window_seconds=60.0)
+    admin = redis.Redis.from_url(own_server.url)
+    admin.config_set("busy-reply-threshold", 1000)  # the server answers nobody for a second
+    blocker = redis.Redis.from_url(own_server.url)
+    errors: list[Exception] = []
+
+    def stall() -> None:
+        try:
+            blocker.eval("while true do end", 0)
+        except redis.exceptions.ResponseError as exc:
+            errors.append(exc)
+
+    with connect_sync(own_server.url, prefix="ta:alpha", options=FAIL_FAST) as store:
+        assert store.rate_limiter.hit("k", limit, now=T0).remaining == 4
+        thread = threading.Thread(target=stall)
+        thread.start()
+        time.sleep(0.1)  # the loop has started
+        with pytest.raises(
+            StoreError, match=r"^Redis at redis://:\*\*\*@127\.0\.0\.1:\d+/0 did not answer in time"
+        ):
+            store.rate_limiter.hit("k", limit, now=T0 + 1)
+        deadline = time.monotonic() + 10
+        while True:  # SCRIPT KILL is heard once the busy threshold has passed
+            try:
+                admin.script_kill()
+                break
+            except redis.exceptions.ResponseError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        thread.join()
+        assert len(errors) == 1
+        assert "killed" in str(errors[0]).lower()
+        # The stalled call may or may not have reached the server before its connection was closed.
+        after = store.rate_limiter.hit("k", limit, now=T0 + 2)
+        assert after.allowed
+        assert after.remaining in (2, 3)
+    blocker.close()
+    admin.close()
+
+
+@pytest.mark.slow
+def test_a_killed_server_refuses_every_call_instead_of_allowing_it(own_server: EmbeddedRedis) -> None:
+    limit = ToolRateLimit(max_calls=100, window_seconds=60.0)
+    with connect_sync(own_server.url, prefix="ta:alpha", options=FAIL_FAST) as store:
+        assert store.rate_limiter.hit("k", limit).allowed
+        assert own_server.pid is not None
+        os.kill(own_server.pid, signal.SIGKILL)
+        probe = redis.Redis.from_url(own_server.url, socket_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:  # until the kernel has closed the dead server's listening socket
+            try:
+                probe.ping()
+            except redis.exceptions.ConnectionError:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        probe.close()
+        for _ in range(3):  # the held connection, then fresh ones: each call fails, none passes
+            with pytest.raises(StoreError, match=r"is unreachable: Connection refused$"):
+                store.rate_limiter.hit("k", limit)
+
+
+def test_eight_threads_hammering_one_limiter_get_exactly_max_calls(limiter: RedisRateLimiter) -> None:
+    shared = ToolRateLimit(max_calls=100, window_seconds=60.0)
+    own = ToolRateLimit(max_calls=1000, window_seconds=60.0)
+    barrier = threading.Barrier(8)
+
+    def hammer(thread: int) -> tuple[list[RateDecision], list[int]]:
+        barrier.wait()
+        decisions, counted_down = [], []
+        for _ in range(50):
+            decisions.append(limiter.hit("tool:shell.run", shared, now=T0))
+            # Each thread's own window answers 999, 998, ...: a reply given to the wrong thread shows.
+            counted_down.append(limiter.hit(f"thread:{thread}", own, now=T0).remaining)
+        return decisions, counted_down
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(hammer, range(8)))
+    decisions = [decision for thread_decisions, _ in results for decision in thread_decisions]
+    assert len(decisions) == 400
+    assert sorted(decision.remaining for decision in decisions if decision.allowed) == list(range(100))
+    assert all(decision == RateDecision(False, 0, 60.0) for decision in decisions if not decision.allowed)
+    for _, counted_down in results:
+        assert counted_down == list(range(999, 949, -1))
+
+
+def _hit_in_child(url: str, prefix: str, results: multiprocessing.Queue[object]) -> None:
+    results.put(_LIMITERS[(url, prefix)].hit("k", ToolRateLimit(max_calls=4, window_seconds=60.0), now=T0))
+
+
+_LIMITERS: dict[tuple[str, str], RedisRateLimiter] = {}  # what a forked child inherits from its parent
+
+
+@pytest.mark.slow
+def test_a_forked_child_uses_a_connection_and_names_of_its_own(redis_url: str, redis_prefix: str) -> None:
+    limit = ToolRateLimit(max_calls=4, window_seconds=60.0)
+    with connect_sync(redis_url, prefix=redis_prefix) as store:
+        _LIMITERS[(redis_url, redis_prefix)] = store.rate_limiter
+        try:
+            assert store.rate_limiter.hit("k", limit, now=T0).remaining == 3  # the parent holds a connection
+            context = multiprocessing.get_context("fork")
+            results: multiprocessing.Queue[object] = context.Queue()
+            # Fork while another thread of the parent is inside a call: the child inherits a taken lock
+            # and a socket with a reply in flight, and must use neither.
+            child = context.Process(
+                target=_hit_in_child, args=(redis_url, redis_prefix, results), daemon=True
+            )
+            try:
+                with store.rate_limiter._channel._lock:
+                    child.start()
+                    from_child = results.get(timeout=30)
+                child.join(timeout=30)
+            finally:
+                if child.is_alive():  # a child stuck on the inherited lock must not outlive the test
+                    child.kill()
+                    child.join()
+            assert child.exitcode == 0
+            assert from_child == RateDecision(True, 2, 0.0)
+            assert store.rate_limiter.hit("k", limit, now=T0) == RateDecision(True, 1, 0.0)
+            members = store.client.zrange(store.keys.ratelimit("k"), 0, -1)
+            assert len(set(members)) == 3  # the child named its call differently from the parent's
+        finally:
+            del _LIMITERS[(redis_url, redis_prefix)]
+
+
+def test_a_closed_limiter_takes_a_connection_again(limiter: RedisRateLimiter) -> None:
+    limit = ToolRateLimit(max_calls=2, window_seconds=60.0)
+    assert limiter.hit("k", limit, now=T0).remaining == 1
+    limiter.close()
+    assert limiter.hit("k", limit, now=T0) == RateDecision(True, 0, 0.0)

@@ -3,6 +3,12 @@
 ``RedisRateLimiter`` implements ``teaagent.tools.RateLimiter`` with the same sliding-window meaning as
 ``teaagent.tools.InMemoryRateLimiter``: a call at ``t`` counts until ``t + window_seconds`` (excluded),
 refused calls are not counted.
+
+The synchronous check runs once per tool call, so it skips redis-py's command layer (argument
+packing, pool checkout, retry wrapper, reply callbacks: about half of the client's CPU per call):
+it holds one connection of the client's pool (``LeanChannel``), keeps each window's EVALSHA
+command encoded up to its two per-call arguments, and reads the reply with the connection's own
+parser. Failures still fail closed: no reply is a ``StoreError``, never an allowed call.
 """
 
 from __future__ import annotations
@@ -11,8 +17,10 @@ import functools
 import hashlib
 import itertools
 import os
+import threading
 import time
-from typing import Protocol
+import weakref
+from typing import Any, Protocol
 
 import redis
 import redis.asyncio
@@ -24,7 +32,14 @@ from teaagent.store._keys import Keys
 from teaagent.store._scripts import AsyncScripts, script_source
 from teaagent.tools import RateDecision
 
-__all__ = ["MAX_WINDOW_CALLS", "AsyncRedisRateLimiter", "RateLimitSpec", "RedisRateLimiter"]
+__all__ = [
+    "MAX_WINDOW_CALLS",
+    "AsyncRedisRateLimiter",
+    "LeanChannel",
+    "RateLimitSpec",
+    "RedisRateLimiter",
+    "pack_command",
+]
 
 MAX_WINDOW_CALLS = 100_000  # the window logs one member per counted call; beyond this it is a throughput knob
 
@@ -43,17 +58,103 @@ def _token() -> bytes:
     return os.urandom(6).hex().encode()
 
 
+# A member is this process's token and a sequence number: unique without the time (the score holds it).
 _MEMBER_TOKEN = _token()
 _MEMBER_SEQUENCE = itertools.count()
-_KEY_CACHE_SIZE = 1024  # window names in use at once: tools and peers, not users; past it the cache restarts
+_KEY_CACHE_SIZE = 1024  # windows in use at once (tools, peers, a few limits each); past it the cache restarts
+_CHANNELS: weakref.WeakSet[LeanChannel] = weakref.WeakSet()
 
 
-def _reseed_after_fork() -> None:
+def _reset_after_fork() -> None:
     global _MEMBER_TOKEN
     _MEMBER_TOKEN = _token()  # a forked child must not repeat its parent's member names
+    for channel in list(_CHANNELS):
+        channel._forget()
 
 
-os.register_at_fork(after_in_child=_reseed_after_fork)
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def pack_command(*parts: bytes, count: int | None = None) -> bytes:
+    """Encode a command as a RESP array of bulk strings (what ``Connection.pack_command`` sends).
+
+    ``count`` is the array's length when more parts follow (appended by the caller), else ``len(parts)``.
+    """
+    header = b"*%d\r\n" % (len(parts) if count is None else count)
+    return header + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
+class LeanChannel:
+    """A connection of a synchronous client's pool, held by one owner: send a packed command, read the reply.
+
+    A lock keeps each send paired with its read, so threads share the channel safely (one round
+    trip at a time, as on any single connection). A connection that failed is dropped; after
+    losing an established connection the command is sent once more on a fresh one (the server may
+    then have counted it twice, an error on the refusing side). A timeout is not retried: the
+    server is alive but slow, and a second wait would double the caller's.
+    The connection goes back to the pool on ``close()``; a forked child takes a new one.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._pool = client.connection_pool
+        self._lock = threading.Lock()
+        # A redis.connection.Connection; typed Any because redis-py leaves its methods unannotated.
+        self._connection: Any = None
+        _CHANNELS.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's lock state and socket are not ours (the pool resets itself)."""
+        self._lock = threading.Lock()
+        self._connection = None
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.disconnect()
+            self._pool.release(connection)
+
+    def execute(self, packed: list[bytes]) -> Any:
+        """Send one packed command and return its decoded reply.
+
+        Raises:
+            redis.exceptions.RedisError: the server refused the command (``ResponseError``, the
+                connection stays usable), or the connection failed twice, or it timed out.
+        """
+        with self._lock:
+            connection = self._connection
+            if connection is not None:
+                try:
+                    connection.send_packed_command(packed, check_health=True)
+                    return connection.read_response()
+                except redis.exceptions.ResponseError:
+                    raise  # the reply was read whole: the connection is in step
+                except (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError):
+                    self._drop()
+                    raise
+                except redis.exceptions.ConnectionError:
+                    self._drop()  # a restarted server or a dropped socket: one fresh connection, one more try
+                except BaseException:
+                    # A timeout, or an interrupt between send and read, may leave a reply unread.
+                    self._drop()
+                    raise
+            fresh: Any = self._pool.get_connection()
+            self._connection = connection = fresh
+            try:
+                # The health check only looks at the clock unless the connection sat idle for its interval.
+                connection.send_packed_command(packed, check_health=True)
+                return connection.read_response()
+            except redis.exceptions.ResponseError:
+                raise
+            except BaseException:
+                self._drop()
+                raise
+
+    def close(self) -> None:
+        """Give the connection back to the pool (the next ``execute`` takes one again)."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                self._pool.release(connection)
 
 
 @functools.lru_cache(maxsize=256)
@@ -67,15 +168,27 @@ def _window(max_calls: int, window_seconds: float) -> tuple[bytes, bytes]:
     return b"%d" % window_ms, b"%d" % max_calls
 
 
-def _args(limit: RateLimitSpec, now: float | None) -> tuple[bytes, bytes, bytes, bytes]:
-    window_ms, max_calls = _window(limit.max_calls, limit.window_seconds)
-    now_ms = int((time.time() if now is None else now) * 1000)
-    return b"%d" % now_ms, window_ms, max_calls, b"%d-%s-%d" % (now_ms, _MEMBER_TOKEN, next(_MEMBER_SEQUENCE))
+def _now_ms(now: float | None) -> bytes:
+    return b"%d" % (time.time_ns() // 1_000_000 if now is None else int(now * 1000))
 
 
-def _decision(reply: list[int]) -> RateDecision:
-    allowed, remaining, retry_after_ms = reply
-    return RateDecision(allowed=allowed == 1, remaining=int(remaining), retry_after=retry_after_ms / 1000)
+def _member() -> bytes:
+    return b"%s%x" % (_MEMBER_TOKEN, next(_MEMBER_SEQUENCE))
+
+
+_CACHED_ALLOWED = (
+    256  # allowed decisions with few calls left are built once (a frozen dataclass costs ~0.6 us)
+)
+_ALLOWED = tuple(RateDecision(True, remaining, 0.0) for remaining in range(_CACHED_ALLOWED))
+
+
+def _decision(reply: object) -> RateDecision:
+    """Read the script's one integer: remaining calls when allowed, minus the wait in ms when refused."""
+    if type(reply) is not int:
+        raise redis.exceptions.InvalidResponse(f"the rate-limit script answered {reply!r}, not an integer")
+    if reply >= 0:
+        return _ALLOWED[reply] if reply < _CACHED_ALLOWED else RateDecision(True, reply, 0.0)
+    return RateDecision(False, 0, -reply / 1000)
 
 
 class RedisRateLimiter:
@@ -83,8 +196,8 @@ class RedisRateLimiter:
 
     ``hit(key, limit)`` counts one call against the window ``key`` (a tool name, ``origin:<id>``):
     at most ``limit.max_calls`` calls pass in any ``limit.window_seconds``; a refused call is not
-    counted. One EVALSHA per check (the script is loaded again if the server lost it);
-    thread-safe (the client's pool is shared).
+    counted. One EVALSHA per check on a connection of its own (the script is loaded again if the
+    server lost it); thread-safe (threads take turns on that connection).
     """
 
     def __init__(self, client: redis.Redis, *, keys: Keys, url: str) -> None:
@@ -92,16 +205,19 @@ class RedisRateLimiter:
         self._keys = keys
         self._url = url
         self._source = script_source("ratelimit")
-        self._sha = hashlib.sha1(self._source.encode(), usedforsecurity=False).hexdigest()
-        self._names: dict[str, bytes] = {}
+        self._sha = hashlib.sha1(self._source.encode(), usedforsecurity=False).hexdigest().encode()
+        self._channel = LeanChannel(client)
+        # (key, max_calls, window_seconds) -> the command encoded up to now_ms: "*8 EVALSHA sha 1 key w m".
+        self._commands: dict[tuple[str, int, float], bytes] = {}
 
-    def _name(self, key: str) -> bytes:
-        name = self._names.get(key)
-        if name is None:
-            if len(self._names) >= _KEY_CACHE_SIZE:
-                self._names.clear()
-            name = self._names[key] = self._keys.ratelimit(key).encode()
-        return name
+    def _command(self, key: str, limit: RateLimitSpec) -> bytes:
+        window_ms, max_calls = _window(limit.max_calls, limit.window_seconds)
+        name = self._keys.ratelimit(key).encode()
+        command = pack_command(b"EVALSHA", self._sha, b"1", name, window_ms, max_calls, count=8)
+        if len(self._commands) >= _KEY_CACHE_SIZE:
+            self._commands.clear()
+        self._commands[(key, limit.max_calls, limit.window_seconds)] = command
+        return command
 
     def hit(self, key: str, limit: RateLimitSpec, *, now: float | None = None) -> RateDecision:
         """Count one call against window ``key`` and say whether it may proceed.
@@ -112,19 +228,44 @@ class RedisRateLimiter:
             now: Unix seconds, the caller's clock (tests pass time explicitly).
 
         Raises:
-            StoreError: Redis is unreachable or failed (callers fail closed: no answer is no pass).
+            StoreError: Redis is unreachable, timed out or failed (callers fail closed: no answer is no pass).
             ValueError: an empty key, or a limit out of range.
         """
-        name, args = self._name(key), _args(limit, now)
+        command = self._commands.get((key, limit.max_calls, limit.window_seconds))
+        if command is None:
+            command = self._command(key, limit)
+        # _now_ms(), _member() and _decision() written out: this runs once per tool call.
+        now_ms = b"%d" % (time.time_ns() // 1_000_000 if now is None else int(now * 1000))
+        member = b"%s%x" % (_MEMBER_TOKEN, next(_MEMBER_SEQUENCE))
+        packed = [b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (command, len(now_ms), now_ms, len(member), member)]
         try:
-            try:
-                reply = self._client.evalsha(self._sha, 1, name, *args)
-            except redis.exceptions.NoScriptError:
-                self._sha = self._client.script_load(self._source)  # a restarted or flushed server
-                reply = self._client.evalsha(self._sha, 1, name, *args)
+            reply = self._channel.execute(packed)
+        except redis.exceptions.NoScriptError:
+            reply = self._load_and_execute(packed)
+        except redis.exceptions.RedisError as exc:
+            raise StoreError(describe_redis_error(self._url, exc)) from exc
+        if type(reply) is int and reply >= 0:
+            return _ALLOWED[reply] if reply < _CACHED_ALLOWED else RateDecision(True, reply, 0.0)
+        try:
             return _decision(reply)
         except redis.exceptions.RedisError as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
+
+    def _load_and_execute(self, packed: list[bytes]) -> Any:
+        """Load the script (a restarted or flushed server lost it; same text, same SHA) and send again.
+
+        Raises:
+            StoreError: Redis is unreachable, timed out or failed.
+        """
+        try:
+            self._channel.execute([pack_command(b"SCRIPT", b"LOAD", self._source.encode())])
+            return self._channel.execute(packed)
+        except redis.exceptions.RedisError as exc:
+            raise StoreError(describe_redis_error(self._url, exc)) from exc
+
+    def close(self) -> None:
+        """Give the limiter's connection back to the client's pool; a later ``hit`` takes one again."""
+        self._channel.close()
 
 
 class AsyncRedisRateLimiter:
@@ -143,8 +284,10 @@ class AsyncRedisRateLimiter:
             StoreError: Redis is unreachable or failed.
             ValueError: an empty key, or a limit out of range.
         """
-        name, args = self._keys.ratelimit(key), _args(limit, now)
+        name = self._keys.ratelimit(key)
+        window_ms, max_calls = _window(limit.max_calls, limit.window_seconds)
+        args = [window_ms, max_calls, _now_ms(now), _member()]
         try:
-            return _decision(await self._scripts.run("ratelimit", [name], list(args)))
+            return _decision(await self._scripts.run("ratelimit", [name], args))
         except redis.exceptions.RedisError as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc

@@ -123,8 +123,11 @@ class SyncStore:
         return time.perf_counter() - started
 
     def close(self) -> None:
-        """Close the client and its connection pool."""
+        """Close the rate limiter's connection, the client and its connection pool."""
+        self.rate_limiter.close()
         self.client.close()
+        # redis-py leaves a pool it was handed open: disconnect it, or its sockets outlive the store.
+        self.client.connection_pool.disconnect()
 
     def __enter__(self) -> SyncStore:
         return self
