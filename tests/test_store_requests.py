@@ -214,14 +214,19 @@ def test_denied_exactly_when_denials_exceed_peers_minus_required(
     in_store(scenario)
 
 
-def test_a_signer_counts_once_per_kind_and_a_decided_outcome_never_changes(in_store: Run) -> None:
+def test_a_signer_counts_once_on_one_side_and_a_decided_outcome_never_changes(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
         request_id = await accepted(store, required=2, peers=3)
         record = store.requests.record_decision
         await record(request_id, kind="approval", signer="beta", decision=b"a", now=NOW)
+        # beta approved first: its later denial is not counted (nor, the other way round, an
+        # approval after a denial), whichever relay process brings it.
         both = await record(request_id, kind="denial", signer="beta", decision=b"d", now=NOW)
-        assert (both.approvals, both.denials, both.state) == (1, 1, "pending")
-        denied = await record(request_id, kind="denial", signer="gamma", decision=b"d", now=NOW)
+        assert (both.approvals, both.denials, both.state, both.counted) == (1, 0, "pending", False)
+        await record(request_id, kind="denial", signer="gamma", decision=b"d", now=NOW)
+        turned = await record(request_id, kind="approval", signer="gamma", decision=b"a", now=NOW)
+        assert (turned.approvals, turned.denials, turned.counted) == (1, 1, False)
+        denied = await record(request_id, kind="denial", signer="delta", decision=b"d", now=NOW)
         assert (denied.state, denied.decided) == ("denied", True)
         after = await record(request_id, kind="approval", signer="delta", decision=b"a", now=NOW)
         assert (after.state, after.approvals, after.counted, after.decided) == ("denied", 1, False, False)

@@ -1,7 +1,7 @@
 -- record_decision: count one already-verified decision and decide the outcome exactly once.
 --
 -- The caller has verified the signature and the signer's membership; this script only counts.
--- PROTOCOL.md "Counting": each signer counts once per kind; approved when approvals reach required;
+-- PROTOCOL.md "Counting": each signer counts once, on one side; approved when approvals reach required;
 -- denied as soon as denials exceed peers - required; expired when now > expires_at first; once
 -- decided, the outcome never changes. The outcome event is appended here, in the same step.
 --
@@ -42,6 +42,16 @@ if now > expires_at then
   return {'expired', approvals, denials, 0, 1}
 end
 if kind ~= 'approval' and kind ~= 'denial' then
+  return {state, approvals, denials, 0, 0}
+end
+
+-- A signer decides once: an approval after its denial (or the reverse) is not counted, so that no
+-- relay process, however many share this store, can count one signer on both sides.
+local other = 'denial'
+if kind == 'denial' then
+  other = 'approval'
+end
+if redis.call('HEXISTS', decisions_key, other .. ':' .. signer) == 1 then
   return {state, approvals, denials, 0, 0}
 end
 
