@@ -58,7 +58,11 @@ BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
 TARGETS: dict[str, list[tuple[str, str, float]]] = {
     "core": [("gate_overhead_us_median", "<=", 50.0), ("audit_appends_per_s", ">=", 20_000.0)],
     "signing": [("sshsig_verify_ratio", ">=", 0.85), ("evaluate_2of3_over_two_raw", "<=", 2.5)],
-    "relay": [("decisions_per_s", ">=", 1000.0)],
+    "relay": [
+        ("decisions_per_s", ">=", 1000.0),
+        ("ratio_to_raw_evalsha", ">=", 0.8),
+        ("ratio_to_limits", ">=", 2.0),
+    ],
     "runner": [("iteration_overhead_ms_median", "<=", 1.0)],
 }
 
