@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NoReturn, Protocol
@@ -112,17 +111,6 @@ def _string_set(name: str, value: object) -> frozenset[str]:
     if not all(isinstance(item, str) for item in items):
         raise TypeError(f"{name} must hold only strings.")
     return items
-
-
-def _certificate_verifier() -> Callable[..., Any] | None:
-    # Imported when needed: teaagent.quorum sits above policy, and a missing or older quorum
-    # module must deny, never crash or pass.
-    try:
-        module = importlib.import_module("teaagent.quorum")
-    except ImportError:
-        return None
-    verifier = getattr(module, "verify_certificate", None)
-    return verifier if callable(verifier) else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -581,17 +569,11 @@ class ApprovalPolicy:
         ):
             if request.get(name) != expected:
                 _deny(f"{lead} but the quorum certificate's {name} does not match this call.")
-        verify = _certificate_verifier()
-        if verify is None:
-            _deny(
-                f"{lead} but quorum certificates cannot be verified: "
-                "teaagent.quorum.verify_certificate is missing."
-            )
+        # Imported here: teaagent.quorum builds on this module's MultiSigQuorumConfig.
+        from teaagent.quorum import verify_certificate
+
         try:
-            if self.origin_public_key is None:
-                verify(certificate, config)
-            else:
-                verify(certificate, config, origin_public_key=self.origin_public_key)
+            verify_certificate(certificate, config, origin_public_key=self.origin_public_key)
         except Exception as exc:
             _deny(f"{lead} but its quorum certificate does not verify: {_clause(exc)}.")
         return certificate
