@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -375,3 +376,18 @@ def asynctest(function: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..
         asyncio.run(function(*args, **kwargs))
 
     return run
+
+
+@pytest.fixture(name="nodes")
+def fixture_nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+    """alpha, beta, gamma, delta: each a peer of every other; 2 approvals required."""
+    return write_cluster(
+        tmp_path, ["alpha", "beta", "gamma", "delta"], redis_url=redis_url, prefix=redis_prefix
+    )
+
+
+def error(response: httpx.Response) -> tuple[int, str, str]:
+    """The status, ``ErrorOut`` code and message of a refusal (and that the body is ErrorOut-shaped)."""
+    body = response.json()
+    assert set(body) == {"error", "message"}, body
+    return response.status_code, body["error"], body["message"]

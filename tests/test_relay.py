@@ -14,25 +14,21 @@ from typing import Any
 
 import httpx
 import pytest
-from relay_support import Node, approval, asynctest, denial, in_process, public_line, write_cluster
+from relay_support import (
+    Node,
+    approval,
+    asynctest,
+    denial,
+    error,
+    fixture_nodes,  # noqa: F401 - the nodes fixture
+    in_process,
+    public_line,
+    write_cluster,
+)
 
 from teaagent.errors import ConfigError
 from teaagent.quorum import approval_statement, sign_request, verify_certificate
 from teaagent_relay import MAX_WAIT_SECONDS, Settings, create_app
-
-
-@pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
-    """alpha, beta, gamma, delta: each a peer of every other; 2 approvals required."""
-    return write_cluster(
-        tmp_path, ["alpha", "beta", "gamma", "delta"], redis_url=redis_url, prefix=redis_prefix
-    )
-
-
-def error(response: httpx.Response) -> tuple[int, str, str]:
-    body = response.json()
-    assert set(body) == {"error", "message"}, body
-    return response.status_code, body["error"], body["message"]
 
 
 async def submit(client: httpx.AsyncClient, node: Node, request: dict[str, Any]) -> httpx.Response:

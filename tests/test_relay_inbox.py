@@ -18,6 +18,8 @@ from relay_support import (
     approval,
     asynctest,
     denial,
+    error,
+    fixture_nodes,  # noqa: F401 - the nodes fixture
     free_port,
     in_process,
     signer,
@@ -27,20 +29,6 @@ from relay_support import (
 from teaagent.quorum import approval_statement, build_request, sign_request
 from teaagent_relay import MAX_BODY_BYTES
 from teaagent_relay._worker import DeliveryWorker
-
-
-@pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
-    """alpha, beta, gamma, delta: each a peer of every other; 2 approvals required."""
-    return write_cluster(
-        tmp_path, ["alpha", "beta", "gamma", "delta"], redis_url=redis_url, prefix=redis_prefix
-    )
-
-
-def error(response: httpx.Response) -> tuple[int, str, str]:
-    body = response.json()
-    assert set(body) == {"error", "message"}, body
-    return response.status_code, body["error"], body["message"]
 
 
 async def nothing_stored(client: httpx.AsyncClient, origin: str, request_id: str) -> bool:
