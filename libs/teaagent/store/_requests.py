@@ -391,7 +391,8 @@ class RequestBook(_Book):
     ) -> DecisionResult:
         """Count one decision whose signature the caller has already verified.
 
-        A signer's first decision of each kind counts, repeats are no-ops; the outcome is settled
+        A signer decides once: its first decision counts, repeats and a later decision of the other
+        kind are no-ops (``counted`` is False); the outcome is settled
         once (approved, denied, or expired when ``now`` is past ``expires_at``) and never changes.
 
         Raises:
