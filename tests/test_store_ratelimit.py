@@ -1,4 +1,4 @@
-"""Rate-limit windows in Redis: the Nth call passes, the next is refused, the window slides.
+"""Rate-limit buckets in Redis (GCRA): a burst of max_calls passes, then one call per refill.
 
 The synchronous limiter talks to Redis over a connection of its own (``LeanChannel``); the stories
 at the end put that path through what a real server does to it: losing its scripts, dropping the
@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from teaagent.store import (
     EmbeddedRedis,
@@ -31,6 +34,7 @@ from teaagent.store import (
     open_store,
 )
 from teaagent.tools import InMemoryRateLimiter, RateLimiter, ToolRateLimit
+from teaagent.tools._ratelimit import decision_from_reply, gcra_parameters, gcra_step
 
 T0 = 1_000_000.0  # the caller's clock: tests pass time instead of sleeping
 
@@ -65,18 +69,18 @@ def test_it_is_a_tools_rate_limiter(limiter: RedisRateLimiter) -> None:
     assert isinstance(limiter.hit("tool:fs.read", ToolRateLimit(1, 1.0), now=T0), RateDecision)
 
 
-def test_the_nth_call_passes_the_next_is_refused_and_the_window_slides(limiter: RedisRateLimiter) -> None:
-    limit = ToolRateLimit(max_calls=3, window_seconds=10.0)
+def test_a_burst_of_max_calls_passes_then_one_call_per_refill(limiter: RedisRateLimiter) -> None:
+    limit = ToolRateLimit(max_calls=3, window_seconds=30.0)  # one refill every 10 s
     assert limiter.hit("tool:shell.run", limit, now=T0) == RateDecision(True, 2, 0.0)
-    assert limiter.hit("tool:shell.run", limit, now=T0 + 1) == RateDecision(True, 1, 0.0)
-    assert limiter.hit("tool:shell.run", limit, now=T0 + 2) == RateDecision(True, 0, 0.0)
-    # One over: refused until the first call leaves the window at T0 + 10.
+    assert limiter.hit("tool:shell.run", limit, now=T0) == RateDecision(True, 1, 0.0)
+    assert limiter.hit("tool:shell.run", limit, now=T0 + 1) == RateDecision(True, 0, 0.0)
+    # The bucket is empty: the next call waits for the first refill, at T0 + 10.
     assert limiter.hit("tool:shell.run", limit, now=T0 + 3) == RateDecision(False, 0, 7.0)
-    assert limiter.hit("tool:shell.run", limit, now=T0 + 9.999) == RateDecision(False, 0, 0.001)
-    # A call made at t counts until t + window, excluded.
+    assert limiter.hit("tool:shell.run", limit, now=T0 + 9.999999) == RateDecision(False, 0, 0.000001)
     assert limiter.hit("tool:shell.run", limit, now=T0 + 10) == RateDecision(True, 0, 0.0)
-    assert limiter.hit("tool:shell.run", limit, now=T0 + 10.5) == RateDecision(False, 0, 0.5)
-    assert limiter.hit("tool:shell.run", limit, now=T0 + 11) == RateDecision(True, 0, 0.0)
+    assert limiter.hit("tool:shell.run", limit, now=T0 + 15) == RateDecision(False, 0, 5.0)
+    # Idle for a whole window: the bucket is full again.
+    assert limiter.hit("tool:shell.run", limit, now=T0 + 50) == RateDecision(True, 2, 0.0)
 
 
 def test_refused_calls_are_not_counted(limiter: RedisRateLimiter) -> None:
@@ -84,7 +88,16 @@ def test_refused_calls_are_not_counted(limiter: RedisRateLimiter) -> None:
     assert limiter.hit("k", limit, now=T0).allowed
     for offset in (1, 2, 3, 4):
         assert not limiter.hit("k", limit, now=T0 + offset).allowed
-    assert limiter.hit("k", limit, now=T0 + 5).allowed  # the refusals did not push the window out
+    assert limiter.hit("k", limit, now=T0 + 5).allowed  # the refusals did not push the refill out
+
+
+def test_the_key_holds_the_theoretical_arrival_time(redis_url: str, redis_prefix: str) -> None:
+    limit = ToolRateLimit(max_calls=4, window_seconds=2.0)  # a refill every 0.5 s
+    with connect_sync(redis_url, prefix=redis_prefix) as store:
+        for _ in range(3):
+            store.rate_limiter.hit("k", limit, now=T0)
+        # Three calls at T0 took three refills: the bucket is full again at T0 + 1.5 s.
+        assert store.client.get(store.keys.ratelimit("k")) == b"%d" % ((T0 + 1.5) * 1_000_000)
 
 
 def test_it_agrees_with_the_in_memory_limiter_call_for_call(limiter: RedisRateLimiter) -> None:
@@ -93,17 +106,51 @@ def test_it_agrees_with_the_in_memory_limiter_call_for_call(limiter: RedisRateLi
     limit = ToolRateLimit(max_calls=4, window_seconds=3.0)
     for step in range(60):
         clock[0] = T0 + step * 0.25 + (0.125 if step % 7 == 0 else 0.0)
-        ours = limiter.hit("tool:fs.write", limit, now=clock[0])
-        theirs = memory.hit("tool:fs.write", limit)
-        assert (ours.allowed, ours.remaining) == (theirs.allowed, theirs.remaining), step
-        assert ours.retry_after == pytest.approx(theirs.retry_after, abs=0.001), step
+        assert limiter.hit("tool:fs.write", limit, now=clock[0]) == memory.hit("tool:fs.write", limit), step
 
 
-def test_a_lowered_limit_waits_for_enough_calls_to_leave(limiter: RedisRateLimiter) -> None:
-    for offset in range(4):
-        assert limiter.hit("k", ToolRateLimit(4, 10.0), now=T0 + offset).allowed
-    # Now only 2 per window: two of the four logged calls must leave first (the one at T0 + 2).
-    assert limiter.hit("k", ToolRateLimit(2, 10.0), now=T0 + 5) == RateDecision(False, 0, 7.0)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    max_calls=st.integers(1, 6),
+    window_ms=st.integers(1, 5_000),
+    gaps_us=st.lists(st.integers(0, 3_000_000), min_size=1, max_size=40),
+)
+def test_redis_and_memory_and_the_reference_agree_on_any_sequence(
+    limiter: RedisRateLimiter, max_calls: int, window_ms: int, gaps_us: list[int]
+) -> None:
+    """The Lua script, the in-memory limiter and ``gcra_step`` give the same answer to every call."""
+    limit = ToolRateLimit(max_calls, window_ms / 1000)
+    interval, capacity = gcra_parameters(max_calls, limit.window_seconds)
+    key = f"prop:{uuid.uuid4().hex}"
+    clock = [T0]
+    memory = InMemoryRateLimiter(clock=lambda: clock[0])
+    tat: int | None = None
+    now = round(T0 * 1_000_000)
+    for gap in gaps_us:
+        now += gap
+        clock[0] = now / 1_000_000
+        new_tat, reply = gcra_step(tat, now, interval, capacity)
+        tat = tat if new_tat is None else new_tat
+        expected = decision_from_reply(reply)
+        assert limiter.hit(key, limit, now=now / 1_000_000) == expected
+        assert memory.hit(key, limit) == expected
+
+
+def test_a_lowered_limit_waits_for_the_bucket_to_drain(limiter: RedisRateLimiter) -> None:
+    for _ in range(4):
+        assert limiter.hit("k", ToolRateLimit(4, 10.0), now=T0).allowed  # the TAT is now T0 + 10
+    # Now 2 per 10 s (a refill every 5 s, a bucket of 10 s): one more refill must fit in the bucket.
+    assert limiter.hit("k", ToolRateLimit(2, 10.0), now=T0 + 1) == RateDecision(False, 0, 4.0)
+    assert limiter.hit("k", ToolRateLimit(2, 10.0), now=T0 + 5) == RateDecision(True, 0, 0.0)
+
+
+def test_a_bucket_set_by_a_clock_far_ahead_never_asks_for_more_than_a_full_refill(
+    limiter: RedisRateLimiter,
+) -> None:
+    limit = ToolRateLimit(2, 10.0)
+    for _ in range(2):
+        assert limiter.hit("k", limit, now=T0 + 3600).allowed  # a host whose clock is an hour ahead
+    assert limiter.hit("k", limit, now=T0) == RateDecision(False, 0, 10.0)
 
 
 def test_windows_are_per_key_and_shared_by_every_limiter_on_the_prefix(
@@ -131,19 +178,24 @@ def test_fifty_threads_racing_for_ten_slots_get_exactly_ten(limiter: RedisRateLi
     assert sorted(decision.remaining for decision in decisions if decision.allowed) == list(range(10))
 
 
-def test_the_window_key_lives_exactly_one_window(redis_url: str, redis_prefix: str) -> None:
+def test_the_key_expires_when_its_bucket_is_full_again(redis_url: str, redis_prefix: str) -> None:
+    limit = ToolRateLimit(5, 7.5)  # a refill every 1.5 s
     with connect_sync(redis_url, prefix=redis_prefix) as store:
-        store.rate_limiter.hit("tool:fs.read", ToolRateLimit(5, 7.5))
-        ttl = store.client.pttl(store.keys.ratelimit("tool:fs.read"))
-    assert 7000 < ttl <= 7500
+        name = store.keys.ratelimit("tool:fs.read")
+        store.rate_limiter.hit("tool:fs.read", limit)
+        assert 1000 < store.client.pttl(name) <= 1500  # one call: full again after one refill
+        for _ in range(4):
+            store.rate_limiter.hit("tool:fs.read", limit)
+        assert 7000 < store.client.pttl(name) <= 7500  # the whole bucket: one window
 
 
 @pytest.mark.parametrize(
     ("limit", "message"),
     [
-        (Spec(0, 1.0), "max_calls must be between 1 and 100000, not 0"),
-        (Spec(100_001, 1.0), "max_calls must be between 1 and 100000, not 100001"),
-        (Spec(1, 0.0004), "window_seconds must be at least 0.001"),
+        (Spec(0, 1.0), "^max_calls must be an integer between 1 and 1,000,000,000, not 0$"),
+        (Spec(10**9 + 1, 1.0), "^max_calls must be an integer between 1 and 1,000,000,000, not 1000000001$"),
+        (Spec(1, 0.0), r"^window_seconds must be above 0 and at most a year, not 0\.0$"),
+        (Spec(1, 366 * 86_400 + 1), "^window_seconds must be above 0 and at most a year, not 31622401$"),
     ],
 )
 def test_limits_out_of_range_are_refused(
@@ -168,7 +220,8 @@ def test_the_async_limiter_shares_the_sync_limiters_windows(redis_url: str, redi
 
     decisions = asyncio.run(scenario())
     assert sum(decision.allowed for decision in decisions) == 1
-    assert {decision.retry_after for decision in decisions if not decision.allowed} == {29.0}
+    # A refill every 15 s: the call at T0 + 1 takes the second slot, the rest wait for a refill.
+    assert {decision.retry_after for decision in decisions if not decision.allowed} == {14.0}
 
 
 def test_a_server_that_lost_its_scripts_gets_them_again(redis_url: str, redis_prefix: str) -> None:
@@ -183,7 +236,7 @@ def test_a_server_that_lost_its_scripts_gets_them_again(redis_url: str, redis_pr
             await store.client.script_flush()
             return await store.rate_limiter.hit("k", limit, now=T0)
 
-    assert asyncio.run(scenario()) == RateDecision(False, 0, 60.0)
+    assert asyncio.run(scenario()) == RateDecision(False, 0, 30.0)
 
 
 def test_an_empty_scope_is_refused(limiter: RedisRateLimiter) -> None:
@@ -196,7 +249,7 @@ def test_the_allowed_decisions_count_down_across_the_cached_range(limiter: Redis
     limit = ToolRateLimit(max_calls=300, window_seconds=60.0)
     remaining = [limiter.hit("k", limit, now=T0).remaining for _ in range(300)]
     assert remaining == list(range(299, -1, -1))
-    assert limiter.hit("k", limit, now=T0) == RateDecision(False, 0, 60.0)
+    assert limiter.hit("k", limit, now=T0) == RateDecision(False, 0, 0.2)
 
 
 def test_the_script_reloaded_after_a_flush_counts_the_call_once(redis_url: str, redis_prefix: str) -> None:
@@ -206,7 +259,7 @@ def test_the_script_reloaded_after_a_flush_counts_the_call_once(redis_url: str, 
         for expected in (1, 0):
             store.client.script_flush()
             assert store.rate_limiter.hit("k", limit, now=T0) == RateDecision(True, expected, 0.0)
-        assert store.client.zcard(store.keys.ratelimit("k")) == 3
+        assert store.client.get(store.keys.ratelimit("k")) == b"%d" % ((T0 + 3 * 20) * 1_000_000)
         assert not store.rate_limiter.hit("k", limit, now=T0).allowed
 
 
@@ -219,7 +272,7 @@ def test_a_dropped_connection_is_replaced_and_the_call_counted_once(own_server: 
         # The server closes every client but the admin's: the limiter's held connection is gone.
         assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
         assert store.rate_limiter.hit("k", limit, now=T0) == RateDecision(True, 3, 0.0)
-        assert admin.zcard(store.keys.ratelimit("k")) == 2
+        assert admin.get(store.keys.ratelimit("k")) == b"%d" % ((T0 + 2 * 12) * 1_000_000)
     admin.close()
 
 
@@ -306,7 +359,7 @@ def test_eight_threads_hammering_one_limiter_get_exactly_max_calls(limiter: Redi
     decisions = [decision for thread_decisions, _ in results for decision in thread_decisions]
     assert len(decisions) == 400
     assert sorted(decision.remaining for decision in decisions if decision.allowed) == list(range(100))
-    assert all(decision == RateDecision(False, 0, 60.0) for decision in decisions if not decision.allowed)
+    assert all(decision == RateDecision(False, 0, 0.6) for decision in decisions if not decision.allowed)
     for _, counted_down in results:
         assert counted_down == list(range(999, 949, -1))
 
@@ -319,7 +372,7 @@ _LIMITERS: dict[tuple[str, str], RedisRateLimiter] = {}  # what a forked child i
 
 
 @pytest.mark.slow
-def test_a_forked_child_uses_a_connection_and_names_of_its_own(redis_url: str, redis_prefix: str) -> None:
+def test_a_forked_child_uses_a_connection_of_its_own(redis_url: str, redis_prefix: str) -> None:
     limit = ToolRateLimit(max_calls=4, window_seconds=60.0)
     with connect_sync(redis_url, prefix=redis_prefix) as store:
         _LIMITERS[(redis_url, redis_prefix)] = store.rate_limiter
@@ -344,8 +397,8 @@ def test_a_forked_child_uses_a_connection_and_names_of_its_own(redis_url: str, r
             assert child.exitcode == 0
             assert from_child == RateDecision(True, 2, 0.0)
             assert store.rate_limiter.hit("k", limit, now=T0) == RateDecision(True, 1, 0.0)
-            members = store.client.zrange(store.keys.ratelimit("k"), 0, -1)
-            assert len(set(members)) == 3  # the child named its call differently from the parent's
+            # Three calls counted, each once: the bucket is full again three refills (15 s each) after T0.
+            assert store.client.get(store.keys.ratelimit("k")) == b"%d" % ((T0 + 3 * 15) * 1_000_000)
         finally:
             del _LIMITERS[(redis_url, redis_prefix)]
 

@@ -454,15 +454,14 @@ def test_validate_arguments_checks_without_calling() -> None:
 # -- rate limits through the registry -------------------------------------------------------------------
 
 
-def test_rate_limit_boundary_the_last_call_of_the_window_passes_the_next_is_refused() -> None:
+def test_rate_limit_boundary_the_last_call_of_the_burst_passes_the_next_is_refused() -> None:
     clock = FakeClock()
     registry, handler = make_registry(
         rate_limiter=InMemoryRateLimiter(clock=clock), rate_limit=ToolRateLimit(3, 60)
     )
     for _ in range(3):
-        registry.call("fs.read", {"path": "a"})
-        clock.now += 16.0  # calls at 1000, 1016, 1032
-    assert clock.now == 1048.0
+        registry.call("fs.read", {"path": "a"})  # a burst of 3 at t=1000; a refill every 20 s
+    clock.now += 8.0
     with pytest.raises(
         ToolRateLimitError, match=r"^fs.read: rate limit of 3 calls per 60 s reached; retry in 12.0 s$"
     ):
@@ -470,21 +469,20 @@ def test_rate_limit_boundary_the_last_call_of_the_window_passes_the_next_is_refu
     assert len(handler.calls) == 3
 
 
-def test_rate_limit_window_slides_with_the_clock() -> None:
+def test_rate_limit_refills_one_call_per_interval() -> None:
     clock = FakeClock()
     registry, handler = make_registry(
         rate_limiter=InMemoryRateLimiter(clock=clock), rate_limit=ToolRateLimit(2, 10)
     )
     registry.call("fs.read", {"path": "a"})  # t=0
-    clock.now += 4
-    registry.call("fs.read", {"path": "a"})  # t=4
-    clock.now += 5.999  # t=9.999: the first call is still in the window
+    registry.call("fs.read", {"path": "a"})  # t=0: the bucket of 2 is empty, a refill every 5 s
+    clock.now += 4.999  # t=4.999: a millisecond short of the first refill
     with pytest.raises(ToolRateLimitError, match=r"retry in 0.0 s$"):
         registry.call("fs.read", {"path": "a"})
-    clock.now += 0.001  # t=10: the first call has left the window
+    clock.now += 0.001  # t=5: one call has come back
     registry.call("fs.read", {"path": "a"})
     with pytest.raises(
-        ToolRateLimitError, match=r"^fs.read: rate limit of 2 calls per 10 s reached; retry in 4.0 s$"
+        ToolRateLimitError, match=r"^fs.read: rate limit of 2 calls per 10 s reached; retry in 5.0 s$"
     ):
         registry.call("fs.read", {"path": "a"})
     assert len(handler.calls) == 3
@@ -575,13 +573,17 @@ def test_in_memory_limiter_satisfies_the_protocol() -> None:
 def test_limiter_decisions_count_down_then_refuse_with_the_wait() -> None:
     clock = FakeClock()
     limiter = InMemoryRateLimiter(clock=clock)
-    limit = ToolRateLimit(3, 60)
+    limit = ToolRateLimit(3, 60)  # a bucket of 3, a refill every 20 s
     assert limiter.hit("k", limit) == RateDecision(True, 2, 0.0)
-    clock.now += 10
     assert limiter.hit("k", limit) == RateDecision(True, 1, 0.0)
     assert limiter.hit("k", limit) == RateDecision(True, 0, 0.0)
-    assert limiter.hit("k", limit) == RateDecision(False, 0, 60.0 - 10)
+    clock.now += 10
+    assert limiter.hit("k", limit) == RateDecision(False, 0, 10.0)  # half way to the first refill
+    clock.now += 10
+    assert limiter.hit("k", limit) == RateDecision(True, 0, 0.0)
     assert limiter.hit("other", limit) == RateDecision(True, 2, 0.0)  # keys are independent
+    clock.now += 60
+    assert limiter.hit("k", limit) == RateDecision(True, 2, 0.0)  # idle a whole window: full again
 
 
 def test_limiter_refused_calls_are_not_counted() -> None:
@@ -601,10 +603,10 @@ def test_limiter_handles_a_lowered_limit_on_the_same_key() -> None:
     limiter = InMemoryRateLimiter(clock=clock)
     for step in range(4):
         clock.now = 1000.0 + step
-        assert limiter.hit("k", ToolRateLimit(4, 60)).allowed  # calls at 1000..1003
+        assert limiter.hit("k", ToolRateLimit(4, 60)).allowed  # the bucket is full again at 1060
     decision = limiter.hit("k", ToolRateLimit(2, 60))
-    # Two calls must leave the window before a third fits: the one at 1002 leaves at 1062.
-    assert decision == RateDecision(False, 0, 1062.0 - 1003.0)
+    # Now a refill is 30 s and the bucket 60 s: one more refill fits once the TAT is 1030, 27 s away.
+    assert decision == RateDecision(False, 0, 1030.0 - 1003.0)
 
 
 def test_limiter_reset_forgets_a_key_or_all() -> None:

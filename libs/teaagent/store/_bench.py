@@ -16,10 +16,10 @@
 
 The targets read ``ratio_to_raw_evalsha`` (``ratelimit_per_s / raw_evalsha_per_s``, at least 0.8)
 and ``ratio_to_limits`` (``ratelimit_per_s / limits_moving_window_per_s``, at least 2). What
-separates the check from the raw floor is work the floor does not do: the script's four commands
-on a sorted set of some ten thousand members (server CPU), the append-only file write of its
-effects before the reply (``return 1`` writes nothing), and the client's encoding of two
-arguments and building of the decision.
+separates the check from the raw floor is work the floor does not do: the script's two commands
+(a GET and a SET of the bucket's one number; a script's first ``redis.call`` costs the server
+about 4 us, the next ones 1 to 2), the append-only file write of the SET before the reply
+(``return 1`` writes nothing), and the client's encoding of the time and building of the decision.
 
 Beside each rate, ``<name>_client_cpu_us`` is the client process's CPU time per call (user and
 system): the part of a round trip the client library controls, where a loaded or virtualised host

@@ -1,21 +1,20 @@
 """Rate-limit windows shared through Redis: one Lua script call per check.
 
-``RedisRateLimiter`` implements ``teaagent.tools.RateLimiter`` with the same sliding-window meaning as
-``teaagent.tools.InMemoryRateLimiter``: a call at ``t`` counts until ``t + window_seconds`` (excluded),
-refused calls are not counted.
+``RedisRateLimiter`` implements ``teaagent.tools.RateLimiter`` with the meaning of
+``teaagent.tools.InMemoryRateLimiter``: GCRA, a bucket of ``max_calls`` calls refilled at
+``max_calls`` per ``window_seconds``, kept as one number per key (``ratelimit.lua`` runs
+``teaagent.tools.gcra_step``). A refused call is not counted; a key expires once its bucket is full.
 
 The synchronous check runs once per tool call, so it skips redis-py's command layer (argument
 packing, pool checkout, retry wrapper, reply callbacks: about half of the client's CPU per call):
 it holds one connection of the client's pool (``LeanChannel``), keeps each window's EVALSHA
-command encoded up to its two per-call arguments, and reads the reply with the connection's own
+command encoded up to its one per-call argument, and reads the reply with the connection's own
 parser. Failures still fail closed: no reply is a ``StoreError``, never an allowed call.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import itertools
 import os
 import threading
 import time
@@ -31,17 +30,15 @@ from teaagent.store._connection import describe_redis_error
 from teaagent.store._keys import Keys
 from teaagent.store._scripts import AsyncScripts, script_source
 from teaagent.tools import RateDecision
+from teaagent.tools._ratelimit import decision_from_reply, gcra_parameters
 
 __all__ = [
-    "MAX_WINDOW_CALLS",
     "AsyncRedisRateLimiter",
     "LeanChannel",
     "RateLimitSpec",
     "RedisRateLimiter",
     "pack_command",
 ]
-
-MAX_WINDOW_CALLS = 100_000  # the window logs one member per counted call; beyond this it is a throughput knob
 
 
 class RateLimitSpec(Protocol):
@@ -54,22 +51,13 @@ class RateLimitSpec(Protocol):
     def window_seconds(self) -> float: ...
 
 
-def _token() -> bytes:
-    return os.urandom(6).hex().encode()
-
-
-# A member is this process's token and a sequence number: unique without the time (the score holds it).
-_MEMBER_TOKEN = _token()
-_MEMBER_SEQUENCE = itertools.count()
 _KEY_CACHE_SIZE = 1024  # windows in use at once (tools, peers, a few limits each); past it the cache restarts
 _CHANNELS: weakref.WeakSet[LeanChannel] = weakref.WeakSet()
 
 
 def _reset_after_fork() -> None:
-    global _MEMBER_TOKEN
-    _MEMBER_TOKEN = _token()  # a forked child must not repeat its parent's member names
     for channel in list(_CHANNELS):
-        channel._forget()
+        channel._forget()  # a forked child must not use its parent's socket or lock state
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -157,45 +145,33 @@ class LeanChannel:
                 self._pool.release(connection)
 
 
-@functools.lru_cache(maxsize=256)
 def _window(max_calls: int, window_seconds: float) -> tuple[bytes, bytes]:
-    """Validate a limit once and keep its two arguments encoded (the check runs per tool call)."""
-    window_ms = round(window_seconds * 1000)
-    if not 1 <= max_calls <= MAX_WINDOW_CALLS:
-        raise ValueError(f"max_calls must be between 1 and {MAX_WINDOW_CALLS}, not {max_calls}")
-    if window_ms < 1:
-        raise ValueError(f"window_seconds must be at least 0.001, not {window_seconds}")
-    return b"%d" % window_ms, b"%d" % max_calls
+    """A limit's two script arguments, encoded: the refill interval and the capacity, microseconds.
+
+    Raises:
+        ValueError: the limit is out of range (see ``teaagent.tools.gcra_parameters``).
+    """
+    interval, capacity = gcra_parameters(max_calls, window_seconds)
+    return b"%d" % interval, b"%d" % capacity
 
 
-def _now_ms(now: float | None) -> bytes:
-    return b"%d" % (time.time_ns() // 1_000_000 if now is None else int(now * 1000))
-
-
-def _member() -> bytes:
-    return b"%s%x" % (_MEMBER_TOKEN, next(_MEMBER_SEQUENCE))
-
-
-_CACHED_ALLOWED = (
-    256  # allowed decisions with few calls left are built once (a frozen dataclass costs ~0.6 us)
-)
-_ALLOWED = tuple(RateDecision(True, remaining, 0.0) for remaining in range(_CACHED_ALLOWED))
+def _now_us(now: float | None) -> bytes:
+    return b"%d" % (time.time_ns() // 1000 if now is None else round(now * 1_000_000))
 
 
 def _decision(reply: object) -> RateDecision:
-    """Read the script's one integer: remaining calls when allowed, minus the wait in ms when refused."""
+    """Read the script's one integer: remaining calls when allowed, minus the wait in µs when refused."""
     if type(reply) is not int:
         raise redis.exceptions.InvalidResponse(f"the rate-limit script answered {reply!r}, not an integer")
-    if reply >= 0:
-        return _ALLOWED[reply] if reply < _CACHED_ALLOWED else RateDecision(True, reply, 0.0)
-    return RateDecision(False, 0, -reply / 1000)
+    return decision_from_reply(reply)
 
 
 class RedisRateLimiter:
-    """A sliding-window limiter whose windows live in Redis, so every process on one prefix shares them.
+    """A GCRA limiter whose buckets live in Redis, so every process on one prefix shares them.
 
-    ``hit(key, limit)`` counts one call against the window ``key`` (a tool name, ``origin:<id>``):
-    at most ``limit.max_calls`` calls pass in any ``limit.window_seconds``; a refused call is not
+    ``hit(key, limit)`` counts one call against the bucket ``key`` (a tool name, ``origin:<id>``):
+    a burst of ``limit.max_calls`` calls, refilled at ``limit.max_calls`` per
+    ``limit.window_seconds`` (``teaagent.tools`` says what that allows); a refused call is not
     counted. One EVALSHA per check on a connection of its own (the script is loaded again if the
     server lost it); thread-safe (threads take turns on that connection).
     """
@@ -207,13 +183,13 @@ class RedisRateLimiter:
         self._source = script_source("ratelimit")
         self._sha = hashlib.sha1(self._source.encode(), usedforsecurity=False).hexdigest().encode()
         self._channel = LeanChannel(client)
-        # (key, max_calls, window_seconds) -> the command encoded up to now_ms: "*8 EVALSHA sha 1 key w m".
+        # (key, max_calls, window_seconds) -> the command encoded up to now: "*7 EVALSHA sha 1 key i c".
         self._commands: dict[tuple[str, int, float], bytes] = {}
 
     def _command(self, key: str, limit: RateLimitSpec) -> bytes:
-        window_ms, max_calls = _window(limit.max_calls, limit.window_seconds)
+        interval, capacity = _window(limit.max_calls, limit.window_seconds)
         name = self._keys.ratelimit(key).encode()
-        command = pack_command(b"EVALSHA", self._sha, b"1", name, window_ms, max_calls, count=8)
+        command = pack_command(b"EVALSHA", self._sha, b"1", name, interval, capacity, count=7)
         if len(self._commands) >= _KEY_CACHE_SIZE:
             self._commands.clear()
         self._commands[(key, limit.max_calls, limit.window_seconds)] = command
@@ -234,18 +210,16 @@ class RedisRateLimiter:
         command = self._commands.get((key, limit.max_calls, limit.window_seconds))
         if command is None:
             command = self._command(key, limit)
-        # _now_ms(), _member() and _decision() written out: this runs once per tool call.
-        now_ms = b"%d" % (time.time_ns() // 1_000_000 if now is None else int(now * 1000))
-        member = b"%s%x" % (_MEMBER_TOKEN, next(_MEMBER_SEQUENCE))
-        packed = [b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (command, len(now_ms), now_ms, len(member), member)]
+        now_us = b"%d" % (time.time_ns() // 1000 if now is None else round(now * 1_000_000))
+        packed = [b"%s$%d\r\n%s\r\n" % (command, len(now_us), now_us)]
         try:
             reply = self._channel.execute(packed)
         except redis.exceptions.NoScriptError:
             reply = self._load_and_execute(packed)
         except redis.exceptions.RedisError as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
-        if type(reply) is int and reply >= 0:
-            return _ALLOWED[reply] if reply < _CACHED_ALLOWED else RateDecision(True, reply, 0.0)
+        if type(reply) is int:
+            return decision_from_reply(reply)
         try:
             return _decision(reply)
         except redis.exceptions.RedisError as exc:
@@ -285,8 +259,8 @@ class AsyncRedisRateLimiter:
             ValueError: an empty key, or a limit out of range.
         """
         name = self._keys.ratelimit(key)
-        window_ms, max_calls = _window(limit.max_calls, limit.window_seconds)
-        args = [window_ms, max_calls, _now_ms(now), _member()]
+        interval, capacity = _window(limit.max_calls, limit.window_seconds)
+        args = [interval, capacity, _now_us(now)]
         try:
             return _decision(await self._scripts.run("ratelimit", [name], args))
         except redis.exceptions.RedisError as exc:

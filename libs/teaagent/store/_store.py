@@ -40,7 +40,7 @@ class Store:
         inbox: requests received from peers, with this node's decision.
         deliveries: the queue of outgoing deliveries to peer relays.
         inbox_queue: the queue of received requests waiting for this node's approver.
-        rate_limiter: sliding windows (per peer origin, per tool) shared through Redis.
+        rate_limiter: GCRA buckets (per peer origin, per tool) shared through Redis.
     """
 
     def __init__(self, client: redis.asyncio.Redis, *, url: str, prefix: str, options: StoreOptions) -> None:

@@ -50,7 +50,10 @@ class ToolAnnotations:
 
 @dataclass(frozen=True)
 class ToolRateLimit:
-    """At most ``max_calls`` calls in any sliding window of ``window_seconds`` seconds.
+    """``max_calls`` calls per ``window_seconds`` seconds: a burst of ``max_calls``, then refills.
+
+    Limiters count it as a bucket of ``max_calls`` calls that gets one call back every
+    ``window_seconds / max_calls`` (GCRA; :mod:`teaagent.tools._ratelimit` states what that allows).
 
     Raises:
         TypeError: ``max_calls`` is not an integer or ``window_seconds`` is not a number.

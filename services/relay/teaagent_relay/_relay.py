@@ -392,7 +392,7 @@ class Relay:
             raise ApiError(
                 429,
                 "rate_limited",
-                f"{origin} sent more than {self.inbox_limit.max_calls} requests in "
+                f"{origin} is over its limit of {self.inbox_limit.max_calls} requests per "
                 f"{self.inbox_limit.window_seconds:g} seconds; retry in {retry_after} s.",
                 headers={"Retry-After": str(retry_after)},
             )

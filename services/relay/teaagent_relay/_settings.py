@@ -30,7 +30,8 @@ class Settings(BaseSettings):
         redis_prefix: The key prefix of this node's store; ``ta:<agent_id>`` when None. Tests and
             demos that put several nodes on one Redis give each its own.
         deliver: Run the delivery worker (off only for benchmarks that measure intake alone).
-        inbox_rate_limit: Requests accepted per peer origin per window; past it, 429.
+        inbox_rate_limit: Requests accepted per peer origin per window (a burst of that many, then
+            one back every window / limit, see ``teaagent.tools``); past it, 429.
         inbox_rate_window_seconds: The window of ``inbox_rate_limit``.
         delivery_min_idle_seconds: How long a claimed delivery may sit unacknowledged before
             another consumer takes it over (the claimer crashed). Keep it above the delivery

@@ -1,39 +1,44 @@
--- ratelimit: one check of a sliding window, in one round trip.
+-- ratelimit: one GCRA check, in one round trip (teaagent.tools.gcra_step is the same arithmetic).
 --
--- The window is a log of the calls it counted (a sorted set scored by time), so "max_calls per
--- window" holds exactly over every window, not only over fixed buckets; a refused call is not logged.
+-- A limit of max_calls per window is a bucket of max_calls calls refilled one call per interval
+-- (window / max_calls). The key holds one number, the theoretical arrival time (TAT): when the
+-- bucket would be full again. No key is a full bucket. A refused call changes nothing.
 --
--- KEYS[1] window     ZSET    one member per counted call, scored by its time in milliseconds
--- ARGV[1] window_ms  the window's length, milliseconds
--- ARGV[2] max_calls  calls allowed per window
--- ARGV[3] now_ms     the caller's clock, milliseconds (tests pass time explicitly)
--- ARGV[4] member     a unique name for this call
+-- KEYS[1] window     STRING  the TAT, whole microseconds on the callers' clock
+-- ARGV[1] interval   one refill, microseconds (at least 1)
+-- ARGV[2] capacity   max_calls refills, microseconds: the furthest the TAT may run ahead of now
+-- ARGV[3] now        the caller's clock, microseconds (tests pass time explicitly)
 --
--- The two constant arguments come first, so a caller can keep everything before now_ms encoded.
--- Returns one integer (a table reply costs the server more than the whole ZCARD): remaining >= 0
--- when the call is allowed and counted, or -retry_after_ms (<= -1) when it is refused.
--- The key lives exactly one window after its newest call.
-local key = KEYS[1]
-local window, max_calls, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-
--- A call logged exactly one window ago has left the window.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-local count = redis.call('ZCARD', key)
-if count < max_calls then
-  -- The arguments go on as the strings they came in: a number would be formatted back into one.
-  redis.call('ZADD', key, ARGV[3], ARGV[4])
-  -- Every counted call moves the expiry: the TTL must cover the newest member, not the first.
-  redis.call('PEXPIRE', key, ARGV[1])
-  return max_calls - count - 1
+-- The two constant arguments come first, so a caller can keep everything before now encoded.
+-- Returns one integer (a table reply costs the server more than the arithmetic): remaining >= 0
+-- when the call is allowed and counted, or -retry_after (<= -1, microseconds) when it is refused.
+-- The key expires when its bucket is full again.
+--
+-- This runs once per rate-limited call, so it stays lean: two redis.call (each costs more than all
+-- the arithmetic), strings turned to numbers by "+ 0", and floor division written as x - x % y.
+-- Microsecond times (about 1.8e15) are exact in Lua's doubles, and redis.call writes such a
+-- number as its integer digits.
+local now = ARGV[3] + 0
+local tat = redis.call('GET', KEYS[1])  -- false when the key is missing
+if tat then
+  tat = tat + 0
+  if tat < now then
+    tat = now
+  end
+else
+  tat = now
 end
--- The window frees up once enough of its oldest calls have left it; it can hold more than max_calls
--- calls when the limit was lowered since they were counted.
-local freeing = redis.call('ZRANGE', key, count - max_calls, count - max_calls, 'WITHSCORES')
-local retry_after = tonumber(freeing[2]) + window - now
-if retry_after < 1 then
-  retry_after = 1
-elseif retry_after > window then
-  -- A clock ahead of ours logged the oldest call; never ask for more than one window.
-  retry_after = window
+local interval, capacity = ARGV[1] + 0, ARGV[2] + 0
+local ahead = tat + interval - now
+if ahead > capacity then
+  -- A TAT more than a full bucket ahead was set by a clock ahead of ours: never ask for more.
+  local wait = ahead - capacity
+  if wait > capacity then
+    return -capacity
+  end
+  return -wait
 end
-return -retry_after
+local ttl = ahead + 999  -- milliseconds, rounded up
+redis.call('SET', KEYS[1], tat + interval, 'PX', (ttl - ttl % 1000) / 1000)
+local room = capacity - ahead
+return (room - room % interval) / interval
