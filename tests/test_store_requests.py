@@ -10,12 +10,21 @@ from typing import Any, TypeVar
 
 import pytest
 
-from teaagent.errors import RequestConflictError, RequestNotFoundError
-from teaagent.store import MAX_DOCUMENT_BYTES, Store, open_store
+from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
+from teaagent.store import (
+    MAX_DOCUMENT_BYTES,
+    DecisionResult,
+    DecisionToCount,
+    Store,
+    StoreOptions,
+    connect,
+    open_store,
+)
 
 T = TypeVar("T")
 NOW = 1_764_570_000  # PROTOCOL.md's example clock; scripts take time from the caller, never the server
 EXPIRES = NOW + 120
+FAIL_FAST = StoreOptions(socket_timeout=0.3, connect_timeout=0.5, retries=0)
 DOC = b'{"request":{"request_id":"...","tool_name":"shell.run"},"signature":"AAAA"}'
 
 
@@ -356,6 +365,85 @@ def test_record_decision_refuses_malformed_input(
         request_id = await accepted(store)
         with pytest.raises(error, match=message):
             await store.requests.record_decision(request_id, kind=kind, signer=signer, decision=decision)  # type: ignore[arg-type]
+
+    in_store(scenario)
+
+
+# Counting many in one round trip ---------------------------------------------------------------------
+
+
+def test_a_batch_counts_each_decision_as_record_decision_would_alone(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        first, second = await accepted(store, required=2, peers=3), await accepted(store, required=2, peers=3)
+        unknown = new_id()
+        answers = await store.requests.record_decisions(
+            [
+                DecisionToCount(first, "approval", "beta", b"beta-1", NOW + 1),
+                DecisionToCount(second, "denial", "beta", b"beta-2", NOW + 1),
+                DecisionToCount(first, "denial", "beta", b"beta-3", NOW + 2),  # beta decided first already
+                DecisionToCount(unknown, "approval", "beta", b"beta-4", NOW + 2),
+                DecisionToCount(first, "maybe", "gamma", b"gamma-1", NOW + 2),  # type: ignore[arg-type]
+                DecisionToCount(first, "approval", "gamma", b"gamma-2", NOW + 3),
+            ]
+        )
+        assert answers[0] == DecisionResult("pending", 1, 0, counted=True, decided=False)
+        assert answers[1] == DecisionResult("pending", 0, 1, counted=True, decided=False)
+        assert answers[2] == DecisionResult("pending", 1, 0, counted=False, decided=False)
+        assert isinstance(answers[3], RequestNotFoundError)
+        assert str(answers[3]) == f"request {unknown} is not stored here (it never arrived, or it expired)"
+        assert isinstance(answers[4], ValueError)
+        assert str(answers[4]) == "decision kind must be 'approval' or 'denial', not 'maybe'"
+        assert answers[5] == DecisionResult("approved", 2, 0, counted=True, decided=True)
+        stored = await store.requests.get(first)
+        assert stored is not None
+        assert (stored.state, stored.decided_at, stored.approvals) == (
+            "approved",
+            NOW + 3,
+            {"beta": b"beta-1", "gamma": b"gamma-2"},
+        )
+        assert len(outcome_events(await events(store, first))) == 1
+
+    in_store(scenario)
+
+
+def test_a_batch_after_the_server_lost_its_scripts_loads_them_and_counts_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=3, peers=3)
+        await store.client.script_flush()
+        batch = [
+            DecisionToCount(request_id, "approval", signer, signer.encode(), NOW + 1)
+            for signer in ("beta", "gamma", "beta")
+        ]
+        answers = await store.requests.record_decisions(batch)
+        assert [(a.approvals, a.counted) for a in answers if isinstance(a, DecisionResult)] == [
+            (1, True),
+            (2, True),
+            (2, False),
+        ]
+
+    in_store(scenario)
+
+
+def test_a_batch_on_an_unreachable_server_is_one_store_error_without_the_password() -> None:
+    async def scenario() -> None:
+        store = connect("redis://:hunter2@127.0.0.1:1/0", prefix="ta:alpha", options=FAIL_FAST)
+        async with store:  # connect() does not connect: the batch is the first use
+            with pytest.raises(
+                StoreError, match=r"^Redis at redis://:\*\*\*@127\.0\.0\.1:1/0 is unreachable"
+            ):
+                await store.requests.record_decisions([DecisionToCount(new_id(), "approval", "beta", b"x")])
+
+    asyncio.run(scenario())
+
+
+def test_an_empty_or_wholly_malformed_batch_sends_nothing(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        assert await store.requests.record_decisions([]) == []
+        answers = await store.requests.record_decisions(
+            [DecisionToCount("not an id", "approval", "beta", b"x")]
+        )
+        assert len(answers) == 1
+        assert isinstance(answers[0], ValueError)
 
     in_store(scenario)
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import redis.asyncio
+import redis.exceptions
 
-from teaagent.errors import RequestConflictError, RequestNotFoundError
-from teaagent.store._connection import StoreOptions, converting
+from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
+from teaagent.store._connection import StoreOptions, converting, describe_redis_error
 from teaagent.store._keys import AGENT_ID_PATTERN, REQUEST_RETENTION_SECONDS, Keys, RequestKeys
 from teaagent.store._scripts import AsyncScripts
 
@@ -19,6 +20,7 @@ __all__ = [
     "AcceptResult",
     "DecisionKind",
     "DecisionResult",
+    "DecisionToCount",
     "InboxBook",
     "RequestBook",
     "RequestState",
@@ -58,6 +60,17 @@ class DecisionResult:
     denials: int
     counted: bool
     decided: bool
+
+
+@dataclass(frozen=True)
+class DecisionToCount:
+    """One verified decision for :meth:`RequestBook.record_decisions` (``record_decision``'s arguments)."""
+
+    request_id: str
+    kind: DecisionKind
+    signer: str
+    decision: bytes
+    now: int | None = None  # Unix seconds; None is the current time
 
 
 @dataclass(frozen=True)
@@ -167,20 +180,45 @@ class _Book:
         label: str,
     ) -> DecisionResult:
         with converting(self._url):
-            state, approvals, denials, counted, decided = await self._scripts.run(
+            reply = await self._scripts.run(
                 "record_decision",
                 [keys.outcome, keys.decisions, keys.events],
                 [kind, signer, decision, _now(now), MAX_EVENTS],
             )
-        if state == b"unknown":
-            raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
-        return DecisionResult(
-            state=_state(state),
-            approvals=int(approvals),
-            denials=int(denials),
-            counted=bool(counted),
-            decided=bool(decided),
-        )
+        return _decision_result(reply, label)
+
+    async def _record_many(self, calls: list[tuple[RequestKeys, list[Any]]]) -> list[Any]:
+        """Send ``record_decision`` once per ``(keys, args)`` in one pipeline; return the raw replies.
+
+        No transaction: each script call is atomic on its own and they touch different requests'
+        keys. A reply is the exception Redis answered for that call alone (``raise_on_error=False``).
+
+        Raises:
+            StoreError: Redis is unreachable or failed (the whole pipeline).
+        """
+        sha = self._scripts.sha("record_decision")
+
+        async def send(chosen: list[tuple[RequestKeys, list[Any]]]) -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for keys, args in chosen:
+                    pipe.evalsha(sha, 3, keys.outcome, keys.decisions, keys.events, *args)
+                return list(await pipe.execute(raise_on_error=False))
+
+        try:
+            replies = await send(calls)
+            lost = [
+                index
+                for index, reply in enumerate(replies)
+                if isinstance(reply, redis.exceptions.NoScriptError)
+            ]
+            if lost:
+                # A restarted or flushed server lost the script: those calls did not run; load, send again.
+                await self._scripts.load("record_decision")
+                for index, reply in zip(lost, await send([calls[index] for index in lost]), strict=True):
+                    replies[index] = reply
+        except redis.exceptions.RedisError as exc:
+            raise StoreError(describe_redis_error(self._url, exc)) from exc
+        return replies
 
     async def _get(self, keys: RequestKeys, request_id: str, origin: str | None) -> StoredRequest | None:
         with converting(self._url):
@@ -304,6 +342,24 @@ def _stored(
     )
 
 
+def _decision_result(reply: Any, label: str) -> DecisionResult:
+    """Read ``record_decision``'s answer: state, approvals, denials, counted, decided.
+
+    Raises:
+        RequestNotFoundError: the script found no request (``label`` names it in the message).
+    """
+    state, approvals, denials, counted, decided = reply
+    if state == b"unknown":
+        raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
+    return DecisionResult(
+        state=_state(state),
+        approvals=int(approvals),
+        denials=int(denials),
+        counted=bool(counted),
+        decided=bool(decided),
+    )
+
+
 def _check_decision(kind: str, signer: str, decision: bytes) -> None:
     if kind not in _DECISION_KINDS:
         raise ValueError(f"decision kind must be 'approval' or 'denial', not {kind!r}")
@@ -410,6 +466,45 @@ class RequestBook(_Book):
             now=now,
             label=f"request {request_id}",
         )
+
+    async def record_decisions(
+        self, decisions: Sequence[DecisionToCount]
+    ) -> list[DecisionResult | RequestNotFoundError | StoreError | ValueError | TypeError]:
+        """Count many verified decisions in one round trip: ``record_decision`` for each, pipelined.
+
+        Each decision is counted exactly as :meth:`record_decision` counts it (same script, same
+        arguments), independently of the others, in the order given: a signer's second decision
+        on a request, in the same batch or later, is not counted. The answer for each is its
+        result, or the error that ``record_decision`` would have raised for it alone.
+
+        Raises:
+            StoreError: Redis is unreachable or failed; none, some or all of the decisions may
+                have been counted (recording them again is harmless: a repeat is not counted).
+        """
+        answers: list[DecisionResult | RequestNotFoundError | StoreError | ValueError | TypeError] = []
+        calls: list[tuple[RequestKeys, list[Any]]] = []
+        sent: list[int] = []  # the answer slot of each call
+        for item in decisions:
+            try:
+                _check_decision(item.kind, item.signer, item.decision)
+                keys = self._keys.request(item.request_id)
+            except (ValueError, TypeError) as exc:
+                answers.append(exc)
+                continue
+            sent.append(len(answers))
+            answers.append(StoreError("not sent"))  # replaced below
+            calls.append((keys, [item.kind, item.signer, item.decision, _now(item.now), MAX_EVENTS]))
+        if not calls:
+            return answers
+        for slot, reply in zip(sent, await self._record_many(calls), strict=True):
+            if isinstance(reply, redis.exceptions.RedisError):
+                answers[slot] = StoreError(describe_redis_error(self._url, reply))
+                continue
+            try:
+                answers[slot] = _decision_result(reply, f"request {decisions[slot].request_id}")
+            except RequestNotFoundError as exc:
+                answers[slot] = exc
+        return answers
 
     async def settle_expiry(self, request_id: str, *, now: int | None = None) -> DecisionResult:
         """Mark the request expired if ``now`` is past its expiry and nothing settled it before.

@@ -30,6 +30,7 @@ class AsyncScripts:
     """Every script registered on one asyncio client; a call is an EVALSHA, loading the script on NOSCRIPT."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._client = client
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
         }
@@ -37,3 +38,11 @@ class AsyncScripts:
     async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run script ``name`` with ``keys`` and ``args`` (one round trip once loaded)."""
         return await self._scripts[name](keys=keys, args=args)
+
+    def sha(self, name: str) -> str:
+        """The SHA1 of script ``name``, for an EVALSHA the caller sends itself (in a pipeline)."""
+        return str(self._scripts[name].sha)
+
+    async def load(self, name: str) -> None:
+        """Load script ``name`` on the server (after a NOSCRIPT: a restarted or flushed server)."""
+        await self._client.script_load(script_source(name))
