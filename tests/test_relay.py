@@ -503,6 +503,7 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         "/v1/inbox",
         "/v1/inbox/{request_id}",
         "/v1/inbox/{request_id}/decision",
+        "/v1/deliveries/dead",
         "/health",
         "/metrics",
     }

@@ -435,11 +435,22 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
             await worker.aclose()
         dead = await relay.deliveries.dead_letters()
         stats = await relay.deliveries.stats()
+        listed = await alpha_client.get("/v1/deliveries/dead", headers=alpha.headers)
+        one = await alpha_client.get("/v1/deliveries/dead?limit=1", headers=alpha.headers)
+        anonymous = await alpha_client.get("/v1/deliveries/dead")
 
     assert {letter.delivery.target for letter in dead} == {"beta", "gamma"}
     for letter in dead:
         assert "answered 403 forbidden: 'alpha' is not a configured peer of this node" in letter.error
     assert (stats.length, stats.pending, stats.dead) == (0, 0, 2)
+    # Operators see the same dead letters over the API, with the node's token only.
+    assert listed.status_code == 200
+    assert [
+        (item["target"], item["request_id"], item["path"], item["attempts"]) for item in listed.json()
+    ] == [(letter.delivery.target, request["request_id"], "/v1/inbox", 1) for letter in dead]
+    assert all(item["error"] == letter.error for item, letter in zip(listed.json(), dead, strict=True))
+    assert len(one.json()) == 1
+    assert error(anonymous)[:2] == (401, "unauthorized")
 
 
 @asynctest

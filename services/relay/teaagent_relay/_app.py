@@ -25,6 +25,7 @@ from teaagent_relay._relay import Relay
 from teaagent_relay._routes import (
     DECISIONS_PATH,
     count_decision,
+    deliveries_router,
     inbox_router,
     operations_router,
     requests_router,
@@ -148,6 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(requests_router)
     app.include_router(inbox_router)
+    app.include_router(deliveries_router)
     app.include_router(operations_router)
     # The peers' decisions, served by Starlette directly (matched first); the documented FastAPI
     # route of the same path delegates to the same function.

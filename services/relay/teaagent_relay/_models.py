@@ -106,6 +106,20 @@ class DecisionReceiptOut(BaseModel):
     denials: int
 
 
+class DeadLetterOut(BaseModel):
+    """A delivery to a peer relay that this relay gave up on, kept for operators."""
+
+    entry_id: str = Field(description="The delivery's id on the queue.")
+    target: str = Field(description="The peer it was for.")
+    request_id: str = Field(description="The request it carried, or the request a decision was about.")
+    path: str | None = Field(description="The peer relay's path it was posted to (None if unreadable).")
+    attempts: int = Field(description="Attempts made, the last one included.")
+    error: str = Field(description="Why the last attempt failed, or why there was no other.")
+    enqueued_at: int = Field(description="Unix seconds when it was queued.")
+    expires_at: int = Field(description="Unix seconds when its request expires.")
+    dead_at: float = Field(description="Unix seconds when it was given up.")
+
+
 class HealthOut(BaseModel):
     """Liveness: the relay answers and its Redis answers."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -16,6 +17,7 @@ import teaagent
 from teaagent.errors import StoreError
 from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
 from teaagent_relay._models import (
+    DeadLetterOut,
     DecisionReceiptOut,
     HealthOut,
     InboxAcceptedOut,
@@ -26,7 +28,14 @@ from teaagent_relay._models import (
 )
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
-__all__ = ["DECISIONS_PATH", "count_decision", "inbox_router", "operations_router", "requests_router"]
+__all__ = [
+    "DECISIONS_PATH",
+    "count_decision",
+    "deliveries_router",
+    "inbox_router",
+    "operations_router",
+    "requests_router",
+]
 
 MAX_LISTED = 1000  # one inbox listing; the store's own bound
 _REQUEST_ID = re.compile(r"[0-9a-f]{32}")
@@ -235,6 +244,45 @@ async def decide(request_id: RequestId, body: SignedDecisionIn, relay: RelayDep,
     Repeating the same decision is harmless (200, ``counted: false``); a different one is 409.
     """
     return await relay.decide(request_id, body.statement, body.signature)
+
+
+deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
+
+
+@deliveries_router.get(
+    "/dead",
+    response_model=list[DeadLetterOut],
+    responses=_errors(401, 422, 503),
+    summary="Deliveries to peer relays that were given up, oldest first",
+)
+async def list_dead_letters(
+    relay: RelayDep, _auth: Authorized, limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100
+) -> Any:
+    """What never reached a peer and why: a refusal that retrying cannot fix, too many failed
+    attempts, or a request that expired first. Kept until trimmed (the newest 10,000 stay)."""
+    letters = await relay.deliveries.dead_letters(limit)
+    return [
+        DeadLetterOut(
+            entry_id=letter.entry_id,
+            target=letter.delivery.target,
+            request_id=letter.delivery.request_id,
+            path=_queued_path(letter.delivery.payload),
+            attempts=letter.delivery.attempts,
+            error=letter.error,
+            enqueued_at=letter.delivery.enqueued_at,
+            expires_at=letter.delivery.expires_at,
+            dead_at=letter.dead_at,
+        )
+        for letter in letters
+    ]
+
+
+def _queued_path(payload: bytes) -> str | None:
+    try:
+        path = json.loads(payload)["path"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return path if isinstance(path, str) else None
 
 
 operations_router = APIRouter(tags=["operations"])
