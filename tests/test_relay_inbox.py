@@ -6,6 +6,7 @@ Every refusal of a peer's call gets its status and ``ErrorOut`` code, and stores
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -451,6 +452,36 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
     assert all(item["error"] == letter.error for item, letter in zip(listed.json(), dead, strict=True))
     assert len(one.json()) == 1
     assert error(anonymous)[:2] == (401, "unauthorized")
+
+
+@asynctest
+async def test_the_running_worker_removes_consumers_left_by_dead_processes(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as alpha_client:
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        await relay.deliveries.claim("host-1234", 1, 0)  # a relay process that has since exited
+        stream = relay.store.keys.queue(relay.deliveries.name).stream
+        await asyncio.sleep(0.2)
+        worker = DeliveryWorker(
+            relay, consumer="host-5678", min_idle_seconds=10, consumer_retention_seconds=0.1
+        )
+        task = asyncio.create_task(worker.run())
+        try:
+            for _ in range(100):
+                names = {c["name"] for c in await relay.store.client.xinfo_consumers(stream, "workers")}
+                if b"host-5678" in names:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await worker.aclose()
+
+    assert names == {b"host-5678"}
 
 
 @asynctest

@@ -128,6 +128,35 @@ def test_an_entry_of_a_crashed_consumer_is_reclaimed_by_another_after_min_idle(i
     in_store(scenario)
 
 
+def test_consumers_of_dead_processes_are_pruned_once_they_hold_nothing(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        queue = store.queue("deliveries", min_idle_seconds=0.1)
+        assert await queue.prune_consumers("live") == []  # no stream, no group: nothing to do
+        for _ in range(2):
+            await queue.enqueue("beta", new_id(), PAYLOAD, int(time.time()) + 60)
+        crashed = await one(queue, "crashed")  # dies holding an entry
+        done = await one(queue, "restarted")  # an earlier process of this host: finished its work
+        assert await queue.ack(done) is True
+        await queue.claim("live", 10, 0)
+        await asyncio.sleep(0.2)
+        # The live worker is kept as the caller; the one holding an entry is kept: removing it
+        # would leave its entry unclaimable.
+        assert await queue.prune_consumers("live", min_idle_seconds=0.15) == ["restarted"]
+        consumers = await store.client.xinfo_consumers(store.keys.queue("deliveries").stream, "workers")
+        assert sorted(consumer["name"] for consumer in consumers) == [b"crashed", b"live"]
+        # Once its entry is taken over, the crashed consumer holds nothing and goes too.
+        rescued = await one(queue, "live")
+        assert rescued.entry_id == crashed.entry_id
+        await asyncio.sleep(0.2)
+        assert await queue.prune_consumers("live", min_idle_seconds=0.15) == ["crashed"]
+        # A consumer that read recently stays, whatever it holds.
+        assert await queue.prune_consumers("someone-else", min_idle_seconds=60) == []
+        with pytest.raises(ValueError, match=r"^min_idle_seconds must be positive, not 0$"):
+            await queue.prune_consumers("live", min_idle_seconds=0)
+
+    in_store(scenario)
+
+
 def test_claim_count_bounds_the_batch(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
         queue = store.deliveries

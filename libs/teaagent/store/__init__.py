@@ -11,7 +11,15 @@ from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreErr
 from teaagent.store._connection import EMBEDDED_URL, StoreOptions, redact_url
 from teaagent.store._embedded import EmbeddedRedis, find_server_binary
 from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, QueueKeys, RequestKeys, node_prefix
-from teaagent.store._queue import DeadLetter, Delivery, DeliveryQueue, QueueStats, RetryResult, backoff_delay
+from teaagent.store._queue import (
+    CONSUMER_RETENTION_SECONDS,
+    DeadLetter,
+    Delivery,
+    DeliveryQueue,
+    QueueStats,
+    RetryResult,
+    backoff_delay,
+)
 from teaagent.store._ratelimit import AsyncRedisRateLimiter, RateLimitSpec, RedisRateLimiter
 from teaagent.store._requests import (
     MAX_DOCUMENT_BYTES,
@@ -28,6 +36,7 @@ from teaagent.store._store import Store, SyncStore, connect, connect_sync, open_
 from teaagent.tools import RateDecision  # the tools' answer type, re-exported: one class
 
 __all__ = [
+    "CONSUMER_RETENTION_SECONDS",
     "EMBEDDED_URL",
     "MAX_DOCUMENT_BYTES",
     "REQUEST_RETENTION_SECONDS",

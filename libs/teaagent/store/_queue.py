@@ -18,6 +18,7 @@ from teaagent.store._requests import MAX_DOCUMENT_BYTES
 from teaagent.store._scripts import AsyncScripts
 
 __all__ = [
+    "CONSUMER_RETENTION_SECONDS",
     "DEFAULT_GROUP",
     "DeadLetter",
     "Delivery",
@@ -37,6 +38,8 @@ MAX_DEAD_LETTERS = 10_000  # history kept for operators; older dead letters are 
 MAX_CLAIM = 100  # entries one claim may take; a worker handles them before its min-idle runs out
 MAX_ERROR_CHARS = 500  # an error is one sentence, not a traceback
 MAX_TARGET_CHARS = 256  # a peer's agent id or a URL, not a document
+# A consumer silent this long is gone: a live one reads at least every few seconds (a blocking claim).
+CONSUMER_RETENTION_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -356,6 +359,31 @@ class DeliveryQueue:
             attempts=delivery.attempts + 1,
             not_before=not_before if taken == "retry" else None,
         )
+
+    async def prune_consumers(
+        self, keep: str, *, min_idle_seconds: float = CONSUMER_RETENTION_SECONDS
+    ) -> list[str]:
+        """Remove the group's consumers that hold no entry and have not read for ``min_idle_seconds``.
+
+        Each worker process reads under a name of its own, so every restart leaves one behind; its
+        entries are reclaimed by ``claim``, and this removes the name. A consumer still holding an
+        entry is kept (its entries would become unclaimable), and so is ``keep``, the caller's own.
+        Checked and removed in one script, so no entry reaches a consumer between the two.
+
+        Returns:
+            The names removed.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``min_idle_seconds`` is not positive.
+        """
+        if not min_idle_seconds > 0:
+            raise ValueError(f"min_idle_seconds must be positive, not {min_idle_seconds}")
+        with converting(self._url):
+            removed: Any = await self._scripts.run(
+                "prune_consumers", [self._keys.stream], [self._group, int(min_idle_seconds * 1000), keep]
+            )
+        return [name.decode() if isinstance(name, bytes) else str(name) for name in removed]
 
     async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
         """Return up to ``count`` dead letters, oldest first.

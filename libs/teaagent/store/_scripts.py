@@ -11,7 +11,15 @@ from redis.commands.core import AsyncScript
 
 __all__ = ["SCRIPT_NAMES", "AsyncScripts", "script_source"]
 
-SCRIPT_NAMES = ("accept_request", "record_decision", "ratelimit", "enqueue", "promote_due", "retry_later")
+SCRIPT_NAMES = (
+    "accept_request",
+    "record_decision",
+    "ratelimit",
+    "enqueue",
+    "promote_due",
+    "retry_later",
+    "prune_consumers",
+)
 
 
 @functools.cache

@@ -13,12 +13,13 @@ import json
 import logging
 import os
 import socket
+import time
 from typing import Final
 
 import httpx
 
 from teaagent.errors import StoreError
-from teaagent.store import Delivery
+from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery
 from teaagent_relay._relay import Relay
 
 __all__ = ["CLAIM_BATCH", "DeliveryWorker", "consumer_name"]
@@ -31,6 +32,7 @@ MAX_DELIVERY_TIMEOUT: Final = 10.0  # seconds for one POST; a peer relay answers
 STORE_BACKOFF_START: Final = 0.25  # seconds to wait after Redis failed, doubling per failure
 STORE_BACKOFF_CAP: Final = 5.0
 _TEMPORARY: Final = frozenset({408, 425, 429})  # 4xx answers that a later attempt may turn into 2xx
+PRUNE_EVERY_SECONDS: Final = 600.0  # how often a worker removes the consumer names of dead processes
 
 
 def consumer_name() -> str:
@@ -56,9 +58,11 @@ class DeliveryWorker:
         consumer: str | None = None,
         min_idle_seconds: float,
         transport: httpx.AsyncBaseTransport | None = None,
+        consumer_retention_seconds: float = CONSUMER_RETENTION_SECONDS,
     ) -> None:
         self.relay = relay
         self.consumer = consumer or consumer_name()
+        self.consumer_retention_seconds = consumer_retention_seconds
         # Under the min-idle time, so a live worker's entry is never taken over while it delivers it.
         timeout = min(MAX_DELIVERY_TIMEOUT, min_idle_seconds / 2)
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport)
@@ -68,10 +72,24 @@ class DeliveryWorker:
         await self.client.aclose()
 
     async def run(self) -> None:
-        """Claim and deliver until cancelled; failures (Redis down) are waited out with a backoff."""
+        """Claim and deliver until cancelled; failures (Redis down) are waited out with a backoff.
+
+        Every ``PRUNE_EVERY_SECONDS`` (and once at start) it also removes the consumer names that
+        dead relay processes left in the queue's group.
+        """
         failures = 0
+        next_prune = 0.0
         while True:
             try:
+                if time.monotonic() >= next_prune:
+                    removed = await self.relay.deliveries.prune_consumers(
+                        self.consumer, min_idle_seconds=self.consumer_retention_seconds
+                    )
+                    next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+                    if removed:
+                        logger.info(
+                            "removed %d idle delivery consumers: %s", len(removed), ", ".join(removed)
+                        )
                 await self.run_once()
                 failures = 0
             except Exception as exc:  # Redis down, or a bug: the worker must outlive both
