@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -452,6 +453,29 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
     assert all(item["error"] == letter.error for item, letter in zip(listed.json(), dead, strict=True))
     assert len(one.json()) == 1
     assert error(anonymous)[:2] == (401, "unauthorized")
+
+
+@asynctest
+async def test_the_relay_retries_a_delivery_until_the_request_expires_not_a_fixed_count(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as alpha_client:
+        request = alpha.request()
+        await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        now = time.time()
+        actions = []
+        for _ in range(40):  # beta stays down; the default queue bound (12 attempts) is long past
+            [delivery] = await relay.deliveries.claim("w1", 1, 0, now=now)
+            result = await relay.deliveries.retry_later(delivery, "connection refused", now=now)
+            actions.append(result.action)
+            now = result.not_before or now
+            if now > request["expires_at"] - 60:
+                break
+    assert set(actions) == {"retry"}
+    assert len(actions) > 12
 
 
 @asynctest

@@ -234,6 +234,31 @@ def test_an_entry_that_keeps_failing_is_dead_lettered_after_max_attempts(in_stor
     in_store(scenario)
 
 
+def test_without_an_attempt_bound_an_entry_is_retried_until_its_request_expires(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        queue = store.queue("deliveries", max_attempts=None, retry_cap_seconds=30.0, rng=Highest())
+        start = time.time()
+        expires_at = int(start) + 3600  # an hour: a peer down for most of it still gets the entry
+        await queue.enqueue("beta", new_id(), PAYLOAD, expires_at, now=start)
+        now, attempts = start, 0
+        while True:
+            delivery = await one(queue, now=now)
+            result = await queue.retry_later(delivery, "connection refused", now=now)
+            attempts += 1
+            if result.action == "dead":
+                break
+            assert result.action == "retry"
+            assert result.not_before is not None
+            now = result.not_before
+        # Thirty seconds apart once capped, until the next attempt would fall after the expiry.
+        assert attempts > 100
+        assert expires_at - 30 < now <= expires_at
+        [letter] = await queue.dead_letters()
+        assert letter.error == "connection refused; the request expires before another attempt"
+
+    in_store(scenario)
+
+
 def test_a_retry_that_would_come_after_expiry_is_dead_lettered_now(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
         queue = store.queue("deliveries", retry_base_seconds=5.0, rng=Lowest())

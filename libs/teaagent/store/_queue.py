@@ -30,7 +30,7 @@ __all__ = [
 
 DEFAULT_GROUP = "workers"
 MIN_IDLE_SECONDS = 60.0  # longer than a delivery's HTTP timeout, so a live worker never loses its entry
-MAX_ATTEMPTS = 12  # doubling from 0.5 s, capped at 30 s, a dozen tries span minutes: past any request's life
+MAX_ATTEMPTS = 12  # the default bound; the relay's deliveries pass None: they retry until the request expires
 RETRY_BASE_SECONDS = 0.5  # the first retry comes soon: most failures are a peer restarting
 RETRY_CAP_SECONDS = 30.0  # never wait longer than this between two attempts
 MAX_QUEUE_LENGTH = 100_000  # backpressure: a queue this long means its consumers are gone
@@ -164,13 +164,13 @@ class DeliveryQueue:
         options: StoreOptions,
         group: str = DEFAULT_GROUP,
         min_idle_seconds: float = MIN_IDLE_SECONDS,
-        max_attempts: int = MAX_ATTEMPTS,
+        max_attempts: int | None = MAX_ATTEMPTS,
         retry_base_seconds: float = RETRY_BASE_SECONDS,
         retry_cap_seconds: float = RETRY_CAP_SECONDS,
         max_length: int = MAX_QUEUE_LENGTH,
         rng: random.Random | None = None,
     ) -> None:
-        if min_idle_seconds <= 0 or max_attempts < 1 or max_length < 1:
+        if min_idle_seconds <= 0 or (max_attempts is not None and max_attempts < 1) or max_length < 1:
             raise ValueError("min_idle_seconds must be positive, max_attempts and max_length at least 1")
         self._client = client
         self._scripts = scripts
@@ -313,8 +313,9 @@ class DeliveryQueue:
     async def retry_later(self, delivery: Delivery, error: str, *, now: float | None = None) -> RetryResult:
         """Record a failed attempt: schedule the next one after a backoff, or dead-letter the entry.
 
-        The entry is dead-lettered when this was attempt ``max_attempts``, or when the next attempt
-        would come after the request expires. One script moves it, so a crash loses nothing.
+        The entry is dead-lettered when this was attempt ``max_attempts`` (None: no such bound), or
+        when the next attempt would come after the request expires. One script moves it, so a crash
+        loses nothing.
 
         Raises:
             StoreError: Redis is unreachable or failed.
@@ -322,7 +323,7 @@ class DeliveryQueue:
         at = time.time() if now is None else now
         failures = delivery.attempts + 1
         error = " ".join(error.split())[:MAX_ERROR_CHARS] or "unknown error"
-        if failures >= self._max_attempts:
+        if self._max_attempts is not None and failures >= self._max_attempts:
             return await self._finish(
                 delivery, "dead", f"{error}; gave up after {failures} attempts", None, at
             )

@@ -124,6 +124,7 @@ class Relay:
         self.inbox_limit = RateLimit(settings.inbox_rate_limit, settings.inbox_rate_window_seconds)
         self.deliveries = store.queue(
             "deliveries",
+            max_attempts=None,  # a peer down for hours gets the delivery once back, until expiry
             min_idle_seconds=settings.delivery_min_idle_seconds,
             retry_base_seconds=settings.delivery_retry_base_seconds,
             retry_cap_seconds=settings.delivery_retry_cap_seconds,
