@@ -296,6 +296,29 @@ async def received(client: httpx.AsyncClient, origin: Node) -> dict[str, Any]:
 
 
 @asynctest
+async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approver(
+    nodes: dict[str, Node],
+) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        decided, waiting = await received(client, alpha), await received(client, alpha)
+        path = f"/v1/inbox/{decided['request_id']}/decision"
+        assert (await client.post(path, json=approval(decided, "beta"), headers=beta.headers)).is_success
+        queue = relay.store.inbox_queue
+        before = [entry.request_id for entry in await queue.entries()]
+        swept = await relay.sweep_inbox_queue()
+        after = [entry.request_id for entry in await queue.entries()]
+        expired = await relay.sweep_inbox_queue(now=waiting["expires_at"] + 1)
+        stats = await queue.stats()
+
+    assert before == [decided["request_id"], waiting["request_id"]]
+    assert (swept, after) == (1, [waiting["request_id"]])  # the decided one no longer waits
+    assert expired == 1  # nor does one past its expiry
+    assert (stats.length, stats.pending) == (0, 0)
+
+
+@asynctest
 async def test_this_nodes_decision_is_recorded_and_queued_for_the_origin(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -487,6 +510,10 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
     async with in_process(alpha, deliver=False) as alpha_client:
         relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
         await relay.deliveries.claim("host-1234", 1, 0)  # a relay process that has since exited
+        # An inbox entry whose request is not stored (expired and removed): the worker sweeps it.
+        await relay.store.inbox_queue.enqueue(
+            "approver", "c" * 32, b'{"origin": "beta"}', int(time.time()) + 60
+        )
         stream = relay.store.keys.queue(relay.deliveries.name).stream
         await asyncio.sleep(0.2)
         worker = DeliveryWorker(
@@ -505,7 +532,10 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
                 await task
             await worker.aclose()
 
+        swept = await relay.store.inbox_queue.entries()
+
     assert names == {b"host-5678"}
+    assert swept == []
 
 
 @asynctest

@@ -157,6 +157,24 @@ def test_consumers_of_dead_processes_are_pruned_once_they_hold_nothing(in_store:
     in_store(scenario)
 
 
+def test_entries_are_listed_without_claiming_and_removed_claimed_or_not(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        queue = store.queue("inbox")
+        first = await queue.enqueue("approver", new_id(), PAYLOAD, int(time.time()) + 60)
+        second = await queue.enqueue("approver", new_id(), PAYLOAD, int(time.time()) + 60)
+        held = await one(queue, "approver-1")  # the first is in a consumer's hands
+        assert [entry.entry_id for entry in await queue.entries()] == [first, second]
+        assert [entry.entry_id for entry in await queue.entries(1)] == [first]
+        assert (await queue.stats()).pending == 1
+        assert await queue.remove([held.entry_id, second, "1-1"]) == 2
+        assert await queue.remove([]) == 0
+        stats = await queue.stats()
+        assert (stats.length, stats.pending) == (0, 0)
+        assert await queue.ack(held) is False  # removed: nothing left to acknowledge
+
+    in_store(scenario)
+
+
 def test_claim_count_bounds_the_batch(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
         queue = store.deliveries

@@ -297,6 +297,39 @@ class DeliveryQueue:
                 deliveries.append(delivery)
         return deliveries
 
+    async def entries(self, count: int = 100) -> list[Delivery]:
+        """Return the queue's oldest ``count`` entries, claimed or not, without claiming them.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``count`` is out of range.
+        """
+        if not 1 <= count <= MAX_CLAIM * 10:
+            raise ValueError(f"count must be between 1 and {MAX_CLAIM * 10}, not {count}")
+        with converting(self._url):
+            reply: Any = await self._client.xrange(self._keys.stream, count=count)
+        return [_delivery(entry_id, fields) for entry_id, fields in reply]
+
+    async def remove(self, entry_ids: list[str]) -> int:
+        """Delete entries whose work was done elsewhere (acknowledged too, if a consumer held them).
+
+        Returns:
+            How many entries were deleted (ids already gone count for nothing).
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+        """
+        if not entry_ids:
+            return 0
+        with converting(self._url):
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.xack(self._keys.stream, self._group, *entry_ids)
+                pipe.xdel(self._keys.stream, *entry_ids)
+                _acked, deleted = await pipe.execute(raise_on_error=False)
+        if isinstance(deleted, Exception):
+            raise StoreError(f"queue {self.name}: {deleted}")
+        return int(deleted)
+
     async def ack(self, delivery: Delivery) -> bool:
         """Mark ``delivery`` done and remove it; False when it was no longer pending.
 

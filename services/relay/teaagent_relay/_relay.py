@@ -56,6 +56,7 @@ MAX_WAIT_SECONDS: Final = 60.0  # one long-poll; proxies commonly cut idle HTTP 
 MAX_KNOWN_REQUESTS: Final = 10_000  # parsed own requests kept in memory; a decision then costs one round trip
 APPROVER_TARGET: Final = "approver"  # the inbox queue's only consumer
 INBOX_WAKE_SECONDS: Final = 2.0  # one block of an inbox long-poll, under the store's socket timeout
+INBOX_SWEEP_BATCH: Final = 500  # inbox queue entries looked at per sweep (the oldest first)
 
 
 @dataclass(frozen=True)
@@ -418,6 +419,34 @@ class Relay:
             payload = json.dumps({"origin": origin, "request_id": request_id}).encode()
             await self.store.inbox_queue.enqueue(APPROVER_TARGET, request_id, payload, request["expires_at"])
         return created, {"request_id": request_id, "origin": origin, "state": state, "created": created}
+
+    async def sweep_inbox_queue(self, now: float | None = None) -> int:
+        """Remove the inbox queue's entries whose request no longer waits for this node's approver.
+
+        The queue holds one entry per received request for the approver. Approvers that decide
+        through ``POST /v1/inbox/{id}/decision`` never claim it, and a request may expire
+        undecided, so without this the stream would only grow (and, full, refuse new requests).
+        Looks at the oldest ``INBOX_SWEEP_BATCH`` entries; removes those decided, expired or gone.
+
+        Returns:
+            How many entries were removed.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        at = time.time() if now is None else now
+        queue = self.store.inbox_queue
+        entries = await queue.entries(INBOX_SWEEP_BATCH)
+        done = []
+        for entry in entries:
+            try:
+                origin = json.loads(entry.payload)["origin"]
+                stored = await self.store.inbox.get(origin, entry.request_id)
+            except (ValueError, KeyError, TypeError):
+                stored = None  # an entry this relay cannot read waits for nobody
+            if stored is None or stored.state != "pending" or at > stored.expires_at:
+                done.append(entry.entry_id)
+        return await queue.remove(done)
 
     def _inbox_item(self, stored: StoredRequest, now: float) -> dict[str, Any]:
         request, signature = _envelope(stored.document)

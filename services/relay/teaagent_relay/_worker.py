@@ -33,6 +33,7 @@ STORE_BACKOFF_START: Final = 0.25  # seconds to wait after Redis failed, doublin
 STORE_BACKOFF_CAP: Final = 5.0
 _TEMPORARY: Final = frozenset({408, 425, 429})  # 4xx answers that a later attempt may turn into 2xx
 PRUNE_EVERY_SECONDS: Final = 600.0  # how often a worker removes the consumer names of dead processes
+SWEEP_EVERY_SECONDS: Final = 60.0  # how often it removes inbox entries that no longer wait for anyone
 
 
 def consumer_name() -> str:
@@ -75,10 +76,11 @@ class DeliveryWorker:
         """Claim and deliver until cancelled; failures (Redis down) are waited out with a backoff.
 
         Every ``PRUNE_EVERY_SECONDS`` (and once at start) it also removes the consumer names that
-        dead relay processes left in the queue's group.
+        dead relay processes left in the queue's group, and every ``SWEEP_EVERY_SECONDS`` the
+        inbox entries whose request was decided or expired (``Relay.sweep_inbox_queue``).
         """
         failures = 0
-        next_prune = 0.0
+        next_prune = next_sweep = 0.0
         while True:
             try:
                 if time.monotonic() >= next_prune:
@@ -87,9 +89,10 @@ class DeliveryWorker:
                     )
                     next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
                     if removed:
-                        logger.info(
-                            "removed %d idle delivery consumers: %s", len(removed), ", ".join(removed)
-                        )
+                        logger.info("removed idle delivery consumers: %s", ", ".join(removed))
+                if time.monotonic() >= next_sweep:
+                    await self.relay.sweep_inbox_queue()
+                    next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
                 await self.run_once()
                 failures = 0
             except Exception as exc:  # Redis down, or a bug: the worker must outlive both
