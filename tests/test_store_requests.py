@@ -479,11 +479,22 @@ def test_wait_outcome_returns_a_decided_request_at_once(in_store: Run) -> None:
 def test_wait_outcome_blocks_on_the_stream_instead_of_polling(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
         request_id = await accepted(store, required=1, peers=1, expires_at=int(time.time()) + 60)
-        before = (await store.client.info("commandstats")).get("cmdstat_xread", {}).get("calls", 0)
+
+        async def counts() -> tuple[int, int]:
+            stats = await store.client.info("all")
+            return stats.get("cmdstat_xread", {}).get("calls", 0), stats["total_commands_processed"]
+
+        xreads_before, commands_before = await counts()
+        started = time.monotonic()
         stored = await store.requests.wait_outcome(request_id, 0.8)
-        after = (await store.client.info("commandstats")).get("cmdstat_xread", {}).get("calls", 0)
+        waited = time.monotonic() - started
+        xreads_after, commands_after = await counts()
         assert stored.state == "pending"  # the timeout came first
-        assert after - before <= 2  # one blocking read covers the wait (a poll loop would make dozens)
+        assert waited >= 0.75  # it did wait
+        # It waited inside one blocking XREAD (two if a wake-up raced the deadline); a sleep loop
+        # makes no XREAD, or a poll loop dozens, and either sends many more commands than this.
+        assert 1 <= xreads_after - xreads_before <= 2
+        assert commands_after - commands_before <= 12  # 11: state read, XREAD, final read, INFO
 
     in_store(scenario)
 
