@@ -555,6 +555,19 @@ def test_a_token_in_the_file_wins(node_dir: Path) -> None:
     assert not config.token_path.exists()
 
 
+def test_the_configs_repr_shows_neither_the_token_nor_the_redis_password(node_dir: Path) -> None:
+    config = load(
+        EXAMPLE.replace(
+            'workspace = "workspace"', 'workspace = "workspace"\ntoken = "0123456789abcdef"'
+        ).replace('redis_url = "redis://127.0.0.1:6379/0"', 'redis_url = "redis://:hunter2@127.0.0.1:6379/0"')
+    )
+    assert (config.token, config.redis_url) == ("0123456789abcdef", "redis://:hunter2@127.0.0.1:6379/0")
+    shown = repr(config)
+    assert "alpha" in shown
+    assert "0123456789abcdef" not in shown
+    assert "hunter2" not in shown
+
+
 def test_concurrent_first_uses_agree_on_one_token(node_dir: Path) -> None:
     config = load(EXAMPLE)
     tokens: list[str] = []

@@ -203,11 +203,11 @@ class NodeConfig:
     agent_id: str
     private_key: Path | None
     public_key: str | None
-    redis_url: str
+    redis_url: str = field(repr=False)  # may carry a password
     relay_url: str
     workspace: Path
     data_dir: Path
-    token: str | None
+    token: str | None = field(repr=False)
     agent: AgentSettings
     quorum: MultiSigQuorumConfig
     peers: Mapping[str, PeerConfig]
