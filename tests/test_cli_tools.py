@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ def write_node(
     *,
     mode: str = "workspace-write",
     quorum: bool = False,
+    rate_limits: str = "",
 ) -> Path:
     """A node configuration of its own in ``folder``, with a workspace holding notes.txt."""
     key = ssh_key_factory("alpha")
@@ -34,6 +37,8 @@ workspace = "workspace"
 permission_mode = "{mode}"
 provider = "scripted"
 """
+    if rate_limits:
+        text += f"\n[agent.rate_limits]\n{rate_limits}\n"
     if quorum:
         text += (
             '\n[quorum]\nenabled = true\nrequired_approvals = 2\nhigh_risk_patterns = ["shell.*"]\n'
@@ -229,3 +234,54 @@ def test_the_nodes_key_is_needed_only_by_a_high_risk_call(
         "shell.run needs 2 of 3 peer approvals but no quorum could be obtained: " in capsys.readouterr().err
     )
     assert not (tmp_path / "workspace" / "made").exists()
+
+
+# -- rate limits shared through the node's Redis -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_separate_processes_of_one_node_share_its_rate_limit_windows(
+    tmp_path: Path, ssh_key_factory: Callable[..., Any]
+) -> None:
+    node = write_node(
+        tmp_path, ssh_key_factory, rate_limits='"fs.read" = { max_calls = 2, window_seconds = 3600 }'
+    )
+
+    def call() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "teaagent", "tools", "call", "--config", str(node), "fs.read",
+             '{"path": "notes.txt"}'],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    # Three agent processes, one after the other; each starts the node's embedded Redis (none
+    # runs between them), whose append-only file keeps the window across the restarts.
+    first, second, third = call(), call(), call()
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    assert third.returncode == 1
+    assert third.stderr.startswith("teaagent: fs.read: rate limit of 2 calls per 3600 s reached; retry in ")
+    # fs.list has no limit: it never waits for Redis, and still runs.
+    listed = subprocess.run(
+        [sys.executable, "-m", "teaagent", "tools", "call", "--config", str(node), "fs.list", "{}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_a_rate_limit_on_a_tool_the_node_lacks_exits_2(
+    tmp_path: Path, ssh_key_factory: Callable[..., Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = write_node(tmp_path, ssh_key_factory, rate_limits='"fs.nope" = { max_calls = 1 }')
+    assert run(["tools", "call", "--config", str(node), "fs.read", '{"path": "notes.txt"}']) == 2
+    assert capsys.readouterr().err == (
+        f"teaagent: {node}: agent.rate_limits names tools that are not workspace tools: fs.nope.\n"
+    )
+
+
+def test_listing_tools_does_not_start_redis_for_the_limits(
+    tmp_path: Path, ssh_key_factory: Callable[..., Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = write_node(tmp_path, ssh_key_factory, rate_limits='"shell.run" = { max_calls = 1 }')
+    assert run(["tools", "list", "--config", str(node)]) == 0
+    assert "shell.run" in capsys.readouterr().out
+    assert not (tmp_path / ".teaagent-alpha" / "redis").exists()

@@ -26,6 +26,7 @@ from teaagent.config import (
 from teaagent.errors import ConfigError
 from teaagent.policy import MultiSigQuorumConfig, PermissionMode
 from teaagent.signing import SSHPrivateKey
+from teaagent.tools import ToolRateLimit
 
 _PRIVATE = {name: Ed25519PrivateKey.generate() for name in ("alpha", "beta", "gamma", "delta")}
 LINES = {name: SSHPrivateKey.from_cryptography(key).public_key.to_line() for name, key in _PRIVATE.items()}
@@ -41,6 +42,7 @@ def write_private_key(path: Path, name: str = "alpha") -> None:
     path.chmod(0o600)
 
 
+RL = "port = 8700\n"  # where [agent] ends in EXAMPLE
 EXAMPLE = f"""\
 agent_id = "alpha"
 private_key = "keys/alpha"
@@ -489,6 +491,35 @@ CASES: list[tuple[str, Callable[[str], str], str]] = [
         "alpha.toml: invalid TOML: Cannot declare ('peers', 'beta') twice (at line 42, column 12).",
     ),
     (
+        "a rate limit without max_calls",
+        lambda t: t.replace(RL, RL + '\n[agent.rate_limits]\n"shell.run" = { window_seconds = 60 }\n'),
+        "alpha.toml: the required key agent.rate_limits.shell.run.max_calls is missing.",
+    ),
+    (
+        "a rate limit of no calls",
+        lambda t: t.replace(RL, RL + '\n[agent.rate_limits]\n"fs.read" = { max_calls = 0 }\n'),
+        "alpha.toml: agent.rate_limits.fs.read.max_calls must be at least 1, not 0.",
+    ),
+    (
+        "a rate limit window of no time",
+        lambda t: t.replace(
+            RL, RL + '\n[agent.rate_limits]\n"fs.read" = { max_calls = 1, window_seconds = 0 }\n'
+        ),
+        "alpha.toml: agent.rate_limits.fs.read.window_seconds must be a number of seconds above 0, not 0.",
+    ),
+    (
+        "a rate limit with an unknown key",
+        lambda t: t.replace(RL, RL + '\n[agent.rate_limits]\n"fs.read" = { max_call = 1 }\n'),
+        "alpha.toml: unknown key agent.rate_limits.fs.read.max_call "
+        "(did you mean agent.rate_limits.fs.read.max_calls?).",
+    ),
+    (
+        "a dotted tool name without quotes",
+        lambda t: t.replace(RL, RL + "\n[agent.rate_limits]\nshell.run = { max_calls = 1 }\n"),
+        "alpha.toml: agent.rate_limits.shell is a table of tables: "
+        'put a dotted tool name in quotes, "shell.run".',
+    ),
+    (
         "a syntax error",
         lambda t: t.replace('agent_id = "alpha"', "agent_id = alpha"),
         "alpha.toml: invalid TOML: Invalid value (at line 1, column 12).",
@@ -507,6 +538,19 @@ def test_each_mistake_is_one_sentence_naming_file_and_key(
     sentence = str(caught.value)
     assert sentence.endswith(".")
     assert "\n" not in sentence
+
+
+def test_agent_rate_limits_are_read_per_tool_with_a_minute_by_default(node_dir: Path) -> None:
+    config = load(
+        EXAMPLE.replace(
+            RL,
+            RL
+            + '\n[agent.rate_limits]\n"shell.run" = { max_calls = 5 }\n'
+            + '"fs.read" = { max_calls = 2, window_seconds = 0.5 }\n',
+        )
+    )
+    assert config.agent.rate_limits == {"shell.run": ToolRateLimit(5, 60.0), "fs.read": ToolRateLimit(2, 0.5)}
+    assert load(EXAMPLE).agent.rate_limits == {}
 
 
 def test_a_missing_file(node_dir: Path) -> None:

@@ -279,7 +279,7 @@ def run(
     node = load_config(config)
     chosen = provider or node.agent.provider
     adapter = _adapter(chosen, model, script)
-    from teaagent.cli._tools import node_registry
+    from teaagent.runner._node import node_registry
 
     registry = node_registry(node)
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)

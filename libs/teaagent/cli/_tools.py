@@ -18,12 +18,12 @@ from typing import Annotated, Any
 import typer
 
 from teaagent.audit import AuditLogger
-from teaagent.config import NodeConfig, load_config
+from teaagent.config import load_config
 from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.runner._gate import ToolGate
-from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate
-from teaagent.tools import ToolRegistry, workspace_registry
+from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate, node_registry
+from teaagent.tools import ToolRegistry
 
 app = typer.Typer(no_args_is_help=True, help="List the node's tools, or call one through the policy gate.")
 
@@ -34,16 +34,6 @@ _COLUMNS = ("name", "tier", "read_only", "destructive", "high_risk")
 
 class _Failed(TeaAgentError):
     """The tool ran and failed (exit 1)."""
-
-
-def node_registry(node: NodeConfig) -> ToolRegistry:
-    """The tools of the node: the built-in workspace tools bound to its workspace.
-
-    Raises:
-        FileNotFoundError: The workspace does not exist.
-        NotADirectoryError: The workspace is not a directory.
-    """
-    return workspace_registry(node.workspace)
 
 
 def _tool_rows(registry: ToolRegistry, quorum: MultiSigQuorumConfig) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ from teaagent.policy import (
     PermissionMode,
 )
 from teaagent.signing import SSHPublicKey, parse_public_key
+from teaagent.tools import ToolRateLimit
 
 __all__ = ["CONFIG_ENV_VAR", "load_config"]
 
@@ -56,7 +58,9 @@ ROOT_KEYS: Final = (
     "peers",
     "approver",
 )
-AGENT_KEYS: Final = ("permission_mode", "provider", "port")
+AGENT_KEYS: Final = ("permission_mode", "provider", "port", "rate_limits")
+RATE_LIMIT_KEYS: Final = ("max_calls", "window_seconds")
+DEFAULT_RATE_WINDOW_SECONDS: Final = 60.0  # ToolRateLimit's own default
 QUORUM_KEYS: Final = (
     "enabled",
     "required_approvals",
@@ -139,6 +143,16 @@ class _Table:
             key, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", default, required
         )
         return cast(int, value)
+
+    def number(self, key: str, default: float | None = None, *, required: bool = False) -> float:
+        value = self._take(
+            key,
+            lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+            "a number",
+            default,
+            required,
+        )
+        return float(value)
 
     def boolean(self, key: str, default: bool | None = None, *, required: bool = False) -> bool:
         return cast(bool, self._take(key, lambda v: isinstance(v, bool), "true or false", default, required))
@@ -236,8 +250,34 @@ def _agent_settings(table: _Table | None) -> AgentSettings:
     if not provider.strip():
         raise table.error("provider", "is empty")
     port = _check_port(table, "port", DEFAULT_AGENT_PORT)
+    rate_limits = _rate_limits(table.table("rate_limits"))
     table.finish()
-    return AgentSettings(permission_mode=mode, provider=provider, port=port)
+    return AgentSettings(permission_mode=mode, provider=provider, port=port, rate_limits=rate_limits)
+
+
+def _rate_limits(table: _Table | None) -> dict[str, ToolRateLimit]:
+    """``[agent.rate_limits]``: ``"<tool>" = { max_calls = N, window_seconds = S }`` (S defaults to 60)."""
+    if table is None:
+        return {}
+    limits: dict[str, ToolRateLimit] = {}
+    for tool, value in list(table.data.items()):
+        if isinstance(value, dict) and value and all(isinstance(inner, dict) for inner in value.values()):
+            # shell.run = {...} unquoted is the table shell holding run: say how to write it.
+            dotted = f"{tool}.{next(iter(value))}"
+            raise table.error(tool, f'is a table of tables: put a dotted tool name in quotes, "{dotted}"')
+        limit = table.table(tool, RATE_LIMIT_KEYS)
+        if limit is None:  # pragma: no cover - table() refuses a non-table value itself
+            continue
+        max_calls = limit.integer("max_calls", required=True)
+        window = limit.number("window_seconds", DEFAULT_RATE_WINDOW_SECONDS)
+        limit.finish()
+        if max_calls < 1:
+            raise limit.error("max_calls", f"must be at least 1, not {max_calls}")
+        if not (math.isfinite(window) and window > 0):
+            raise limit.error("window_seconds", f"must be a number of seconds above 0, not {window:g}")
+        limits[tool] = ToolRateLimit(max_calls, window)
+    table.finish()
+    return limits
 
 
 def _peers(root: _Table, agent_id: str) -> dict[str, PeerConfig]:

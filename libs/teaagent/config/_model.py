@@ -24,6 +24,7 @@ from teaagent.signing import (
     parse_public_key,
     public_key_from_blob,
 )
+from teaagent.tools import ToolRateLimit
 
 __all__ = [
     "DEFAULT_AGENT_PORT",
@@ -62,11 +63,14 @@ class AgentSettings:
         permission_mode: What the agent may do locally without asking.
         provider: The LLM provider name (see :mod:`teaagent.llm`).
         port: The agent service's TCP port.
+        rate_limits: ``[agent.rate_limits]``: a limit per tool name, counted in the node's Redis so
+            that every agent process of the node shares it.
     """
 
     permission_mode: PermissionMode = PermissionMode.PROMPT
     provider: str = DEFAULT_PROVIDER
     port: int = DEFAULT_AGENT_PORT
+    rate_limits: Mapping[str, ToolRateLimit] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

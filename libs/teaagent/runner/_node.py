@@ -1,4 +1,4 @@
-"""What a node's configuration makes of the gate: its policy, its quorum gate, its audit log.
+"""What a node's configuration makes of the gate: its tools, policy, quorum gate and audit log.
 
 ``teaagent tools call``, ``teaagent run`` and the agent service build their gate the same way, so a
 call allowed by one is allowed by the others.
@@ -12,9 +12,25 @@ from pathlib import Path
 from typing import Any, Final
 
 from teaagent.config import NodeConfig
+from teaagent.errors import ConfigError
 from teaagent.policy import ApprovalPolicy, ApprovalPresetStore, PermissionMode, Prompter, QuorumGate
+from teaagent.tools import (
+    WORKSPACE_TOOL_NAMES,
+    RateDecision,
+    RateLimiter,
+    ToolRateLimit,
+    ToolRegistry,
+    workspace_registry,
+)
 
-__all__ = ["AUDIT_DIR_NAME", "node_audit_path", "node_policy", "node_quorum_gate"]
+__all__ = [
+    "AUDIT_DIR_NAME",
+    "node_audit_path",
+    "node_policy",
+    "node_quorum_gate",
+    "node_rate_limiter",
+    "node_registry",
+]
 
 
 AUDIT_DIR_NAME: Final = "audit"
@@ -24,6 +40,68 @@ AUDIT_DIR_NAME: Final = "audit"
 def node_audit_path(node: NodeConfig) -> Path:
     """Return the node's audit log: ``<data_dir>/audit/<agent_id>.jsonl`` (its key file beside it)."""
     return node.data_dir / AUDIT_DIR_NAME / f"{node.agent_id}.jsonl"
+
+
+class _NodeRateLimiter:
+    """The node's Redis limiter, connected at the first limited call (listing tools needs no Redis)."""
+
+    def __init__(self, node: NodeConfig) -> None:
+        self._node = node
+        self._lock = threading.Lock()
+        self._limiter: RateLimiter | None = None
+
+    def _connect(self) -> RateLimiter:
+        from teaagent.store import EMBEDDED_URL, EmbeddedRedis, connect_sync, node_prefix
+
+        url = self._node.redis_url
+        if url == EMBEDDED_URL:
+            server = EmbeddedRedis(self._node.data_dir)
+            server.start()  # shared with the relay when it runs; else ours, stopped at exit
+            url = server.url
+        return connect_sync(url, prefix=node_prefix(self._node.agent_id)).rate_limiter
+
+    def hit(self, key: str, limit: ToolRateLimit) -> RateDecision:
+        limiter = self._limiter
+        if limiter is None:
+            with self._lock:
+                if self._limiter is None:
+                    self._limiter = self._connect()
+                limiter = self._limiter
+        return limiter.hit(key, limit)
+
+
+def node_rate_limiter(node: NodeConfig) -> RateLimiter:
+    """Return the limiter that counts the node's tool calls in its Redis, shared by all its processes.
+
+    It connects at the first call it counts. With ``redis_url = "embedded"`` the node's private
+    server is shared with the relay when the relay runs it, and started otherwise (then stopped
+    when this process exits). A Redis that cannot be reached fails that call: no count, no call.
+    """
+    return _NodeRateLimiter(node)
+
+
+def node_registry(node: NodeConfig) -> ToolRegistry:
+    """Return the node's tools: the built-in workspace tools bound to its workspace.
+
+    The limits of ``[agent.rate_limits]`` are counted in the node's Redis (:func:`node_rate_limiter`),
+    so that ``teaagent run``, ``tools call`` and the agent service of one node share each window; a
+    node without limits never connects to Redis for them.
+
+    Raises:
+        ConfigError: ``[agent.rate_limits]`` names a tool that is not a workspace tool.
+        FileNotFoundError: The workspace does not exist.
+        NotADirectoryError: The workspace is not a directory.
+    """
+    limits = dict(node.agent.rate_limits)
+    if limits:
+        unknown = sorted(set(limits) - set(WORKSPACE_TOOL_NAMES))
+        if unknown:
+            raise ConfigError(
+                f"{node.path}: agent.rate_limits names tools that are not workspace tools: "
+                f"{', '.join(unknown)}."
+            )
+    limiter = node_rate_limiter(node) if limits else None
+    return workspace_registry(node.workspace, rate_limiter=limiter, rate_limits=limits)
 
 
 def node_quorum_gate(
