@@ -31,7 +31,7 @@ from relay_support import (
     write_cluster,
 )
 
-from teaagent.errors import ApprovalDeniedError
+from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.policy import ApprovalPolicy, PermissionMode
 from teaagent.quorum import verify_certificate
 from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
@@ -183,6 +183,103 @@ def test_a_relay_killed_between_accepting_a_decision_and_delivering_it_loses_not
     assert outcome.state == "approved"
     assert outcome.signers == ("beta",)
     assert wait_until(lambda: undelivered(redis_url, beta) == 0)
+
+
+def test_the_gate_outlives_its_relays_crash_and_sends_the_request_again(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """kill -9 of the origin's relay with its fan-out lost (as if it died before queueing it)."""
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    progress: list[str] = []
+    gate = RelayQuorumGate(
+        relay_url=alpha.url,
+        token=alpha.token,
+        origin="alpha",
+        private_key_signer=alpha.key,
+        config=alpha.quorum(),
+        timeout=WAIT * 2,
+        on_progress=progress.append,
+    )
+    outcome: list[Any] = []
+
+    def obtain() -> None:
+        try:
+            outcome.append(
+                gate.obtain(
+                    tool_name="shell.run", arguments={"command": "make"}, call_id="c", run_id="r", reason=""
+                )
+            )
+        except Exception as exc:
+            outcome.append(exc)
+
+    alpha_relay = RelayProcess(alpha, tmp_path).start()  # beta's relay is not up yet
+    processes = [alpha_relay]
+    try:
+        waiter = threading.Thread(target=obtain, daemon=True)
+        waiter.start()
+        assert wait_until(lambda: any("sent to the peers" in line for line in progress))
+        alpha_relay.kill()
+        # What a crash between storing the request and queueing its deliveries leaves: no delivery.
+        keys = Keys(alpha.redis_prefix).queue("deliveries")
+        client = redis.Redis.from_url(redis_url)
+        client.delete(keys.stream, keys.schedule)
+        client.close()
+        processes.append(RelayProcess(beta, tmp_path).start())
+        processes.append(RelayProcess(alpha, tmp_path).start())
+        approve_next(beta)  # reaches beta only because the gate sent the request again
+        waiter.join(WAIT)
+    finally:
+        for process in processes:
+            process.stop()
+        gate.close()
+
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], dict), outcome
+    assert [a["statement"]["signer"] for a in outcome[0]["approvals"]] == ["beta"]
+    assert any("sent again after the relay came back" in line for line in progress)
+
+
+def test_a_gate_whose_relay_never_comes_back_says_so_at_its_deadline(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    alpha = nodes["alpha"]
+    progress: list[str] = []
+    gate = RelayQuorumGate(
+        relay_url=alpha.url,
+        token=alpha.token,
+        origin="alpha",
+        private_key_signer=alpha.key,
+        config=alpha.quorum(),
+        timeout=3.0,
+        on_progress=progress.append,
+    )
+    alpha_relay = RelayProcess(alpha, tmp_path).start()
+    errors: list[Exception] = []
+
+    def obtain() -> None:
+        try:
+            gate.obtain(
+                tool_name="shell.run", arguments={"command": "make"}, call_id="c", run_id="r", reason=""
+            )
+        except Exception as exc:
+            errors.append(exc)
+
+    try:
+        waiter = threading.Thread(target=obtain, daemon=True)
+        waiter.start()
+        assert wait_until(lambda: any("sent to the peers" in line for line in progress))
+        alpha_relay.kill()
+        waiter.join(WAIT)
+    finally:
+        alpha_relay.stop()
+        gate.close()
+
+    [error] = errors
+    assert isinstance(error, RelayError)
+    assert f"The relay at {alpha.url}" in str(error)
+    assert any(line.endswith("Waiting for it.") for line in progress)
 
 
 def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(

@@ -28,6 +28,7 @@ from relay_support import (
     write_cluster,
 )
 
+from teaagent.errors import StoreError
 from teaagent.quorum import approval_statement, build_request, sign_request
 from teaagent_relay import MAX_BODY_BYTES
 from teaagent_relay._worker import DeliveryWorker
@@ -316,6 +317,32 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
     assert (swept, after) == (1, [waiting["request_id"]])  # the decided one no longer waits
     assert expired == 1  # nor does one past its expiry
     assert (stats.length, stats.pending) == (0, 0)
+
+
+@asynctest
+async def test_a_decision_is_queued_for_the_origin_before_it_is_recorded(nodes: dict[str, Node]) -> None:
+    """A relay that dies between the two steps has still queued the decision: nothing is lost."""
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        request = await received(client, alpha)
+
+        async def crash(*args: Any, **kwargs: Any) -> None:
+            raise StoreError("Redis at redis://127.0.0.1:1/0 is unreachable: the test cut it")
+
+        recorded = relay.store.inbox.record_decision
+        relay.store.inbox.record_decision = crash
+        path = f"/v1/inbox/{request['request_id']}/decision"
+        document = approval(request, "beta")
+        failed = await client.post(path, json=document, headers=beta.headers)
+        queued = await relay.deliveries.entries()
+        relay.store.inbox.record_decision = recorded
+        retried = await client.post(path, json=document, headers=beta.headers)  # the approver tries again
+
+    assert error(failed)[:2] == (503, "unavailable")
+    assert [(entry.target, entry.request_id) for entry in queued] == [("alpha", request["request_id"])]
+    assert retried.status_code == 200
+    assert retried.json()["counted"] is True
 
 
 @asynctest

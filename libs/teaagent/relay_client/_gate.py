@@ -17,6 +17,19 @@ from teaagent.signing import Signer
 __all__ = ["EXPIRY_GRACE_SECONDS", "RelayQuorumGate"]
 
 EXPIRY_GRACE_SECONDS: Final = 5  # past expires_at the relay settles "expired" at once; wait that long more
+RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay failed; it doubles per failure
+RETRY_CAP_SECONDS: Final = 5.0
+_TRANSIENT_STATUSES: Final = frozenset({502, 503, 504})  # a proxy or the relay's Redis, briefly away
+
+
+def _transient(exc: RelayError) -> bool:
+    """The relay may answer again: no answer at all (restarting, timed out), or a 502/503/504."""
+    return exc.status_code is None or exc.status_code in _TRANSIENT_STATUSES
+
+
+def _nobody_listens(exc: RelayError) -> bool:
+    """Nothing accepted the connection: no relay runs there (a configuration matter, not a blip)."""
+    return isinstance(exc.__cause__, httpx.ConnectError)
 
 
 class RelayQuorumGate:
@@ -26,6 +39,12 @@ class RelayQuorumGate:
     to the node's own relay, long-polls its outcome and returns the certificate. It does not
     verify the certificate: the policy does, with the node's own configuration, because the relay
     is not trusted.
+
+    A relay that stops answering once the request was sent (restarted, killed, its Redis briefly
+    away) is waited for, with a backoff, until the gate's timeout; the request is then sent again
+    before waiting on: the same signed request is one request, and sending it again makes the
+    relay queue its deliveries again, in case it died before queueing them. A relay that nobody
+    runs fails the first call at once.
     """
 
     def __init__(
@@ -107,16 +126,42 @@ class RelayQuorumGate:
             config=self._config,
         )
         request_id = request["request_id"]
+        signature = sign_request(request, self._signer)
         deadline = time.monotonic() + self._timeout
-        status = self._client.submit_request(request, sign_request(request, self._signer))
-        self._progress(
-            f"{tool_name} needs {self._config.describe_quorum()}; request {request_id} sent to the peers."
-        )
-        while not status.decided:
+        failures, last_error = 0, None
+        try:
+            status = self._client.submit_request(request, signature)
+        except RelayError as exc:
+            if not _transient(exc) or _nobody_listens(exc):
+                raise
+            # It may have died holding the request: it is sent again below.
+            failures, status, last_error = 1, None, exc
+            self._progress(f"{exc} Trying again.")
+        else:
+            self._progress(
+                f"{tool_name} needs {self._config.describe_quorum()}; request {request_id} sent to the peers."
+            )
+        while status is None or not status.decided:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if failures and last_error is not None:
+                    raise last_error  # the relay never came back: say so, not "no quorum"
                 raise TimeoutError(f"no quorum was reached for {tool_name} within {self._timeout:g} seconds")
-            status = self._client.wait_outcome(request_id, min(remaining, MAX_WAIT_SECONDS))
+            try:
+                if failures:
+                    time.sleep(min(remaining, RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+                    status = self._client.submit_request(request, signature)
+                    self._progress(f"request {request_id} sent again after the relay came back.")
+                    failures = 0
+                    continue
+                status = self._client.wait_outcome(request_id, min(remaining, MAX_WAIT_SECONDS))
+            except RelayError as exc:
+                if not _transient(exc):
+                    raise
+                if not failures:
+                    self._progress(f"{exc} Waiting for it.")
+                failures, last_error = failures + 1, exc
+                continue
             if not status.decided:
                 self._progress(f"request {request_id}: {status.describe()}.")
         if status.state == "approved":

@@ -567,23 +567,35 @@ class Relay:
                 f"Request {request_id} expired at {request['expires_at']}; a decision can no longer count.",
             )
         data = decision_bytes(rebuilt, wire)
+        self._refuse_another(stored, signer, data, request_id)
+        # Queued before it is recorded: a crash between the two steps then leaves a delivery (the
+        # origin counts a signer once) rather than a recorded decision that never leaves. Queued
+        # again for a repeat as well: the first call may have died before this step.
+        body = {"statement": rebuilt, "signature": wire}
+        entry = await self.deliveries.enqueue(
+            origin, request_id, _payload(f"/v1/requests/{request_id}/decisions", body), request["expires_at"]
+        )
         result = await self.store.inbox.record_decision(
             origin, request_id, kind=kind, signer=signer, decision=data, now=int(now)
         )
         if not result.counted:
             current = await self.store.inbox.get(origin, request_id)
-            previous = None if current is None else (current.approvals or current.denials).get(signer)
-            if previous != data:
-                decided = "approved" if current is not None and current.approvals else "denied"
-                raise ApiError(
-                    409,
-                    "conflict",
-                    f"This node already {decided} request {request_id} with another decision.",
-                )
+            try:
+                self._refuse_another(current, signer, data, request_id)
+            except ApiError:
+                await self.deliveries.remove([entry])  # lost a race to another decision: unsend it
+                raise
         self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()
-        # Queued again for a repeat as well: the first call may have died before this step.
-        body = {"statement": rebuilt, "signature": wire}
-        await self.deliveries.enqueue(
-            origin, request_id, _payload(f"/v1/requests/{request_id}/decisions", body), request["expires_at"]
-        )
         return self._receipt(request, signer, kind, result)
+
+    @staticmethod
+    def _refuse_another(stored: StoredRequest | None, signer: str, data: bytes, request_id: str) -> None:
+        """409 when this node already decided the request with another decision (PROTOCOL.md rule 5)."""
+        if stored is None:
+            return
+        previous = stored.approvals.get(signer) or stored.denials.get(signer)
+        if previous is not None and previous != data:
+            decided = "approved" if signer in stored.approvals else "denied"
+            raise ApiError(
+                409, "conflict", f"This node already {decided} request {request_id} with another decision."
+            )
