@@ -106,11 +106,13 @@ def test_accept_refuses_another_document_under_a_stored_id_and_keeps_the_first(i
             match=f"^request {request_id} already exists with a different document; the new one is refused$",
         ):
             await store.requests.accept(
-                request_id, DOC + b" ", required_approvals=2, peers=3, expires_at=EXPIRES, now=NOW
+                request_id, DOC + b" ", required_approvals=2, peers=3, expires_at=EXPIRES + 3600, now=NOW
             )
         stored = await store.requests.get(request_id)
         assert stored is not None
         assert stored.document == DOC
+        # Nor does the refused document move the request in the index (its expiry orders listings).
+        assert await store.client.zscore(store.keys.request_index(), request_id) == EXPIRES
 
     in_store(scenario)
 

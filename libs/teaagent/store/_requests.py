@@ -153,8 +153,9 @@ class _Book:
         ttl_ms = (max(expires_at - at, 0) + REQUEST_RETENTION_SECONDS) * 1000
         with converting(self._url):
             # The index entry goes first: a listed ref may lack its request (skipped), never the reverse.
+            # NX: a document refused below must not move the stored request's entry.
             async with self._client.pipeline(transaction=False) as pipe:
-                pipe.zadd(self._index_key, {member: expires_at})
+                pipe.zadd(self._index_key, {member: expires_at}, nx=True)
                 pipe.pexpire(self._index_key, ttl_ms, nx=True)
                 pipe.pexpire(self._index_key, ttl_ms, gt=True)
                 await pipe.execute()
