@@ -214,6 +214,26 @@ async def test_an_oversized_body_is_refused_before_and_while_reading(nodes: dict
 
 
 @asynctest
+async def test_a_request_from_the_future_is_refused_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    late = alpha.request(now=time.time() + 3600)  # genuinely signed, by a clock an hour ahead
+    skewed = alpha.request(now=time.time() + 30, call_id="call-2")  # within the allowed skew
+    async with in_process(beta, deliver=False) as client:
+        refused = await client.post("/v1/inbox", json=alpha.signed(late))
+        stored = await nothing_stored(client, "alpha", late["request_id"])
+        accepted = await client.post("/v1/inbox", json=alpha.signed(skewed))
+
+    status, code, message = error(refused)
+    assert (status, code) == (422, "invalid")
+    assert message == (
+        f"Request {late['request_id']} was created at {late['created_at']}, more than 60 seconds "
+        "ahead of this node's clock."
+    )
+    assert stored
+    assert accepted.status_code == 201
+
+
+@asynctest
 async def test_an_origin_past_its_rate_limit_gets_429_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:

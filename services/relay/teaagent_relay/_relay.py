@@ -32,7 +32,7 @@ import redis.exceptions
 from teaagent._canonical import canonical
 from teaagent.config import NodeConfig
 from teaagent.errors import RequestConflictError, StoreError
-from teaagent.quorum import build_certificate, request_problem
+from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, build_certificate, request_problem
 from teaagent.signing import parse_public_key
 from teaagent.store import DecisionResult, RequestState, Store, StoredRequest
 from teaagent_relay._errors import ApiError
@@ -374,6 +374,14 @@ class Relay:
             raise ApiError(422, "invalid", sentence(problem))
         assert isinstance(origin, str)  # request_problem checked it
         request_id = request["request_id"]
+        if request["created_at"] > time.time() + MAX_CLOCK_SKEW_SECONDS:
+            # A request from the future would keep its keys here until then (PROTOCOL.md rule 4's skew).
+            raise ApiError(
+                422,
+                "invalid",
+                f"Request {request_id} was created at {request['created_at']}, more than "
+                f"{MAX_CLOCK_SKEW_SECONDS} seconds ahead of this node's clock.",
+            )
         if self.agent_id not in request["peers"]:
             raise ApiError(
                 403,
