@@ -477,6 +477,8 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         await client.post(decisions_path(request), json=approval(request, "beta"))
         await client.post(decisions_path(request), json=approval(request, "mallory"))
         await client.post(decisions_path(request), json=approval(request, "gamma"))
+        await client.get("/v1/inbox")  # no token
+        await client.get("/v1/nothing")
         health = await client.get("/health")
         metrics = (await client.get("/metrics")).text
         schema = (await client.get("/openapi.json")).json()
@@ -492,6 +494,10 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         'teaagent_relay_http_requests_total{method="POST",route="/v1/requests/{request_id}/decisions",'
         'status="200"} 3.0',
         'teaagent_relay_queue_entries{kind="length",queue="deliveries"} 3.0',
+        # Refusals by their ErrorOut code: mallory is no peer, a call without the token, no such path.
+        'teaagent_relay_refusals_total{code="forbidden"} 1.0',
+        'teaagent_relay_refusals_total{code="unauthorized"} 1.0',
+        'teaagent_relay_refusals_total{code="not_found"} 1.0',
     ):
         assert line in metrics, line
     assert "teaagent_relay_http_request_duration_seconds_bucket" in metrics

@@ -91,7 +91,8 @@ class BodyLimitMiddleware:
 
 
 class MetricsMiddleware:
-    """Count every HTTP call by route template, method and status, and time it."""
+    """Count every HTTP call by route template, method and status, and time it; count each refusal
+    (a 4xx or 5xx answer) by its ``ErrorOut`` code."""
 
     def __init__(self, app: ASGIApp, *, metrics: RelayMetrics) -> None:
         self.app = app
@@ -104,11 +105,15 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         status = 500
+        refused = False
 
         async def watched_send(message: Message) -> None:
-            nonlocal status
+            nonlocal status, refused
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif message["type"] == "http.response.body" and status >= 400 and not refused:
+                refused = True  # an ErrorOut is one small JSON body: its first chunk holds the code
+                self.metrics.refusals.labels(_error_code(message.get("body", b""))).inc()
             await send(message)
 
         try:
@@ -127,3 +132,12 @@ class MetricsMiddleware:
                 )
             children[0].inc()
             children[1].observe(time.perf_counter() - started)
+
+
+def _error_code(body: bytes) -> str:
+    """The ``error`` of an ``ErrorOut`` body, or ``other`` for a body that is not one."""
+    try:
+        code = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return "other"
+    return code if isinstance(code, str) and code.isidentifier() else "other"
