@@ -185,40 +185,52 @@ def test_a_relay_killed_between_accepting_a_decision_and_delivering_it_loses_not
     assert wait_until(lambda: undelivered(redis_url, beta) == 0)
 
 
+class GateInThread:
+    """The origin's quorum gate asking for one shell.run in a thread, with its progress lines kept."""
+
+    def __init__(self, node: Node, timeout: float) -> None:
+        self.progress: list[str] = []
+        self.outcome: list[Any] = []  # the certificate, or what obtain() raised
+        self.gate = RelayQuorumGate(
+            relay_url=node.url,
+            token=node.token,
+            origin=node.name,
+            private_key_signer=node.key,
+            config=node.quorum(),
+            timeout=timeout,
+            on_progress=self.progress.append,
+        )
+        self.thread = threading.Thread(target=self._obtain, daemon=True)
+
+    def _obtain(self) -> None:
+        try:
+            self.outcome.append(
+                self.gate.obtain(
+                    tool_name="shell.run", arguments={"command": "make"}, call_id="c", run_id="r", reason=""
+                )
+            )
+        except Exception as exc:
+            self.outcome.append(exc)
+
+    def start_and_wait_until_sent(self) -> None:
+        self.thread.start()
+        assert wait_until(lambda: any("sent to the peers" in line for line in self.progress))
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.progress)
+
+
 def test_the_gate_outlives_its_relays_crash_and_sends_the_request_again(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
     """kill -9 of the origin's relay with its fan-out lost (as if it died before queueing it)."""
     nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
-    progress: list[str] = []
-    gate = RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
-        timeout=WAIT * 2,
-        on_progress=progress.append,
-    )
-    outcome: list[Any] = []
-
-    def obtain() -> None:
-        try:
-            outcome.append(
-                gate.obtain(
-                    tool_name="shell.run", arguments={"command": "make"}, call_id="c", run_id="r", reason=""
-                )
-            )
-        except Exception as exc:
-            outcome.append(exc)
-
+    asking = GateInThread(alpha, timeout=WAIT * 2)
     alpha_relay = RelayProcess(alpha, tmp_path).start()  # beta's relay is not up yet
     processes = [alpha_relay]
     try:
-        waiter = threading.Thread(target=obtain, daemon=True)
-        waiter.start()
-        assert wait_until(lambda: any("sent to the peers" in line for line in progress))
+        asking.start_and_wait_until_sent()
         alpha_relay.kill()
         # What a crash between storing the request and queueing its deliveries leaves: no delivery.
         keys = Keys(alpha.redis_prefix).queue("deliveries")
@@ -228,16 +240,16 @@ def test_the_gate_outlives_its_relays_crash_and_sends_the_request_again(
         processes.append(RelayProcess(beta, tmp_path).start())
         processes.append(RelayProcess(alpha, tmp_path).start())
         approve_next(beta)  # reaches beta only because the gate sent the request again
-        waiter.join(WAIT)
+        asking.thread.join(WAIT)
     finally:
         for process in processes:
             process.stop()
-        gate.close()
+        asking.gate.close()
 
-    assert len(outcome) == 1
-    assert isinstance(outcome[0], dict), outcome
-    assert [a["statement"]["signer"] for a in outcome[0]["approvals"]] == ["beta"]
-    assert any("sent again after the relay came back" in line for line in progress)
+    [certificate] = asking.outcome
+    assert isinstance(certificate, dict), certificate
+    assert [a["statement"]["signer"] for a in certificate["approvals"]] == ["beta"]
+    assert asking.said("sent again after the relay came back")
 
 
 def test_a_gate_whose_relay_never_comes_back_says_so_at_its_deadline(
@@ -245,41 +257,20 @@ def test_a_gate_whose_relay_never_comes_back_says_so_at_its_deadline(
 ) -> None:
     nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
     alpha = nodes["alpha"]
-    progress: list[str] = []
-    gate = RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
-        timeout=3.0,
-        on_progress=progress.append,
-    )
+    asking = GateInThread(alpha, timeout=3.0)
     alpha_relay = RelayProcess(alpha, tmp_path).start()
-    errors: list[Exception] = []
-
-    def obtain() -> None:
-        try:
-            gate.obtain(
-                tool_name="shell.run", arguments={"command": "make"}, call_id="c", run_id="r", reason=""
-            )
-        except Exception as exc:
-            errors.append(exc)
-
     try:
-        waiter = threading.Thread(target=obtain, daemon=True)
-        waiter.start()
-        assert wait_until(lambda: any("sent to the peers" in line for line in progress))
+        asking.start_and_wait_until_sent()
         alpha_relay.kill()
-        waiter.join(WAIT)
+        asking.thread.join(WAIT)
     finally:
         alpha_relay.stop()
-        gate.close()
+        asking.gate.close()
 
-    [error] = errors
+    [error] = asking.outcome
     assert isinstance(error, RelayError)
     assert f"The relay at {alpha.url}" in str(error)
-    assert any(line.endswith("Waiting for it.") for line in progress)
+    assert asking.said("Waiting for it.")
 
 
 def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
