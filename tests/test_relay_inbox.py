@@ -339,6 +339,31 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
     assert (stats.length, stats.pending) == (0, 0)
 
 
+@pytest.mark.usefixtures("one_entry_per_sweep")
+@asynctest
+async def test_requests_waiting_at_the_head_of_the_inbox_queue_do_not_hide_the_ones_behind(
+    nodes: dict[str, Node],
+) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        waiting, decided = await received(client, alpha), await received(client, alpha)
+        path = f"/v1/inbox/{decided['request_id']}/decision"
+        assert (await client.post(path, json=approval(decided, "beta"), headers=beta.headers)).is_success
+        sweeps = [await relay.sweep_inbox_queue() for _ in range(3)]
+        left = [entry.request_id for entry in await relay.store.inbox_queue.entries()]
+
+    assert sweeps == [0, 1, 0]  # the first looks at the waiting one, the next goes on past it
+    assert left == [waiting["request_id"]]
+
+
+@pytest.fixture
+def one_entry_per_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    import teaagent_relay._relay
+
+    monkeypatch.setattr(teaagent_relay._relay, "INBOX_SWEEP_BATCH", 1)
+
+
 @asynctest
 async def test_a_decision_is_queued_for_the_origin_before_it_is_recorded(nodes: dict[str, Node]) -> None:
     """A relay that dies between the two steps has still queued the decision: nothing is lost."""

@@ -65,7 +65,7 @@ def test_queue_keys_share_a_tag_that_names_the_prefix() -> None:
 
 
 def test_ratelimit_key_tags_the_scope() -> None:
-    assert Keys("ta:alpha").ratelimit("tool:shell.run") == "ta:alpha:rl:{tool:shell.run}"
+    assert Keys("ta:alpha").ratelimit("tool:shell.run") == "ta:alpha:gcra:{tool:shell.run}"
 
 
 @pytest.mark.parametrize("scope", ["", "a{b", "a}b", "x" * 257])

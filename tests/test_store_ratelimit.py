@@ -114,21 +114,23 @@ def test_it_agrees_with_the_in_memory_limiter_call_for_call(limiter: RedisRateLi
     max_calls=st.integers(1, 6),
     window_ms=st.integers(1, 5_000),
     gaps_us=st.lists(st.integers(0, 3_000_000), min_size=1, max_size=40),
+    start=st.sampled_from([T0, time.time()]),  # today's times too: about 1.8e15 microseconds
 )
 def test_redis_and_memory_and_the_reference_agree_on_any_sequence(
-    limiter: RedisRateLimiter, max_calls: int, window_ms: int, gaps_us: list[int]
+    limiter: RedisRateLimiter, max_calls: int, window_ms: int, gaps_us: list[int], start: float
 ) -> None:
     """The Lua script, the in-memory limiter and ``gcra_step`` give the same answer to every call."""
     limit = ToolRateLimit(max_calls, window_ms / 1000)
     interval, capacity = gcra_parameters(max_calls, limit.window_seconds)
     key = f"prop:{uuid.uuid4().hex}"
-    clock = [T0]
+    clock = [start]
     memory = InMemoryRateLimiter(clock=lambda: clock[0])
     tat: int | None = None
-    now = round(T0 * 1_000_000)
+    now = round(start * 1_000_000)
     for gap in gaps_us:
         now += gap
         clock[0] = now / 1_000_000
+        now = round(clock[0] * 1_000_000)  # the microsecond both limiters read from that clock
         new_tat, reply = gcra_step(tat, now, interval, capacity)
         tat = tat if new_tat is None else new_tat
         expected = decision_from_reply(reply)

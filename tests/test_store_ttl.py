@@ -44,7 +44,7 @@ def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_retention
     kinds = {key.rsplit(":", 1)[-1] for key in ttls}
     # The scenario reached every kind of key, so the check below is not vacuous.
     assert {"doc", "outcome", "decisions", "events", "index", "stream", "schedule", "dead"} <= kinds
-    assert any(":rl:" in key for key in ttls)
+    assert any(":gcra:" in key for key in ttls)
     ceiling_ms = (expires_at - now + REQUEST_RETENTION_SECONDS + 1) * 1000
     for key, ttl in ttls.items():
         assert 0 < ttl <= ceiling_ms, key

@@ -149,7 +149,8 @@ class RelayQuorumGate:
                 raise TimeoutError(f"no quorum was reached for {tool_name} within {self._timeout:g} seconds")
             try:
                 if failures:
-                    time.sleep(min(remaining, RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+                    backoff = RETRY_START_SECONDS * 2 ** min(failures - 1, 10)  # capped: no float overflow
+                    time.sleep(min(remaining, RETRY_CAP_SECONDS, backoff))
                     status = self._client.submit_request(request, signature)
                     self._progress(f"request {request_id} sent again after the relay came back.")
                     failures = 0

@@ -11,7 +11,7 @@ Layout (``P`` is the node's prefix, ``ta:<agent_id>`` by default)::
     P:q:{P/<name>}:stream     STREAM  a work queue (consumer group "workers"): deliveries, inbox
     P:q:{P/<name>}:schedule   ZSET    entries waiting for their next attempt, scored by not-before (ms)
     P:q:{P/<name>}:dead       STREAM  entries that kept failing or expired (dead letters)
-    P:rl:{<scope>}            ZSET    a rate-limit window: one member per counted call
+    P:gcra:{<scope>}          STRING  a rate-limit bucket: its theoretical arrival time (GCRA), microseconds
 
 Why the hash tags sit where they do: Redis Cluster hashes only the first ``{...}`` of a key, so a key
 can carry exactly one tag. Each Lua script touches the keys of exactly one tag (one request's four
@@ -22,8 +22,8 @@ request and queueing its deliveries are two steps, not one script; both are idem
 that retries after a crash completes them (see ``RequestBook.accept``).
 
 Every key gets a TTL: request keys live until ``expires_at + REQUEST_RETENTION_SECONDS``; queue keys
-are pushed forward to the latest entry's expiry plus the same retention; a rate-limit window lives
-for its window.
+are pushed forward to the latest entry's expiry plus the same retention; a rate-limit bucket lives
+until it is full again (at most one window).
 """
 
 from __future__ import annotations
@@ -143,7 +143,10 @@ class Keys:
         return QueueKeys(name=name, stream=f"{base}:stream", schedule=f"{base}:schedule", dead=f"{base}:dead")
 
     def ratelimit(self, scope: str) -> str:
-        """Return the key of the rate-limit window ``scope`` (a tool name, ``origin:<id>``...).
+        """Return the key of the rate-limit bucket ``scope`` (a tool name, ``origin:<id>``...).
+
+        Named ``gcra``, not ``rl`` as the sorted-set windows of earlier versions were: a process of
+        this version never meets a key of the old type (WRONGTYPE would refuse every call on it).
 
         Raises:
             ValueError: ``scope`` is empty, too long, or holds a brace.
@@ -152,7 +155,7 @@ class Keys:
             raise ValueError(
                 f"rate-limit scope {scope!r} must be 1 to {MAX_SCOPE_LENGTH} characters without braces"
             )
-        return f"{self.prefix}:rl:{{{scope}}}"
+        return f"{self.prefix}:gcra:{{{scope}}}"
 
     def pattern(self) -> str:
         """Return the SCAN pattern matching every key under this prefix."""

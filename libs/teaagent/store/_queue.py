@@ -297,8 +297,10 @@ class DeliveryQueue:
                 deliveries.append(delivery)
         return deliveries
 
-    async def entries(self, count: int = 100) -> list[Delivery]:
+    async def entries(self, count: int = 100, *, after: str | None = None) -> list[Delivery]:
         """Return the queue's oldest ``count`` entries, claimed or not, without claiming them.
+
+        ``after`` pages on: only entries after that entry id.
 
         Raises:
             StoreError: Redis is unreachable or failed.
@@ -307,7 +309,9 @@ class DeliveryQueue:
         if not 1 <= count <= MAX_CLAIM * 10:
             raise ValueError(f"count must be between 1 and {MAX_CLAIM * 10}, not {count}")
         with converting(self._url):
-            reply: Any = await self._client.xrange(self._keys.stream, count=count)
+            reply: Any = await self._client.xrange(
+                self._keys.stream, min="-" if after is None else f"({after}", count=count
+            )
         return [_delivery(entry_id, fields) for entry_id, fields in reply]
 
     async def remove(self, entry_ids: list[str]) -> int:

@@ -42,7 +42,7 @@ __all__ = [
 
 
 class RateLimitSpec(Protocol):
-    """What a limit must say: at most ``max_calls`` in any ``window_seconds`` (``ToolRateLimit`` fits)."""
+    """What a limit must say: ``max_calls`` per ``window_seconds`` (``ToolRateLimit`` fits)."""
 
     @property
     def max_calls(self) -> int: ...

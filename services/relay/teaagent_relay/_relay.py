@@ -133,6 +133,7 @@ class Relay:
         # The same queue with one attempt: retry_later on it dead-letters at once (a permanent refusal).
         self.dead_letters = store.queue("deliveries", max_attempts=1)
         self._known: OrderedDict[str, KnownRequest] = OrderedDict()
+        self._sweep_cursor: str | None = None  # where the next inbox sweep goes on
         self.writer = DecisionWriter(store)
         # Parsed once: a key line costs more to parse than one Ed25519 verification.
         self._peer_keys = {name: parse_public_key(peer.public_key) for name, peer in config.peers.items()}
@@ -434,7 +435,9 @@ class Relay:
         The queue holds one entry per received request for the approver. Approvers that decide
         through ``POST /v1/inbox/{id}/decision`` never claim it, and a request may expire
         undecided, so without this the stream would only grow (and, full, refuse new requests).
-        Looks at the oldest ``INBOX_SWEEP_BATCH`` entries; removes those decided, expired or gone.
+        Looks at ``INBOX_SWEEP_BATCH`` entries per call, each call after the last one's (then from
+        the oldest again), so requests still waiting at the head never hide the ones behind them;
+        removes those decided, expired or gone.
 
         Returns:
             How many entries were removed.
@@ -444,7 +447,8 @@ class Relay:
         """
         at = time.time() if now is None else now
         queue = self.store.inbox_queue
-        entries = await queue.entries(INBOX_SWEEP_BATCH)
+        entries = await queue.entries(INBOX_SWEEP_BATCH, after=self._sweep_cursor)
+        self._sweep_cursor = entries[-1].entry_id if len(entries) == INBOX_SWEEP_BATCH else None
         done = []
         for entry in entries:
             try:

@@ -9,6 +9,7 @@ stored twice is one request, a decision counted twice counts once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -75,24 +76,25 @@ class DeliveryWorker:
     async def run(self) -> None:
         """Claim and deliver until cancelled; failures (Redis down) are waited out with a backoff.
 
-        Every ``PRUNE_EVERY_SECONDS`` (and once at start) it also removes the consumer names that
-        dead relay processes left in the queue's group, and every ``SWEEP_EVERY_SECONDS`` the
-        inbox entries whose request was decided or expired (``Relay.sweep_inbox_queue``).
+        Beside the deliveries, a housekeeping task removes the consumer names that dead relay
+        processes left in the queue's group (every ``PRUNE_EVERY_SECONDS``) and the inbox entries
+        whose request was decided or expired (every ``SWEEP_EVERY_SECONDS``); its failures are
+        logged and never hold a delivery up.
         """
+        housekeeping = asyncio.get_running_loop().create_task(
+            self._housekeep(), name="teaagent-relay-housekeeping"
+        )
+        try:
+            await self._deliver_forever()
+        finally:
+            housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await housekeeping
+
+    async def _deliver_forever(self) -> None:
         failures = 0
-        next_prune = next_sweep = 0.0
         while True:
             try:
-                if time.monotonic() >= next_prune:
-                    removed = await self.relay.deliveries.prune_consumers(
-                        self.consumer, min_idle_seconds=self.consumer_retention_seconds
-                    )
-                    next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
-                    if removed:
-                        logger.info("removed idle delivery consumers: %s", ", ".join(removed))
-                if time.monotonic() >= next_sweep:
-                    await self.relay.sweep_inbox_queue()
-                    next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
                 await self.run_once()
                 failures = 0
             except Exception as exc:  # Redis down, or a bug: the worker must outlive both
@@ -104,6 +106,28 @@ class DeliveryWorker:
                     else:
                         logger.exception("delivery worker failed; retrying")
                 await asyncio.sleep(delay)
+
+    async def _housekeep(self) -> None:
+        next_prune = next_sweep = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_prune:
+                next_prune = now + PRUNE_EVERY_SECONDS
+                try:
+                    removed = await self.relay.deliveries.prune_consumers(
+                        self.consumer, min_idle_seconds=self.consumer_retention_seconds
+                    )
+                    if removed:
+                        logger.info("removed idle delivery consumers: %s", ", ".join(removed))
+                except Exception as exc:  # the next round tries again
+                    logger.warning("pruning delivery consumers failed: %s", exc)
+            if now >= next_sweep:
+                next_sweep = now + SWEEP_EVERY_SECONDS
+                try:
+                    await self.relay.sweep_inbox_queue()
+                except Exception as exc:
+                    logger.warning("sweeping the inbox queue failed: %s", exc)
+            await asyncio.sleep(max(0.0, min(next_prune, next_sweep) - time.monotonic()))
 
     async def run_once(self, block_ms: int = CLAIM_BLOCK_MS) -> int:
         """Claim one batch (blocking up to ``block_ms`` when none is ready) and deliver it.
