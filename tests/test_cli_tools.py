@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from teaagent.audit import verify_log
 from teaagent.cli._main import run
+from teaagent.store import EmbeddedRedis
 
 
 def write_node(
@@ -239,6 +241,14 @@ def test_the_nodes_key_is_needed_only_by_a_high_risk_call(
 # -- rate limits shared through the node's Redis -------------------------------------------------------
 
 
+def call_in_a_process(node: Path, tool: str, arguments: str) -> subprocess.CompletedProcess[str]:
+    """``teaagent tools call`` as a process of its own: an agent process of the node."""
+    return subprocess.run(
+        [sys.executable, "-m", "teaagent", "tools", "call", "--config", str(node), tool, arguments],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
 def test_separate_processes_of_one_node_share_its_rate_limit_windows(
     tmp_path: Path, ssh_key_factory: Callable[..., Any]
@@ -246,26 +256,33 @@ def test_separate_processes_of_one_node_share_its_rate_limit_windows(
     node = write_node(
         tmp_path, ssh_key_factory, rate_limits='"fs.read" = { max_calls = 2, window_seconds = 3600 }'
     )
+    # The node's embedded Redis runs with its relay; this test process plays the relay's part.
+    with EmbeddedRedis(tmp_path / ".teaagent-alpha") as server:
+        calls = [call_in_a_process(node, "fs.read", '{"path": "notes.txt"}') for _ in range(3)]
+        alive = server.pid is not None and redis.Redis.from_url(server.url).ping()
 
-    def call() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "teaagent", "tools", "call", "--config", str(node), "fs.read",
-             '{"path": "notes.txt"}'],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+    assert [call.returncode for call in calls] == [0, 0, 1], [call.stderr for call in calls]
+    assert calls[2].stderr.startswith(
+        "teaagent: fs.read: rate limit of 2 calls per 3600 s reached; retry in "
+    )
+    assert alive  # the agents used the relay's server and left it running
 
-    # Three agent processes, one after the other; each starts the node's embedded Redis (none
-    # runs between them), whose append-only file keeps the window across the restarts.
-    first, second, third = call(), call(), call()
-    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
-    assert third.returncode == 1
-    assert third.stderr.startswith("teaagent: fs.read: rate limit of 2 calls per 3600 s reached; retry in ")
-    # fs.list has no limit: it never waits for Redis, and still runs.
-    listed = subprocess.run(
-        [sys.executable, "-m", "teaagent", "tools", "call", "--config", str(node), "fs.list", "{}"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert listed.returncode == 0, listed.stderr
+
+@pytest.mark.slow
+def test_without_the_relays_redis_a_limited_call_is_refused_and_no_server_is_started(
+    tmp_path: Path, ssh_key_factory: Callable[..., Any]
+) -> None:
+    node = write_node(tmp_path, ssh_key_factory, rate_limits='"fs.read" = { max_calls = 2 }')
+    limited = call_in_a_process(node, "fs.read", '{"path": "notes.txt"}')
+    unlimited = call_in_a_process(node, "fs.list", "{}")
+
+    assert limited.returncode == 1
+    assert limited.stderr == (
+        "teaagent: alpha's rate limits are counted in its embedded Redis, which runs with its relay: "
+        f"start it (teaagent relay serve --config {node})\n"
+    )
+    assert unlimited.returncode == 0, unlimited.stderr
+    assert not (tmp_path / ".teaagent-alpha" / "redis").exists()
 
 
 def test_a_rate_limit_on_a_tool_the_node_lacks_exits_2(

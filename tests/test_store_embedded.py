@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -177,6 +178,44 @@ def test_a_second_user_in_a_live_owner_shares_the_server_and_does_not_stop_it(tm
         assert first.pid is not None
         assert alive(first.pid)
         assert redis.Redis.from_url(first.url).ping()
+
+
+def test_running_url_finds_a_live_owners_server_and_never_starts_or_stops_one(tmp_path: Path) -> None:
+    assert EmbeddedRedis.running_url(tmp_path) is None  # nothing runs: nothing is started either
+    assert not (tmp_path / "redis").exists()
+    with EmbeddedRedis(tmp_path) as server:
+        assert EmbeddedRedis.running_url(tmp_path) == server.url
+    assert EmbeddedRedis.running_url(tmp_path) is None  # stopped with its owner
+
+
+def test_a_node_rate_limiter_follows_its_relays_server_across_a_restart(
+    tmp_path: Path, ssh_key_factory: Any
+) -> None:
+    from teaagent.config import load_config
+    from teaagent.runner._node import node_rate_limiter
+    from teaagent.tools import ToolRateLimit
+
+    key = ssh_key_factory("alpha")
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "alpha.toml").write_text(
+        f'agent_id = "alpha"\nprivate_key = "{key.private_path}"\nredis_url = "embedded"\n'
+        'relay_url = "http://127.0.0.1:9"\nworkspace = "workspace"\n'
+    )
+    node = load_config(tmp_path / "alpha.toml")
+    limiter = node_rate_limiter(node)
+    limit = ToolRateLimit(3, 3600)  # a refill every 20 minutes: nothing comes back during the test
+    with EmbeddedRedis(node.data_dir):
+        assert limiter.hit("tool:fs.read", limit).remaining == 2
+    with EmbeddedRedis(node.data_dir):  # the relay restarted: a new port and password
+        with pytest.raises(StoreError):
+            limiter.hit("tool:fs.read", limit)  # the old address fails this call: no count, no call
+        # The next one finds the new server, which kept the bucket (append-only file).
+        assert limiter.hit("tool:fs.read", limit).remaining == 1
+    # The relay stopped: the held connection fails, then the limiter says what to start.
+    with pytest.raises(StoreError, match="is unreachable"):
+        limiter.hit("tool:fs.read", limit)
+    with pytest.raises(StoreError, match="which runs with its relay"):
+        limiter.hit("tool:fs.read", limit)
 
 
 def test_a_stale_pidfile_naming_an_unrelated_process_is_ignored(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from teaagent.config import NodeConfig
-from teaagent.errors import ConfigError
+from teaagent.errors import ConfigError, StoreError
 from teaagent.policy import ApprovalPolicy, ApprovalPresetStore, PermissionMode, Prompter, QuorumGate
 from teaagent.tools import (
     WORKSPACE_TOOL_NAMES,
@@ -55,19 +55,30 @@ class _NodeRateLimiter:
 
         url = self._node.redis_url
         if url == EMBEDDED_URL:
-            server = EmbeddedRedis(self._node.data_dir)
-            server.start()  # shared with the relay when it runs; else ours, stopped at exit
-            url = server.url
+            # Only the relay owns the node's embedded server: an agent that started it would stop
+            # it on exit, under the relay's feet. No server running: no count, no call.
+            found = EmbeddedRedis.running_url(self._node.data_dir)
+            if found is None:
+                raise StoreError(
+                    f"{self._node.agent_id}'s rate limits are counted in its embedded Redis, which runs "
+                    f"with its relay: start it (teaagent relay serve --config {self._node.path})"
+                )
+            url = found
         return connect_sync(url, prefix=node_prefix(self._node.agent_id)).rate_limiter
 
     def hit(self, key: str, limit: ToolRateLimit) -> RateDecision:
-        limiter = self._limiter
-        if limiter is None:
+        with self._lock:
+            if self._limiter is None:
+                self._limiter = self._connect()
+            limiter = self._limiter
+        try:
+            return limiter.hit(key, limit)
+        except StoreError:
+            # A restarted relay's embedded server has a new port and password: look again next time.
             with self._lock:
-                if self._limiter is None:
-                    self._limiter = self._connect()
-                limiter = self._limiter
-        return limiter.hit(key, limit)
+                if self._limiter is limiter:
+                    self._limiter = None
+            raise
 
 
 def node_rate_limiter(node: NodeConfig) -> RateLimiter:

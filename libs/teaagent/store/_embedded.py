@@ -240,6 +240,25 @@ class EmbeddedRedis:
             if state.get("pid") == pid:
                 (self.folder / _STATE).unlink()
 
+    @staticmethod
+    def running_url(data_dir: Path | str) -> str | None:
+        """The URL of the server another live process runs for ``data_dir``, or None; changes nothing.
+
+        For processes that must use the node's server but never own it (an agent beside its relay):
+        unlike ``start()``, this neither starts a server nor stops one left behind.
+        """
+        folder = Path(data_dir).resolve() / "redis"
+        try:
+            state = json.loads((folder / _STATE).read_text())
+        except (OSError, ValueError):
+            return None
+        pid, owner, url = state.get("pid"), state.get("owner_pid"), state.get("url")
+        if not (isinstance(pid, int) and isinstance(owner, int) and isinstance(url, str)):
+            return None
+        if not (_pid_alive(pid) and _pid_alive(owner) and _runs_in(pid, folder, folder / _CONFIG)):
+            return None
+        return url if _ping(url) else None
+
     def _adopt_or_clear(self) -> bool:
         """Share a live owner's server (True), or stop a crashed run's leftover server (False)."""
         config = self.folder / _CONFIG
