@@ -365,29 +365,52 @@ def one_entry_per_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @asynctest
-async def test_a_decision_is_queued_for_the_origin_before_it_is_recorded(nodes: dict[str, Node]) -> None:
-    """A relay that dies between the two steps has still queued the decision: nothing is lost."""
+async def test_a_decision_recorded_but_never_queued_is_sent_by_the_inbox_sweep(
+    nodes: dict[str, Node],
+) -> None:
+    """A relay that dies between recording this node's decision and queueing it loses nothing."""
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
         request = await received(client, alpha)
 
-        async def crash(*args: Any, **kwargs: Any) -> None:
+        async def crash(*args: Any, **kwargs: Any) -> str:
             raise StoreError("Redis at redis://127.0.0.1:1/0 is unreachable: the test cut it")
 
-        recorded = relay.store.inbox.record_decision
-        relay.store.inbox.record_decision = crash
+        enqueue = relay.deliveries.enqueue
+        relay.deliveries.enqueue = crash  # the step after recording fails, as a kill -9 would stop it
         path = f"/v1/inbox/{request['request_id']}/decision"
-        document = approval(request, "beta")
-        failed = await client.post(path, json=document, headers=beta.headers)
-        queued = await relay.deliveries.entries()
-        relay.store.inbox.record_decision = recorded
-        retried = await client.post(path, json=document, headers=beta.headers)  # the approver tries again
+        failed = await client.post(path, json=approval(request, "beta"), headers=beta.headers)
+        relay.deliveries.enqueue = enqueue
+        shown = await client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
+        before = await relay.deliveries.entries()
+        swept = await relay.sweep_inbox_queue()
+        after = await relay.deliveries.entries()
 
     assert error(failed)[:2] == (503, "unavailable")
-    assert [(entry.target, entry.request_id) for entry in queued] == [("alpha", request["request_id"])]
-    assert retried.status_code == 200
-    assert retried.json()["counted"] is True
+    assert shown.json()["state"] == "approved"  # recorded here...
+    assert before == []  # ...but not queued
+    assert swept == 1
+    assert [(entry.target, entry.request_id) for entry in after] == [("alpha", request["request_id"])]
+    assert json.loads(after[0].payload)["body"]["statement"]["signer"] == "beta"
+
+
+@asynctest
+async def test_a_contrary_decision_is_refused_and_never_queued(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        request = await received(client, alpha)
+        path = f"/v1/inbox/{request['request_id']}/decision"
+        first = await client.post(path, json=approval(request, "beta"), headers=beta.headers)
+        contrary = await client.post(path, json=denial(request, "beta"), headers=beta.headers)
+        queued = await relay.deliveries.entries()
+
+    assert first.status_code == 200
+    assert error(contrary)[:2] == (409, "conflict")
+    assert [json.loads(entry.payload)["body"]["statement"]["type"] for entry in queued] == [
+        "teaagent.approval"
+    ]
 
 
 @asynctest

@@ -435,6 +435,7 @@ class Relay:
         The queue holds one entry per received request for the approver. Approvers that decide
         through ``POST /v1/inbox/{id}/decision`` never claim it, and a request may expire
         undecided, so without this the stream would only grow (and, full, refuse new requests).
+        The decision of a request decided here is queued for its origin once more first.
         Looks at ``INBOX_SWEEP_BATCH`` entries per call, each call after the last one's (then from
         the oldest again), so requests still waiting at the head never hide the ones behind them;
         removes those decided, expired or gone.
@@ -456,7 +457,17 @@ class Relay:
                 stored = await self.store.inbox.get(origin, entry.request_id)
             except (ValueError, KeyError, TypeError):
                 stored = None  # an entry this relay cannot read waits for nobody
-            if stored is None or stored.state != "pending" or at > stored.expires_at:
+            if stored is None or stored.state == "expired" or at > stored.expires_at:
+                done.append(entry.entry_id)
+            elif stored.state != "pending":
+                # Decided here: send the decision once more before forgetting the entry, in case
+                # the relay died between recording it and queueing it (a repeat counts once).
+                raw = next(iter(stored.approvals.values()), None) or next(iter(stored.denials.values()), None)
+                if raw is not None:
+                    decision = json.loads(raw)
+                    await self._send_decision(
+                        origin, _envelope(stored.document)[0], decision["statement"], decision["signature"]
+                    )
                 done.append(entry.entry_id)
         return await queue.remove(done)
 
@@ -579,26 +590,26 @@ class Relay:
                 f"Request {request_id} expired at {request['expires_at']}; a decision can no longer count.",
             )
         data = decision_bytes(rebuilt, wire)
-        self._refuse_another(stored, signer, data, request_id)
-        # Queued before it is recorded: a crash between the two steps then leaves a delivery (the
-        # origin counts a signer once) rather than a recorded decision that never leaves. Queued
-        # again for a repeat as well: the first call may have died before this step.
-        body = {"statement": rebuilt, "signature": wire}
-        entry = await self.deliveries.enqueue(
-            origin, request_id, _payload(f"/v1/requests/{request_id}/decisions", body), request["expires_at"]
-        )
+        # Recorded first, queued only once it is this node's decision: a contrary one never leaves.
         result = await self.store.inbox.record_decision(
             origin, request_id, kind=kind, signer=signer, decision=data, now=int(now)
         )
         if not result.counted:
-            current = await self.store.inbox.get(origin, request_id)
-            try:
-                self._refuse_another(current, signer, data, request_id)
-            except ApiError:
-                await self.deliveries.remove([entry])  # lost a race to another decision: unsend it
-                raise
+            self._refuse_another(await self.store.inbox.get(origin, request_id), signer, data, request_id)
         self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()
+        # Queued for a repeat as well, and again by the inbox sweep: a relay that died between
+        # recording and queueing still sends the decision (the origin counts a signer once).
+        await self._send_decision(origin, request, rebuilt, wire)
         return self._receipt(request, signer, kind, result)
+
+    async def _send_decision(
+        self, origin: str, request: dict[str, Any], statement: dict[str, Any], wire: str
+    ) -> None:
+        body = {"statement": statement, "signature": wire}
+        path = f"/v1/requests/{request['request_id']}/decisions"
+        await self.deliveries.enqueue(
+            origin, request["request_id"], _payload(path, body), request["expires_at"]
+        )
 
     @staticmethod
     def _refuse_another(stored: StoredRequest | None, signer: str, data: bytes, request_id: str) -> None:
