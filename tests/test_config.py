@@ -514,6 +514,12 @@ CASES: list[tuple[str, Callable[[str], str], str]] = [
         "(did you mean agent.rate_limits.fs.read.max_calls?).",
     ),
     (
+        "a rate limit beyond what a limiter counts",
+        lambda t: t.replace(RL, RL + '\n[agent.rate_limits]\n"fs.read" = { max_calls = 2000000000 }\n'),
+        "alpha.toml: agent.rate_limits.fs.read: max_calls must be an integer between 1 and 1,000,000,000, "
+        "not 2000000000.",
+    ),
+    (
         "a dotted tool name without quotes",
         lambda t: t.replace(RL, RL + "\n[agent.rate_limits]\nshell.run = { max_calls = 1 }\n"),
         "alpha.toml: agent.rate_limits.shell is a table of tables: "

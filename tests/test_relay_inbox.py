@@ -557,6 +557,10 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
         stats = await relay.deliveries.stats()
         listed = await alpha_client.get("/v1/deliveries/dead", headers=alpha.headers)
         one = await alpha_client.get("/v1/deliveries/dead?limit=1", headers=alpha.headers)
+        rest = await alpha_client.get(
+            "/v1/deliveries/dead", params={"after": one.json()[0]["entry_id"]}, headers=alpha.headers
+        )
+        bad_cursor = await alpha_client.get("/v1/deliveries/dead?after=yesterday", headers=alpha.headers)
         anonymous = await alpha_client.get("/v1/deliveries/dead")
 
     assert {letter.delivery.target for letter in dead} == {"beta", "gamma"}
@@ -570,6 +574,10 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
     ] == [(letter.delivery.target, request["request_id"], "/v1/inbox", 1) for letter in dead]
     assert all(item["error"] == letter.error for item, letter in zip(listed.json(), dead, strict=True))
     assert len(one.json()) == 1
+    assert [item["entry_id"] for item in one.json() + rest.json()] == [
+        item["entry_id"] for item in listed.json()
+    ]
+    assert error(bad_cursor)[:2] == (422, "invalid")
     assert error(anonymous)[:2] == (401, "unauthorized")
 
 

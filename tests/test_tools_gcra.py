@@ -92,6 +92,7 @@ def test_a_full_bucket_passes_exactly_max_calls_at_once(max_calls: int, window_m
 
 def test_the_refill_interval_rounds_up_so_a_limit_is_never_looser() -> None:
     assert gcra_parameters(3, 1.0) == (333_334, 1_000_002)
+    assert gcra_parameters(1, 1.1) == (1_100_000, 1_100_000)  # integer arithmetic: no float ceiling excess
     assert gcra_parameters(1_000, 0.000_001) == (1, 1_000)  # at most one call per microsecond
 
 

@@ -35,6 +35,7 @@ from teaagent.policy import (
 )
 from teaagent.signing import SSHPublicKey, parse_public_key
 from teaagent.tools import ToolRateLimit
+from teaagent.tools._ratelimit import gcra_parameters
 
 __all__ = ["CONFIG_ENV_VAR", "load_config"]
 
@@ -275,6 +276,10 @@ def _rate_limits(table: _Table | None) -> dict[str, ToolRateLimit]:
             raise limit.error("max_calls", f"must be at least 1, not {max_calls}")
         if not (math.isfinite(window) and window > 0):
             raise limit.error("window_seconds", f"must be a number of seconds above 0, not {window:g}")
+        try:
+            gcra_parameters(max_calls, window)  # what the limiters accept, checked now rather than per call
+        except ValueError as exc:
+            raise ConfigError(f"{limit.label}: {limit.prefix.rstrip('.')}: {exc}.") from None
         limits[tool] = ToolRateLimit(max_calls, window)
     table.finish()
     return limits

@@ -423,8 +423,8 @@ class DeliveryQueue:
             )
         return [name.decode() if isinstance(name, bytes) else str(name) for name in removed]
 
-    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
-        """Return up to ``count`` dead letters, oldest first.
+    async def dead_letters(self, count: int = 100, *, after: str | None = None) -> list[DeadLetter]:
+        """Return up to ``count`` dead letters, oldest first; ``after`` a dead letter's id, the ones after it.
 
         Raises:
             StoreError: Redis is unreachable or failed.
@@ -433,7 +433,9 @@ class DeliveryQueue:
         if count < 1:
             raise ValueError(f"count must be >= 1, not {count}")
         with converting(self._url):
-            entries: Any = await self._client.xrange(self._keys.dead, count=count)
+            entries: Any = await self._client.xrange(
+                self._keys.dead, min="-" if after is None else f"({after}", count=count
+            )
         letters = []
         for entry_id, fields in entries:
             original = fields.get(b"entry_id")

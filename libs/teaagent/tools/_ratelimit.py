@@ -23,7 +23,6 @@ than it says.
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -92,7 +91,8 @@ def gcra_parameters(max_calls: int, window_seconds: float) -> tuple[int, int]:
         raise ValueError(f"max_calls must be an integer between 1 and {MAX_LIMIT_CALLS:,}, not {max_calls!r}")
     if not (isinstance(window_seconds, int | float) and 0 < window_seconds <= MAX_WINDOW_SECONDS):
         raise ValueError(f"window_seconds must be above 0 and at most a year, not {window_seconds!r}")
-    interval = max(1, math.ceil(window_seconds * 1_000_000 / max_calls))
+    window_us = max(1, round(window_seconds * 1_000_000))
+    interval = -(-window_us // max_calls)  # integer ceiling: 1.1 s is 1,100,000 us, not one more
     return interval, interval * max_calls
 
 

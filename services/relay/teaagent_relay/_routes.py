@@ -256,11 +256,19 @@ deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
     summary="Deliveries to peer relays that were given up, oldest first",
 )
 async def list_dead_letters(
-    relay: RelayDep, _auth: Authorized, limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100
+    relay: RelayDep,
+    _auth: Authorized,
+    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100,
+    after: Annotated[
+        str | None,
+        Query(
+            pattern=r"^\d{1,20}-\d{1,20}$", description="Page on: only the dead letters after this entry_id."
+        ),
+    ] = None,
 ) -> Any:
     """What never reached a peer and why: a refusal that retrying cannot fix, too many failed
     attempts, or a request that expired first. Kept until trimmed (the newest 10,000 stay)."""
-    letters = await relay.deliveries.dead_letters(limit)
+    letters = await relay.deliveries.dead_letters(limit, after=after)
     return [
         DeadLetterOut(
             entry_id=letter.entry_id,
