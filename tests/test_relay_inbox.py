@@ -316,6 +316,12 @@ async def received(client: httpx.AsyncClient, origin: Node) -> dict[str, Any]:
     return request
 
 
+async def approve_here(client: httpx.AsyncClient, node: Node, request: dict[str, Any]) -> None:
+    """This node's approver approves ``request`` through the relay's API."""
+    path = f"/v1/inbox/{request['request_id']}/decision"
+    assert (await client.post(path, json=approval(request, node.name), headers=node.headers)).is_success
+
+
 @asynctest
 async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approver(
     nodes: dict[str, Node],
@@ -324,8 +330,7 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
     async with in_process(beta, deliver=False) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
         decided, waiting = await received(client, alpha), await received(client, alpha)
-        path = f"/v1/inbox/{decided['request_id']}/decision"
-        assert (await client.post(path, json=approval(decided, "beta"), headers=beta.headers)).is_success
+        await approve_here(client, beta, decided)
         queue = relay.store.inbox_queue
         before = [entry.request_id for entry in await queue.entries()]
         swept = await relay.sweep_inbox_queue()
@@ -348,8 +353,7 @@ async def test_requests_waiting_at_the_head_of_the_inbox_queue_do_not_hide_the_o
     async with in_process(beta, deliver=False) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
         waiting, decided = await received(client, alpha), await received(client, alpha)
-        path = f"/v1/inbox/{decided['request_id']}/decision"
-        assert (await client.post(path, json=approval(decided, "beta"), headers=beta.headers)).is_success
+        await approve_here(client, beta, decided)
         sweeps = [await relay.sweep_inbox_queue() for _ in range(3)]
         left = [entry.request_id for entry in await relay.store.inbox_queue.entries()]
 
