@@ -56,7 +56,7 @@ MAX_WAIT_SECONDS: Final = 60.0  # one long-poll; proxies commonly cut idle HTTP 
 MAX_KNOWN_REQUESTS: Final = 10_000  # parsed own requests kept in memory; a decision then costs one round trip
 APPROVER_TARGET: Final = "approver"  # the inbox queue's only consumer
 INBOX_WAKE_SECONDS: Final = 2.0  # one block of an inbox long-poll, under the store's socket timeout
-INBOX_SWEEP_BATCH: Final = 500  # inbox queue entries looked at per sweep (the oldest first)
+INBOX_SWEEP_BATCH: Final = 500  # inbox queue entries looked at per sweep; the next sweep goes on from there
 
 
 @dataclass(frozen=True)
