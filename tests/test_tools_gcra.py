@@ -107,6 +107,8 @@ def test_the_refill_interval_rounds_up_so_a_limit_is_never_looser() -> None:
     ],
 )
 def test_parameters_out_of_range_are_refused(max_calls: int, window: float, message: str) -> None:
+    gcra_parameters(1, 1.0)  # cached: True (== 1) or 2.0 (== 2) must still not pass as them
+    gcra_parameters(2, 1.0)
     with pytest.raises(ValueError, match=message):
         gcra_parameters(max_calls, window)
 

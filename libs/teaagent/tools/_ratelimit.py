@@ -76,7 +76,7 @@ def decision_from_reply(reply: int) -> RateDecision:
     return RateDecision(False, 0, -reply / 1_000_000)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256, typed=True)  # typed: True must not hit the entry of 1
 def gcra_parameters(max_calls: int, window_seconds: float) -> tuple[int, int]:
     """Return ``(interval_us, capacity_us)`` for ``max_calls`` per ``window_seconds``.
 
