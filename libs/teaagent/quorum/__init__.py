@@ -18,6 +18,7 @@ from teaagent.quorum._counting import (
     MAX_CLOCK_SKEW_SECONDS,
     QuorumOutcome,
     QuorumState,
+    describe_outcome,
     evaluate,
     verify_certificate,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "build_request",
     "canonical",
     "denial_statement",
+    "describe_outcome",
     "evaluate",
     "payload_digest",
     "request_problem",

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.policy import MultiSigQuorumConfig, PeerSignature
@@ -40,6 +40,7 @@ __all__ = [
     "MAX_CLOCK_SKEW_SECONDS",
     "QuorumOutcome",
     "QuorumState",
+    "describe_outcome",
     "evaluate",
     "verify_certificate",
 ]
@@ -123,18 +124,40 @@ class QuorumOutcome:
 
     def describe(self) -> str:
         """Return the outcome as one phrase, such as ``approved by beta, gamma (2 of 3)``."""
-        quorum = f"({self.required} of {len(self.peers)})"
-        if self.state == "approved":
-            return f"approved by {', '.join(self.signers)} {quorum}"
-        if self.state == "denied":
-            reasons = "; ".join(
-                f"{peer}: {self.denial_reasons[peer]}" if self.denial_reasons.get(peer) else peer
-                for peer in self.denied_by
-            )
-            return f"denied by {reasons} {quorum}"
-        if self.state == "expired":
-            return f"expired before {self.required} of {len(self.peers)} peers approved"
-        return f"waiting: {len(self.signers)} of {self.required} approvals {quorum}"
+        return describe_outcome(self)
+
+
+class _Described(Protocol):
+    """What :func:`describe_outcome` reads (``QuorumOutcome`` and the relay client's ``RequestStatus``)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def required(self) -> int: ...
+    @property
+    def peers(self) -> Sequence[str]: ...
+    @property
+    def signers(self) -> Sequence[str]: ...
+    @property
+    def denied_by(self) -> Sequence[str]: ...
+    @property
+    def denial_reasons(self) -> Mapping[str, str]: ...
+
+
+def describe_outcome(outcome: _Described) -> str:
+    """Return a counting state as one phrase, such as ``denied by delta: not on Fridays (2 of 3)``."""
+    quorum = f"({outcome.required} of {len(outcome.peers)})"
+    if outcome.state == "approved":
+        return f"approved by {', '.join(outcome.signers)} {quorum}"
+    if outcome.state == "denied":
+        reasons = "; ".join(
+            f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
+            for peer in outcome.denied_by
+        )
+        return f"denied by {reasons} {quorum}"
+    if outcome.state == "expired":
+        return f"expired before {outcome.required} of {len(outcome.peers)} peers approved"
+    return f"waiting: {len(outcome.signers)} of {outcome.required} approvals {quorum}"
 
 
 @dataclass(frozen=True)

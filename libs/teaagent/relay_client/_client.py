@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from teaagent.errors import RelayError
+from teaagent.quorum import describe_outcome
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -71,18 +72,7 @@ class RequestStatus:
 
     def describe(self) -> str:
         """Return the state as one phrase: ``denied by delta: not on Fridays (2 of 3)`` and the like."""
-        quorum = f"({self.required} of {len(self.peers)})"
-        if self.state == "approved":
-            return f"approved by {', '.join(self.signers)} {quorum}"
-        if self.state == "denied":
-            reasons = "; ".join(
-                f"{peer}: {self.denial_reasons[peer]}" if self.denial_reasons.get(peer) else peer
-                for peer in self.denied_by
-            )
-            return f"denied by {reasons} {quorum}"
-        if self.state == "expired":
-            return f"expired before {self.required} of {len(self.peers)} peers approved"
-        return f"waiting: {len(self.signers)} of {self.required} approvals {quorum}"
+        return describe_outcome(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RequestStatus:
