@@ -84,6 +84,11 @@ class KnownRequest:
     decided: dict[str, DecisionKind] = field(default_factory=dict)
 
 
+def _own_decision(stored: StoredRequest) -> bytes | None:
+    """This node's recorded decision on a received request (only this node decides its inbox), or None."""
+    return next(iter(stored.approvals.values()), None) or next(iter(stored.denials.values()), None)
+
+
 def _envelope(document: bytes) -> tuple[dict[str, Any], str]:
     parsed = json.loads(document)
     return parsed["request"], parsed["signature"]
@@ -462,7 +467,7 @@ class Relay:
             elif stored.state != "pending":
                 # Decided here: send the decision once more before forgetting the entry, in case
                 # the relay died between recording it and queueing it (a repeat counts once).
-                raw = next(iter(stored.approvals.values()), None) or next(iter(stored.denials.values()), None)
+                raw = _own_decision(stored)
                 if raw is not None:
                     decision = json.loads(raw)
                     await self._send_decision(
@@ -473,7 +478,7 @@ class Relay:
 
     def _inbox_item(self, stored: StoredRequest, now: float) -> dict[str, Any]:
         request, signature = _envelope(stored.document)
-        raw = next(iter(stored.approvals.values()), None) or next(iter(stored.denials.values()), None)
+        raw = _own_decision(stored)
         state: RequestState = stored.state
         if state == "pending" and now > stored.expires_at:
             state = "expired"
