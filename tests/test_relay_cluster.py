@@ -176,13 +176,15 @@ def test_a_relay_killed_between_accepting_a_decision_and_delivering_it_loses_not
         restarted.append(RelayProcess(beta, tmp_path).start())
         with RelayClient(alpha.url, token=alpha.token) as client:
             outcome = client.wait_outcome(request["request_id"], WAIT)
+        # While beta's relay still runs: its worker acknowledges the delivery just after alpha's 200.
+        delivered = wait_until(lambda: undelivered(redis_url, beta) == 0, timeout=WAIT)
     finally:
         for process in (alpha_relay, beta_relay, *restarted):
             process.stop()
 
     assert outcome.state == "approved"
     assert outcome.signers == ("beta",)
-    assert wait_until(lambda: undelivered(redis_url, beta) == 0)
+    assert delivered
 
 
 class GateInThread:
