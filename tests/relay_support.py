@@ -138,7 +138,7 @@ class Node:
     ) -> dict[str, Any]:
         return build_request(
             origin=self.name,
-            run_id="run-1",
+            run_id=fields.pop("run_id", "run-1"),
             call_id=fields.pop("call_id", "call-1"),
             tool_name=tool_name,
             arguments=dict(arguments or {"command": "rm -rf build"}),

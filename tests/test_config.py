@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from key_forms import sk_form
 
 from teaagent.config import (
     CONFIG_ENV_VAR,
@@ -435,6 +436,17 @@ CASES: list[tuple[str, Callable[[str], str], str]] = [
     (
         "a peer with this node's key",
         lambda t: t.replace(LINES["delta"], LINES["alpha"]),
+        "alpha.toml: peers.delta.public_key is this node's own key, which would count this node as a peer.",
+    ),
+    (
+        "two peers with one key, once in its security-key form",
+        lambda t: t.replace(LINES["gamma"], sk_form(LINES["beta"], comment="gamma")),
+        "alpha.toml: peers.beta.public_key and peers.gamma.public_key are the same key, "
+        "which would count twice.",
+    ),
+    (
+        "a peer with this node's key in its security-key form",
+        lambda t: t.replace(LINES["delta"], sk_form(LINES["alpha"], "ssh:delta")),
         "alpha.toml: peers.delta.public_key is this node's own key, which would count this node as a peer.",
     ),
     (

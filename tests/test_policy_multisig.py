@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from key_forms import sk_form
 
 from teaagent._canonical import payload_digest
 from teaagent.errors import ApprovalDeniedError
@@ -24,6 +27,7 @@ from teaagent.policy import (
     PeerSignature,
     PermissionMode,
 )
+from teaagent.quorum import request_problem
 
 
 def exactly(message: str) -> str:
@@ -211,6 +215,47 @@ def test_two_peers_sharing_one_key_are_refused_whatever_the_comments() -> None:
         config(peer_public_keys=keys)
 
 
+@pytest.mark.parametrize("key_type", ["ed25519", "ecdsa"])
+@pytest.mark.parametrize("forms", ["plain and sk", "two sk applications"])
+def test_one_key_in_another_ssh_form_is_still_one_key(
+    ssh_key_factory: Callable[..., Any], key_type: str, forms: str
+) -> None:
+    # Whoever holds the private key can sign in either form (an sk- signature's flags are bytes
+    # it chooses), so the two lines would let one key satisfy 2 of 3 alone.
+    line = ssh_key_factory("shared", key_type=key_type).public_line
+    if forms == "plain and sk":
+        beta, gamma = line, sk_form(line, comment="gamma")
+    else:
+        beta, gamma = sk_form(line, "ssh:"), sk_form(line, "ssh:teaagent")
+    assert beta.split()[1] != gamma.split()[1]  # different blobs, one key
+    with pytest.raises(
+        ValueError, match=exactly("peers beta and gamma share one public key, which would count twice.")
+    ):
+        config(peer_public_keys={**KEYS, "beta": beta, "gamma": gamma})
+
+
+def test_distinct_keys_in_security_key_form_are_distinct_peers(ssh_key_factory: Callable[..., Any]) -> None:
+    keys = {peer: sk_form(ssh_key_factory(f"sk-{peer}").public_line) for peer in PEERS}
+    assert config(peer_public_keys=keys).peer_public_keys == keys
+
+
+def test_a_key_that_parses_as_a_line_but_holds_no_usable_key_is_refused() -> None:
+    short_rsa = (
+        "ssh-rsa "
+        + base64.b64encode(
+            b"\x00\x00\x00\x07ssh-rsa" + b"\x00\x00\x00\x01\x03" + b"\x00\x00\x00\x02\x00\xc3"
+        ).decode()
+    )
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            "peer beta's public key cannot be used: RSA keys of 8 bits are refused: "
+            "at least 2048 bits are required."
+        ),
+    ):
+        config(peer_public_keys={**KEYS, "beta": short_rsa})
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -386,16 +431,19 @@ def test_peer_signature_types(fields: dict[str, Any], message: str) -> None:
 
 
 class RecordingGate:
-    """A gate that records its calls and answers with ``answer`` (a value, or an exception to raise)."""
+    """A gate that records the requests it is handed and answers with ``answer``: a value, an
+    exception to raise, or a function of the request (a relay making up a certificate)."""
 
     def __init__(self, answer: Any) -> None:
         self.answer = answer
         self.calls: list[dict[str, Any]] = []
 
-    def obtain(self, **call: Any) -> dict[str, Any]:
-        self.calls.append(call)
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(copy.deepcopy(request))
         if isinstance(self.answer, BaseException):
             raise self.answer
+        if callable(self.answer):
+            return self.answer(request)  # type: ignore[no-any-return]
         return self.answer  # type: ignore[no-any-return]
 
 
@@ -471,15 +519,16 @@ def test_a_denial_from_the_gate_keeps_its_own_sentence(workspace: Path) -> None:
     assert caught.value is denial
 
 
-def good_request(**changes: Any) -> dict[str, Any]:
-    request = {
-        "tool_name": "shell.run",
-        "payload_digest": payload_digest("shell.run", {"command": "ls"}),
-        "origin": "alpha",
-        "call_id": "c1",
-    }
-    request.update(changes)
-    return request
+def carrying(**changes: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A relay's answer: a certificate whose request is the one sent, with ``changes`` made to it."""
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        return {"request": {**request, **changes}, "request_signature": "AAAA", "approvals": []}
+
+    return answer
+
+
+MISMATCH = "does not match the request this node signed for this call."
 
 
 @pytest.mark.parametrize(
@@ -487,53 +536,85 @@ def good_request(**changes: Any) -> dict[str, Any]:
     [
         (None, LEAD + "the quorum gate returned no certificate."),
         ("certificate", LEAD + "the quorum gate returned no certificate."),
-        ([good_request()], LEAD + "the quorum gate returned no certificate."),
+        (lambda request: [request], LEAD + "the quorum gate returned no certificate."),
         ({}, LEAD + "the quorum certificate holds no request."),
         ({"request": "shell.run"}, LEAD + "the quorum certificate holds no request."),
+        (carrying(request_id="0" * 32), LEAD + f"the quorum certificate's request_id {MISMATCH}"),
+        (carrying(origin="beta"), LEAD + f"the quorum certificate's origin {MISMATCH}"),
+        (carrying(run_id="run-0"), LEAD + f"the quorum certificate's run_id {MISMATCH}"),
+        (carrying(call_id="c0"), LEAD + f"the quorum certificate's call_id {MISMATCH}"),
+        (carrying(tool_name="shell.exec"), LEAD + f"the quorum certificate's tool_name {MISMATCH}"),
         (
-            {"request": good_request(tool_name="shell.exec")},
-            LEAD + "the quorum certificate's tool_name does not match this call.",
+            carrying(payload_digest=payload_digest("shell.run", {"command": "rm -rf /"})),
+            LEAD + f"the quorum certificate's payload_digest {MISMATCH}",
         ),
         (
-            {"request": good_request(payload_digest=payload_digest("shell.run", {"command": "rm -rf /"}))},
-            LEAD + "the quorum certificate's payload_digest does not match this call.",
+            carrying(arguments={"command": "rm -rf /"}),
+            LEAD + f"the quorum certificate's arguments {MISMATCH}",
         ),
-        (
-            {"request": good_request(origin="beta")},
-            LEAD + "the quorum certificate's origin does not match this call.",
-        ),
-        (
-            {"request": good_request(call_id="c0")},
-            LEAD + "the quorum certificate's call_id does not match this call.",
-        ),
-        (
-            {"request": good_request(), "approvals": []},
-            None,  # bound to the call, but proves nothing: teaagent.quorum refuses it
-        ),
+        (carrying(reason="another reason"), LEAD + f"the quorum certificate's reason {MISMATCH}"),
+        (carrying(required_approvals=1), LEAD + f"the quorum certificate's required_approvals {MISMATCH}"),
+        (carrying(required_approvals=2.0), LEAD + f"the quorum certificate's required_approvals {MISMATCH}"),
+        (carrying(expires_at=4102444800), LEAD + f"the quorum certificate's expires_at {MISMATCH}"),
+        (carrying(extra="field"), LEAD + f"the quorum certificate's extra {MISMATCH}"),
+        (carrying(), None),  # bound to the call, but proves nothing: teaagent.quorum refuses it
     ],
 )
 def test_a_gate_that_returns_garbage_denies(workspace: Path, certificate: Any, message: str | None) -> None:
     gate = RecordingGate(certificate)
     with pytest.raises(ApprovalDeniedError, match=exactly(message) if message else f"^{re.escape(LEAD)}"):
-        gated(workspace, gate).assert_allowed("shell.run", "c1", True, {"command": "ls"})
+        gated(workspace, gate).assert_allowed("shell.run", "c1", True, {"command": "ls"}, run_id="run-1")
     assert len(gate.calls) == 1
 
 
-def test_the_gate_is_asked_about_exactly_this_call(workspace: Path) -> None:
+def test_the_gate_is_handed_a_request_for_exactly_this_call(workspace: Path) -> None:
     gate = RecordingGate(None)
+    before = int(time.time())
     with pytest.raises(ApprovalDeniedError):
         gated(workspace, gate).assert_allowed(
             "shell.run", "c4", True, {"command": "ls"}, reason="list files", run_id="run-9"
         )
-    assert gate.calls == [
-        {
-            "tool_name": "shell.run",
-            "arguments": {"command": "ls"},
-            "call_id": "c4",
-            "run_id": "run-9",
-            "reason": "list files",
-        }
-    ]
+    (request,) = gate.calls
+    assert request_problem(request) is None
+    assert re.fullmatch(r"[0-9a-f]{32}", request["request_id"])
+    assert before <= request["created_at"] <= int(time.time())
+    assert {name: value for name, value in request.items() if name not in ("request_id", "created_at")} == {
+        "v": 1,
+        "type": "teaagent.request",
+        "origin": "alpha",
+        "run_id": "run-9",
+        "call_id": "c4",
+        "tool_name": "shell.run",
+        "arguments": {"command": "ls"},
+        "payload_digest": payload_digest("shell.run", {"command": "ls"}),
+        "reason": "list files",
+        "required_approvals": 2,
+        "peers": ["beta", "delta", "gamma"],
+        "expires_at": request["created_at"] + 120,
+    }
+
+
+def test_each_call_gets_a_request_of_its_own(workspace: Path) -> None:
+    gate = RecordingGate(None)
+    policy = gated(workspace, gate)
+    for _ in range(2):
+        with pytest.raises(ApprovalDeniedError):
+            policy.assert_allowed("shell.run", "call_1", True, {"command": "ls"}, run_id="run-1")
+    first, second = gate.calls
+    assert first["request_id"] != second["request_id"]
+
+
+def test_the_gate_cannot_change_the_request_the_policy_checks_against(workspace: Path) -> None:
+    def rewrite_then_answer(request: dict[str, Any]) -> dict[str, Any]:
+        request["call_id"] = "c0"  # the gate's copy; the policy keeps its own
+        return {"request": request, "request_signature": "AAAA", "approvals": []}
+
+    with pytest.raises(
+        ApprovalDeniedError, match=exactly(LEAD + f"the quorum certificate's call_id {MISMATCH}")
+    ):
+        gated(workspace, RecordingGate(rewrite_then_answer)).assert_allowed(
+            "shell.run", "c1", True, {"command": "ls"}
+        )
 
 
 def test_arguments_without_a_digest_cannot_get_a_quorum(workspace: Path) -> None:
@@ -602,22 +683,24 @@ class SigningGate:
         self.peer_keys = peer_keys
         self.signers = signers
         self.tamper = tamper
+        self.issued: list[dict[str, Any]] = []  # every certificate handed out, as a relay would keep them
 
-    def obtain(
-        self, *, tool_name: str, arguments: dict[str, Any], call_id: str, run_id: str | None, reason: str
-    ) -> dict[str, Any]:
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
         from teaagent.quorum import build_certificate, build_request, sign_approval, sign_request
         from teaagent.signing import load_private_key
 
-        request = build_request(
-            origin="alpha",
-            run_id=run_id or "run-1",
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=arguments if self.sign_arguments is None else self.sign_arguments,
-            reason=reason,
-            config=self.config,
-        )
+        if self.sign_arguments is not None:
+            # Signed for other arguments: everything else as the policy asked.
+            request = build_request(
+                origin=request["origin"],
+                run_id=request["run_id"],
+                call_id=request["call_id"],
+                tool_name=request["tool_name"],
+                arguments=self.sign_arguments,
+                reason=request["reason"],
+                config=self.config,
+                request_id=request["request_id"],
+            )
         request_signature = sign_request(request, load_private_key(self.origin_key))
         approvals = [
             sign_approval(request, peer, load_private_key(self.peer_keys[peer])) for peer in self.signers
@@ -625,6 +708,7 @@ class SigningGate:
         certificate = build_certificate(request, request_signature, approvals)
         if self.tamper is not None:
             self.tamper(certificate)
+        self.issued.append(copy.deepcopy(certificate))
         return certificate
 
 
@@ -677,7 +761,7 @@ def test_story_of_a_real_quorum(
     ls_gate = SigningGate(
         quorum_config, origin.private_path, peer_keys, ["beta", "gamma"], None, {"command": "ls"}
     )
-    with pytest.raises(ApprovalDeniedError, match="payload_digest does not match this call"):
+    with pytest.raises(ApprovalDeniedError, match=f"payload_digest {MISMATCH}"):
         policy_with(ls_gate).assert_allowed("shell.run", "c4", True, arguments)
 
     # Tampered fails: everything was signed for "ls", then rewritten to look like this call.
@@ -685,6 +769,7 @@ def test_story_of_a_real_quorum(
         digest = payload_digest("shell.run", arguments)
         certificate["request"]["arguments"] = dict(arguments)
         certificate["request"]["payload_digest"] = digest
+        certificate["request"]["reason"] = ""
         for approval in certificate["approvals"]:
             approval["statement"]["payload_digest"] = digest
 
@@ -716,8 +801,84 @@ def test_story_of_a_real_quorum(
     def other_call(certificate: dict[str, Any]) -> None:
         certificate["request"]["call_id"] = "c0"
 
-    with pytest.raises(ApprovalDeniedError, match="call_id does not match this call"):
+    with pytest.raises(ApprovalDeniedError, match=f"call_id {MISMATCH}"):
         policy_with(gate(["beta", "gamma"], other_call)).assert_allowed("shell.run", "c7", True, arguments)
+
+
+class ReplayingGate:
+    """A relay that answers every request with a certificate it kept from an earlier one."""
+
+    def __init__(self, certificate: dict[str, Any]) -> None:
+        self.certificate = certificate
+
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
+        return copy.deepcopy(self.certificate)
+
+
+@pytest.mark.slow
+def test_a_stale_certificate_for_the_same_call_of_an_earlier_run_never_runs_a_new_call(
+    workspace: Path, cluster: tuple[MultiSigQuorumConfig, Any, dict[str, Path]]
+) -> None:
+    # Call ids repeat across runs (call_1, call_2 ...): the same command in the same call slot of
+    # a run with the same id yields a certificate equal in tool, digest, origin, call and run id.
+    quorum_config, origin, peer_keys = cluster
+    arguments = {"command": "rm -rf build"}
+    signing_gate = SigningGate(quorum_config, origin.private_path, peer_keys, ["beta", "gamma"])
+
+    def policy_with(gate: Any) -> ApprovalPolicy:
+        return ApprovalPolicy.for_workspace(
+            workspace,
+            mode="danger-full-access",
+            agent_id="alpha",
+            multi_sig_config=quorum_config,
+            quorum_gate=gate,
+            use_presets=False,
+        )
+
+    policy_with(signing_gate).assert_allowed("shell.run", "call_1", True, arguments, run_id="run-1")
+    (old,) = signing_gate.issued
+    with pytest.raises(
+        ApprovalDeniedError,
+        match=exactly(LEAD + f"the quorum certificate's request_id {MISMATCH}"),
+    ):
+        policy_with(ReplayingGate(old)).assert_allowed("shell.run", "call_1", True, arguments, run_id="run-1")
+
+
+@pytest.mark.slow
+def test_a_certificate_that_expired_before_its_use_never_runs_the_call(
+    workspace: Path, cluster: tuple[MultiSigQuorumConfig, Any, dict[str, Path]]
+) -> None:
+    quorum_config, origin, peer_keys = cluster
+    quorum_config = dataclasses.replace(quorum_config, timeout_seconds=1)
+    signing_gate = SigningGate(quorum_config, origin.private_path, peer_keys, ["beta", "gamma"])
+
+    class SlowGate:
+        """A relay that hands back the right certificate, but only once its request has expired."""
+
+        def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
+            certificate = signing_gate.obtain(request)
+            deadline = time.monotonic() + 30
+            while time.time() <= request["expires_at"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return certificate
+
+    policy = ApprovalPolicy.for_workspace(
+        workspace,
+        mode="danger-full-access",
+        agent_id="alpha",
+        multi_sig_config=quorum_config,
+        quorum_gate=SlowGate(),
+    )
+    with pytest.raises(
+        ApprovalDeniedError,
+        match=rf"^{re.escape(LEAD)}its quorum certificate expired at \d+, \d+ seconds before it "
+        r"was to be used\.$",
+    ):
+        policy.assert_allowed("shell.run", "c1", True, {"command": "make"})
+    # The same certificate, as an offline audit reads it, still verifies: expiry is information there.
+    from teaagent.quorum import verify_certificate
+
+    assert verify_certificate(signing_gate.issued[0], quorum_config).state == "approved"
 
 
 @pytest.mark.slow

@@ -214,7 +214,7 @@ def test_the_gate_returns_the_certificate_of_the_quorum(nodes: dict[str, Node]) 
         gate = gate_of(alpha, on_progress=progress.append)
         threads = in_threads((beta, None), (gamma, None))
         certificate = gate.obtain(
-            tool_name="shell.run", arguments={"command": "make"}, call_id="c-1", run_id=None, reason="build"
+            alpha.request(arguments={"command": "make"}, call_id="c-1", run_id="", reason="build")
         )
         for thread in threads:
             thread.join(WAIT)
@@ -237,9 +237,7 @@ def test_the_gate_raises_the_denial_with_who_and_why(nodes: dict[str, Node]) -> 
         with pytest.raises(
             ApprovalDeniedError, match=r"^shell\.run was denied by beta: too risky \(2 of 2\)\.$"
         ):
-            gate.obtain(
-                tool_name="shell.run", arguments={"command": "rm"}, call_id="c", run_id="r", reason=""
-            )
+            gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         thread.join(WAIT)
         gate.close()
 
@@ -258,9 +256,7 @@ def test_the_gate_raises_expired_when_the_peers_stay_silent(
         with pytest.raises(
             ApprovalDeniedError, match=r"^The request for shell\.run expired before 1 of 1 peers approved\.$"
         ):
-            gate.obtain(
-                tool_name="shell.run", arguments={"command": "rm"}, call_id="c", run_id="r", reason=""
-            )
+            gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         gate.close()
 
     assert time.monotonic() - started < WAIT
@@ -272,9 +268,7 @@ def test_the_gate_gives_up_after_its_timeout(nodes: dict[str, Node]) -> None:
     with served(alpha, deliver=False):
         gate = gate_of(alpha, timeout=0.5)
         with pytest.raises(TimeoutError, match=r"^no quorum was reached for shell\.run within 0\.5 seconds$"):
-            gate.obtain(
-                tool_name="shell.run", arguments={"command": "rm"}, call_id="c", run_id="r", reason=""
-            )
+            gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         gate.close()
 
 
@@ -282,7 +276,7 @@ def test_the_gate_reports_a_relay_that_refuses_or_is_away(nodes: dict[str, Node]
     alpha = nodes["alpha"]
     away = gate_of(alpha, relay_url=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(RelayError, match=r"is unreachable \(request [0-9a-f]{32}\)"):
-        away.obtain(tool_name="shell.run", arguments={"command": "rm"}, call_id="c", run_id="r", reason="")
+        away.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
     away.close()
 
 

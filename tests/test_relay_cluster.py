@@ -144,9 +144,7 @@ def test_three_relays_give_the_gate_its_certificate_or_the_denial(
         with pytest.raises(
             ApprovalDeniedError, match=r"^shell\.run was denied by gamma: not on Fridays \(2 of 2\)\.$"
         ):
-            gate.obtain(
-                tool_name="shell.run", arguments=arguments, call_id="call-2", run_id="run-1", reason=""
-            )
+            gate.obtain(alpha.request(arguments=arguments, call_id="call-2", run_id="run-1", reason=""))
         for denier in deniers:
             denier.join(WAIT)
     gate.close()
@@ -202,15 +200,12 @@ class GateInThread:
             timeout=timeout,
             on_progress=self.progress.append,
         )
+        self.request = node.request(arguments={"command": "make"}, call_id="c", run_id="r", reason="")
         self.thread = threading.Thread(target=self._obtain, daemon=True)
 
     def _obtain(self) -> None:
         try:
-            self.outcome.append(
-                self.gate.obtain(
-                    tool_name="shell.run", arguments={"command": "make"}, call_id="c", run_id="r", reason=""
-                )
-            )
+            self.outcome.append(self.gate.obtain(self.request))
         except Exception as exc:
             self.outcome.append(exc)
 

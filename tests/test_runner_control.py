@@ -24,7 +24,7 @@ from teaagent.policy import (
     PromptRequest,
     QuorumGate,
 )
-from teaagent.quorum import build_certificate, build_request, sign_approval, sign_request
+from teaagent.quorum import build_certificate, sign_approval, sign_request
 from teaagent.runner import CANCELLED_MESSAGE, EVENT_KINDS, AgentRunner, Question, RunEvent
 from teaagent.signing import load_private_key
 from teaagent.tools import workspace_registry
@@ -313,18 +313,7 @@ class InProcessPeers:
         self.keys = keys
         self.config = config
 
-    def obtain(
-        self, *, tool_name: str, arguments: dict[str, Any], call_id: str, run_id: str | None, reason: str
-    ) -> dict[str, Any]:
-        request = build_request(
-            origin="alpha",
-            run_id=run_id or "r",
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=arguments,
-            reason=reason,
-            config=self.config,
-        )
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
         signature = sign_request(request, load_private_key(self.keys["alpha"].private_path))
         approvals = [
             sign_approval(request, peer, load_private_key(self.keys[peer].private_path))
@@ -377,7 +366,7 @@ def test_a_quorum_that_denies_ends_the_run_and_nothing_runs(workspace: Path, ssh
     config = peers_config(keys)
 
     class Denying:
-        def obtain(self, **call: Any) -> dict[str, Any]:
+        def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
             raise ApprovalDeniedError("shell.run was denied by beta and gamma: not today.")
 
     turns = [{"tool_calls": [{"tool_name": "shell.run", "arguments": {"command": "touch made"}}]}]

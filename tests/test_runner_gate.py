@@ -194,7 +194,7 @@ def test_a_high_risk_call_without_a_reachable_quorum_fails_closed_in_every_mode(
 
 def test_a_quorum_gate_that_fails_is_a_denial(workspace: Path, tmp_path: Path) -> None:
     class UnreachableRelay:
-        def obtain(self, **request: Any) -> dict[str, Any]:
+        def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
             raise ConnectionError("relay http://127.0.0.1:8999 is unreachable")
 
     gate, _ = make_gate(

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed448 import Ed448PrivateKey
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from key_forms import sk_form
 
 import teaagent.signing
 from teaagent.errors import ConfigError, SignatureError
@@ -119,6 +120,31 @@ def test_keys_are_equal_by_blob_not_comment() -> None:
     assert a != other
     assert len({a, b, other}) == 2
     assert "SHA256:psM4rr0Rhr" in repr(a)
+
+
+def _key_of(kind: str) -> SSHPrivateKey:
+    if kind == "ed25519":
+        return SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate())
+    return SSHPrivateKey.from_cryptography(ec.generate_private_key(ec.SECP256R1()))
+
+
+@pytest.mark.parametrize("kind", ["ed25519", "ecdsa"])
+def test_one_key_in_its_plain_and_security_key_forms_has_one_identity(kind: str) -> None:
+    plain = _key_of(kind).public_key
+    sk_one = parse_public_key(sk_form(plain.to_line(), "ssh:"))
+    sk_two = parse_public_key(sk_form(plain.to_line(), "ssh:other", comment="laptop"))
+    # Three keys as SSH sees them (blobs, fingerprints, equality), one key by its material.
+    assert len({plain.blob, sk_one.blob, sk_two.blob}) == 3
+    assert len({plain.fingerprint, sk_one.fingerprint, sk_two.fingerprint}) == 3
+    assert plain != sk_one
+    assert plain.identity == sk_one.identity == sk_two.identity
+
+
+def test_identities_of_different_keys_differ_and_ignore_comments() -> None:
+    keys = [_key_of(kind).public_key for kind in ("ed25519", "ed25519", "ecdsa", "ecdsa")]
+    keys.append(SSHPrivateKey.from_cryptography(rsa.generate_private_key(65537, 2048)).public_key)
+    assert len({key.identity for key in keys}) == len(keys)
+    assert parse_public_key(keys[0].to_line("a")).identity == parse_public_key(keys[0].to_line("b")).identity
 
 
 @pytest.mark.parametrize(

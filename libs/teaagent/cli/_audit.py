@@ -9,11 +9,10 @@ from typing import Annotated
 import typer
 
 from teaagent.audit import verify_log
+from teaagent.cli._exit import EXIT_FAILED
 from teaagent.errors import AuditVerificationError
 
 app = typer.Typer(no_args_is_help=True, help="audit commands.")
-
-_EXIT_BROKEN = 1  # EXIT_FAILED of teaagent.cli._main, which imports this module
 
 
 @app.command("verify")
@@ -35,7 +34,7 @@ def verify(
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
         if not report.ok:
-            raise typer.Exit(_EXIT_BROKEN)
+            raise typer.Exit(EXIT_FAILED)
         return
     if not report.ok:
         raise AuditVerificationError(report.message)

@@ -254,8 +254,6 @@ def demo(
 
 
 def _run(folder: Path, console: Console) -> None:
-    from teaagent.cli._main import run as cli_run
-
     number = 0
 
     def step(title: str) -> None:
@@ -265,10 +263,10 @@ def _run(folder: Path, console: Console) -> None:
 
     def cli(argv: list[str]) -> int:
         console.print(f"$ teaagent {' '.join(argv)}")
-        sys.stdout.flush()  # the command writes its errors to stderr: keep them in order
-        code = cli_run(argv)
-        sys.stderr.flush()
-        return code
+        sys.stdout.flush()  # the command writes to the same terminal: keep the lines in order
+        # A process of its own, as a user would run it (and no import of teaagent.cli._main,
+        # which imports this module).
+        return subprocess.run([sys.executable, "-m", "teaagent", *argv], check=False).returncode
 
     say = console.print
     step("Four nodes, four SSH keys (ssh-keygen), one embedded Redis")

@@ -10,12 +10,10 @@ from collections.abc import Sequence
 import typer
 
 from teaagent.cli import _audit, _bench, _demo, _keys, _quorum, _relay, _run, _tools
+from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_DENIED = 3
+__all__ = ["EXIT_DENIED", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "app", "main", "run"]
 
 app = typer.Typer(
     name="teaagent",
@@ -35,11 +33,6 @@ app.command("bench")(_bench.bench)
 app.command("run")(_run.run)
 
 
-def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"teaagent: {message}\n")
-    return code
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` and return its exit code instead of exiting.
 
@@ -56,7 +49,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
-        return _fail("aborted.", EXIT_FAILED)
+        return fail("aborted.", EXIT_FAILED)
     except typer.TyperException as exc:
         # Usage errors (a missing argument, an unknown option). typer vendors its own click, whose
         # exceptions all derive from TyperException; "no arguments" shows the help.
@@ -66,19 +59,19 @@ def run(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_USAGE
         format_message = getattr(exc, "format_message", None)
-        return _fail(format_message() if callable(format_message) else str(exc), EXIT_USAGE)
+        return fail(format_message() if callable(format_message) else str(exc), EXIT_USAGE)
     except ApprovalDeniedError as exc:
-        return _fail(str(exc), EXIT_DENIED)
+        return fail(str(exc), EXIT_DENIED)
     except (ConfigError, FileNotFoundError, IsADirectoryError) as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        return fail(str(exc), EXIT_USAGE)
     except TeaAgentError as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        return fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
-        return _fail("interrupted.", 130)
+        return fail("interrupted.", 130)
     except Exception as exc:  # the last resort: one sentence, the traceback only on request
         if os.environ.get("TEAAGENT_DEBUG"):
             traceback.print_exc()
-        return _fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_FAILED)
+        return fail(f"internal error: {type(exc).__name__}: {exc}", EXIT_FAILED)
     return result if isinstance(result, int) else EXIT_OK
 
 

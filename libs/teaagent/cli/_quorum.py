@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import Annotated, Any, Final
 
 import typer
 
+from teaagent.cli._exit import bad_usage
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
-from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import verify_certificate
 from teaagent.signing import fingerprint
+from teaagent.trust import MultiSigQuorumConfig
 
 app = typer.Typer(no_args_is_help=True, help="Check quorum certificates.")
 
 MAX_CERTIFICATE_BYTES: Final = 4 * 1024 * 1024  # a request and a few signatures, with generous arguments
-
-
-def _bad_usage(message: str) -> NoReturn:
-    # The sentence and exit code of every usage error (_main's convention), whichever click
-    # flavour typer raises its own usage errors with.
-    from teaagent.cli._main import EXIT_USAGE, _fail
-
-    raise typer.Exit(_fail(message, EXIT_USAGE))
 
 
 def _read_certificate(path: Path) -> Any:
@@ -32,16 +25,16 @@ def _read_certificate(path: Path) -> Any:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_CERTIFICATE_BYTES + 1)
     except FileNotFoundError:
-        _bad_usage(f"{path}: the certificate file does not exist.")
+        bad_usage(f"{path}: the certificate file does not exist.")
     except OSError as exc:
-        _bad_usage(f"{path}: the certificate file cannot be read: {exc.strerror or exc}.")
+        bad_usage(f"{path}: the certificate file cannot be read: {exc.strerror or exc}.")
     if len(raw) > MAX_CERTIFICATE_BYTES:
-        _bad_usage(f"{path}: the certificate file is larger than {MAX_CERTIFICATE_BYTES} bytes.")
+        bad_usage(f"{path}: the certificate file is larger than {MAX_CERTIFICATE_BYTES} bytes.")
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        _bad_usage(f"{path}: the certificate is not valid JSON{where}.")
+        bad_usage(f"{path}: the certificate is not valid JSON{where}.")
 
 
 def _own_key_line(node: NodeConfig) -> str | None:

@@ -20,10 +20,10 @@ import typer
 from teaagent.audit import AuditLogger
 from teaagent.config import load_config
 from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
-from teaagent.policy import MultiSigQuorumConfig
 from teaagent.runner._gate import ToolGate
 from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate, node_registry
 from teaagent.tools import ToolRegistry
+from teaagent.trust import MultiSigQuorumConfig
 
 app = typer.Typer(no_args_is_help=True, help="List the node's tools, or call one through the policy gate.")
 

@@ -290,7 +290,7 @@ def _peers(root: _Table, agent_id: str) -> dict[str, PeerConfig]:
     if table is None:
         return {}
     peers: dict[str, PeerConfig] = {}
-    owners: dict[SSHPublicKey, str] = {}
+    owners: dict[bytes, str] = {}  # key identity (key material, PROTOCOL.md) -> the peer holding it
     for name in list(table.data):
         if not _is_agent_id(name):
             raise ConfigError(f"{root.label}: peers.{name} is not a valid agent id: use {AGENT_ID_RULE}.")
@@ -304,12 +304,12 @@ def _peers(root: _Table, agent_id: str) -> dict[str, PeerConfig]:
             continue
         line = peer.required_string("public_key").strip()
         key = _parse_key(peer, "public_key", line)
-        if key in owners:
+        if key.identity in owners:
             raise ConfigError(
-                f"{root.label}: peers.{owners[key]}.public_key and peers.{name}.public_key are the same key, "
-                "which would count twice."
+                f"{root.label}: peers.{owners[key.identity]}.public_key and peers.{name}.public_key "
+                "are the same key, which would count twice."
             )
-        owners[key] = name
+        owners[key.identity] = name
         relay_url = _check_http_url(peer, "relay_url", peer.required_string("relay_url").strip())
         peer.finish()
         peers[name] = PeerConfig(agent_id=name, public_key=line, relay_url=relay_url)
@@ -489,7 +489,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     peers = _peers(root, agent_id)
     if own_key is not None:
         for peer in peers.values():
-            if parse_public_key(peer.public_key) == own_key:
+            # Key identity, not the exact blob: the same key in its sk- form is still this node's.
+            if parse_public_key(peer.public_key).identity == own_key.identity:
                 raise ConfigError(
                     f"{label}: peers.{peer.agent_id}.public_key is this node's own key, which would count "
                     "this node as a peer."

@@ -46,11 +46,18 @@
    write itself approvals. This is defence in depth: the tools layer confines every path it opens.
 
 2. **The quorum**. When ``multi_sig_config`` is enabled and the tool name matches one of its
-   ``high_risk_patterns``, the call also needs a quorum certificate from ``quorum_gate`` that
-   verifies (``teaagent.quorum.verify_certificate``) and names exactly this tool, these arguments
-   (payload digest), this origin and this call id, whatever the mode (``danger-full-access``
-   included) and whatever the local approvals say. No gate, a gate that fails, times out or
-   returns anything else is a denial.
+   ``high_risk_patterns``, the call also needs a quorum certificate, whatever the mode
+   (``danger-full-access`` included) and whatever the local approvals say. The policy builds the
+   request for this very call itself (a fresh random ``request_id``, this run, this call id,
+   tool, arguments and reason) and hands it to ``quorum_gate``, which signs it and asks the
+   peers. The certificate that comes back counts only when its request is exactly that request
+   (PROTOCOL.md "Using a certificate": a certificate from another run or call, or one replayed
+   by a relay, never matches), when it is not expired at the moment of use, and when it verifies
+   (``teaagent.quorum.verify_certificate``) under this node's configuration. No gate, a gate that
+   fails, times out or returns anything else is a denial.
+
+   :class:`MultiSigQuorumConfig` and :class:`PeerSignature` live in :mod:`teaagent.trust`, below
+   this package and :mod:`teaagent.quorum`; they are re-exported here, their seed import path.
 
 Every refusal is an :class:`ApprovalDeniedError` whose message is one sentence naming the tool and
 the reason, e.g. ``shell.run is destructive and the permission mode is workspace-write.``
@@ -61,14 +68,6 @@ from __future__ import annotations
 from teaagent.errors import ApprovalDeniedError
 from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest
 from teaagent.policy._modes import PermissionMode
-from teaagent.policy._multisig import (
-    AGENT_ID_PATTERN,
-    DEFAULT_QUORUM_TIMEOUT_SECONDS,
-    MAX_QUORUM_TIMEOUT_SECONDS,
-    MultiSigQuorumConfig,
-    PeerSignature,
-    check_agent_id,
-)
 from teaagent.policy._policy import (
     DEFAULT_AGENT_ID,
     PATH_ARGUMENT_KEYS,
@@ -78,6 +77,14 @@ from teaagent.policy._policy import (
     QuorumGate,
 )
 from teaagent.policy._presets import PRESETS_FILE, ApprovalPreset, ApprovalPresetStore
+from teaagent.trust import (
+    AGENT_ID_PATTERN,
+    DEFAULT_QUORUM_TIMEOUT_SECONDS,
+    MAX_QUORUM_TIMEOUT_SECONDS,
+    MultiSigQuorumConfig,
+    PeerSignature,
+    check_agent_id,
+)
 
 __all__ = [
     "AGENT_ID_PATTERN",

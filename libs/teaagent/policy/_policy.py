@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NoReturn, Protocol
 
-from teaagent._canonical import payload_digest
+from teaagent._canonical import canonical, payload_digest
 from teaagent.errors import ApprovalDeniedError
 from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest
 from teaagent.policy._modes import PermissionMode
-from teaagent.policy._multisig import MultiSigQuorumConfig, check_agent_id
 from teaagent.policy._presets import CONTROL_DIR, ApprovalPreset, ApprovalPresetStore
+from teaagent.quorum import build_request, verify_certificate
+from teaagent.trust import MultiSigQuorumConfig, check_agent_id
 
 __all__ = [
     "DEFAULT_AGENT_ID",
@@ -33,26 +36,26 @@ DEFAULT_AGENT_ID = "local"
 # The argument names the policy reads as paths; the tools layer confines every path it opens itself.
 PATH_ARGUMENT_KEYS = ("path", "paths", "cwd", "directory")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# The fields PROTOCOL.md "Using a certificate" names: what binds a certificate to one call.
+_BINDING_FIELDS = ("request_id", "origin", "run_id", "call_id", "tool_name", "payload_digest")
 
 
 class QuorumGate(Protocol):
-    """Obtains the peers' quorum certificate for one high-risk call (the relay work implements it).
+    """Obtains the peers' quorum certificate for one request of this node (the relay client implements it).
 
-    ``obtain`` blocks until the quorum is decided or ``MultiSigQuorumConfig.timeout_seconds`` have
-    passed; the gate owns that timeout. It returns the certificate of PROTOCOL.md ("Quorum
-    certificate") or raises: :class:`~teaagent.errors.ApprovalDeniedError` with its own sentence
+    The policy builds the request document itself (:func:`teaagent.quorum.build_request`, with a
+    fresh random ``request_id``) and hands it to ``obtain``, which signs it with the node's key,
+    sends it to the node's relay and waits for the outcome. ``obtain`` blocks until the quorum is
+    decided or ``MultiSigQuorumConfig.timeout_seconds`` have passed; the gate owns that timeout.
+    It returns the certificate of PROTOCOL.md ("Quorum certificate") as the relay handed it back,
+    unverified, or raises: :class:`~teaagent.errors.ApprovalDeniedError` with its own sentence
     (denied by whom, expired), or any other exception, which the policy turns into a denial.
+
+    Whatever comes back is checked by the policy against the very request it built ("Using a
+    certificate"), because relays are not trusted.
     """
 
-    def obtain(
-        self,
-        *,
-        tool_name: str,
-        arguments: dict[str, Any],
-        call_id: str,
-        run_id: str | None,
-        reason: str,
-    ) -> dict[str, Any]: ...
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class ApprovalSource(StrEnum):
@@ -534,7 +537,7 @@ class ApprovalPolicy:
         config = self.multi_sig_config
         lead = f"{tool_name} needs {config.describe_quorum()}"
         try:
-            digest = payload_digest(tool_name, dict(arguments))
+            payload_digest(tool_name, dict(arguments))
         except ValueError:
             _deny(
                 f"{lead} but its arguments cannot be written as canonical JSON, "
@@ -544,36 +547,76 @@ class ApprovalPolicy:
         if gate is None:
             _deny(f"{lead} but no quorum could be obtained: no quorum gate is configured.")
         try:
-            certificate = gate.obtain(
-                tool_name=tool_name, arguments=dict(arguments), call_id=call_id, run_id=run_id, reason=reason
+            # The request is built here, not by the gate, so that what the certificate must prove
+            # is fixed before anything leaves this node.
+            request = build_request(
+                origin=self.agent_id,
+                run_id=run_id or "",
+                call_id=call_id,
+                tool_name=tool_name,
+                arguments=arguments,
+                reason=reason if isinstance(reason, str) else "",
+                config=config,
             )
+        except ValueError as exc:
+            _deny(f"{lead} but no request can be made for it: {_clause(exc)}.")
+        try:
+            certificate = gate.obtain(copy.deepcopy(request))
         except ApprovalDeniedError:
             raise  # the gate's own sentence: denied by whom, or expired
         except TimeoutError:
             _deny(f"{lead} but no quorum was reached within {config.timeout_seconds} seconds.")
         except Exception as exc:
             _deny(f"{lead} but no quorum could be obtained: {_clause(exc)}.")
+        self._check_certificate(lead, request, certificate)
+        return certificate
+
+    def _check_certificate(self, lead: str, request: Mapping[str, Any], certificate: object) -> None:
+        """Refuse a certificate that is not for ``request``, is expired now, or does not verify.
+
+        PROTOCOL.md "Using a certificate", in its order: the certificate's request is the one this
+        node built and signed for this very call; it is not expired at the moment of use; and its
+        signatures prove the quorum under this node's own configuration.
+        """
         if not isinstance(certificate, dict):
             _deny(f"{lead} but the quorum gate returned no certificate.")
-        request = certificate.get("request")
-        if not isinstance(request, dict):
+        carried = certificate.get("request")
+        if not isinstance(carried, dict):
             _deny(f"{lead} but the quorum certificate holds no request.")
-        # Steps of PROTOCOL.md "Counting", last paragraph: a certificate for exactly this call,
-        # 1. bound to this tool, these arguments, this origin and this call id, then
-        # 2. proven by the signatures (teaagent.quorum).
-        for name, expected in (
-            ("tool_name", tool_name),
-            ("payload_digest", digest),
-            ("origin", self.agent_id),
-            ("call_id", call_id),
-        ):
-            if request.get(name) != expected:
-                _deny(f"{lead} but the quorum certificate's {name} does not match this call.")
-        # Imported here: teaagent.quorum builds on this module's MultiSigQuorumConfig.
-        from teaagent.quorum import verify_certificate
-
+        # 1. The same request: its id, origin, run, call, tool and digest first (they name what
+        # went wrong), then every other field, compared as signed bytes (1 == True == 1.0 in Python).
+        for name in (*_BINDING_FIELDS, *sorted(set(request) | set(carried))):
+            if name not in carried or name not in request or not _same(carried[name], request[name]):
+                _deny(
+                    f"{lead} but the quorum certificate's {name} does not match the request "
+                    "this node signed for this call."
+                )
+        # 2. Not expired at the moment of use: an offline check may accept an old certificate,
+        # the call itself never runs on one.
+        now = time.time()
+        if now > request["expires_at"]:
+            _deny(
+                f"{lead} but its quorum certificate expired at {request['expires_at']}, "
+                f"{int(now) - request['expires_at']} seconds before it was to be used."
+            )
+        # 3. The signatures, counted under this node's own configuration.
         try:
-            verify_certificate(certificate, config, origin_public_key=self.origin_public_key)
+            verify_certificate(
+                certificate, self.multi_sig_config, origin_public_key=self.origin_public_key, now=now
+            )
         except Exception as exc:
             _deny(f"{lead} but its quorum certificate does not verify: {_clause(exc)}.")
-        return certificate
+
+
+def _same(left: object, right: object) -> bool:
+    """Equal as signed documents are: the same type and the same canonical bytes.
+
+    ``1``, ``True`` and ``1.0`` are equal in Python; in a signed document only the first is an
+    integer field (and RFC 8785 writes ``2.0`` as ``2``, hence the type check as well).
+    """
+    if type(left) is not type(right):
+        return False
+    try:
+        return canonical(left) == canonical(right)
+    except (TypeError, ValueError):
+        return False

@@ -15,10 +15,10 @@ from typing import Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum._counting import evaluate
 from teaagent.quorum._documents import build_request, sign_approval
 from teaagent.signing import SSHPrivateKey
+from teaagent.trust import MultiSigQuorumConfig
 
 __all__ = ["TARGET_EVALUATE_2OF3_OVER_TWO_RAW", "bench_evaluate"]
 

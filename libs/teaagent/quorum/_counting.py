@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
 from teaagent.errors import QuorumError, SignatureError
-from teaagent.policy import MultiSigQuorumConfig, PeerSignature
 from teaagent.quorum._documents import (
     APPROVAL_NAMESPACE,
     CERTIFICATE_FIELDS,
@@ -34,6 +33,7 @@ from teaagent.quorum._documents import (
     wire_signature,
 )
 from teaagent.signing import fingerprint, parse_public_key, sshsig_verify
+from teaagent.trust import MultiSigQuorumConfig, PeerSignature
 
 __all__ = [
     "MAX_CERTIFICATE_APPROVALS",

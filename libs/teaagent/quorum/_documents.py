@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from teaagent._canonical import canonical, payload_digest
 from teaagent.errors import QuorumError, SignatureError
-from teaagent.policy import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS, PeerSignature
 from teaagent.signing import Signer, fingerprint, signature_to_wire, sshsig_sign, sshsig_verify
+from teaagent.trust import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS, PeerSignature
 
 if TYPE_CHECKING:
-    from teaagent.policy import MultiSigQuorumConfig
+    from teaagent.trust import MultiSigQuorumConfig
 
 __all__ = [
     "APPROVAL_NAMESPACE",

@@ -40,10 +40,10 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import approval_statement, build_request, sign_approval, sign_denial, sign_request
 from teaagent.signing import SSHPrivateKey
 from teaagent.store import EmbeddedRedis
+from teaagent.trust import MultiSigQuorumConfig
 
 __all__ = ["bench_decisions", "bench_relay"]
 

@@ -9,10 +9,10 @@ from typing import Any, Final
 import httpx
 
 from teaagent.errors import ApprovalDeniedError, RelayError
-from teaagent.policy import MultiSigQuorumConfig
-from teaagent.quorum import build_request, sign_request
+from teaagent.quorum import request_problem, sign_request
 from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient
 from teaagent.signing import Signer
+from teaagent.trust import MultiSigQuorumConfig
 
 __all__ = ["EXPIRY_GRACE_SECONDS", "RelayQuorumGate"]
 
@@ -35,10 +35,10 @@ def _nobody_listens(exc: RelayError) -> bool:
 class RelayQuorumGate:
     """Obtains quorum certificates through the node's relay (``teaagent.policy.QuorumGate``).
 
-    ``obtain`` builds the request of one high-risk call, signs it with the node's key, posts it
-    to the node's own relay, long-polls its outcome and returns the certificate. It does not
-    verify the certificate: the policy does, with the node's own configuration, because the relay
-    is not trusted.
+    ``obtain`` signs the request the policy built for one high-risk call with the node's key,
+    posts it to the node's own relay, long-polls its outcome and returns the certificate. It does
+    not verify the certificate: the policy does, against the request it built and with the node's
+    own configuration, because the relay is not trusted.
 
     A relay that stops answering once the request was sent (restarted, killed, its Redis briefly
     away) is waited for, with a backoff, until the gate's timeout; the request is then sent again
@@ -95,36 +95,30 @@ class RelayQuorumGate:
         """Close the relay client's connections."""
         self._client.close()
 
-    def obtain(
-        self,
-        *,
-        tool_name: str,
-        arguments: dict[str, Any],
-        call_id: str,
-        run_id: str | None,
-        reason: str,
-    ) -> dict[str, Any]:
-        """Ask the peers, through the relay, to approve one call; return the quorum certificate.
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Sign one request of this node, send it to the peers through the relay, return the certificate.
+
+        Args:
+            request: The request document the policy built for one high-risk call
+                (:func:`teaagent.quorum.build_request`), unsigned.
 
         Returns:
-            The certificate ``{"request", "request_signature", "approvals"}`` (unverified).
+            The certificate ``{"request", "request_signature", "approvals"}`` (unverified: the
+            policy checks it against ``request``).
 
         Raises:
             ApprovalDeniedError: The peers denied the call (``... denied by delta: reason``) or
                 the request expired before the quorum was reached.
             TimeoutError: The outcome was still pending when ``timeout`` ran out.
             RelayError: The relay refused the request or is unreachable.
-            ValueError: The call cannot be put in a request (arguments that are not canonical JSON...).
+            ValueError: The request is malformed or is not this node's.
         """
-        request = build_request(
-            origin=self._origin,
-            run_id=run_id or "",
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=arguments,
-            reason=reason,
-            config=self._config,
-        )
+        problem = request_problem(request)
+        if problem is not None:
+            raise ValueError(f"the request cannot be sent: {problem}")
+        if request["origin"] != self._origin:
+            raise ValueError(f"the request's origin {request['origin']} is not this node ({self._origin})")
+        tool_name = request["tool_name"]
         request_id = request["request_id"]
         signature = sign_request(request, self._signer)
         deadline = time.monotonic() + self._timeout

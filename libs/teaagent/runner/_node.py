@@ -156,16 +156,12 @@ class _LazyGate:
         self._gate: QuorumGate | None = None
         self._lock = threading.Lock()
 
-    def obtain(
-        self, *, tool_name: str, arguments: dict[str, Any], call_id: str, run_id: str | None, reason: str
-    ) -> dict[str, Any]:
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             if self._gate is None:
                 self._gate = self._make()
             gate = self._gate
-        return gate.obtain(
-            tool_name=tool_name, arguments=arguments, call_id=call_id, run_id=run_id, reason=reason
-        )
+        return gate.obtain(request)
 
 
 def node_policy(

@@ -971,15 +971,10 @@ class _WatchedQuorumGate:
         self._gate = gate
         self._config = policy.multi_sig_config
 
-    def obtain(
-        self,
-        *,
-        tool_name: str,
-        arguments: dict[str, Any],
-        call_id: str,
-        run_id: str | None,
-        reason: str,
-    ) -> dict[str, Any]:
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
+        call_id, tool_name = request["call_id"], request["tool_name"]
+        arguments, reason = request["arguments"], request["reason"]
+        run_id = request["run_id"] or None
         config = self._config
         approval = ApprovalRequest(
             call_id=call_id,
@@ -994,14 +989,14 @@ class _WatchedQuorumGate:
             approval,
             "quorum",
             {
+                "request_id": request["request_id"],
                 "required_approvals": config.required_approvals,
                 "peers": list(config.peer_agent_ids),
                 "timeout_seconds": config.timeout_seconds,
+                "expires_at": request["expires_at"],
             },
         )
-        certificate = self._gate.obtain(
-            tool_name=tool_name, arguments=arguments, call_id=call_id, run_id=run_id, reason=reason
-        )
+        certificate = self._gate.obtain(request)
         self._runner._emit("approval_granted", {"call_id": call_id, "tool_name": tool_name, "via": "quorum"})
         return certificate
 

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from teaagent.errors import SignatureError
 from teaagent.signing._wire import WireReader, pack_u32, put_string
@@ -104,9 +105,25 @@ class SSHPublicKey:
     Build one with :func:`parse_public_key` (an ``authorized_keys``-style line) or
     :func:`public_key_from_blob`. Two keys are equal when their wire blobs are equal; the comment is
     informative and takes no part in identity.
+
+    Equality is of the exact key (type included), which is what a signature must embed. Whether
+    two keys are *the same key*, as PROTOCOL.md "Key identity" means it, is :attr:`identity`:
+    an Ed25519 key as ``ssh-ed25519`` and as ``sk-ssh-ed25519@openssh.com``, or a P-256 key as
+    ``ecdsa-sha2-nistp256`` and as ``sk-ecdsa-sha2-nistp256@openssh.com``, are two keys but one
+    identity, since whoever holds the private key can sign in either form.
     """
 
-    __slots__ = ("_application", "_bits", "_blob", "_comment", "_crypto", "_fingerprint", "_type", "_verify")
+    __slots__ = (
+        "_application",
+        "_bits",
+        "_blob",
+        "_comment",
+        "_crypto",
+        "_fingerprint",
+        "_identity",
+        "_type",
+        "_verify",
+    )
 
     def __init__(
         self,
@@ -127,6 +144,20 @@ class SSHPublicKey:
         self._verify = verifier
         self._application = application
         self._fingerprint = _blob_fingerprint(self._blob)
+        # The key material alone, in one encoding for every type: the DER SubjectPublicKeyInfo
+        # names the algorithm (and curve) and holds the public key, and knows nothing of the SSH
+        # type name or of a security key's application string.
+        self._identity = crypto_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+
+    @property
+    def identity(self) -> bytes:
+        """The key material, the same for every SSH form of one key (PROTOCOL.md "Key identity").
+
+        Compare identities, never blobs or fingerprints, to decide whether two configured keys
+        are one key: ``ssh-ed25519 X`` and ``sk-ssh-ed25519@openssh.com X ssh:`` have different
+        blobs and fingerprints but one private key.
+        """
+        return self._identity
 
     @property
     def key_type(self) -> str:

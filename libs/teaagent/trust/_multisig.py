@@ -1,5 +1,7 @@
 """The multi-signature quorum configuration and the compact peer signature (PROTOCOL.md).
 
+Re-exported by :mod:`teaagent.policy`, the seed's import path.
+
 :class:`MultiSigQuorumConfig` checks itself when it is built: an enabled configuration that could
 never reach its quorum, or that would let one key count twice, is refused with a ``ValueError``
 (PROTOCOL.md, the last paragraphs of "Counting"). A disabled configuration is only type-checked.
@@ -17,6 +19,9 @@ from fnmatch import translate
 from typing import Any
 from urllib.parse import urlsplit
 
+from teaagent.errors import SignatureError
+from teaagent.signing import parse_public_key
+
 __all__ = [
     "AGENT_ID_PATTERN",
     "DEFAULT_QUORUM_TIMEOUT_SECONDS",
@@ -26,7 +31,7 @@ __all__ = [
     "check_agent_id",
 ]
 
-logger = logging.getLogger("teaagent.policy")
+logger = logging.getLogger("teaagent.trust")
 
 AGENT_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 DEFAULT_QUORUM_TIMEOUT_SECONDS = 120  # time for an operator to read a request, short enough to wait for
@@ -69,11 +74,13 @@ def check_agent_id(agent_id: object, what: str = "agent id") -> str:
     return agent_id
 
 
-def _key_identity(peer: str, line: str) -> tuple[str, bytes]:
-    """Return (key type, key blob) of an OpenSSH public key line, ignoring its comment.
+def _key_identity(peer: str, line: str) -> bytes:
+    """Return the key material of an OpenSSH public key line (PROTOCOL.md "Key identity").
 
-    This is a minimal parse (PROTOCOL.md "Key identity" compares keys, not comments); the full
-    check of the key material belongs to :mod:`teaagent.signing`.
+    The line's form is checked first, for a sentence that names what is wrong with it; the key
+    is then parsed in full by :mod:`teaagent.signing`, so a key that could never verify anything
+    is refused here rather than at the first count. Two lines are one key when their identities
+    are equal, whatever their comments, and whatever SSH form (plain or ``sk-``) they use.
     """
     parts = line.split()
     if len(parts) < 2:
@@ -93,7 +100,12 @@ def _key_identity(peer: str, line: str) -> tuple[str, bytes]:
     name_length = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
     if blob[4 : 4 + name_length] != key_type.encode("ascii") or len(blob) <= 4 + name_length:
         raise ValueError(f"peer {peer}'s public key blob does not hold a {key_type} key.")
-    return key_type, blob
+    try:
+        key = parse_public_key(f"{key_type} {encoded}")
+    except SignatureError as exc:
+        reason = str(exc).strip().rstrip(".")
+        raise ValueError(f"peer {peer}'s public key cannot be used: {reason}.") from None
+    return key.identity
 
 
 def _check_relay_url(peer: str, url: str) -> None:
@@ -224,7 +236,7 @@ class MultiSigQuorumConfig:
             strangers = sorted(set(mapping) - seen)
             if strangers:
                 raise ValueError(f"{name} names {strangers[0]!r}, which is not in peer_agent_ids.")
-        owners: dict[tuple[str, bytes], str] = {}
+        owners: dict[bytes, str] = {}  # key identity -> the peer holding it
         for peer in peers:
             line = self.peer_public_keys.get(peer, "").strip()
             if not line:

@@ -1,0 +1,140 @@
+"""The library's layers: no import cycle among ``libs/teaagent`` packages, nor among its modules.
+
+Every import counts, at module level or inside a function (a function-level import is still a
+dependency; it only hides the cycle from the interpreter until the function runs), and so does
+the package ``__init__`` that importing a submodule runs first. The graphs are read from the
+source with :mod:`ast`, so a cycle fails here even where no test happens to import both ends.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+import teaagent
+
+ROOT = Path(teaagent.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = ("teaagent", *path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in ROOT.rglob("*.py")}
+
+
+def _targets(name: str) -> Iterable[str]:
+    """The modules that importing ``name`` runs: it, or the nearest enclosing module, and its packages."""
+    while name not in MODULES and "." in name:
+        name = name.rpartition(".")[0]
+    while name != "teaagent":
+        yield name
+        name = name.rpartition(".")[0]
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name == "teaagent" or name.startswith("teaagent."):
+                found.update(_targets(name))
+    # A module's own enclosing packages are already being imported when it runs.
+    return {target for target in found if target != module and not module.startswith(target + ".")}
+
+
+MODULE_GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1]
+
+
+PACKAGE_GRAPH: dict[str, set[str]] = {}
+for _module, _edges in MODULE_GRAPH.items():
+    if _module == "teaagent":
+        continue  # the root re-exports; it is no layer of its own
+    PACKAGE_GRAPH.setdefault(_package(_module), set()).update(
+        _package(edge) for edge in _edges if _package(edge) != _package(_module)
+    )
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for edge in graph.get(node, ()):
+            if edge not in index:
+                visit(edge)
+                low[node] = min(low[node], low[edge])
+            elif edge in on_stack:
+                low[node] = min(low[node], index[edge])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set(), "c": {"b"}}) == []
+
+
+def test_the_graphs_see_function_level_imports() -> None:
+    # teaagent.runner._node imports the relay client inside a function, to load it lazily.
+    assert "teaagent.relay_client" in MODULE_GRAPH["teaagent.runner._node"]
+
+
+def test_no_cycle_among_the_library_packages() -> None:
+    assert cycles(PACKAGE_GRAPH) == []
+
+
+def test_no_cycle_among_the_library_modules() -> None:
+    assert cycles(MODULE_GRAPH) == []
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [
+        ("trust", "policy"),
+        ("trust", "quorum"),
+        ("quorum", "policy"),
+        ("signing", "trust"),
+        ("errors", "signing"),
+    ],
+)
+def test_the_security_layers_point_one_way(low: str, high: str) -> None:
+    # The types both sides of the security argument share sit below both of them.
+    assert high not in PACKAGE_GRAPH.get(low, set())
