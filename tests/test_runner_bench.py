@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from teaagent.audit import AuditLogger, verify_log
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent.runner._bench import bench_runner
+from teaagent.policy import ApprovalPolicy
+from teaagent.runner._bench import (
+    _INPUT_SCHEMA,
+    _OUTPUT_SCHEMA,
+    _FloorLog,
+    _read_note,
+    bench_core,
+    bench_runner,
+)
+from teaagent.runner._gate import ToolGate
+from teaagent.tools import ToolAnnotations, ToolRegistry
 
 
 def test_bench_runner_reports_the_overhead_of_whole_iterations() -> None:
@@ -32,3 +44,58 @@ def test_teaagent_bench_runner_prints_json_with_the_targeted_key(capsys: pytest.
     figures = json.loads(capsys.readouterr().out)
     assert TARGETS["runner"] == [("iteration_overhead_ms_median", "<=", 1.0)]
     assert "iteration_overhead_ms_median" in figures
+
+
+def test_bench_core_reports_the_gate_against_its_floor_measured_in_the_same_run() -> None:
+    figures = bench_core(0.1)
+
+    assert {
+        "gate_overhead_us_median",
+        "gate_call_us_median",
+        "bare_call_us_median",
+        "gate_calls_measured",
+        "api_call_us_median",
+        "floor_us_median",
+        "gate_floor_ratio",
+        "api_floor_ratio",
+        "audit_appends_per_s",
+    } == set(figures)
+    assert figures["gate_floor_ratio"] == figures["gate_call_us_median"] / figures["floor_us_median"]
+    assert figures["api_floor_ratio"] == figures["api_call_us_median"] / figures["floor_us_median"]
+    assert figures["floor_us_median"] > 0
+    assert ("gate_floor_ratio", "<=", 2.5) in TARGETS["core"]
+    assert ("api_floor_ratio", "<=", 2.5) in TARGETS["core"]
+
+
+def test_the_floor_writes_the_gates_record_as_a_chain_that_verifies(tmp_path: Path) -> None:
+    key = bytes(range(32))
+    arguments = {"path": "src/main.py"}
+    result = _read_note(arguments)
+    floor = _FloorLog(tmp_path / "floor.jsonl", key, "bench")
+    for index in range(3):
+        floor.append("notes.read", f"call-{index}", arguments, result)
+    floor.close()
+    registry = ToolRegistry()
+    registry.register(
+        "notes.read",
+        "Read a note.",
+        _INPUT_SCHEMA,
+        _OUTPUT_SCHEMA,
+        ToolAnnotations(read_only=True, idempotent=True),
+        _read_note,
+    )
+    policy = ApprovalPolicy.for_workspace(tmp_path, use_presets=False)
+    audit = AuditLogger(tmp_path / "audit.jsonl", chain_key=key)
+    ToolGate(registry=registry, policy=policy, audit=audit, run_id="bench").call(
+        "notes.read", arguments, call_id="call-0"
+    )
+
+    report = verify_log(tmp_path / "floor.jsonl", chain_key=key)
+    assert (report.ok, report.records, report.hmac_checked) == (True, 3, True)
+    floor_record = json.loads((tmp_path / "floor.jsonl").read_text().splitlines()[0])
+    gate_record = json.loads((tmp_path / "audit.jsonl").read_text())
+    # The same fields and values but the record's own id, time and chain: the same work to write.
+    for record in (floor_record, gate_record):
+        for field in ("created_at", "event_id", "chain_hmac", "event_hash"):
+            record[field] = len(record[field])
+    assert floor_record == gate_record
