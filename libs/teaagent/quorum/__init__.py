@@ -6,7 +6,9 @@ Documents are plain JSON objects. The origin builds and signs a request
 :func:`statement_bytes` of :func:`approval_statement`); the origin's relay counts them
 (:func:`evaluate`, which never raises for a bad signature) and the origin checks the resulting
 certificate (:func:`build_certificate`, :func:`verify_certificate`, which raises
-:class:`~teaagent.errors.QuorumError`) before it runs anything.
+:class:`~teaagent.errors.QuorumError`) before it runs anything. :class:`Tally` is the counting
+rules alone, as a fold over verified decisions: the reference that ``evaluate`` and the relay's
+counting script both follow.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from teaagent.quorum._documents import (
     verify_request_signature,
     wire_signature,
 )
+from teaagent.quorum._tally import Tally, is_expired, quorum_state
 
 __all__ = [
     "APPROVAL_NAMESPACE",
@@ -58,6 +61,7 @@ __all__ = [
     "QuorumError",
     "QuorumOutcome",
     "QuorumState",
+    "Tally",
     "approval_statement",
     "build_certificate",
     "build_request",
@@ -65,7 +69,9 @@ __all__ = [
     "denial_statement",
     "describe_outcome",
     "evaluate",
+    "is_expired",
     "payload_digest",
+    "quorum_state",
     "request_problem",
     "request_statement",
     "sign_approval",

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum._documents import (
@@ -32,6 +32,7 @@ from teaagent.quorum._documents import (
     verify_request_signature,
     wire_signature,
 )
+from teaagent.quorum._tally import QuorumState, is_expired, quorum_state
 from teaagent.signing import fingerprint, parse_public_key, sshsig_verify
 from teaagent.trust import MultiSigQuorumConfig, PeerSignature
 
@@ -46,8 +47,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("teaagent.quorum")
-
-QuorumState = Literal["pending", "approved", "denied", "expired"]
 
 MAX_CLOCK_SKEW_SECONDS: Final = 60  # PROTOCOL.md rule 4: how far a peer's clock may run ahead of ours
 MAX_CERTIFICATE_APPROVALS: Final = 1024  # far beyond any real cluster; bounds the work one certificate causes
@@ -414,7 +413,7 @@ def evaluate(
 ) -> QuorumOutcome:
     """Count the approvals and denials of a request under the verifier's configuration.
 
-    The five counting rules of PROTOCOL.md are applied to each authorised peer (in the request's
+    The counting rules of PROTOCOL.md are applied to each authorised peer (in the request's
     sorted peer order; see :class:`QuorumOutcome`), checking that peer's submissions until one
     counts. Approvals are compact :class:`PeerSignature` objects or full
     ``{"statement", "signature"}`` documents; denials are always full documents. The threshold is
@@ -422,18 +421,21 @@ def evaluate(
     lower the verifier's own bar.
 
     The decision, in order: ``expired`` when ``now > expires_at`` (nothing is examined then: rule 4
-    lets no approval count on an expired request); ``denied`` when the distinct counted denials
-    exceed ``len(peers) - required``; otherwise ``approved`` when the distinct counted approvals
-    reach ``required``; otherwise ``pending``. A peer with a counted denial has its approval
-    ignored (it changed its mind or misbehaves; the count fails closed), so approvals and denials
-    can never both reach their thresholds.
+    lets no approval count on an expired request); otherwise :func:`~teaagent.quorum.quorum_state`
+    of the distinct counted approvals and denials: ``denied`` when the denials exceed
+    ``len(peers) - required``, ``approved`` when the approvals reach ``required``, else
+    ``pending``. A peer with a counted denial has its approval ignored, whichever it signed first
+    (rule 6: it counts as a denial only), so approvals and denials can never both reach their
+    thresholds.
 
     This is a pure function of its arguments: called again later it may say ``expired`` for a
-    request it once called ``approved``. PROTOCOL.md's "once decided, the outcome never changes" is
-    the caller's to keep: the relay records the first outcome whose ``decided`` is true in one
-    atomic step (a Lua script that writes only when no outcome exists) and never evaluates that
-    request again; the agent keeps the certificate, which :func:`verify_certificate` checks without
-    any expiry at ``now``.
+    request it once called ``approved``, or ``denied`` for one whose approvals had decided before
+    the denials came. PROTOCOL.md's "once decided, the outcome never changes" is the caller's to
+    keep: the relay counts decisions one at a time in one atomic script (the fold of
+    :class:`~teaagent.quorum.Tally`) that settles the outcome once and then counts nothing more;
+    the agent keeps the certificate, which :func:`verify_certificate` checks without any expiry at
+    ``now``. While the script's state is ``pending`` it agrees with this function exactly, over
+    the same decisions.
 
     Args:
         request: The request document (validated here).
@@ -454,21 +456,19 @@ def evaluate(
     validate_request(request)
     when = _clock(now)
     counter = _counter(request, config, when)
-    if when > counter.expires_at:
+    if is_expired(when, counter.expires_at):
         return counter.outcome("expired")
     denied, rejected_denials = counter.count(_submissions(denials), denial=True)
     approved, rejected = counter.count(_submissions(approvals), denial=False)
     for peer in denied:
+        # Rule 6: nobody outvotes their own veto, whichever of the two came first.
         if approved.pop(peer, None) is not None:
             rejected[peer] = f"{peer} also denied the request, so its approval is not counted"
     denied_by = tuple(peer for peer in counter.peers if peer in denied)
     signers = tuple(peer for peer in counter.peers if peer in approved)
-    if len(denied_by) > len(counter.peers) - counter.required:
-        state: QuorumState = "denied"
-    elif len(signers) >= counter.required:
-        state = "approved"
-    else:
-        state = "pending"
+    state = quorum_state(
+        approvals=len(signers), denials=len(denied_by), peers=len(counter.peers), required=counter.required
+    )
     reasons = {peer: denied[peer].submission.reason for peer in denied_by}
     return counter.outcome(
         state,
