@@ -191,7 +191,7 @@ def test_quorum_story_duplicates_count_once_and_the_threshold_settles_approved_o
 
         stored = await store.requests.get(request_id)
         assert stored is not None
-        assert stored.approvals == {"beta": b"beta-1", "gamma": b"gamma-1"}  # the first decision wins
+        assert stored.approvals == {"beta": b"beta-1", "gamma": b"gamma-1"}  # a repeat keeps the first copy
         assert (stored.state, stored.decided, stored.decided_at) == ("approved", True, NOW + 3)
         assert [fields[b"type"] for fields in await events(store, request_id)] == [
             b"accepted",
@@ -225,23 +225,96 @@ def test_denied_exactly_when_denials_exceed_peers_minus_required(
     in_store(scenario)
 
 
-def test_a_signer_counts_once_on_one_side_and_a_decided_outcome_never_changes(in_store: Run) -> None:
+def test_a_signer_that_denied_counts_as_a_denial_only_and_a_decided_outcome_never_changes(
+    in_store: Run,
+) -> None:
     async def scenario(store: Store) -> None:
         request_id = await accepted(store, required=2, peers=3)
         record = store.requests.record_decision
+        await record(request_id, kind="approval", signer="beta", decision=b"beta-yes", now=NOW)
+        # PROTOCOL.md rule 6: beta's denial after its approval counts and takes the approval away,
+        # whichever relay process brings it; its approval after that is not counted.
+        vetoed = await record(request_id, kind="denial", signer="beta", decision=b"beta-no", now=NOW + 1)
+        assert (vetoed.state, vetoed.approvals, vetoed.denials, vetoed.counted) == ("pending", 0, 1, True)
+        again = await record(request_id, kind="approval", signer="beta", decision=b"beta-yes", now=NOW + 2)
+        assert (again.state, again.approvals, again.denials, again.counted) == ("pending", 0, 1, False)
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert (stored.approvals, stored.denials) == ({}, {"beta": b"beta-no"})
+        await record(request_id, kind="approval", signer="gamma", decision=b"gamma-yes", now=NOW + 3)
+        approved = await record(
+            request_id, kind="approval", signer="delta", decision=b"delta-yes", now=NOW + 4
+        )
+        assert (approved.state, approved.approvals, approved.denials, approved.decided) == (
+            "approved",
+            2,
+            1,
+            True,
+        )
+        # Decided: gamma's denial now changes nothing, and takes nothing away.
+        after = await record(request_id, kind="denial", signer="gamma", decision=b"gamma-no", now=NOW + 5)
+        assert (after.state, after.approvals, after.denials, after.counted, after.decided) == (
+            "approved",
+            2,
+            1,
+            False,
+            False,
+        )
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert (stored.approvals, stored.denials) == (
+            {"gamma": b"gamma-yes", "delta": b"delta-yes"},
+            {"beta": b"beta-no"},
+        )
+        # One event per change of the count (the long-poll wakes on each), one outcome.
+        assert [
+            (fields[b"type"], fields.get(b"approvals"), fields.get(b"denials"))
+            for fields in await events(store, request_id)
+        ] == [
+            (b"accepted", None, None),
+            (b"decision", b"1", b"0"),
+            (b"decision", b"0", b"1"),
+            (b"decision", b"1", b"1"),
+            (b"decision", b"2", b"1"),
+            (b"outcome", b"2", b"1"),
+        ]
+
+    in_store(scenario)
+
+
+def test_a_denial_after_the_signers_approval_can_deny_the_request(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=3, peers=3)  # every peer must approve
+        record = store.requests.record_decision
         await record(request_id, kind="approval", signer="beta", decision=b"a", now=NOW)
-        # beta approved first: its later denial is not counted (nor, the other way round, an
-        # approval after a denial), whichever relay process brings it.
-        both = await record(request_id, kind="denial", signer="beta", decision=b"d", now=NOW)
-        assert (both.approvals, both.denials, both.state, both.counted) == (1, 0, "pending", False)
-        await record(request_id, kind="denial", signer="gamma", decision=b"d", now=NOW)
-        turned = await record(request_id, kind="approval", signer="gamma", decision=b"a", now=NOW)
-        assert (turned.approvals, turned.denials, turned.counted) == (1, 1, False)
-        denied = await record(request_id, kind="denial", signer="delta", decision=b"d", now=NOW)
-        assert (denied.state, denied.decided) == ("denied", True)
-        after = await record(request_id, kind="approval", signer="delta", decision=b"a", now=NOW)
-        assert (after.state, after.approvals, after.counted, after.decided) == ("denied", 1, False, False)
+        await record(request_id, kind="approval", signer="gamma", decision=b"a", now=NOW)
+        denied = await record(request_id, kind="denial", signer="beta", decision=b"d", now=NOW + 1)
+        assert (denied.state, denied.approvals, denied.denials, denied.counted, denied.decided) == (
+            "denied",
+            1,
+            1,
+            True,
+            True,
+        )
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert (stored.state, list(stored.approvals), list(stored.denials)) == ("denied", ["gamma"], ["beta"])
         assert len(outcome_events(await events(store, request_id))) == 1
+
+    in_store(scenario)
+
+
+def test_the_decisions_keep_their_expiry_when_a_denial_replaces_the_only_approval(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=2, peers=3)
+        keys = store.keys.request(request_id)
+        await store.requests.record_decision(
+            request_id, kind="approval", signer="beta", decision=b"a", now=NOW
+        )
+        await store.requests.record_decision(request_id, kind="denial", signer="beta", decision=b"d", now=NOW)
+        # The hash never emptied on the way (it would have been deleted and born again without a TTL).
+        assert await store.client.hkeys(keys.decisions) == [b"denial:beta"]
+        assert 0 < await store.client.pttl(keys.decisions) <= await store.client.pttl(keys.outcome)
 
     in_store(scenario)
 
@@ -382,26 +455,31 @@ def test_a_batch_counts_each_decision_as_record_decision_would_alone(in_store: R
             [
                 DecisionToCount(first, "approval", "beta", b"beta-1", NOW + 1),
                 DecisionToCount(second, "denial", "beta", b"beta-2", NOW + 1),
-                DecisionToCount(first, "denial", "beta", b"beta-3", NOW + 2),  # beta decided first already
+                DecisionToCount(first, "denial", "beta", b"beta-3", NOW + 2),  # takes beta's approval away
                 DecisionToCount(unknown, "approval", "beta", b"beta-4", NOW + 2),
                 DecisionToCount(first, "maybe", "gamma", b"gamma-1", NOW + 2),  # type: ignore[arg-type]
                 DecisionToCount(first, "approval", "gamma", b"gamma-2", NOW + 3),
+                DecisionToCount(first, "approval", "beta", b"beta-5", NOW + 3),  # beta denied: not counted
+                DecisionToCount(first, "approval", "delta", b"delta-1", NOW + 3),
             ]
         )
         assert answers[0] == DecisionResult("pending", 1, 0, counted=True, decided=False)
         assert answers[1] == DecisionResult("pending", 0, 1, counted=True, decided=False)
-        assert answers[2] == DecisionResult("pending", 1, 0, counted=False, decided=False)
+        assert answers[2] == DecisionResult("pending", 0, 1, counted=True, decided=False)
         assert isinstance(answers[3], RequestNotFoundError)
         assert str(answers[3]) == f"request {unknown} is not stored here (it never arrived, or it expired)"
         assert isinstance(answers[4], ValueError)
         assert str(answers[4]) == "decision kind must be 'approval' or 'denial', not 'maybe'"
-        assert answers[5] == DecisionResult("approved", 2, 0, counted=True, decided=True)
+        assert answers[5] == DecisionResult("pending", 1, 1, counted=True, decided=False)
+        assert answers[6] == DecisionResult("pending", 1, 1, counted=False, decided=False)
+        assert answers[7] == DecisionResult("approved", 2, 1, counted=True, decided=True)
         stored = await store.requests.get(first)
         assert stored is not None
-        assert (stored.state, stored.decided_at, stored.approvals) == (
+        assert (stored.state, stored.decided_at, stored.approvals, stored.denials) == (
             "approved",
             NOW + 3,
-            {"beta": b"beta-1", "gamma": b"gamma-2"},
+            {"gamma": b"gamma-2", "delta": b"delta-1"},
+            {"beta": b"beta-3"},
         )
         assert len(outcome_events(await events(store, first))) == 1
 

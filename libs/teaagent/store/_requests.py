@@ -51,7 +51,8 @@ class AcceptResult:
 class DecisionResult:
     """The counting state after one decision was recorded.
 
-    ``counted`` is True when this decision was new and counted (a signer's first of its kind);
+    ``counted`` is True when this decision changed the count: a signer's first approval (unless it
+    denied), or its first denial (which takes its approval away, PROTOCOL.md rule 6);
     ``decided`` is True when this very call settled the outcome (exactly one call ever sees it).
     """
 
@@ -86,7 +87,7 @@ class StoredRequest:
     expires_at: int
     accepted_at: int
     decided_at: int | None
-    approvals: dict[str, bytes] = field(default_factory=dict)  # signer -> decision bytes
+    approvals: dict[str, bytes] = field(default_factory=dict)  # signer -> bytes; never one that denied
     denials: dict[str, bytes] = field(default_factory=dict)
 
     @property
@@ -448,9 +449,12 @@ class RequestBook(_Book):
     ) -> DecisionResult:
         """Count one decision whose signature the caller has already verified.
 
-        A signer decides once: its first decision counts, repeats and a later decision of the other
-        kind are no-ops (``counted`` is False); the outcome is settled
-        once (approved, denied, or expired when ``now`` is past ``expires_at``) and never changes.
+        PROTOCOL.md "Counting", as :class:`teaagent.quorum.Tally` folds it: each signer counts
+        once, and a signer that denied counts as a denial only. So a repeat, and an approval of a
+        signer that denied, are no-ops (``counted`` is False); a denial of a signer that approved
+        counts and removes the approval (it is no longer in ``StoredRequest.approvals``). The
+        outcome is settled once (approved, denied, or expired when ``now`` is past ``expires_at``)
+        and never changes: once decided, nothing more is recorded.
 
         Raises:
             RequestNotFoundError: no request is stored under ``request_id``.
@@ -474,8 +478,8 @@ class RequestBook(_Book):
         """Count many verified decisions in one round trip: ``record_decision`` for each, pipelined.
 
         Each decision is counted exactly as :meth:`record_decision` counts it (same script, same
-        arguments), independently of the others, in the order given: a signer's second decision
-        on a request, in the same batch or later, is not counted. The answer for each is its
+        arguments), independently of the others, in the order given (a signer's approval and
+        its denial, in the same batch or not, count as its denial). The answer for each is its
         result, or the error that ``record_decision`` would have raised for it alone.
 
         Raises:
@@ -562,7 +566,8 @@ class InboxBook(_Book):
     """Requests received from peer origins, keyed by ``(origin, request_id)``, and this node's decision.
 
     The node's own decision is counted with ``required = peers = 1``: its first approval settles
-    ``approved``, its first denial ``denied``, so a decided item leaves the pending listing.
+    ``approved``, its first denial ``denied``, so a decided item leaves the pending listing, and
+    nothing recorded after that changes it (rule 6 never applies here: a decided item counts no more).
     """
 
     def __init__(

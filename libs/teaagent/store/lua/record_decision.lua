@@ -1,9 +1,12 @@
 -- record_decision: count one already-verified decision and decide the outcome exactly once.
 --
--- The caller has verified the signature and the signer's membership; this script only counts.
--- PROTOCOL.md "Counting": each signer counts once, on one side; approved when approvals reach required;
--- denied as soon as denials exceed peers - required; expired when now > expires_at first; once
--- decided, the outcome never changes. The outcome event is appended here, in the same step.
+-- The caller has verified the signature and the signer's membership (rules 1 to 4); this script
+-- applies the rest of PROTOCOL.md "Counting", as teaagent.quorum.Tally.step does (keep them
+-- together; tests/test_quorum_parity.py holds them to each other): expired when now > expires_at
+-- first; each signer counts once (rule 5); a signer that denied counts as a denial only (rule 6):
+-- its approval before the denial is taken away, one after it is not counted; denied as soon as
+-- denials exceed peers - required; approved when approvals reach required; once decided, the
+-- outcome never changes. The events are appended here, in the same step.
 --
 -- KEYS[1] outcome     HASH    counting parameters and state (written by accept_request)
 -- KEYS[2] decisions   HASH    "<kind>:<signer>" -> decision bytes
@@ -14,8 +17,9 @@
 -- ARGV[4] now         Unix seconds on the caller's clock
 -- ARGV[5] max_events  bound on the events stream
 --
--- Returns {state, approvals, denials, counted, decided}: counted is 1 when this decision was new and
--- counted, decided is 1 when this call settled the outcome; state "unknown" when no request is stored.
+-- Returns {state, approvals, denials, counted, decided}: counted is 1 when this decision changed the
+-- count (a signer's first approval, or its first denial, which replaces its approval), decided is 1
+-- when this call settled the outcome; state "unknown" when no request is stored.
 local outcome_key, decisions_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local kind, signer, decision = ARGV[1], ARGV[2], ARGV[3]
 local now, max_events = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -45,13 +49,9 @@ if kind ~= 'approval' and kind ~= 'denial' then
   return {state, approvals, denials, 0, 0}
 end
 
--- A signer decides once: an approval after its denial (or the reverse) is not counted, so that no
--- relay process, however many share this store, can count one signer on both sides.
-local other = 'denial'
-if kind == 'denial' then
-  other = 'approval'
-end
-if redis.call('HEXISTS', decisions_key, other .. ':' .. signer) == 1 then
+-- Rule 6, here in one atomic step, so no relay process, however many share this store, can count
+-- one signer on both sides: nobody outvotes their own veto.
+if kind == 'approval' and redis.call('HEXISTS', decisions_key, 'denial:' .. signer) == 1 then
   return {state, approvals, denials, 0, 0}
 end
 
@@ -67,17 +67,22 @@ if counted == 1 then
   if kind == 'approval' then
     approvals = redis.call('HINCRBY', outcome_key, 'approvals', 1)
   else
+    -- After HSETNX: the hash never empties here (it would lose its TTL).
+    if redis.call('HDEL', decisions_key, 'approval:' .. signer) == 1 then
+      approvals = redis.call('HINCRBY', outcome_key, 'approvals', -1)
+    end
     denials = redis.call('HINCRBY', outcome_key, 'denials', 1)
   end
   redis.call('XADD', events_key, 'MAXLEN', '~', max_events, '*',
     'type', 'decision', 'kind', kind, 'signer', signer, 'approvals', approvals, 'denials', denials, 'at', now)
 end
 
+-- teaagent.quorum.quorum_state: with each signer on one side, both can never hold.
 local decided = 0
-if approvals >= required then
-  state = 'approved'
-elseif denials > peers - required then
+if denials > peers - required then
   state = 'denied'
+elseif approvals >= required then
+  state = 'approved'
 end
 if state ~= 'pending' then
   settle(state)
