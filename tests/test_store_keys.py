@@ -96,3 +96,13 @@ def test_queue_names_are_short_lowercase_words(name: str) -> None:
 
 def test_retention_outlives_the_longest_sensible_request() -> None:
     assert REQUEST_RETENTION_SECONDS >= 3600
+
+
+def test_the_pending_sets_sit_beside_the_indexes_and_never_match_a_request_key() -> None:
+    keys = Keys("ta:beta")
+    assert (keys.request_pending(), keys.inbox_pending()) == ("ta:beta:req:pending", "ta:beta:in:pending")
+    assert {keys.request_pending(), keys.inbox_pending()}.isdisjoint(
+        {keys.request_index(), keys.inbox_index()}
+    )
+    # A request's keys always carry a {tag}; these never do, so no request id can name them.
+    assert "{" not in keys.request_pending() + keys.inbox_pending()

@@ -4,10 +4,13 @@ Layout (``P`` is the node's prefix, ``ta:<agent_id>`` by default)::
 
     P:req:{<id>}:doc          STRING  one of this node's own requests, the signed document verbatim
     P:req:{<id>}:outcome      HASH    counting parameters (required, peers, expires_at) and the state
+                                      (an inbox item's also "queued": its approver queue entry id)
     P:req:{<id>}:decisions    HASH    "approval:<signer>" / "denial:<signer>" -> verified decision bytes
     P:req:{<id>}:events       STREAM  accepted / decision / outcome events; waiters XREAD it
     P:in:{<origin>/<id>}:...  the same four keys for a request received from peer <origin>
     P:req:index, P:in:index   ZSET    refs by expires_at, for listings
+    P:req:pending, P:in:pending  ZSET  the pending ones' refs only, by expires_at: a pending
+                              listing never pages through decided requests
     P:q:{P/<name>}:stream     STREAM  a work queue (consumer group "workers"): deliveries, inbox
     P:q:{P/<name>}:schedule   ZSET    entries waiting for their next attempt, scored by not-before (ms)
     P:q:{P/<name>}:dead       STREAM  entries that kept failing or expired (dead letters)
@@ -19,11 +22,13 @@ keys, or one queue's three keys, or one window), so every script runs on Redis C
 requests still spread over the cluster's slots. Putting the node's id in the tag instead
 (``ta:{alpha}:...``) would pin a whole node to one slot. The price of per-request tags: storing a
 request and queueing its deliveries are two steps, not one script; both are idempotent, so a client
-that retries after a crash completes them (see ``RequestBook.accept``).
+that retries after a crash completes them (see ``RequestBook.accept``). Likewise the index sets are
+written before a request's script and a settled request leaves the pending set after it; a member
+left behind by a crash is skipped and removed by the next listing.
 
 Every key gets a TTL: request keys live until ``expires_at + REQUEST_RETENTION_SECONDS``; queue keys
-are pushed forward to the latest entry's expiry plus the same retention; a rate-limit bucket lives
-until it is full again (at most one window).
+and the index sets are pushed forward to the latest entry's expiry plus the same retention; a
+rate-limit bucket lives until it is full again (at most one window).
 """
 
 from __future__ import annotations
@@ -130,6 +135,14 @@ class Keys:
     def inbox_index(self) -> str:
         """Return the sorted set of received ``<origin>/<request_id>`` refs, scored by ``expires_at``."""
         return f"{self.prefix}:in:index"
+
+    def request_pending(self) -> str:
+        """Return the sorted set of this node's own pending request ids, scored by ``expires_at``."""
+        return f"{self.prefix}:req:pending"
+
+    def inbox_pending(self) -> str:
+        """Return the sorted set of pending received ``<origin>/<request_id>`` refs, by ``expires_at``."""
+        return f"{self.prefix}:in:pending"
 
     def queue(self, name: str) -> QueueKeys:
         """Return the keys of the work queue ``name`` (``deliveries``, ``inbox``).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ MAX_EVENTS = 1000  # a request sees one event per decision plus two; the bound o
 MAX_LISTED = 1000  # one listing call returns at most this many requests
 _DECISION_KINDS = ("approval", "denial")
 _STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class StoredRequest:
     decided_at: int | None
     approvals: dict[str, bytes] = field(default_factory=dict)  # signer -> bytes; never one that denied
     denials: dict[str, bytes] = field(default_factory=dict)
+    queued: bool = False  # an inbox item queued for the approver (InboxBook.mark_queued)
 
     @property
     def decided(self) -> bool:
@@ -125,12 +129,14 @@ class _Book:
         *,
         url: str,
         index_key: str,
+        pending_key: str,
         options: StoreOptions,
     ) -> None:
         self._client = client
         self._scripts = scripts
         self._url = url
         self._index_key = index_key
+        self._pending_key = pending_key  # the pending members of the index only, same scores
         self._options = options
 
     async def _accept(
@@ -153,18 +159,23 @@ class _Book:
         at = _now(now)
         ttl_ms = (max(expires_at - at, 0) + REQUEST_RETENTION_SECONDS) * 1000
         with converting(self._url):
-            # The index entry goes first: a listed ref may lack its request (skipped), never the reverse.
+            # The index entries go first: a listed ref may lack its request (skipped), never the
+            # reverse, so a crash between the two steps never leaves a pending request unlisted.
             # NX: a document refused below must not move the stored request's entry.
             async with self._client.pipeline(transaction=False) as pipe:
-                pipe.zadd(self._index_key, {member: expires_at}, nx=True)
-                pipe.pexpire(self._index_key, ttl_ms, nx=True)
-                pipe.pexpire(self._index_key, ttl_ms, gt=True)
+                for key in (self._index_key, self._pending_key):
+                    pipe.zadd(key, {member: expires_at}, nx=True)
+                    pipe.pexpire(key, ttl_ms, nx=True)
+                    pipe.pexpire(key, ttl_ms, gt=True)
                 await pipe.execute()
             status, state = await self._scripts.run(
                 "accept_request",
                 [keys.doc, keys.outcome, keys.events],
                 [document, required_approvals, peers, expires_at, at, REQUEST_RETENTION_SECONDS, MAX_EVENTS],
             )
+            if state != b"pending":
+                # Accepted already expired, or a repeat of a settled request: not pending after all.
+                await self._unlist_pending([member])
         if status == b"conflict":
             raise RequestConflictError(
                 f"{label} already exists with a different document; the new one is refused"
@@ -174,6 +185,7 @@ class _Book:
     async def _record(
         self,
         keys: RequestKeys,
+        member: str,
         *,
         kind: str,
         signer: str,
@@ -187,22 +199,44 @@ class _Book:
                 [keys.outcome, keys.decisions, keys.events],
                 [kind, signer, decision, _now(now), MAX_EVENTS],
             )
-        return _decision_result(reply, label)
+        result = _decision_result(reply, label)
+        if result.decided:
+            await self._unlist_pending([member])
+        return result
 
-    async def _record_many(self, calls: list[tuple[RequestKeys, list[Any]]]) -> list[Any]:
-        """Send ``record_decision`` once per ``(keys, args)`` in one pipeline; return the raw replies.
+    async def _unlist_pending(self, members: list[str]) -> None:
+        """Remove settled requests from the pending set: a step after the script, not inside it.
+
+        The set has no hash tag of a request, so no request's script may touch it (Redis Cluster).
+        Never raises: the outcome is settled and stored by then, and a member left behind (by a
+        failure here or a crash before it) is skipped and removed by the next pending listing.
+        """
+        if not members:
+            return
+        try:
+            await self._client.zrem(self._pending_key, *members)
+        except redis.exceptions.RedisError as exc:
+            logger.warning(
+                "settled requests stay in %s until a listing removes them: %s",
+                self._pending_key,
+                describe_redis_error(self._url, exc),
+            )
+
+    async def _record_many(self, calls: list[tuple[RequestKeys, str, list[Any]]]) -> list[Any]:
+        """Send ``record_decision`` once per ``(keys, member, args)`` in one pipeline; return the raw replies.
 
         No transaction: each script call is atomic on its own and they touch different requests'
         keys. A reply is the exception Redis answered for that call alone (``raise_on_error=False``).
+        The requests the batch settled then leave the pending set, in one more command.
 
         Raises:
             StoreError: Redis is unreachable or failed (the whole pipeline).
         """
         sha = self._scripts.sha("record_decision")
 
-        async def send(chosen: list[tuple[RequestKeys, list[Any]]]) -> list[Any]:
+        async def send(chosen: list[tuple[RequestKeys, str, list[Any]]]) -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
-                for keys, args in chosen:
+                for keys, _member, args in chosen:
                     pipe.evalsha(sha, 3, keys.outcome, keys.decisions, keys.events, *args)
                 return list(await pipe.execute(raise_on_error=False))
 
@@ -220,6 +254,9 @@ class _Book:
                     replies[index] = reply
         except redis.exceptions.RedisError as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
+        await self._unlist_pending(
+            [member for (_keys, member, _args), reply in zip(calls, replies, strict=True) if _settled(reply)]
+        )
         return replies
 
     async def _get(self, keys: RequestKeys, request_id: str, origin: str | None) -> StoredRequest | None:
@@ -234,6 +271,7 @@ class _Book:
     async def _wait(
         self,
         keys: RequestKeys,
+        member: str,
         timeout: float,
         clock: Callable[[], float],
         label: str,
@@ -254,9 +292,10 @@ class _Book:
             while state == "pending":
                 now = clock()
                 if int(now) > expires_at:
-                    state = (
-                        await self._record(keys, kind="", signer="", decision=b"", now=int(now), label=label)
-                    ).state
+                    settled = await self._record(
+                        keys, member, kind="", signer="", decision=b"", now=int(now), label=label
+                    )
+                    state = settled.state
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -279,30 +318,121 @@ class _Book:
         now: int | None,
         limit: int,
     ) -> list[StoredRequest]:
+        """List up to ``limit`` requests: the pending ones first, exactly, then (``state=None``) the rest.
+
+        Pending ones come from the pending set, which holds no decided request: however many
+        decided or expired requests sort before a pending one, it is found on the first page.
+        Cost: O(log N + limit + S) with S the stale members met (a request settled by a call
+        that crashed before removing it, or a ref whose request is not, or not yet, stored); each
+        settled one is removed as it is met, so it costs once. Other states are read from the
+        index's first ``limit`` entries in expiry order, as before.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``limit`` is out of range.
+        """
         if not 1 <= limit <= MAX_LISTED:
             raise ValueError(f"limit must be between 1 and {MAX_LISTED}, not {limit}")
         at = _now(now)
         with converting(self._url):
-            await self._client.zremrangebyscore(self._index_key, "-inf", at - REQUEST_RETENTION_SECONDS)
-            # A pending request expires at expires_at: skip the ones past it without reading them.
-            low = at if state == "pending" else "-inf"
-            members = await self._client.zrangebyscore(self._index_key, low, "+inf", start=0, num=limit)
-            found: list[StoredRequest] = []
-            refs = [
-                build(member.decode() if isinstance(member, bytes) else str(member)) for member in members
-            ]
             async with self._client.pipeline(transaction=False) as pipe:
-                for keys, _request_id, _origin in refs:
-                    pipe.get(keys.doc)
-                    pipe.hgetall(keys.outcome)
-                    pipe.hgetall(keys.decisions)
-                replies = await pipe.execute()
-        for index, (_keys, request_id, origin) in enumerate(refs):
+                pipe.zremrangebyscore(self._index_key, "-inf", at - REQUEST_RETENTION_SECONDS)
+                # Past expires_at a request is expired, never pending (it may not be settled yet).
+                pipe.zremrangebyscore(self._pending_key, "-inf", f"({at}")
+                await pipe.execute()
+            if state not in (None, "pending"):
+                members = await self._client.zrangebyscore(
+                    self._index_key, "-inf", "+inf", start=0, num=limit
+                )
+                names = [_name(member) for member in members]
+                return [item for _member, item in await self._read(build, names) if item.state == state]
+            pending = await self._page(self._pending_key, build, at, limit, pending_only=True)
+            if state == "pending" or len(pending) == limit:
+                return [item for _member, item in pending]
+            # The rest, by expiry: every pending one is listed already (the set ran out first).
+            rest = await self._page(
+                self._index_key,
+                build,
+                "-inf",
+                limit - len(pending),
+                skip=frozenset(name for name, _item in pending),
+                pending_only=False,
+            )
+        return [item for _member, item in pending + rest]
+
+    async def _page(
+        self,
+        key: str,
+        build: Callable[[str], tuple[RequestKeys, str, str | None]],
+        low: int | str,
+        want: int,
+        *,
+        skip: frozenset[str] = frozenset(),
+        pending_only: bool,
+    ) -> list[tuple[str, StoredRequest]]:
+        """Read sorted set ``key`` from score ``low`` on, page by page, until ``want`` stored requests.
+
+        Members in ``skip`` are passed over unread. With ``pending_only`` (the pending set), a
+        member whose request is stored but settled is removed as it is met, so no later listing
+        reads it again. A member whose request is not stored is passed over, not removed: its
+        request may be on its way (the sets are written first); it leaves at its expiry.
+        """
+        found: list[tuple[str, StoredRequest]] = []
+        offset = 0
+        while len(found) < want:
+            need = want - len(found)
+            page = need + len(skip)  # names cost little; only the chosen ones are read
+            names = [
+                _name(m) for m in await self._client.zrangebyscore(key, low, "+inf", start=offset, num=page)
+            ]
+            chosen: list[str] = []
+            used = 0
+            for position, name in enumerate(names):
+                if len(chosen) == need:
+                    break
+                used = position + 1
+                if name not in skip:
+                    chosen.append(name)
+            settled: list[str] = []
+            for name, item in await self._read(build, chosen):
+                if not pending_only or item.state == "pending":
+                    found.append((name, item))
+                else:
+                    settled.append(name)
+            if settled:
+                await self._client.zrem(key, *settled)
+            # Removed members no longer take a place: the next page starts right after the used ones.
+            offset += used - len(settled)
+            if used == len(names) and len(names) < page:
+                break  # the set ended
+        return found
+
+    async def _read(
+        self, build: Callable[[str], tuple[RequestKeys, str, str | None]], names: list[str]
+    ) -> list[tuple[str, StoredRequest]]:
+        """Read the requests of index members ``names`` in one pipeline, in order, leaving out the
+        ones not stored."""
+        if not names:
+            return []
+        refs = [build(name) for name in names]
+        async with self._client.pipeline(transaction=False) as pipe:
+            for keys, _request_id, _origin in refs:
+                pipe.get(keys.doc)
+                pipe.hgetall(keys.outcome)
+                pipe.hgetall(keys.decisions)
+            replies = await pipe.execute()
+        read: list[tuple[str, StoredRequest]] = []
+        for index, (name, (_keys, request_id, origin)) in enumerate(zip(names, refs, strict=True)):
             document, outcome, decisions = replies[3 * index : 3 * index + 3]
             stored = _stored(request_id, origin, document, outcome, decisions)
-            if stored is not None and (state is None or stored.state == state):
-                found.append(stored)
-        return found
+            if stored is not None:
+                read.append((name, stored))
+        return read
+
+
+def _name(member: Any) -> str:
+    """A sorted-set member as text (the client answers bytes)."""
+    return member.decode() if isinstance(member, bytes) else str(member)
 
 
 def _stream_entries(reply: Any) -> list[tuple[Any, list[tuple[Any, dict[bytes, bytes]]]]]:
@@ -341,6 +471,7 @@ def _stored(
         decided_at=int(decided_at) if decided_at is not None else None,
         approvals=approvals,
         denials=denials,
+        queued=b"queued" in outcome,
     )
 
 
@@ -360,6 +491,16 @@ def _decision_result(reply: Any, label: str) -> DecisionResult:
         counted=bool(counted),
         decided=bool(decided),
     )
+
+
+def _settled(reply: Any) -> bool:
+    """True when a raw ``record_decision`` reply says that call settled the outcome."""
+    if isinstance(reply, Exception):
+        return False
+    try:
+        return _decision_result(reply, "").decided
+    except (RequestNotFoundError, ValueError, TypeError):
+        return False
 
 
 def _check_decision(kind: str, signer: str, decision: bytes) -> None:
@@ -386,7 +527,14 @@ class RequestBook(_Book):
         url: str,
         options: StoreOptions,
     ) -> None:
-        super().__init__(client, scripts, url=url, index_key=keys.request_index(), options=options)
+        super().__init__(
+            client,
+            scripts,
+            url=url,
+            index_key=keys.request_index(),
+            pending_key=keys.request_pending(),
+            options=options,
+        )
         self._keys = keys
 
     async def accept(
@@ -465,6 +613,7 @@ class RequestBook(_Book):
         _check_decision(kind, signer, decision)
         return await self._record(
             self._keys.request(request_id),
+            request_id,
             kind=kind,
             signer=signer,
             decision=decision,
@@ -487,7 +636,7 @@ class RequestBook(_Book):
                 have been counted (recording them again is harmless: a repeat is not counted).
         """
         answers: list[DecisionResult | RequestNotFoundError | StoreError | ValueError | TypeError] = []
-        calls: list[tuple[RequestKeys, list[Any]]] = []
+        calls: list[tuple[RequestKeys, str, list[Any]]] = []
         sent: list[int] = []  # the answer slot of each call
         for item in decisions:
             try:
@@ -498,7 +647,8 @@ class RequestBook(_Book):
                 continue
             sent.append(len(answers))
             answers.append(StoreError("not sent"))  # replaced below
-            calls.append((keys, [item.kind, item.signer, item.decision, _now(item.now), MAX_EVENTS]))
+            args = [item.kind, item.signer, item.decision, _now(item.now), MAX_EVENTS]
+            calls.append((keys, item.request_id, args))
         if not calls:
             return answers
         for slot, reply in zip(sent, await self._record_many(calls), strict=True):
@@ -521,6 +671,7 @@ class RequestBook(_Book):
         """
         return await self._record(
             self._keys.request(request_id),
+            request_id,
             kind="",
             signer="",
             decision=b"",
@@ -544,7 +695,7 @@ class RequestBook(_Book):
         """
         keys = self._keys.request(request_id)
         label = f"request {request_id}"
-        await self._wait(keys, timeout, clock, label)
+        await self._wait(keys, request_id, timeout, clock, label)
         stored = await self._get(keys, request_id, None)
         if stored is None:
             raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
@@ -553,7 +704,10 @@ class RequestBook(_Book):
     async def list_requests(
         self, *, state: RequestState | None = "pending", now: int | None = None, limit: int = 100
     ) -> list[StoredRequest]:
-        """Return stored requests in order of expiry, only those in ``state`` (all when None).
+        """Return stored requests in order of expiry, only those in ``state``.
+
+        ``state=None`` lists the pending ones first, then the others: decided or expired requests
+        never hide a pending one, whatever ``limit`` (see ``_Book._list`` for the cost).
 
         Raises:
             StoreError: Redis is unreachable or failed.
@@ -579,7 +733,14 @@ class InboxBook(_Book):
         url: str,
         options: StoreOptions,
     ) -> None:
-        super().__init__(client, scripts, url=url, index_key=keys.inbox_index(), options=options)
+        super().__init__(
+            client,
+            scripts,
+            url=url,
+            index_key=keys.inbox_index(),
+            pending_key=keys.inbox_pending(),
+            options=options,
+        )
         self._keys = keys
 
     def _ref(self, member: str) -> tuple[RequestKeys, str, str | None]:
@@ -617,6 +778,36 @@ class InboxBook(_Book):
         """
         return await self._get(self._keys.inbox_item(origin, request_id), request_id, origin)
 
+    async def exists(self, origin: str, request_id: str) -> bool:
+        """True when a request from ``origin`` is stored under ``request_id``: one EXISTS, cheaper
+        than :meth:`get` on the path of every new request.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin or id.
+        """
+        keys = self._keys.inbox_item(origin, request_id)
+        with converting(self._url):
+            return bool(await self._client.exists(keys.doc))
+
+    async def mark_queued(self, origin: str, request_id: str, entry_id: str) -> bool:
+        """Note that the received request was queued for the approver (``StoredRequest.queued``).
+
+        Queue the entry first, then mark: an unmarked item is queued again by the next repeat
+        of the request, a marked one never (a captured request re-posted cannot fill the queue).
+
+        Returns:
+            True when marked; False when no such request is stored.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin or id.
+        """
+        keys = self._keys.inbox_item(origin, request_id)
+        with converting(self._url):
+            marked = await self._scripts.run("mark_queued", [keys.outcome], [entry_id])
+        return bool(marked)
+
     async def record_decision(
         self,
         origin: str,
@@ -638,6 +829,7 @@ class InboxBook(_Book):
         _check_decision(kind, signer, decision)
         return await self._record(
             self._keys.inbox_item(origin, request_id),
+            f"{origin}/{request_id}",
             kind=kind,
             signer=signer,
             decision=decision,
@@ -648,7 +840,11 @@ class InboxBook(_Book):
     async def list_requests(
         self, *, state: RequestState | None = "pending", now: int | None = None, limit: int = 100
     ) -> list[StoredRequest]:
-        """Return received requests in order of expiry, only those in ``state`` (all when None).
+        """Return received requests in order of expiry, only those in ``state``.
+
+        ``state=None`` lists the pending ones first, then the others: decided or expired items
+        never hide a pending one, whatever ``limit``. A pending listing reads the pending set,
+        never the decided items: O(log N + limit) (see ``_Book._list``).
 
         Raises:
             StoreError: Redis is unreachable or failed.

@@ -19,6 +19,7 @@ SCRIPT_NAMES = (
     "promote_due",
     "retry_later",
     "prune_consumers",
+    "mark_queued",
 )
 
 
