@@ -271,18 +271,85 @@ async def test_denials_past_what_the_quorum_can_spare_deny_the_request(nodes: di
 
 
 @asynctest
-async def test_a_signers_first_decision_wins(nodes: dict[str, Node]) -> None:
-    alpha = nodes["alpha"]
+async def test_a_signer_that_denied_counts_as_a_denial_only_and_is_never_in_the_certificate(
+    nodes: dict[str, Node],
+) -> None:
+    alpha = nodes["alpha"]  # peers beta, delta, gamma; 2 required
     async with in_process(alpha, deliver=False) as client:
         request = alpha.request()
         await submit(client, alpha, request)
-        await client.post(decisions_path(request), json=denial(request, "beta"))
-        turned = await client.post(decisions_path(request), json=approval(request, "beta"))
+        path = decisions_path(request)
+        approved = await client.post(path, json=approval(request, "beta"))
+        vetoed = await client.post(path, json=denial(request, "beta", "changed my mind"))
+        turned = await client.post(path, json=approval(request, "beta"))
+        await client.post(path, json=approval(request, "gamma"))
+        decided = await client.post(path, json=approval(request, "delta"))
+        status = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
 
-    assert error(turned) == (
-        409,
-        "conflict",
-        f"beta already sent a denial for request {request['request_id']}.",
+    counts = [
+        (r.status_code, r.json()["counted"], r.json()["approvals"], r.json()["denials"])
+        for r in (approved, vetoed, turned)
+    ]
+    # PROTOCOL.md rule 6: the denial after beta's approval counts and takes it away; the approval
+    # after the denial is no error, and not counted.
+    assert counts == [(200, True, 1, 0), (200, True, 0, 1), (200, False, 0, 1)]
+    assert (decided.json()["state"], decided.json()["approvals"], decided.json()["denials"]) == (
+        "approved",
+        2,
+        1,
+    )
+    body = status.json()
+    assert (body["signers"], body["denied_by"]) == (["delta", "gamma"], ["beta"])
+    assert [item["statement"]["signer"] for item in body["certificate"]["approvals"]] == ["delta", "gamma"]
+    outcome = verify_certificate(body["certificate"], alpha.quorum(), origin_public_key=public_line("alpha"))
+    assert outcome.signers == ("delta", "gamma")
+
+
+@asynctest
+async def test_a_denial_after_the_signers_approval_can_deny_the_request(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]  # 2 of 3: a second denial decides
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        path = decisions_path(request)
+        await client.post(path, json=approval(request, "beta"))
+        await client.post(path, json=denial(request, "gamma"))
+        denied = await client.post(path, json=denial(request, "beta", "not after all"))
+        status = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    receipt = denied.json()
+    assert (receipt["state"], receipt["decided"], receipt["approvals"], receipt["denials"]) == (
+        "denied",
+        True,
+        0,
+        2,
+    )
+    body = status.json()
+    assert (body["state"], body["signers"], body["denied_by"]) == ("denied", [], ["beta", "gamma"])
+    assert body["denial_reasons"] == {"beta": "not after all", "gamma": "not today"}
+    assert body["certificate"] is None
+
+
+@asynctest
+async def test_relay_processes_sharing_a_store_count_a_signer_alike(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    # Two relays of one node on one store (two workers): what each knows of a request is only what
+    # never changes; who decided what is the script's alone.
+    async with in_process(alpha, deliver=False) as first, in_process(alpha, deliver=False) as second:
+        request = alpha.request()
+        await submit(first, alpha, request)
+        path = decisions_path(request)
+        await first.post(path, json=approval(request, "beta"))
+        vetoed = await second.post(path, json=denial(request, "beta"))
+        turned = await first.post(path, json=approval(request, "beta"))
+        status = await second.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+
+    assert (vetoed.status_code, vetoed.json()["counted"], vetoed.json()["approvals"]) == (200, True, 0)
+    assert (turned.status_code, turned.json()["counted"], turned.json()["denials"]) == (200, False, 1)
+    assert (status.json()["state"], status.json()["signers"], status.json()["denied_by"]) == (
+        "pending",
+        [],
+        ["beta"],
     )
 
 
@@ -356,6 +423,29 @@ async def test_decision_times_follow_rule_4(nodes: dict[str, Node]) -> None:
         f"{request['expires_at']}.",
     )
     assert skew.status_code == 200  # within the clock skew
+
+
+@asynctest
+async def test_a_decision_half_a_second_past_the_expiry_is_late(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        await submit(client, alpha, request)
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        expires_at = request["expires_at"]
+        beta, gamma = approval(request, "beta", expires_at), approval(request, "gamma", expires_at)
+        at_expiry = await relay.count(
+            request["request_id"], beta["statement"], beta["signature"], now=expires_at
+        )
+        # The script counts whole seconds: rounded down, this one would count and approve.
+        late = await relay.count(
+            request["request_id"], gamma["statement"], gamma["signature"], now=expires_at + 0.5
+        )
+        stored = await relay.store.requests.get(request["request_id"])
+
+    assert (at_expiry["state"], at_expiry["counted"]) == ("pending", True)
+    assert (late["state"], late["counted"], late["decided"]) == ("expired", False, True)
+    assert (stored.state, stored.decided_at, list(stored.approvals)) == ("expired", expires_at + 1, ["beta"])
 
 
 @asynctest

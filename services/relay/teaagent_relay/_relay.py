@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import redis.exceptions
@@ -32,13 +32,12 @@ import redis.exceptions
 from teaagent._canonical import canonical
 from teaagent.config import NodeConfig
 from teaagent.errors import RequestConflictError, StoreError
-from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, build_certificate, request_problem
+from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, build_certificate, is_expired, request_problem
 from teaagent.signing import parse_public_key
 from teaagent.store import DecisionResult, RequestState, Store, StoredRequest
 from teaagent_relay._errors import ApiError
 from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._protocol import (
-    DecisionKind,
     check_request_signature,
     check_statement,
     decision_bytes,
@@ -71,17 +70,15 @@ class RateLimit:
 class KnownRequest:
     """One of this node's own requests, parsed once, with who may count for it and how many must.
 
-    ``decided`` maps each signer with a counted decision to its kind: a signer's first decision
-    wins (PROTOCOL.md rule 5: each signer counts once), so a contrary one later is refused. It is
-    filled from the store when the request is loaded and kept here after, which holds because a
-    node runs one relay process (``teaagent relay serve`` starts one worker).
+    Only what never changes is kept here: who decided what is the store's alone (the counting
+    script reads and writes it atomically), so any number of relay processes sharing the store
+    count alike.
     """
 
     request: dict[str, Any]
     signature: str
     peers: tuple[str, ...]
     required: int
-    decided: dict[str, DecisionKind] = field(default_factory=dict)
 
 
 def _own_decision(stored: StoredRequest) -> bytes | None:
@@ -173,9 +170,7 @@ class Relay:
             raise _not_found(request_id)
         request, signature = _envelope(stored.document)
         peers, _required = self._counting(request)
-        decided: dict[str, DecisionKind] = dict.fromkeys(stored.denials, "denial")
-        decided.update(dict.fromkeys(stored.approvals, "approval"))
-        return self._remember(KnownRequest(request, signature, peers, stored.required, decided))
+        return self._remember(KnownRequest(request, signature, peers, stored.required))
 
     async def submit(self, request: dict[str, Any], signature: str) -> tuple[bool, dict[str, Any]]:
         """Store a request of this node's agent and queue it for every peer; idempotent.
@@ -263,8 +258,8 @@ class Relay:
         stored = await self.store.requests.wait_outcome(request_id, min(wait, MAX_WAIT_SECONDS))
         return self._status(stored)
 
-    async def _settle(self, request_id: str) -> DecisionResult:
-        result = await self.store.requests.settle_expiry(request_id)
+    async def _settle(self, request_id: str, now: int | None = None) -> DecisionResult:
+        result = await self.store.requests.settle_expiry(request_id, now=now)
         if result.decided:
             self.metrics.outcomes.labels(result.state).inc()
         return result
@@ -294,26 +289,42 @@ class Relay:
             "certificate": certificate,
         }
 
-    async def count(self, request_id: str, statement: dict[str, Any], signature: str) -> dict[str, Any]:
-        """Verify a peer's decision on an own request and count it once (PROTOCOL.md "Counting").
+    async def count(
+        self, request_id: str, statement: dict[str, Any], signature: str, *, now: float | None = None
+    ) -> dict[str, Any]:
+        """Verify a peer's decision on an own request and count it (PROTOCOL.md "Counting").
+
+        Rules 1 to 4 are checked here; the counting script applies the rest atomically (each signer
+        once; a signer that denied counts as a denial only; the thresholds; a decided outcome never
+        changes), as :class:`teaagent.quorum.Tally` does. So a repeat, or an approval of a signer
+        that denied, answers 200 with ``counted: false``; a denial of a signer that approved counts
+        and takes that approval away: it is never in a certificate.
+
+        Args:
+            request_id: The own request decided on.
+            statement: The signed statement, as carried.
+            signature: Its signature.
+            now: The time of the count in Unix seconds; the clock when None.
 
         Raises:
             ApiError: 404 unknown request; 422 not a statement of this request; 403 a signer that
-                may not sign it, or a signature that does not verify; 409 the signer decided
-                otherwise before.
+                may not sign it, or a signature that does not verify.
             StoreError: Redis failed.
         """
         known = await self.known_request(request_id)
         request = known.request
-        now = time.time()
+        clock = time.time() if now is None else now
+        # The script counts whole seconds. Rounded up, ``at > expires_at`` (an integer) holds exactly
+        # when ``clock > expires_at`` does: rounded down, a decision half a second late would count.
+        at = math.ceil(clock)
         try:
-            kind, signer, rebuilt = check_statement(request, statement, configured=known.peers, now=now)
+            kind, signer, rebuilt = check_statement(request, statement, configured=known.peers, now=clock)
         except ApiError:
             self.metrics.decisions.labels("peer", "rejected").inc()
             raise
-        if now > request["expires_at"]:
+        if is_expired(at, request["expires_at"]):
             # Rule 4: nothing counts on an expired request; settle it and say so.
-            result = await self._settle(request_id)
+            result = await self._settle(request_id, at)
             self.metrics.decisions.labels("peer", "late").inc()
             return self._receipt(request, signer, kind, result)
         # Rules 2 and 3: the signature verifies over the rebuilt statement with the configured key.
@@ -329,20 +340,10 @@ class Relay:
         except ApiError:
             self.metrics.decisions.labels("peer", "rejected").inc()
             raise
-        # Rule 5: each signer counts once; its first decision wins, a contrary one is refused.
-        previous = known.decided.get(signer)
-        if previous is not None and previous != kind:
-            self.metrics.decisions.labels("peer", "rejected").inc()
-            raise ApiError(409, "conflict", f"{signer} already sent a {previous} for request {request_id}.")
-        known.decided[signer] = kind  # before the await: a concurrent contrary decision sees it
-        try:
-            result = await self.writer.record(
-                request_id, kind=kind, signer=signer, decision=decision_bytes(rebuilt, wire), now=int(now)
-            )
-        except BaseException:
-            if previous is None:
-                known.decided.pop(signer, None)
-            raise
+        # Rules 5 and 6 are the script's: it alone sees every relay process's decisions at once.
+        result = await self.writer.record(
+            request_id, kind=kind, signer=signer, decision=decision_bytes(rebuilt, wire), now=at
+        )
         self.metrics.decisions.labels("peer", "counted" if result.counted else "duplicate").inc()
         if result.decided:
             self.metrics.outcomes.labels(result.state).inc()

@@ -4,7 +4,9 @@ One relay worker receives decisions concurrently; each needs one atomic script c
 one, the Redis client's per-command overhead costs more than the signature verification on a small
 host. Here the calls that arrive while a batch is in flight wait for it and go out together as the
 next batch, through :meth:`teaagent.store.RequestBook.record_decisions` (one pipeline of the
-``record_decision`` script, each call counted exactly as ``record_decision`` counts it alone).
+``record_decision`` script, each call counted exactly as ``record_decision`` counts it alone, in
+the order the calls came: the script alone decides what counts, rules 5 and 6 included, so a
+signer's approval and its denial in one batch count as its denial, as they would one by one).
 Nothing waits for a timer: a lone decision goes out at once.
 """
 
