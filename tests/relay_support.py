@@ -25,12 +25,15 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import build_request, sign_approval, sign_denial, sign_request
+from teaagent.relay_client import InboxItem, RelayClient
 from teaagent.signing import SSHPrivateKey
+from teaagent.store import Keys
 
 READY_TIMEOUT = 20.0  # seconds for a relay process to answer /health (Python start-up on a loaded host)
 
@@ -323,6 +326,23 @@ def running(nodes: Iterable[Node], log_folder: Path) -> Any:
             process.stop()
 
 
+def kill_process(pid: int, timeout: float = 10.0) -> None:
+    """``kill -9`` a process that is not this one's child (a relay's Redis); return once it is gone."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(OSError):
+            # A zombie (dead, its parent not yet told) counts as gone: it holds no memory, no port.
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        time.sleep(0.01)
+    raise RuntimeError(f"process {pid} still runs {timeout}s after SIGKILL")
+
+
 def wait_until(predicate: Any, timeout: float = 15.0, interval: float = 0.05) -> Any:
     """Poll ``predicate`` (a test's observer, not the relay) until it returns something truthy."""
     deadline = time.monotonic() + timeout
@@ -384,6 +404,31 @@ def fixture_nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str
     return write_cluster(
         tmp_path, ["alpha", "beta", "gamma", "delta"], redis_url=redis_url, prefix=redis_prefix
     )
+
+
+def approve_next(node: Node, *, deny_reason: str | None = None, wait: float = 20.0) -> InboxItem:
+    """Act as the node's approver: wait for the next pending request, sign a decision, hand it over."""
+    with RelayClient(node.url, token=node.token) as client:
+        items = client.list_inbox(wait=wait)
+        assert items, f"nothing reached {node.name}'s inbox"
+        item = items[0]
+        document = (
+            approval(item.request, node.name)
+            if deny_reason is None
+            else denial(item.request, node.name, deny_reason)
+        )
+        client.submit_decision(item.request_id, document["statement"], document["signature"])
+        return item
+
+
+def undelivered(redis_url: str, node: Node) -> int:
+    """Deliveries of ``node`` waiting, in flight or scheduled for a retry (read from Redis directly)."""
+    keys = Keys(node.redis_prefix).queue("deliveries")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.xlen(keys.stream)) + int(client.zcard(keys.schedule))
+    finally:
+        client.close()
 
 
 def error(response: httpx.Response) -> tuple[int, str, str]:

@@ -23,10 +23,11 @@ from relay_support import (
     Node,
     RelayProcess,
     approval,
-    denial,
+    approve_next,
     free_port,
     public_line,
     running,
+    undelivered,
     wait_until,
     write_cluster,
 )
@@ -34,37 +35,12 @@ from relay_support import (
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.policy import ApprovalPolicy, PermissionMode
 from teaagent.quorum import verify_certificate
-from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
+from teaagent.relay_client import RelayClient, RelayQuorumGate
 from teaagent.store import Keys, find_server_binary
 
 pytestmark = pytest.mark.slow
 
 WAIT = 20.0  # seconds a test waits for something that takes well under one on an idle host
-
-
-def approve_next(node: Node, *, deny_reason: str | None = None) -> InboxItem:
-    """Act as the node's approver: wait for the next pending request, sign a decision, hand it over."""
-    with RelayClient(node.url, token=node.token) as client:
-        items = client.list_inbox(wait=WAIT)
-        assert items, f"nothing reached {node.name}'s inbox"
-        item = items[0]
-        document = (
-            approval(item.request, node.name)
-            if deny_reason is None
-            else denial(item.request, node.name, deny_reason)
-        )
-        client.submit_decision(item.request_id, document["statement"], document["signature"])
-        return item
-
-
-def undelivered(redis_url: str, node: Node) -> int:
-    """Deliveries of ``node`` waiting, in flight or scheduled for a retry (read from Redis directly)."""
-    keys = Keys(node.redis_prefix).queue("deliveries")
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return int(client.xlen(keys.stream)) + int(client.zcard(keys.schedule))
-    finally:
-        client.close()
 
 
 def test_two_relays_exchange_a_request_and_its_decision(
