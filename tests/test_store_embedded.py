@@ -85,7 +85,7 @@ def test_it_is_private_persistent_and_loopback_only(tmp_path: Path) -> None:
         }
         assert config == {
             "appendonly": "yes",
-            "appendfsync": "everysec",
+            "appendfsync": "always",
             "bind": "127.0.0.1",
             "protected-mode": "yes",
             "dir": str(folder),

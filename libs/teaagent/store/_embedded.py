@@ -13,10 +13,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 import redis
 import redis.backoff
@@ -33,6 +35,9 @@ START_TIMEOUT = 15.0  # seconds until PING must answer; replaying a large append
 STOP_TIMEOUT = 10.0  # seconds a server gets to flush its append-only file after SIGTERM before SIGKILL
 PORT_ATTEMPTS = 5  # another process may take the free port we picked before the server binds it
 _POLL_SECONDS = 0.02  # start-up and shutdown polling step (no event exists to wait on)
+RESTART_BACKOFF_START = 0.5  # seconds before starting again a server that died soon after its start
+RESTART_BACKOFF_CAP = 30.0  # a server that keeps dying is started at most this rarely
+STABLE_SECONDS = 60.0  # a server that ran this long before it died is started again at once
 
 _CONFIG = "valkey.conf"
 _PIDFILE = "valkey.pid"
@@ -140,10 +145,24 @@ class EmbeddedRedis:
     """A Valkey (or Redis) server private to one node, with its data in ``<data_dir>/redis/``.
 
     It listens on a free loopback port only, with protected mode, a random password (the URL
-    carries it), and append-only persistence fsynced every second, so pending requests survive a
-    restart. ``start()`` waits until PING answers. A server left behind by a crashed run of the same
-    folder is stopped first (its data is kept); a server whose owner process still runs is shared
-    instead (``owned`` is False, and ``stop()`` leaves it running). Use it as a context manager.
+    carries it), and append-only persistence fsynced before every reply (``appendfsync always``):
+    what the server acknowledged survives a restart, a crash of the server and one of the host.
+    ``start()`` waits until PING answers. A server that dies while started is started again on
+    the same port with the same password and its data, so clients of ``url`` reconnect by
+    themselves. A server left behind by a crashed run of the same folder is stopped first (its data
+    is kept); a server whose owner process still runs is shared instead (``owned`` is False,
+    ``stop()`` leaves it running, and nothing here restarts it). Use it as a context manager.
+
+    Args:
+        data_dir: The node's data folder; the server keeps its files in ``<data_dir>/redis/``.
+        binary: The server binary; ``find_server_binary()`` when None.
+        start_timeout: Seconds until PING must answer.
+        stop_timeout: Seconds a server gets to exit after SIGTERM before SIGKILL.
+        appendfsync: ``always`` for a node. ``everysec`` only for a benchmark of something else:
+            it answers before the fsync, so a host crash loses up to the last second's writes.
+
+    Raises:
+        ValueError: ``appendfsync`` is neither ``always`` nor ``everysec``.
     """
 
     def __init__(
@@ -153,15 +172,21 @@ class EmbeddedRedis:
         binary: Path | None = None,
         start_timeout: float = START_TIMEOUT,
         stop_timeout: float = STOP_TIMEOUT,
+        appendfsync: Literal["always", "everysec"] = "always",
     ) -> None:
+        if appendfsync not in ("always", "everysec"):
+            raise ValueError(f"appendfsync must be 'always' or 'everysec', not {appendfsync!r}")
         self.folder = Path(data_dir).resolve() / "redis"
         self._binary = binary
+        self._appendfsync = appendfsync
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._url: str | None = None
         self._pid: int | None = None
         self.owned = False
+        self._guard = threading.Lock()  # a restart after a crash and stop() take turns
+        self._stopped = threading.Event()  # one per start(): an old run's watcher never sees a new run's
 
     def __enter__(self) -> EmbeddedRedis:
         self.start()
@@ -214,13 +239,24 @@ class EmbeddedRedis:
                     raise StoreError(f"the embedded Redis in {self.folder} did not start: {error}")
             else:
                 raise StoreError(f"the embedded Redis in {self.folder} did not start: {error}")
+            process = self._process
+            if process is not None:  # always, once _spawn succeeded
+                self._stopped = threading.Event()
+                threading.Thread(
+                    target=self._supervise,
+                    args=(process, binary, self._stopped),
+                    name=f"embedded-redis-{process.pid}",
+                    daemon=True,
+                ).start()
         atexit.register(self.stop)
 
     def stop(self) -> None:
         """Stop the server if this object started it (SIGTERM, wait, SIGKILL); safe to call twice."""
         atexit.unregister(self.stop)
-        process, self._process = self._process, None
-        self._url, pid, self._pid = None, self._pid, None
+        self._stopped.set()
+        with self._guard:  # a restart under way finishes first, and its server is stopped here
+            process, self._process = self._process, None
+            self._url, pid, self._pid = None, self._pid, None
         if not self.owned or process is None:
             self.owned = False
             return
@@ -305,8 +341,48 @@ class EmbeddedRedis:
         if _pid_alive(pid):
             raise StoreError(f"a leftover Redis server (pid {pid}) holds {self.folder} and cannot be stopped")
 
+    def _supervise(self, process: subprocess.Popen[bytes], binary: Path, stopped: threading.Event) -> None:
+        """Start the server again, on its port and with its data, each time it dies without ``stop()``.
+
+        A killed server (the OOM killer, ``kill -9``) would otherwise stay down until its owner,
+        the relay, is restarted, and the relay answers 503 meanwhile. The same port and password
+        keep the URL, so the owner's clients reconnect with their retries and the agents'
+        ``running_url`` stays right. A server that keeps dying is started again ever more slowly.
+        """
+        delay = 0.0
+        started = time.monotonic()
+        while True:
+            status = process.wait()
+            if stopped.is_set():
+                return
+            if time.monotonic() - started >= STABLE_SECONDS:
+                delay = 0.0
+            logger.warning(
+                "embedded Redis of %s (pid %s) exited with status %s; starting it again",
+                self.folder,
+                process.pid,
+                status,
+            )
+            failures = 0
+            while True:
+                if stopped.wait(delay):
+                    return
+                delay = min(RESTART_BACKOFF_CAP, max(RESTART_BACKOFF_START, delay * 2))
+                with self._guard:
+                    if stopped.is_set() or self._url is None:
+                        return
+                    error = self._launch(binary, self.folder / _CONFIG, self._url)
+                    restarted = self._process
+                if not error and restarted is not None:
+                    break
+                failures += 1
+                if failures == 1:  # once per outage: the retries go on quietly
+                    logger.error("embedded Redis of %s did not start again: %s; retrying", self.folder, error)
+            logger.warning("embedded Redis of %s runs again (pid %s)", self.folder, restarted.pid)
+            process, started = restarted, time.monotonic()
+
     def _spawn(self, binary: Path) -> str:
-        """Start one server process; return "" when it answers PING, else why it failed."""
+        """Start one server process on a new port; return "" when it answers PING, else why it failed."""
         port = _free_port()
         password = secrets.token_hex(32)
         config_path = self.folder / _CONFIG
@@ -322,13 +398,19 @@ class EmbeddedRedis:
             "daemonize no",
             "set-proc-title no",  # keeps the config path in the command line: a restart knows its server
             "appendonly yes",
-            "appendfsync everysec",
+            # always: fsync before replying, so an acknowledged write (a decision whose approver
+            # got 200) survives a host crash too. everysec could lose the last second, and WAITAOF
+            # does not close that gap on Valkey (under everysec it returns before the fsync).
+            f"appendfsync {self._appendfsync}",
             'save ""',
         ]
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write("\n".join(lines) + "\n")
-        url = f"redis://:{password}@127.0.0.1:{port}/0"
+        return self._launch(binary, config_path, f"redis://:{password}@127.0.0.1:{port}/0")
+
+    def _launch(self, binary: Path, config_path: Path, url: str) -> str:
+        """Run the server of ``config_path``; return "" once it answers PING at ``url``, else why not."""
         with (self.folder / "server.out").open("ab") as out:
             offset = out.tell()
             try:
