@@ -27,6 +27,7 @@ from relay_support import (
     signer,
     write_cluster,
 )
+from test_store_requests import decided_in_inbox
 
 from teaagent.errors import StoreError
 from teaagent.quorum import approval_statement, build_request, sign_request
@@ -258,6 +259,76 @@ async def test_an_origin_past_its_rate_limit_gets_429_and_nothing_is_stored(node
 
 
 @asynctest
+async def test_a_captured_request_posted_again_and_again_never_uses_up_its_origins_window(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    # dev signatures only to have a second valid signature over the very same request.
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        allow_dev_signatures=True,
+    )
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        captured = alpha.signed(alpha.request())  # as it travelled to every peer
+        first = await client.post("/v1/inbox", json=captured)
+        replayed = [await client.post("/v1/inbox", json=captured) for _ in range(3 * 2)]  # 3x the window
+        resigned = await client.post("/v1/inbox", json=dict(captured, signature="dev:alpha"))
+        genuine = alpha.request(call_id="call-2")
+        second = await client.post("/v1/inbox", json=alpha.signed(genuine))
+        over = await client.post("/v1/inbox", json=alpha.signed(alpha.request(call_id="call-3")))
+        still = await client.post("/v1/inbox", json=captured)  # a full window does not refuse a repeat
+        shown = await client.get(f"/v1/inbox/{captured['request']['request_id']}", headers=beta.headers)
+        queued = await relay.store.inbox_queue.entries()
+
+    assert first.status_code == 201
+    repeats = [*replayed, resigned, still]
+    assert [response.status_code for response in repeats] == [200] * 8  # never 429
+    assert {(response.json()["created"], response.json()["state"]) for response in repeats} == {
+        (False, "pending")
+    }
+    assert second.status_code == 201  # the origin's genuine new request passes
+    # The window of 2 holds exactly the two genuine requests: no repeat was charged to it.
+    assert error(over)[:2] == (429, "rate_limited")
+    assert shown.json()["signature"] == captured["signature"]  # the first copy stays
+    # Nor does a repeat queue the request again (the queue would fill): one entry per request.
+    assert sorted(entry.request_id for entry in queued) == sorted(
+        [captured["request"]["request_id"], genuine["request_id"]]
+    )
+
+
+@asynctest
+async def test_an_expired_request_is_refused_and_charges_nothing(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        expired = alpha.request(now=time.time() - alpha.timeout_seconds - 1)  # expired a second ago
+        refused = [await client.post("/v1/inbox", json=alpha.signed(expired)) for _ in range(3 * 2)]
+        stored = await nothing_stored(client, "alpha", expired["request_id"])
+        window = await relay.store.client.exists(relay.store.keys.ratelimit("origin:alpha"))
+        genuine = [
+            await client.post("/v1/inbox", json=alpha.signed(alpha.request(call_id=f"call-{n}")))
+            for n in range(3)
+        ]
+
+    assert expired["expires_at"] < time.time()
+    for response in refused:
+        assert error(response) == (
+            422,
+            "expired",
+            f"Request {expired['request_id']} expired at {expired['expires_at']}; "
+            "this node no longer accepts it.",
+        )
+    assert stored
+    assert window == 0  # the origin's window was never touched
+    # So it still holds its full 2: both genuine requests pass, the third is the first refused.
+    assert [response.status_code for response in genuine] == [201, 201, 429]
+
+
+@asynctest
 async def test_the_inbox_needs_the_nodes_token(nodes: dict[str, Node]) -> None:
     beta = nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -288,6 +359,47 @@ async def test_the_inbox_long_poll_returns_when_a_request_arrives(nodes: dict[st
 
     assert empty.json() == []
     assert [item["request_id"] for item in waited.json()] == [request["request_id"]]
+
+
+@asynctest
+async def test_a_pending_request_behind_ten_thousand_decided_ones_is_listed_and_wakes_the_long_poll(
+    nodes: dict[str, Node],
+) -> None:
+    alpha, beta, gamma = nodes["alpha"], nodes["beta"], nodes["gamma"]
+    async with in_process(beta, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        now = int(time.time())
+        template = gamma.request()  # gamma's requests, approved here over a busy day
+
+        def document(request_id: str) -> bytes:
+            return json.dumps({"request": dict(template, request_id=request_id), "signature": "x"}).encode()
+
+        # They expire within the minute, so all sort before alpha's request (two minutes).
+        await decided_in_inbox(relay.store, "gamma", 10_000, expires_at=now + 60, now=now, document=document)
+        empty = await client.get("/v1/inbox", params={"limit": 1}, headers=beta.headers)
+        request = alpha.request()
+
+        async def arrive() -> None:
+            await asyncio.sleep(0.3)
+            assert (await client.post("/v1/inbox", json=alpha.signed(request))).status_code == 201
+
+        waited, _ = await asyncio.gather(
+            client.get(
+                "/v1/inbox", params={"state": "pending", "limit": 1, "wait": 20}, headers=beta.headers
+            ),
+            arrive(),
+        )
+        listed = await client.get("/v1/inbox", params={"state": "pending", "limit": 1}, headers=beta.headers)
+        everything = await client.get("/v1/inbox", params={"state": "all", "limit": 2}, headers=beta.headers)
+
+    assert empty.json() == []
+    assert [item["request_id"] for item in waited.json()] == [request["request_id"]]
+    assert [item["request_id"] for item in listed.json()] == [request["request_id"]]
+    # Every state: the pending one first, whatever sorts before it.
+    assert [(item["origin"], item["state"]) for item in everything.json()] == [
+        ("alpha", "pending"),
+        ("gamma", "approved"),
+    ]
 
 
 @asynctest

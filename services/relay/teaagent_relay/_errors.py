@@ -5,6 +5,7 @@ code                    status  meaning
 ======================  ======  ===============================================================
 ``invalid``             400     the body is not JSON, or cannot be read
 ``invalid``             422     the JSON is not the document the call takes, or breaks a rule
+``expired``             422     a peer's request that expired before it arrived (never stored)
 ``unauthorized``        401     no bearer token, or the wrong one (calls of the node itself)
 ``forbidden``           403     unknown origin, not our request, a signer that may not sign it
 ``bad_signature``       403     a document's signature does not verify with the configured key

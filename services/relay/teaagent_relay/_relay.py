@@ -368,9 +368,14 @@ class Relay:
     async def receive(self, request: dict[str, Any], signature: str) -> tuple[bool, dict[str, Any]]:
         """Accept a peer's request into the inbox and queue it for the approver; idempotent.
 
+        PROTOCOL.md "What a peer's relay refuses": everything is checked before the origin's
+        window is charged, and an exact repeat of a stored request is charged to no window, so a
+        captured request (it travels to every peer) re-posted forever never shuts the origin out.
+
         Raises:
             ApiError: 403 unknown origin, not addressed to this node, or a bad signature; 422
-                malformed; 429 the origin's window is full; 409 another document holds the id.
+                malformed, created too far ahead (``invalid``) or already expired (``expired``);
+                429 the origin's window is full; 409 another document holds the id.
             StoreError: Redis failed.
         """
         origin = request.get("origin")
@@ -381,13 +386,24 @@ class Relay:
             raise ApiError(422, "invalid", sentence(problem))
         assert isinstance(origin, str)  # request_problem checked it
         request_id = request["request_id"]
-        if request["created_at"] > time.time() + MAX_CLOCK_SKEW_SECONDS:
+        now = time.time()
+        if request["created_at"] > now + MAX_CLOCK_SKEW_SECONDS:
             # A request from the future would keep its keys here until then (PROTOCOL.md rule 4's skew).
             raise ApiError(
                 422,
                 "invalid",
                 f"Request {request_id} was created at {request['created_at']}, more than "
                 f"{MAX_CLOCK_SKEW_SECONDS} seconds ahead of this node's clock.",
+            )
+        if now > request["expires_at"]:
+            # 422, as for the skew above: a well-formed document this node can no longer take (not
+            # 410/409, which speak of the target resource's state; not 429, which would invite a
+            # retry). Its own code, so an origin can tell it from a malformed one. Checked before
+            # the signature and the window, as the skew is: time is free, Ed25519 and Redis are not.
+            raise ApiError(
+                422,
+                "expired",
+                f"Request {request_id} expired at {request['expires_at']}; this node no longer accepts it.",
             )
         if self.agent_id not in request["peers"]:
             raise ApiError(
@@ -402,7 +418,17 @@ class Relay:
             allow_dev=self.allow_dev,
             whose=f"the key configured for {origin}",
         )
-        # After the signature: only a genuine origin's requests use up its window.
+        document = canonical({"request": request, "signature": wire})
+        # Already here: a repeat (or a clash) is answered from the store and charges nothing. A read
+        # first, not one script with the window: the window's key has another hash tag (cluster).
+        stored = (
+            await self.store.inbox.get(origin, request_id)
+            if await self.store.inbox.exists(origin, request_id)
+            else None
+        )
+        if stored is not None:
+            return await self._repeat(origin, request, stored)
+        # After the signature: only a genuine origin's new requests use up its window.
         decision = await self.store.rate_limiter.hit(f"origin:{origin}", self.inbox_limit)
         if not decision.allowed:
             retry_after = max(1, math.ceil(decision.retry_after))
@@ -413,26 +439,61 @@ class Relay:
                 f"{self.inbox_limit.window_seconds:g} seconds; retry in {retry_after} s.",
                 headers={"Retry-After": str(retry_after)},
             )
-        document = canonical({"request": request, "signature": wire})
         try:
             result = await self.store.inbox.accept(
                 origin, request_id, document, expires_at=request["expires_at"]
             )
-            created, state = result.created, result.state
         except RequestConflictError:
-            stored = await self.store.inbox.get(origin, request_id)
-            if stored is None or _envelope(stored.document)[0] != request:
-                raise ApiError(
-                    409,
-                    "conflict",
-                    f"Request {request_id} from {origin} is already stored with a different document.",
-                ) from None
-            created, state = False, stored.state
+            # Stored between the read above and here (a concurrent copy): answered as a repeat.
+            again = await self.store.inbox.get(origin, request_id)
+            if again is None:
+                raise self._clash(origin, request_id) from None
+            return await self._repeat(origin, request, again)
+        return await self._received(origin, request, created=result.created, state=result.state, queued=False)
+
+    async def _repeat(
+        self, origin: str, request: dict[str, Any], stored: StoredRequest
+    ) -> tuple[bool, dict[str, Any]]:
+        """Answer a request already stored from ``origin``: the same request again, or a clash.
+
+        The same request is the same canonical request document, whoever's copy of the signature
+        it carries (ECDSA signatures differ each time; both verified): the first one stays.
+
+        Raises:
+            ApiError: 409 another request document holds the id.
+            StoreError: Redis failed.
+        """
+        if canonical(_envelope(stored.document)[0]) != canonical(request):
+            raise self._clash(origin, request["request_id"])
+        return await self._received(origin, request, created=False, state=stored.state, queued=stored.queued)
+
+    @staticmethod
+    def _clash(origin: str, request_id: str) -> ApiError:
+        return ApiError(
+            409,
+            "conflict",
+            f"Request {request_id} from {origin} is already stored with a different document.",
+        )
+
+    async def _received(
+        self, origin: str, request: dict[str, Any], *, created: bool, state: RequestState, queued: bool
+    ) -> tuple[bool, dict[str, Any]]:
+        """Count a stored (or repeated) request; queue it for the approver once, while it is pending.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        request_id = request["request_id"]
         self.metrics.quorum_requests.labels("inbox", "created" if created else "duplicate").inc()
-        if state == "pending":
-            # Also for a repeat: the origin repeats only when it got no answer, maybe before this step.
+        if state == "pending" and not queued:
+            # Also for a repeat of an item not marked queued: the origin repeats only when it got no
+            # answer, maybe before this step. A marked one is never queued again, so repeats (free of
+            # the window) cannot fill the queue; a crash before the mark costs one extra entry.
             payload = json.dumps({"origin": origin, "request_id": request_id}).encode()
-            await self.store.inbox_queue.enqueue(APPROVER_TARGET, request_id, payload, request["expires_at"])
+            entry_id = await self.store.inbox_queue.enqueue(
+                APPROVER_TARGET, request_id, payload, request["expires_at"]
+            )
+            await self.store.inbox.mark_queued(origin, request_id, entry_id)
         return created, {"request_id": request_id, "origin": origin, "state": state, "created": created}
 
     async def sweep_inbox_queue(self, now: float | None = None) -> int:

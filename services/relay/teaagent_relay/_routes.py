@@ -189,9 +189,11 @@ inbox_router = APIRouter(prefix="/v1/inbox", tags=["inbox"])
 )
 async def receive_request(body: SignedRequestIn, relay: RelayDep, response: Response) -> Any:
     """Accept it when its origin is a configured peer, this node is among its peers and the
-    origin's signature verifies with the origin's configured key; rate-limited per origin.
+    origin's signature verifies with the origin's configured key and it has not expired (422
+    ``expired``); rate-limited per origin, new requests only.
 
-    No token: the signature is the authentication. 201 the first time, 200 for a repeat.
+    No token: the signature is the authentication. 201 the first time, 200 for a repeat (charged
+    to no window: a captured request posted again cannot shut its origin out).
     """
     created, accepted = await relay.receive(body.request, body.signature)
     if not created:
