@@ -292,7 +292,12 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     """``teaagent bench relay``: the store's rate-limit figures and the relay's decision rates.
 
     The rate limiter runs against a fresh embedded Redis (``seconds / 2`` per contender, see
-    ``teaagent.store._bench``); the decisions take about ``seconds``.
+    ``teaagent.store._bench``) started with ``appendfsync everysec``: its targets compare the
+    scripts' own cost with a bare EVALSHA and with ``limits``, and under ``always`` (what the node's
+    embedded server runs, so that an acknowledged decision survives a host crash) every write
+    would add one fsync that the read-only floor never pays. ``ratelimit_fsync_always_per_s`` is
+    the same check on the shipped setting, for the record. The decisions take about ``seconds``, on
+    the shipped setting.
 
     Raises:
         ValueError: ``seconds`` is not positive.
@@ -305,8 +310,15 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
         raise ValueError(f"seconds must be positive, not {seconds}")
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-ratelimit-") as folder,
-        EmbeddedRedis(folder) as server,
+        EmbeddedRedis(Path(folder) / "everysec", appendfsync="everysec") as server,
     ):
         figures = bench_ratelimit(server.url, seconds / 2)
+    with (
+        tempfile.TemporaryDirectory(prefix="teaagent-bench-ratelimit-") as folder,
+        EmbeddedRedis(Path(folder) / "always") as server,
+    ):
+        shipped = bench_ratelimit(server.url, seconds / 4)
+    figures["ratelimit_fsync_always_per_s"] = shipped["ratelimit_per_s"]
+    figures["ratio_to_raw_evalsha_fsync_always"] = shipped["ratio_to_raw_evalsha"]
     figures.update(bench_decisions(seconds))
     return figures

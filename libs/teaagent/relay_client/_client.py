@@ -51,6 +51,8 @@ class RequestStatus:
         accepted_at: Unix seconds when the relay stored it.
         decided_at: Unix seconds when it was decided, or None.
         certificate: The quorum certificate once approved (verify it: the relay is not trusted).
+        denials: The signed denials ``{"statement", "signature"}`` the relay counted, so that the
+            origin can check who really denied (the relay's ``denied_by`` is only its word).
     """
 
     request_id: str
@@ -64,6 +66,7 @@ class RequestStatus:
     accepted_at: int
     decided_at: int | None
     certificate: dict[str, Any] | None
+    denials: tuple[dict[str, Any], ...] = ()
 
     @property
     def decided(self) -> bool:
@@ -79,21 +82,36 @@ class RequestStatus:
         """Build it from the relay's JSON (``RequestStatusOut``).
 
         Raises:
-            KeyError: A field is missing.
+            ValueError: The JSON is not a request status (a field is missing or of the wrong kind).
         """
-        return cls(
-            request_id=data["request_id"],
-            state=data["state"],
-            required=data["required"],
-            peers=tuple(data["peers"]),
-            signers=tuple(data["signers"]),
-            denied_by=tuple(data["denied_by"]),
-            denial_reasons=dict(data.get("denial_reasons") or {}),
-            expires_at=data["expires_at"],
-            accepted_at=data["accepted_at"],
-            decided_at=data.get("decided_at"),
-            certificate=data.get("certificate"),
-        )
+        try:
+            state = data["state"]
+            if state not in ("pending", "approved", "denied", "expired"):
+                raise ValueError(f"its state {state!r} is not a request state")
+            certificate = data.get("certificate")
+            denials = data.get("denials") or ()
+            if certificate is not None and not isinstance(certificate, dict):
+                raise ValueError("its certificate is not a JSON object")
+            if not all(isinstance(denial, dict) for denial in denials):
+                raise ValueError("its denials are not JSON objects")
+            return cls(
+                request_id=str(data["request_id"]),
+                state=state,
+                required=int(data["required"]),
+                peers=tuple(data["peers"]),
+                signers=tuple(data["signers"]),
+                denied_by=tuple(data["denied_by"]),
+                denial_reasons=dict(data.get("denial_reasons") or {}),
+                expires_at=int(data["expires_at"]),
+                accepted_at=int(data["accepted_at"]),
+                decided_at=data.get("decided_at"),
+                certificate=certificate,
+                denials=tuple(denials),
+            )
+        except KeyError as exc:
+            raise ValueError(f"it has no field {exc.args[0]!r}") from None
+        except TypeError as exc:
+            raise ValueError(f"a field has the wrong type ({exc})") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,6 +281,21 @@ def _json(response: httpx.Response, base_url: str, call: _Call) -> Any:
     )
 
 
+def _status(data: Any, base_url: str, call: _Call) -> RequestStatus:
+    """Read a request status answer; anything else is the relay's failure, in one sentence."""
+    try:
+        if not isinstance(data, Mapping):
+            raise ValueError("it is not a JSON object")
+        return RequestStatus.from_json(data)
+    except ValueError as exc:
+        # It did answer (2xx): a relay that sends nonsense is refused now, not waited out.
+        raise RelayError(
+            f"The relay at {base_url} answered {call.what} with something that is not a request "
+            f"status: {str(exc).rstrip('.')}.",
+            status_code=200,
+        ) from None
+
+
 def _unreachable(base_url: str, call: _Call, exc: httpx.HTTPError) -> RelayError:
     detail = str(exc).strip().rstrip(".") or type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
@@ -278,23 +311,26 @@ class _Calls:
         return _Call("GET", "/health", "the health check", token=False)
 
     @staticmethod
-    def submit_request(request: Mapping[str, Any], signature: str) -> _Call:
+    def submit_request(request: Mapping[str, Any], signature: str, timeout: float | None = None) -> _Call:
         body = {"request": dict(request), "signature": signature}
-        return _Call("POST", "/v1/requests", f"request {request.get('request_id')}", body=body)
+        return _Call(
+            "POST", "/v1/requests", f"request {request.get('request_id')}", body=body, timeout=timeout
+        )
 
     @staticmethod
     def get_request(request_id: str) -> _Call:
         return _Call("GET", f"/v1/requests/{request_id}", f"the status of request {request_id}")
 
     @staticmethod
-    def wait_outcome(request_id: str, wait: float, timeout: float) -> _Call:
+    def wait_outcome(request_id: str, wait: float, timeout: float, limit: float | None = None) -> _Call:
         wait = max(0.0, min(wait, MAX_WAIT_SECONDS))
+        http_timeout = wait + max(timeout, _WAIT_MARGIN)
         return _Call(
             "GET",
             f"/v1/requests/{request_id}/outcome",
             f"the outcome of request {request_id}",
             params={"wait": wait},
-            timeout=wait + max(timeout, _WAIT_MARGIN),
+            timeout=http_timeout if limit is None else max(0.001, min(http_timeout, limit)),
         )
 
     @staticmethod
@@ -402,30 +438,48 @@ class RelayClient:
         """
         return dict(self._send(_Calls.health()))
 
-    def submit_request(self, request: Mapping[str, Any], signature: str) -> RequestStatus:
+    def submit_request(
+        self, request: Mapping[str, Any], signature: str, *, timeout: float | None = None
+    ) -> RequestStatus:
         """Submit this node's signed request; the relay fans it out to the peers (idempotent).
 
+        Args:
+            request: The request document.
+            signature: The origin's signature over it.
+            timeout: Seconds for this call instead of the client's timeout.
+
         Raises:
-            RelayError: The relay refused it (bad signature, not this node's, malformed...) or is
-                unreachable.
+            RelayError: The relay refused it (bad signature, not this node's, malformed...), is
+                unreachable, or answered with something that is not a request status.
         """
-        return RequestStatus.from_json(self._send(_Calls.submit_request(request, signature)))
+        call = _Calls.submit_request(request, signature, timeout)
+        return _status(self._send(call), self.base_url, call)
 
     def get_request(self, request_id: str) -> RequestStatus:
         """Return the counting state of one of this node's requests.
 
         Raises:
-            RelayError: The relay does not know it (``not_found``) or is unreachable.
+            RelayError: The relay does not know it (``not_found``), is unreachable, or answered
+                with something that is not a request status.
         """
-        return RequestStatus.from_json(self._send(_Calls.get_request(request_id)))
+        call = _Calls.get_request(request_id)
+        return _status(self._send(call), self.base_url, call)
 
-    def wait_outcome(self, request_id: str, wait: float) -> RequestStatus:
+    def wait_outcome(self, request_id: str, wait: float, *, limit: float | None = None) -> RequestStatus:
         """Long-poll until the request is decided or ``wait`` seconds (at most 60) pass.
 
+        Args:
+            request_id: The request.
+            wait: Seconds the relay may hold the answer back.
+            limit: Seconds this call may take at most, however the relay behaves (a caller's
+                deadline); the wait plus the client's timeout when None.
+
         Raises:
-            RelayError: The relay does not know the request, or is unreachable.
+            RelayError: The relay does not know the request, is unreachable, did not answer
+                within the limit, or answered with something that is not a request status.
         """
-        return RequestStatus.from_json(self._send(_Calls.wait_outcome(request_id, wait, self._timeout)))
+        call = _Calls.wait_outcome(request_id, wait, self._timeout, limit)
+        return _status(self._send(call), self.base_url, call)
 
     def list_inbox(
         self, state: InboxState = "pending", *, limit: int = 100, wait: float = 0.0
@@ -552,7 +606,8 @@ class AsyncRelayClient:
         Raises:
             RelayError: The relay refused it or is unreachable.
         """
-        return RequestStatus.from_json(await self._send(_Calls.submit_request(request, signature)))
+        call = _Calls.submit_request(request, signature)
+        return _status(await self._send(call), self.base_url, call)
 
     async def get_request(self, request_id: str) -> RequestStatus:
         """See :meth:`RelayClient.get_request`.
@@ -560,7 +615,8 @@ class AsyncRelayClient:
         Raises:
             RelayError: The relay does not know it or is unreachable.
         """
-        return RequestStatus.from_json(await self._send(_Calls.get_request(request_id)))
+        call = _Calls.get_request(request_id)
+        return _status(await self._send(call), self.base_url, call)
 
     async def wait_outcome(self, request_id: str, wait: float) -> RequestStatus:
         """See :meth:`RelayClient.wait_outcome`.
@@ -568,7 +624,8 @@ class AsyncRelayClient:
         Raises:
             RelayError: The relay does not know the request, or is unreachable.
         """
-        return RequestStatus.from_json(await self._send(_Calls.wait_outcome(request_id, wait, self._timeout)))
+        call = _Calls.wait_outcome(request_id, wait, self._timeout)
+        return _status(await self._send(call), self.base_url, call)
 
     async def list_inbox(
         self, state: InboxState = "pending", *, limit: int = 100, wait: float = 0.0

@@ -8,15 +8,16 @@ from typing import Any, Final
 
 import httpx
 
-from teaagent.errors import ApprovalDeniedError, RelayError
-from teaagent.quorum import request_problem, sign_request
-from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient
+from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
+from teaagent.quorum import evaluate, request_problem, sign_request
+from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient, RequestStatus
 from teaagent.signing import Signer
 from teaagent.trust import MultiSigQuorumConfig
 
 __all__ = ["EXPIRY_GRACE_SECONDS", "RelayQuorumGate"]
 
 EXPIRY_GRACE_SECONDS: Final = 5  # past expires_at the relay settles "expired" at once; wait that long more
+LATE_ANSWER_SECONDS: Final = 2.0  # how long past a long-poll's wait its answer may take to arrive
 RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay failed; it doubles per failure
 RETRY_CAP_SECONDS: Final = 5.0
 _TRANSIENT_STATUSES: Final = frozenset({502, 503, 504})  # a proxy or the relay's Redis, briefly away
@@ -124,7 +125,9 @@ class RelayQuorumGate:
         deadline = time.monotonic() + self._timeout
         failures, last_error = 0, None
         try:
-            status = self._client.submit_request(request, signature)
+            status = self._client.submit_request(
+                request, signature, timeout=min(DEFAULT_TIMEOUT, self._timeout)
+            )
         except RelayError as exc:
             if not _transient(exc) or _nobody_listens(exc):
                 raise
@@ -145,11 +148,18 @@ class RelayQuorumGate:
                 if failures:
                     backoff = RETRY_START_SECONDS * 2 ** min(failures - 1, 10)  # capped: no float overflow
                     time.sleep(min(remaining, RETRY_CAP_SECONDS, backoff))
-                    status = self._client.submit_request(request, signature)
+                    limit = max(deadline - time.monotonic(), 0.001)
+                    status = self._client.submit_request(
+                        request, signature, timeout=min(DEFAULT_TIMEOUT, limit)
+                    )
                     self._progress(f"request {request_id} sent again after the relay came back.")
                     failures = 0
                     continue
-                status = self._client.wait_outcome(request_id, min(remaining, MAX_WAIT_SECONDS))
+                # A relay that holds its answer back only delays: no call runs past the deadline by
+                # more than the time an honest relay's answer needs to arrive.
+                status = self._client.wait_outcome(
+                    request_id, min(remaining, MAX_WAIT_SECONDS), limit=remaining + LATE_ANSWER_SECONDS
+                )
             except RelayError as exc:
                 if not _transient(exc):
                     raise
@@ -165,5 +175,27 @@ class RelayQuorumGate:
             self._progress(f"request {request_id}: {status.describe()}.")
             return status.certificate
         if status.state == "denied":
-            raise ApprovalDeniedError(f"{tool_name} was {status.describe()}.")
+            raise ApprovalDeniedError(self._denial(request, status))
         raise ApprovalDeniedError(f"The request for {tool_name} {status.describe()}.")
+
+    def _denial(self, request: dict[str, Any], status: RequestStatus) -> str:
+        """The sentence of a denial, naming only the deniers whose signed denials verify here.
+
+        The call does not run either way (a relay can always refuse to pass an approval on), but
+        the audit log must not blame a peer on the relay's word alone.
+        """
+        tool_name = request["tool_name"]
+        try:
+            # As of now, or of the expiry if the answer came just after it: a denial counts then.
+            now = min(time.time(), request["expires_at"])
+            outcome = evaluate(request, [], list(status.denials), self._config, now=now)
+        except QuorumError as exc:
+            problem = str(exc).rstrip(".")
+        else:
+            if outcome.state == "denied":
+                return f"{tool_name} was {outcome.describe()}."
+            problem = "; ".join(f"{peer}: {why}" for peer, why in outcome.rejected_denials.items())
+        return (
+            f"{tool_name} was not run: the relay reported it {status.describe()}, "
+            f"but the denials it sent do not prove it ({problem or 'it sent no signed denials'})."
+        )

@@ -60,6 +60,11 @@ class RequestStatusOut(BaseModel):
     certificate: dict[str, Any] | None = Field(
         description="The quorum certificate (PROTOCOL.md) when approved; the origin verifies it itself."
     )
+    denials: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The counted denials as signed ({statement, signature}), so that the origin can "
+        "verify who denied rather than take this relay's word for it.",
+    )
 
 
 class InboxAcceptedOut(BaseModel):

@@ -287,6 +287,7 @@ class Relay:
             "accepted_at": stored.accepted_at,
             "decided_at": stored.decided_at,
             "certificate": certificate,
+            "denials": list(denials.values()),
         }
 
     async def count(
