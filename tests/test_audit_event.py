@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from teaagent.audit import EVENT_TYPES, GENESIS_HASH, AuditEvent, AuditEventType, canonical_json
 from teaagent.audit._event import new_event_id, utc_timestamp
@@ -126,3 +130,87 @@ def test_the_canonical_form_refuses_nan_and_infinity() -> None:
         canonical_json({"cost": float("nan")})
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         canonical_json([float("inf")])
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json_values)
+def test_the_canonical_form_is_the_documented_call_for_any_json_value(value: Any) -> None:
+    documented = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    assert canonical_json(value) == documented
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(),
+    st.text(),
+    st.dictionaries(st.text(max_size=8), _json_values, max_size=4),
+    st.text(),
+    st.text(),
+    st.none() | st.text(),
+)
+def test_the_body_is_the_canonical_json_of_the_record_whatever_its_fields_hold(
+    event_type: str,
+    run_id: str,
+    payload: dict[str, Any],
+    event_id: str,
+    created_at: str,
+    prev_hash: str | None,
+) -> None:
+    event = AuditEvent(event_type, run_id, payload, event_id, created_at)
+    record = {
+        "created_at": created_at,
+        "event_id": event_id,
+        "event_type": event_type,
+        "payload": payload,
+        "prev_hash": prev_hash,
+        "run_id": run_id,
+    }
+    assert event.body(prev_hash) == json.dumps(
+        record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
+
+
+def test_a_body_with_fields_that_are_not_plain_strings_is_still_the_canonical_json() -> None:
+    class Name(str):
+        pass
+
+    event = AuditEvent(Name("tool_call"), "r", {"n": 1}, "ab" * 16, "2026-06-05T00:00:00.000000Z")
+    assert event.body(None) == canonical_json(
+        {
+            "created_at": "2026-06-05T00:00:00.000000Z",
+            "event_id": "ab" * 16,
+            "event_type": "tool_call",
+            "payload": {"n": 1},
+            "prev_hash": None,
+            "run_id": "r",
+        }
+    )
+
+
+@pytest.mark.slow
+def test_a_forked_child_never_hands_out_the_ids_its_parent_drew() -> None:
+    new_event_id()  # the parent now holds ids drawn ahead of need
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next ids and leave at once
+        try:
+            os.write(writer, "".join(new_event_id() for _ in range(10)).encode("ascii"))
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        child_text = pipe.read().decode("ascii")
+    os.waitpid(pid, 0)
+    child = {child_text[start : start + 32] for start in range(0, len(child_text), 32)}
+    parent = {new_event_id() for _ in range(10)}
+    assert len(child) == 10
+    assert not child & parent

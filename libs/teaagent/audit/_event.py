@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 __all__ = [
@@ -34,9 +36,49 @@ __all__ = [
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of the first record of a log: nothing precedes it."""
 
-_ENCODE = json.JSONEncoder(
+# The C encoder that JSONEncoder.iterencode builds (None without the _json accelerator); typeshed
+# does not declare it.
+_C_MAKE_ENCODER: Callable[..., Callable[[Any, int], Iterable[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+_ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, check_circular=False
-).encode
+)
+
+
+def _one_shot_encoder() -> Callable[[Any], str]:
+    """Return ``_ENCODER.encode`` with the C encoder it uses made once instead of at every call.
+
+    ``JSONEncoder.encode`` builds a new C encoder each time (``iterencode``'s one-shot path), which
+    costs about as much as encoding a small record. This calls ``c_make_encoder`` with the very
+    arguments ``iterencode`` passes it, once; where that is not possible (no C accelerator, or a
+    Python whose signature differs) or gives another text on a probe, ``encode`` itself is used.
+    """
+    if _C_MAKE_ENCODER is None:  # pragma: no cover - CPython always has the accelerator
+        return _ENCODER.encode
+    try:
+        encoder = _C_MAKE_ENCODER(
+            None,  # markers: check_circular=False
+            _ENCODER.default,
+            encode_basestring_ascii,
+            _ENCODER.indent,
+            _ENCODER.key_separator,
+            _ENCODER.item_separator,
+            _ENCODER.sort_keys,
+            _ENCODER.skipkeys,
+            _ENCODER.allow_nan,
+        )
+    except TypeError:  # pragma: no cover - a future signature
+        return _ENCODER.encode
+
+    def encode(value: Any) -> str:
+        return "".join(encoder(value, 0))
+
+    probe = {"b": [1, 2.5, -0.0, 1e16, True, None, '\u00e9\n"\ud800'], "a": {"d": "x", "c": {}}, "10": []}
+    return encode if encode(probe) == _ENCODER.encode(probe) else _ENCODER.encode
+
+
+_ENCODE = _one_shot_encoder()
 
 
 def canonical_json(value: Any) -> str:
@@ -74,15 +116,33 @@ def chain_suffix(event_hash: str | None, chain_hmac: str | None) -> str:
     return f',"chain_hmac":{_ENCODE(chain_hmac)},"event_hash":{_ENCODE(event_hash)}}}'
 
 
+_ID_BATCH = 128  # ids drawn per read of os.urandom: one system call for this many events
+_VERSION_4 = bytes((byte & 0x0F) | 0x40 for byte in range(256))  # byte 6: version 4
+_RFC_4122 = bytes((byte & 0x3F) | 0x80 for byte in range(256))  # byte 8: the RFC 4122 variant
+_spare_ids: list[str] = []
+os.register_at_fork(after_in_child=_spare_ids.clear)  # a child never hands out its parent's ids
+
+
 def new_event_id() -> str:
     """Return a random UUID (version 4) as 32 lowercase hex characters.
 
-    It is ``uuid.uuid4().hex`` without building a ``UUID`` object, a measurable part of an append.
+    It is ``uuid.uuid4().hex`` without building a ``UUID`` object, a measurable part of an append:
+    the ids are drawn :data:`_ID_BATCH` at a time from ``os.urandom``, their version and variant
+    bits set for the whole batch at once. Thread-safe (``list.pop`` and ``list.extend`` are atomic);
+    a forked child drops the ids its parent had drawn, so no id is given out twice.
     """
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    return raw.hex()
+    try:
+        return _spare_ids.pop()
+    except IndexError:
+        pass
+    raw = bytearray(os.urandom(16 * _ID_BATCH))
+    raw[6::16] = raw[6::16].translate(_VERSION_4)
+    raw[8::16] = raw[8::16].translate(_RFC_4122)
+    text = raw.hex()
+    batch = [text[start : start + 32] for start in range(0, len(text), 32)]
+    event_id = batch.pop()
+    _spare_ids.extend(batch)
+    return event_id
 
 
 _second_cache: tuple[int, str] = (-1, "")
@@ -170,14 +230,35 @@ class AuditEvent:
             ValueError: The payload holds a NaN or an infinity.
             TypeError: The payload holds something JSON cannot carry.
         """
+        created_at, event_id, event_type, run_id = (
+            self.created_at,
+            self.event_id,
+            self.event_type,
+            self.run_id,
+        )
+        if (
+            type(created_at) is str
+            and type(event_id) is str
+            and type(event_type) is str
+            and type(run_id) is str
+            and type(prev_hash) is str
+        ):
+            # The outer object written by hand (its keys are already in sorted order, each string
+            # escaped as the encoder would) so that the encoder sorts and walks the payload only.
+            text = encode_basestring_ascii
+            return (
+                f'{{"created_at":{text(created_at)},"event_id":{text(event_id)},'
+                f'"event_type":{text(event_type)},"payload":{_ENCODE(self.payload)},'
+                f'"prev_hash":{text(prev_hash)},"run_id":{text(run_id)}}}'
+            )
         return _ENCODE(
             {
-                "created_at": self.created_at,
-                "event_id": self.event_id,
-                "event_type": self.event_type,
+                "created_at": created_at,
+                "event_id": event_id,
+                "event_type": event_type,
                 "payload": self.payload,
                 "prev_hash": prev_hash,
-                "run_id": self.run_id,
+                "run_id": run_id,
             }
         )
 
