@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from datetime import UTC, date, datetime
 from enum import Enum, IntEnum
 from pathlib import Path
@@ -436,3 +437,127 @@ json_values = st.recursive(
 def test_any_json_payload_comes_out_as_canonical_json_values(payload: dict[str, Any]) -> None:
     shaped = Redactor().redact(payload)
     assert json.loads(canonical_json(shaped)) == shaped
+
+
+# -- the one search over a payload's strings (fast path) against scanning each string (slow path) --
+
+
+def test_lowercasing_makes_ascii_of_no_other_character_than_the_two_the_one_search_allows_for() -> None:
+    # The one search is exact because of these facts of Python's Unicode tables (see _settle): a
+    # Python whose tables add a character here needs _settle reconsidered.
+    odd = {
+        hex(code)
+        for code in range(sys.maxunicode + 1)
+        if len(lowered := chr(code).lower()) != 1 or (code > 0x7F and any(char.isascii() for char in lowered))
+    }
+    assert odd == {hex(0x130), hex(0x212A)}
+
+
+def test_a_trigger_without_a_secret_in_one_string_does_not_hide_a_secret_in_a_later_one() -> None:
+    payload = {
+        "a": "light, high and rapid",
+        "b": "nothing here",
+        "c": f"key {OPENAI_KEY}",
+        "d": ["x" * 8, AWS_KEY],
+    }
+    assert Redactor().redact(payload) == {
+        "a": "light, high and rapid",
+        "b": "nothing here",
+        "c": "key [REDACTED:api_key]",
+        "d": ["x" * 8, "[REDACTED:api_key]"],
+    }
+
+
+def test_a_name_written_with_the_kelvin_sign_is_found_as_each_string_s_own_scan_finds_it() -> None:
+    # U+212A lowercases to an ASCII "k": the escaped JSON text would not show "token", the lowered text does.
+    text = "to\u212aen=abcdefghijklmnop"
+    assert redact_secrets(text) == "to\u212aen=[REDACTED:token]"
+    assert Redactor().redact({"note": text, "list": [text]}) == {
+        "note": redact_secrets(text),
+        "list": [redact_secrets(text)],
+    }
+
+
+def test_a_string_whose_lowercase_is_longer_does_not_shift_a_later_secret_out_of_reach() -> None:
+    # U+0130 lowercases to two characters: the offsets of the joined text move, so every string is scanned.
+    # Forty of them move the offsets past the end of the strings that follow.
+    payload = {"a": "\u0130" * 40, "b": "harmless text", "c": "token=abcdefghijklmnop"}
+    assert Redactor().redact(payload) == {
+        "a": "\u0130" * 40,
+        "b": "harmless text",
+        "c": "token=[REDACTED:token]",
+    }
+
+
+def test_a_field_replaced_by_a_later_field_of_the_same_name_stays_replaced() -> None:
+    secret = f"key {OPENAI_KEY}"
+    assert Redactor().redact({1: secret, "1": 5}) == {"1": 5}
+    assert Redactor().redact({"1": 5, 1: secret}) == {"1": "key [REDACTED:api_key]"}
+    assert Redactor().redact({1: secret, "1": "x" * 9}) == {"1": "x" * 9}
+
+
+_TRICKY_PIECES = [
+    OPENAI_KEY,
+    AWS_KEY,
+    GITHUB_TOKENS[0],
+    SLACK_TOKENS[0],
+    RSA_KEY,
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIE",
+    "Authorization: Bearer abcdefghijklmnop",
+    "bearer abcdefghijklmnopqrstu",
+    "token=abcdefghijklmnop",
+    "to\u212aen=abcdefghijklmnop",
+    "s\u212a-abcdefghij0123456789",
+    "\u0130",
+    "\u0130" * 40,  # enough to move the offsets of the joined text past a string's end
+    "\u03a3",
+    "password: hunter22",
+    "PASSWD=hunter22",
+    "api_key=abcdefghijkl",
+    "client_secret: abcdefghijkl",
+    "light",
+    "gh",
+    "api",
+    "sk-",
+    "\0",
+    "\n",
+    '"',
+    " ",
+    "x",
+]
+_tricky_text = st.lists(st.sampled_from(_TRICKY_PIECES) | st.text(max_size=4), max_size=6).map("".join)
+_tricky_keys = (
+    st.sampled_from(
+        ["a", "b", "path", "notes", "API_KEY", "token", "input_tokens", "1", "Token=abcdefghijklmn"]
+    )
+    | st.integers(0, 2)
+    | _tricky_text
+)
+_tricky_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | _tricky_text,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.frozensets(_tricky_text, max_size=3)
+        | st.dictionaries(_tricky_keys, children, max_size=4)
+    ),
+    max_leaves=16,
+)
+_rule_sets = st.sampled_from(
+    [None, {"notes": "truncate:12"}, {"path": "keep", "token": "keep"}, {"a": "hash", "b": "redact"}]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_tricky_keys, _tricky_values, max_size=6), _rule_sets)
+def test_the_one_search_redacts_exactly_what_scanning_each_string_redacts(
+    payload: dict[Any, Any], rules: dict[str, str] | None
+) -> None:
+    redactor = Redactor(rules=rules)
+    fast = redactor.redact(payload)
+    slow = redactor._redact_each(payload)
+    # json.dumps without sort_keys: the same values in the same order, lists and dicts alike.
+    assert json.dumps(fast) == json.dumps(slow)
+    assert json.dumps(redactor.redact_value(list(payload.values()))) == json.dumps(
+        redactor._value(list(payload.values()), 0, 0, None)
+    )
