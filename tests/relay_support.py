@@ -180,8 +180,14 @@ def write_cluster(
     peers_of: Mapping[str, Iterable[str]] | None = None,
     ports: Mapping[str, int] | None = None,
     allow_dev_signatures: bool = False,
+    operators: Mapping[str, Iterable[str]] | None = None,
 ) -> dict[str, Node]:
-    """Write one configuration file per node; by default every node is a peer of every other."""
+    """Write one configuration file per node; by default every node is a peer of every other.
+
+    ``operators`` names, per node, operators whose own keys (``private_key(operator)``) may sign
+    for it: written to ``<node>.operators`` (OpenSSH allowed_signers, principal = the node), which
+    the node reads as ``[approver] operators`` and its peers as that peer's ``allowed_signers``.
+    """
     names = list(names)
     ports = dict(ports or {})
     for name in names:
@@ -209,11 +215,17 @@ def write_cluster(
             )
         )
         key_path.chmod(0o600)
+        staff = {node_name: list(team) for node_name, team in (operators or {}).items()}
+        for node_name, team in staff.items():
+            lines = "".join(f"{node_name} {public_line(operator)} {operator}\n" for operator in team)
+            (folder / f"{node_name}.operators").write_text(lines)
         peer_tables = "".join(
             f'\n[peers.{peer}]\npublic_key = "{public_line(peer)}"\n'
-            f'relay_url = "http://127.0.0.1:{ports.get(peer, 1)}"\n'
+            + (f'allowed_signers = "{peer}.operators"\n' if staff.get(peer) else "")
+            + f'relay_url = "http://127.0.0.1:{ports.get(peer, 1)}"\n'
             for peer in peers
         )
+        own_operators = f'\n[approver]\noperators = "{name}.operators"\n' if staff.get(name) else ""
         node.config_path.write_text(
             f"""agent_id = "{name}"
 private_key = "keys/{name}"
@@ -229,7 +241,7 @@ required_approvals = {node.required}
 high_risk_patterns = ["shell.*", "fs.delete"]
 timeout_seconds = {timeout_seconds}
 allow_dev_signatures = {str(allow_dev_signatures).lower()}
-{peer_tables}"""
+{peer_tables}{own_operators}"""
         )
         nodes[name] = node
     return nodes

@@ -17,7 +17,7 @@ from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import verify_certificate
 from teaagent.relay_client import (
     AsyncRelayClient,
-    DecisionReceipt,
+    InboxDecision,
     RelayClient,
     RelayQuorumGate,
     RequestStatus,
@@ -97,16 +97,14 @@ def test_the_client_speaks_every_call_of_the_api(nodes: dict[str, Node]) -> None
     assert [entry.request_id for entry in listed] == [request["request_id"]]
     assert item.tool_name == "shell.run"
     assert item.to_dict()["arguments"] == {"command": "rm -rf build"}
-    assert receipt == DecisionReceipt(
+    assert receipt == InboxDecision(
         request_id=request["request_id"],
         origin="alpha",
         signer="beta",
         kind="approval",
-        state="approved",
+        this_node="approved",
         counted=True,
-        decided=True,
-        approvals=1,
-        denials=0,
+        note="This node's decision, sent to alpha; the request's outcome is counted there.",
     )
     assert (counted.counted, counted.state, counted.approvals) == (True, "pending", 1)
     assert waited.state == "pending"  # one of two: the wait ran out

@@ -544,16 +544,15 @@ async def test_this_nodes_decision_is_recorded_and_queued_for_the_origin(nodes: 
         relay = client.app.state.relay  # type: ignore[attr-defined]
         queued = await relay.deliveries.claim("test", 10, 0)
 
+    # This node's vote, named as such: no "state" that could read as the request's outcome.
     assert first.json() | {"request_id": "-"} == {
         "request_id": "-",
         "origin": "alpha",
         "signer": "beta",
         "kind": "approval",
-        "state": "approved",
+        "this_node": "approved",
         "counted": True,
-        "decided": True,
-        "approvals": 1,
-        "denials": 0,
+        "note": "This node's decision, sent to alpha; the request's outcome is counted there.",
     }
     assert (again.status_code, again.json()["counted"]) == (200, False)
     assert error(turned) == (

@@ -20,6 +20,8 @@ from teaagent.config._model import (
     ApproverSettings,
     Decision,
     NodeConfig,
+    NotifyFormat,
+    NotifySettings,
     PeerConfig,
 )
 from teaagent.errors import ConfigError
@@ -37,6 +39,8 @@ __all__ = [
     "ConfigError",
     "Decision",
     "NodeConfig",
+    "NotifyFormat",
+    "NotifySettings",
     "PeerConfig",
     "load_config",
 ]

@@ -22,6 +22,8 @@ from teaagent.config._model import (
     ApproverSettings,
     Decision,
     NodeConfig,
+    NotifyFormat,
+    NotifySettings,
     PeerConfig,
     read_public_key_of_private_key_file,
 )
@@ -36,6 +38,7 @@ from teaagent.policy import (
 from teaagent.signing import SSHPublicKey, parse_public_key
 from teaagent.tools import ToolRateLimit
 from teaagent.tools._ratelimit import gcra_parameters
+from teaagent.trust import MAX_ALLOWED_SIGNERS_BYTES, SignerKey, parse_allowed_signers, unique_keys
 
 __all__ = ["CONFIG_ENV_VAR", "load_config"]
 
@@ -69,8 +72,10 @@ QUORUM_KEYS: Final = (
     "timeout_seconds",
     "allow_dev_signatures",
 )
-PEER_KEYS: Final = ("public_key", "relay_url")
-APPROVER_KEYS: Final = ("port", "rules")
+PEER_KEYS: Final = ("public_key", "public_keys", "allowed_signers", "relay_url")
+APPROVER_KEYS: Final = ("port", "rules", "operators", "notify")
+NOTIFY_KEYS: Final = ("webhook_url", "format")
+NOTIFY_FORMATS: Final = ("slack", "json")
 RULE_KEYS: Final = ("tool", "arguments", "decision", "reason")
 
 
@@ -285,12 +290,58 @@ def _rate_limits(table: _Table | None) -> dict[str, ToolRateLimit]:
     return limits
 
 
-def _peers(root: _Table, agent_id: str) -> dict[str, PeerConfig]:
+def _allowed_signers(table: _Table, key: str, base: Path, principal: str) -> tuple[SignerKey, ...]:
+    """Read the ``allowed_signers`` file named at ``key``: the lines of ``principal``."""
+    text = table.string(key)
+    if text is None:
+        return ()
+    if not text.strip():
+        raise table.error(key, "is empty")
+    path = _resolve(base, text)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_ALLOWED_SIGNERS_BYTES + 1)
+    except FileNotFoundError:
+        raise table.error(key, f"names {text}, which does not exist (looked for {path})") from None
+    except IsADirectoryError:
+        raise table.error(key, f"names {text}, which is a folder, not an allowed_signers file") from None
+    except OSError as exc:
+        raise table.error(key, f"names {text}, which cannot be read: {exc.strerror or exc}") from None
+    try:
+        keys = parse_allowed_signers(raw.decode("utf-8"), principal=principal, source=path.name)
+    except UnicodeDecodeError:
+        raise table.error(key, f"names {text}, which is not UTF-8 text") from None
+    except ValueError as exc:
+        raise ConfigError(f"{table.label}: {table.name(key)}: {str(exc).rstrip('.')}.") from None
+    if not keys:
+        raise table.error(key, f"names {text}, which lists no key for {principal}")
+    return keys
+
+
+def _peer_keys(peer: _Table, name: str, base: Path) -> tuple[SignerKey, ...]:
+    """The keys of ``[peers.NAME]``: ``public_key``, then ``public_keys``, then ``allowed_signers``."""
+    keys: list[SignerKey] = []
+    line = peer.string("public_key")
+    if line is not None:
+        _parse_key(peer, "public_key", line.strip())
+        keys.append(SignerKey(line=line.strip(), source=f"peers.{name}.public_key"))
+    for index, item in enumerate(peer.string_list("public_keys")):
+        _parse_key(peer, f"public_keys[{index}]", item.strip())
+        keys.append(SignerKey(line=item.strip(), source=f"peers.{name}.public_keys[{index}]"))
+    keys.extend(_allowed_signers(peer, "allowed_signers", base, name))
+    if not keys:
+        raise ConfigError(
+            f"{peer.label}: peers.{name} has no key: set public_key, public_keys or allowed_signers."
+        )
+    return unique_keys(keys)
+
+
+def _peers(root: _Table, agent_id: str, base: Path) -> dict[str, PeerConfig]:
     table = root.table("peers")
     if table is None:
         return {}
     peers: dict[str, PeerConfig] = {}
-    owners: dict[bytes, str] = {}  # key identity (key material, PROTOCOL.md) -> the peer holding it
+    owners: dict[bytes, tuple[str, str]] = {}  # key identity (key material, PROTOCOL.md) -> (peer, where)
     for name in list(table.data):
         if not _is_agent_id(name):
             raise ConfigError(f"{root.label}: peers.{name} is not a valid agent id: use {AGENT_ID_RULE}.")
@@ -302,17 +353,16 @@ def _peers(root: _Table, agent_id: str) -> dict[str, PeerConfig]:
         peer = table.table(name, PEER_KEYS)
         if peer is None:  # pragma: no cover - table() only returns None for a missing key
             continue
-        line = peer.required_string("public_key").strip()
-        key = _parse_key(peer, "public_key", line)
-        if key.identity in owners:
-            raise ConfigError(
-                f"{root.label}: peers.{owners[key.identity]}.public_key and peers.{name}.public_key "
-                "are the same key, which would count twice."
-            )
-        owners[key.identity] = name
+        keys = _peer_keys(peer, name, base)
+        for key in keys:
+            owner, where = owners.setdefault(key.key.identity, (name, key.source))
+            if owner != name:
+                raise ConfigError(
+                    f"{root.label}: {where} and {key.source} are the same key, which would count twice."
+                )
         relay_url = _check_http_url(peer, "relay_url", peer.required_string("relay_url").strip())
         peer.finish()
-        peers[name] = PeerConfig(agent_id=name, public_key=line, relay_url=relay_url)
+        peers[name] = PeerConfig(agent_id=name, public_key=keys[0].line, relay_url=relay_url, keys=keys)
     table.finish()
     return peers
 
@@ -325,6 +375,7 @@ def _quorum(table: _Table | None, peers: Mapping[str, PeerConfig], relay_url: st
     base: dict[str, Any] = {
         "peer_agent_ids": list(peers),
         "peer_public_keys": {name: peer.public_key for name, peer in peers.items()},
+        "peer_keys": {name: peer.keys[1:] for name, peer in peers.items() if len(peer.keys) > 1},
         "peer_relay_urls": {name: peer.relay_url for name, peer in peers.items()},
         "local_relay_base_url": relay_url,
     }
@@ -387,10 +438,26 @@ def _rule(table: _Table) -> ApproverRule:
     return ApproverRule(tool=tool, arguments=patterns, decision=decision, reason=reason)
 
 
-def _approver(table: _Table | None) -> ApproverSettings:
+def _notify(approver: _Table) -> NotifySettings | None:
+    table = approver.table("notify", NOTIFY_KEYS)
+    if table is None:
+        return None
+    url = _check_http_url(table, "webhook_url", table.required_string("webhook_url").strip())
+    kind = table.string("format", "json")
+    if kind not in NOTIFY_FORMATS:
+        raise table.error("format", f'must be "slack" or "json", not {kind!r}')
+    table.finish()
+    return NotifySettings(webhook_url=url, format=cast("NotifyFormat", kind))
+
+
+def _approver(table: _Table | None, base: Path, agent_id: str) -> ApproverSettings:
     if table is None:
         return ApproverSettings()
     port = _check_port(table, "port", DEFAULT_APPROVER_PORT)
+    operators_text = table.string("operators")
+    operator_keys = _allowed_signers(table, "operators", base, agent_id)
+    operators = _resolve(base, operators_text) if operators_text is not None and operator_keys else None
+    notify = _notify(table)
     table.known.append("rules")
     raw_rules = table.data.get("rules", [])
     if not isinstance(raw_rules, list) or not all(isinstance(rule, dict) for rule in raw_rules):
@@ -400,7 +467,9 @@ def _approver(table: _Table | None) -> ApproverSettings:
         for index, rule in enumerate(raw_rules)
     )
     table.finish()
-    return ApproverSettings(port=port, rules=rules)
+    return ApproverSettings(
+        port=port, rules=rules, operators=operators, operator_keys=operator_keys, notify=notify
+    )
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
@@ -486,17 +555,19 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         raise root.error("token", f"must be at least {MIN_TOKEN_CHARS} characters long")
 
     agent = _agent_settings(root.table("agent", AGENT_KEYS))
-    peers = _peers(root, agent_id)
-    if own_key is not None:
-        for peer in peers.values():
-            # Key identity, not the exact blob: the same key in its sk- form is still this node's.
-            if parse_public_key(peer.public_key).identity == own_key.identity:
-                raise ConfigError(
-                    f"{label}: peers.{peer.agent_id}.public_key is this node's own key, which would count "
-                    "this node as a peer."
-                )
+    peers = _peers(root, agent_id, base)
     quorum = _quorum(root.table("quorum", QUORUM_KEYS), peers, relay_url)
-    approver = _approver(root.table("approver", APPROVER_KEYS))
+    approver = _approver(root.table("approver", APPROVER_KEYS), base, agent_id)
+    # Key identity, not the exact blob: the same key in its sk- form is still this node's. A key
+    # of this node (its own or an operator's) listed for a peer would count this node as a peer.
+    own = {own_key.identity: "this node's own key"} if own_key is not None else {}
+    for key in approver.operator_keys:
+        own.setdefault(key.key.identity, f"the key of this node's operator ({key.source})")
+    for peer in peers.values():
+        for key in peer.keys:
+            whose = own.get(key.key.identity)
+            if whose is not None:
+                raise ConfigError(f"{label}: {key.source} is {whose}, which would count this node as a peer.")
     if agent.port == approver.port:
         raise ConfigError(f"{label}: agent.port and approver.port are both {agent.port}.")
     root.finish()

@@ -25,6 +25,7 @@ from teaagent.signing import (
     public_key_from_blob,
 )
 from teaagent.tools import ToolRateLimit
+from teaagent.trust import SignerKey, unique_keys
 
 __all__ = [
     "DEFAULT_AGENT_PORT",
@@ -37,11 +38,14 @@ __all__ = [
     "ApproverSettings",
     "Decision",
     "NodeConfig",
+    "NotifyFormat",
+    "NotifySettings",
     "PeerConfig",
     "read_public_key_of_private_key_file",
 ]
 
 Decision = Literal["approve", "deny", "ask"]
+NotifyFormat = Literal["slack", "json"]
 
 DEFAULT_AGENT_PORT: Final = 8700
 DEFAULT_APPROVER_PORT: Final = 8703
@@ -79,13 +83,24 @@ class PeerConfig:
 
     Attributes:
         agent_id: The peer's name (the table's name).
-        public_key: Its OpenSSH public key line: its identity.
+        public_key: Its node key's OpenSSH public key line (the first of ``keys``).
         relay_url: Its relay's base URL.
+        keys: Every key that may sign for it (PROTOCOL.md "Keys of a peer"): ``public_key``, then
+            ``public_keys``, then the lines of its ``allowed_signers`` file whose principals include
+            its name, each with that line's namespaces and validity. It counts once whichever signed.
     """
 
     agent_id: str
     public_key: str
     relay_url: str
+    keys: tuple[SignerKey, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Default ``keys`` to the node key alone."""
+        if not self.keys:
+            object.__setattr__(
+                self, "keys", (SignerKey(line=self.public_key, source=f"peers.{self.agent_id}"),)
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,16 +136,37 @@ class ApproverRule:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NotifySettings:
+    """``[approver] notify``: where to post each request that waits for an operator.
+
+    Attributes:
+        webhook_url: The http(s) URL to POST to (a Slack incoming webhook, or any receiver). It may
+            hold a secret (Slack's do), so it is left out of the repr.
+        format: ``slack`` (a Slack message) or ``json`` (the request's fields as one object).
+    """
+
+    webhook_url: str = field(repr=False)
+    format: NotifyFormat = "json"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ApproverSettings:
     """The ``[approver]`` table: the approver service's port and its rules, first match wins.
 
     Attributes:
         port: The approver service's TCP port.
         rules: The rules, in file order.
+        operators: The ``allowed_signers`` file of this node's operators (principal = this node's
+            agent id): keys that may sign for this node besides its node key. None for none.
+        operator_keys: The keys read from ``operators``, in file order.
+        notify: Where requests waiting for an operator are announced; None for nowhere.
     """
 
     port: int = DEFAULT_APPROVER_PORT
     rules: tuple[ApproverRule, ...] = ()
+    operators: Path | None = None
+    operator_keys: tuple[SignerKey, ...] = ()
+    notify: NotifySettings | None = None
 
     def first_matching_rule(self, tool_name: str, arguments: Mapping[str, Any]) -> ApproverRule | None:
         """Return the first rule that matches the call, or None when none does."""
@@ -271,6 +307,18 @@ class NodeConfig:
         if passphrase is None:
             passphrase = os.environ.get(PASSPHRASE_ENV_VAR) or None
         return load_private_key(self.private_key, passphrase)
+
+    def own_keys(self) -> tuple[SignerKey, ...]:
+        """Return the keys that may sign for this node: its node key first, then its operators' keys.
+
+        The node's relay accepts a decision on its inbox only from one of these, and its approver
+        records and forwards only decisions they signed.
+
+        Raises:
+            ConfigError: The node's own public key cannot be read.
+        """
+        node_key = SignerKey(line=self.own_public_key().to_line(), source=f"{self.path.name}: the node key")
+        return unique_keys((node_key, *self.approver.operator_keys))
 
     def public_key_of(self, agent_id: str) -> str | None:
         """Return the public key line of this node or of a configured peer, None for anyone else."""

@@ -41,8 +41,10 @@ from teaagent.quorum._documents import (
     sign_approval,
     sign_denial,
     sign_request,
+    signing_key,
     statement_bytes,
     validate_request,
+    verify_decision,
     verify_request_signature,
     wire_signature,
 )
@@ -77,9 +79,11 @@ __all__ = [
     "sign_approval",
     "sign_denial",
     "sign_request",
+    "signing_key",
     "statement_bytes",
     "validate_request",
     "verify_certificate",
+    "verify_decision",
     "verify_request_signature",
     "wire_signature",
 ]

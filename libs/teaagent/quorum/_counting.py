@@ -8,7 +8,6 @@ signers, never over the submitted signatures (STYLE.md 3).
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -27,13 +26,13 @@ from teaagent.quorum._documents import (
     is_int,
     request_problem,
     signed_at_of,
+    signing_key,
     statement_bytes,
     validate_request,
     verify_request_signature,
     wire_signature,
 )
 from teaagent.quorum._tally import QuorumState, is_expired, quorum_state
-from teaagent.signing import fingerprint, parse_public_key, sshsig_verify
 from teaagent.trust import MultiSigQuorumConfig, PeerSignature
 
 __all__ = [
@@ -184,19 +183,6 @@ class _Counted:
         return {"statement": self.statement, "signature": wire_signature(self.submission.signature)}
 
 
-@dataclass(frozen=True)
-class _ConfiguredKey:
-    key: Any
-    fingerprint: str
-
-
-@functools.lru_cache(maxsize=512)
-def _configured_key(line: str) -> _ConfiguredKey:
-    # Parsing a key line is costly next to one Ed25519 verification; configured keys repeat.
-    key = parse_public_key(line)
-    return _ConfiguredKey(key=key, fingerprint=fingerprint(key))
-
-
 def _compact(index: int, approval: PeerSignature) -> _Submission:
     return _Submission(
         claimed=approval.peer_id if isinstance(approval.peer_id, str) else f"#{index}",
@@ -310,27 +296,27 @@ class _Counter:
         if signature.startswith(DEV_SIGNATURE_PREFIX):
             refusal = self._check_dev(peer, signature, denial=denial)
             return rebuilt if refusal is None else refusal
-        line = self.config.peer_public_keys.get(peer)
-        if not line:
+        keys = self.config.keys_of(peer)
+        if not keys:
             return f"no public key is configured for {peer}"
-        try:
-            configured = _configured_key(line)
-        except (SignatureError, ValueError) as exc:
-            return f"the public key configured for {peer} cannot be used: {_clause(exc)}"
         # Key identity comes from our configuration; a claimed fingerprint is informative and must match.
-        if submission.ssh_key_id is not None and submission.ssh_key_id != configured.fingerprint:
+        claimed = submission.ssh_key_id
+        if claimed is not None and all(claimed != key.fingerprint for key in keys):
             return f"its ssh_key_id is not the fingerprint of the key configured for {peer}"
         try:
             data = statement_bytes(rebuilt)
         except ValueError as exc:
             return _clause(exc)
         namespace = DENIAL_NAMESPACE if denial else APPROVAL_NAMESPACE
-        # Rules 2 and 3: the signing module checks the embedded key, the SSHSIG form, the namespace,
-        # the algorithms and the signature itself.
+        whose = f"{peer}'s configured key" if len(keys) == 1 else f"the keys configured for {peer}"
+        # Rules 2 and 3: one of the peer's keys, allowed for this namespace at this time, and the
+        # signing module checks the SSHSIG form, the namespace, the algorithms and the signature.
         try:
-            sshsig_verify(data, signature, configured.key, namespace)
+            used = signing_key(data, signature, keys, namespace, signed_at, whose=whose)
         except (SignatureError, ValueError, TypeError) as exc:
-            return f"the signature does not verify with {peer}'s configured key: {_clause(exc)}"
+            return f"the signature does not verify with {whose}: {_clause(exc)}"
+        if claimed is not None and claimed != used.fingerprint:
+            return f"its ssh_key_id is not the fingerprint of the key configured for {peer} that signed it"
         return rebuilt
 
     def _check_dev(self, peer: str, signature: str, *, denial: bool) -> str | None:

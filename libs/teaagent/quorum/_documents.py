@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from teaagent._canonical import canonical, payload_digest
 from teaagent.errors import QuorumError, SignatureError
-from teaagent.signing import Signer, fingerprint, signature_to_wire, sshsig_sign, sshsig_verify
-from teaagent.trust import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS, PeerSignature
+from teaagent.signing import Signer, fingerprint, parse_sshsig, signature_to_wire, sshsig_sign, sshsig_verify
+from teaagent.trust import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS, PeerSignature, SignerKey
 
 if TYPE_CHECKING:
     from teaagent.trust import MultiSigQuorumConfig
@@ -41,8 +41,10 @@ __all__ = [
     "sign_approval",
     "sign_denial",
     "sign_request",
+    "signing_key",
     "statement_bytes",
     "validate_request",
+    "verify_decision",
     "verify_request_signature",
     "wire_signature",
 ]
@@ -348,6 +350,87 @@ def verify_request_signature(request: Mapping[str, Any], signature: str, origin_
     if not isinstance(signature, str):
         raise SignatureError("The request signature is not a string.")
     sshsig_verify(request_statement(request), signature, origin_public_key, REQUEST_NAMESPACE)
+
+
+def signing_key(
+    data: bytes, signature: str, keys: Sequence[SignerKey], namespace: str, signed_at: int, *, whose: str
+) -> SignerKey:
+    """Return which of a signer's ``keys`` made ``signature`` over ``data``, checking everything.
+
+    PROTOCOL.md rules 2 and 3: the key embedded in the SSHSIG must be one of the signer's keys
+    (an exact key, as ``ssh-keygen -Y verify`` compares them), allowed to sign in ``namespace``
+    at ``signed_at`` by its ``allowed_signers`` options; then the SSHSIG is verified with it.
+
+    Args:
+        data: The exact bytes that were signed.
+        signature: The SSHSIG, bare base64 or armored.
+        keys: The signer's keys, from the verifier's own configuration.
+        namespace: The namespace the signature must carry.
+        signed_at: The signing time the signed document claims.
+        whose: The keys as a phrase for messages (``beta's configured key``).
+
+    Returns:
+        The key that signed.
+
+    Raises:
+        SignatureError: No key is configured, the signature is by another key, that key may not
+            sign in ``namespace`` at ``signed_at``, or the signature does not verify (one sentence).
+    """
+    if not keys:
+        raise SignatureError(f"no public key is configured as {whose}.")
+    chosen = keys[0]
+    if len(keys) > 1:
+        embedded = parse_sshsig(signature).public_key_blob
+        found = next((key for key in keys if key.key.blob == embedded), None)
+        if found is None:
+            made_by = parse_sshsig(signature).signer_fingerprint
+            raise SignatureError(f"it was made by the key {made_by}, which is not one of {whose}.")
+        chosen = found
+    refusal = chosen.refusal(namespace, signed_at)
+    if refusal is not None:
+        raise SignatureError(f"{refusal}.")
+    sshsig_verify(data, signature, chosen.key, namespace)
+    return chosen
+
+
+def verify_decision(statement: Mapping[str, Any], signature: str, keys: Sequence[SignerKey]) -> SignerKey:
+    """Check a signed approval or denial statement against the keys of its signer.
+
+    The namespace follows the statement's ``type`` and the key's limits its ``signed_at``. The
+    statement itself is not compared with a request here: rebuild it from the request
+    (:func:`approval_statement`, :func:`denial_statement`) and compare, as the relay does.
+
+    Args:
+        statement: The statement as signed.
+        signature: The SSHSIG over its canonical bytes, bare base64 or armored.
+        keys: The keys that may sign for the statement's signer.
+
+    Returns:
+        The key that signed.
+
+    Raises:
+        SignatureError: The statement is neither an approval nor a denial, has no integer
+            ``signed_at``, cannot be written as canonical JSON, or its signature does not verify
+            with any of ``keys`` (or was made by one that may not sign it then).
+    """
+    kind = statement.get("type")
+    if kind == APPROVAL_TYPE:
+        namespace = APPROVAL_NAMESPACE
+    elif kind == DENIAL_TYPE:
+        namespace = DENIAL_NAMESPACE
+    else:
+        raise SignatureError(f"the statement's type is neither {APPROVAL_TYPE} nor {DENIAL_TYPE}.")
+    signed_at = statement.get("signed_at")
+    if not isinstance(signed_at, int) or isinstance(signed_at, bool):
+        raise SignatureError("the statement's signed_at is not an integer Unix time.")
+    if not isinstance(signature, str):
+        raise SignatureError("the signature is not a string.")
+    try:
+        data = statement_bytes(statement)
+    except ValueError as exc:
+        raise SignatureError(str(exc)) from None
+    signer = statement.get("signer")
+    return signing_key(data, signature, keys, namespace, signed_at, whose=f"the keys of {signer}")
 
 
 def _statement(request: Mapping[str, Any], kind: str, signer: str, signed_at: int) -> dict[str, Any]:

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "AsyncRelayClient",
     "DecisionReceipt",
+    "InboxDecision",
     "InboxItem",
     "RelayClient",
     "RequestStatus",
@@ -234,6 +235,46 @@ class DecisionReceipt:
             KeyError: A field is missing.
         """
         return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, kw_only=True)
+class InboxDecision:
+    """This node's own decision on a peer's request, as its relay recorded it (not the outcome).
+
+    Attributes:
+        request_id: The request decided on.
+        origin: The request's origin, which counts the outcome.
+        signer: This node.
+        kind: ``approval`` or ``denial``.
+        this_node: ``approved`` or ``denied``: this node's vote alone.
+        counted: False when the same decision was recorded before (a repeat).
+        note: The relay's reminder that the outcome is the origin's to count.
+    """
+
+    request_id: str
+    origin: str
+    signer: str
+    kind: Literal["approval", "denial"]
+    this_node: Literal["approved", "denied"]
+    counted: bool
+    note: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> InboxDecision:
+        """Build it from the relay's JSON (``InboxDecisionOut``).
+
+        Raises:
+            KeyError: A field is missing.
+        """
+        return cls(
+            request_id=data["request_id"],
+            origin=data["origin"],
+            signer=data["signer"],
+            kind=data["kind"],
+            this_node=data["this_node"],
+            counted=data["counted"],
+            note=str(data.get("note", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -501,16 +542,17 @@ class RelayClient:
         """
         return InboxItem.from_json(self._send(_Calls.get_inbox_item(request_id, origin)))
 
-    def submit_decision(
-        self, request_id: str, statement: Mapping[str, Any], signature: str
-    ) -> DecisionReceipt:
+    def submit_decision(self, request_id: str, statement: Mapping[str, Any], signature: str) -> InboxDecision:
         """Hand this node's signed approval or denial to its relay, which forwards it to the origin.
 
+        Returns:
+            This node's decision as recorded (the outcome is the origin's to count).
+
         Raises:
-            RelayError: The relay refused it (not signed by this node, bad signature, decided
-                otherwise before, expired) or is unreachable.
+            RelayError: The relay refused it (not signed by one of this node's keys, bad
+                signature, decided otherwise before, expired) or is unreachable.
         """
-        return DecisionReceipt.from_json(self._send(_Calls.submit_decision(request_id, statement, signature)))
+        return InboxDecision.from_json(self._send(_Calls.submit_decision(request_id, statement, signature)))
 
     def deliver_request(self, request: Mapping[str, Any], signature: str) -> dict[str, Any]:
         """As a peer relay: deliver a signed request to this relay's inbox.
@@ -648,13 +690,13 @@ class AsyncRelayClient:
 
     async def submit_decision(
         self, request_id: str, statement: Mapping[str, Any], signature: str
-    ) -> DecisionReceipt:
+    ) -> InboxDecision:
         """See :meth:`RelayClient.submit_decision`.
 
         Raises:
             RelayError: The relay refused it or is unreachable.
         """
-        return DecisionReceipt.from_json(
+        return InboxDecision.from_json(
             await self._send(_Calls.submit_decision(request_id, statement, signature))
         )
 

@@ -7,12 +7,15 @@ types: the policy verifies certificates with :mod:`teaagent.quorum`, and the quo
 this configuration. Their seed import path, ``from teaagent.policy import MultiSigQuorumConfig``,
 keeps working: :mod:`teaagent.policy` re-exports them.
 
-Key identity (PROTOCOL.md "Key identity") is key material: :attr:`teaagent.signing.SSHPublicKey.identity`,
+A signer's several keys (PROTOCOL.md "Keys of a peer") are :class:`SignerKey` objects, read from
+``allowed_signers`` files by :func:`parse_allowed_signers`. Key identity (PROTOCOL.md "Key
+identity") is key material: :attr:`teaagent.signing.SSHPublicKey.identity`,
 which this package uses wherever it compares two peers' keys.
 """
 
 from __future__ import annotations
 
+from teaagent.trust._keys import MAX_ALLOWED_SIGNERS_BYTES, SignerKey, parse_allowed_signers, unique_keys
 from teaagent.trust._multisig import (
     AGENT_ID_PATTERN,
     DEFAULT_QUORUM_TIMEOUT_SECONDS,
@@ -25,8 +28,12 @@ from teaagent.trust._multisig import (
 __all__ = [
     "AGENT_ID_PATTERN",
     "DEFAULT_QUORUM_TIMEOUT_SECONDS",
+    "MAX_ALLOWED_SIGNERS_BYTES",
     "MAX_QUORUM_TIMEOUT_SECONDS",
     "MultiSigQuorumConfig",
     "PeerSignature",
+    "SignerKey",
     "check_agent_id",
+    "parse_allowed_signers",
+    "unique_keys",
 ]

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from teaagent.errors import SignatureError
 from teaagent.signing import parse_public_key
+from teaagent.trust._keys import SignerKey, unique_keys
 
 __all__ = [
     "AGENT_ID_PATTERN",
@@ -135,6 +136,19 @@ def _str_dict(name: str, value: object) -> dict[str, str]:
     return copied
 
 
+def _key_dict(value: object) -> dict[str, tuple[SignerKey, ...]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"peer_keys must be a mapping of agent id to keys, not {type(value).__name__}.")
+    copied: dict[str, tuple[SignerKey, ...]] = {}
+    for peer, keys in value.items():
+        if not isinstance(peer, str) or isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
+            raise TypeError("peer_keys must map agent ids to sequences of SignerKey.")
+        if not all(isinstance(key, SignerKey) for key in keys):
+            raise TypeError("peer_keys must hold only SignerKey objects.")
+        copied[peer] = tuple(keys)
+    return copied
+
+
 def _strict_int(name: str, value: object) -> int:
     # bool is an int subclass; True as a count or a timeout is always a mistake.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -165,6 +179,9 @@ class MultiSigQuorumConfig:
             experiments only; logged at WARNING).
         high_risk_patterns: fnmatch patterns on tool names.
         timeout_seconds: How long a request waits for its quorum before it expires.
+        peer_keys: Each peer's further keys (its operators' own keys, PROTOCOL.md "Keys of a
+            peer"), beside its node key in ``peer_public_keys``; any of them may sign for the
+            peer, which still counts once. Not in the seed; keyword, empty by default.
     """
 
     enabled: bool
@@ -176,7 +193,11 @@ class MultiSigQuorumConfig:
     allow_dev_signatures: bool = False
     high_risk_patterns: list[str] = field(default_factory=list)
     timeout_seconds: int = DEFAULT_QUORUM_TIMEOUT_SECONDS
+    peer_keys: dict[str, tuple[SignerKey, ...]] = field(default_factory=dict)
     _high_risk: re.Pattern[str] | None = field(init=False, repr=False, compare=False, default=None)
+    _keys: dict[str, tuple[SignerKey, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         """Copy the collections, check the types, and check an enabled configuration in full.
@@ -200,6 +221,7 @@ class MultiSigQuorumConfig:
         )
         object.__setattr__(self, "peer_public_keys", _str_dict("peer_public_keys", self.peer_public_keys))
         object.__setattr__(self, "peer_relay_urls", _str_dict("peer_relay_urls", self.peer_relay_urls))
+        object.__setattr__(self, "peer_keys", _key_dict(self.peer_keys))
         if not self.enabled:
             return
         self._validate_enabled()
@@ -236,23 +258,33 @@ class MultiSigQuorumConfig:
             strangers = sorted(set(mapping) - seen)
             if strangers:
                 raise ValueError(f"{name} names {strangers[0]!r}, which is not in peer_agent_ids.")
+        strangers = sorted(set(self.peer_keys) - seen)
+        if strangers:
+            raise ValueError(f"peer_keys names {strangers[0]!r}, which is not in peer_agent_ids.")
         owners: dict[bytes, str] = {}  # key identity -> the peer holding it
+        keys: dict[str, tuple[SignerKey, ...]] = {}
         for peer in peers:
             line = self.peer_public_keys.get(peer, "").strip()
             if not line:
                 raise ValueError(f"peer {peer} has no public key.")
-            identity = _key_identity(peer, line)
-            if identity in owners:
-                raise ValueError(
-                    f"peers {owners[identity]} and {peer} share one public key, which would count twice."
-                )
-            owners[identity] = peer
+            _key_identity(peer, line)  # the line's form, in the sentences of this configuration
+            node_key = SignerKey(line=line, source=f"peer_public_keys[{peer!r}]")
+            keys[peer] = unique_keys((node_key, *self.peer_keys.get(peer, ())))
+            for key in keys[peer]:
+                # Key identity is key material, across every key of every peer: one key in two
+                # forms, or listed for two peers, would count twice.
+                owner = owners.setdefault(key.key.identity, peer)
+                if owner != peer:
+                    raise ValueError(
+                        f"peers {owner} and {peer} share one public key, which would count twice."
+                    )
             url = self.peer_relay_urls.get(peer, "").strip()
             if not url:
                 raise ValueError(f"peer {peer} has no relay URL.")
             _check_relay_url(peer, url)
         if self.local_relay_base_url is not None:
             _check_relay_url("this node", self.local_relay_base_url)
+        object.__setattr__(self, "_keys", keys)
         if not self.high_risk_patterns:
             raise ValueError(
                 "multi-sig is enabled but high_risk_patterns is empty, so no call would need a quorum."
@@ -293,6 +325,30 @@ class MultiSigQuorumConfig:
             raise ValueError(
                 f"agent {agent_id} is listed among its own peers; a node cannot approve its own calls."
             )
+
+    def keys_of(self, peer: str) -> tuple[SignerKey, ...]:
+        """Return the keys that may sign for ``peer``: its node key first, then its further keys.
+
+        Empty for a peer that is not configured. A disabled configuration was never checked, so
+        its keys are read here, each call, and a line that is not a usable key is left out.
+
+        Args:
+            peer: The peer's agent id.
+
+        Returns:
+            The keys, node key first.
+        """
+        found = self._keys.get(peer)
+        if found is not None:
+            return found
+        line = self.peer_public_keys.get(peer, "").strip()
+        if not line:
+            return ()
+        try:
+            node_key = SignerKey(line=line, source=f"peer_public_keys[{peer!r}]")
+        except ValueError:
+            return self.peer_keys.get(peer, ())
+        return (node_key, *self.peer_keys.get(peer, ()))
 
     def describe_quorum(self) -> str:
         """Return the quorum as a phrase for messages, such as ``2 of 3 peer approvals``."""

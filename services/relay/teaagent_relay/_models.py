@@ -15,6 +15,7 @@ __all__ = [
     "DecisionReceiptOut",
     "HealthOut",
     "InboxAcceptedOut",
+    "InboxDecisionOut",
     "InboxItemOut",
     "RequestStatusOut",
     "SignedDecisionIn",
@@ -97,14 +98,32 @@ class InboxItemOut(BaseModel):
     decision: dict[str, Any] | None = Field(description="This node's signed decision, once given.")
 
 
-class DecisionReceiptOut(BaseModel):
-    """What happened to one signed decision."""
+class InboxDecisionOut(BaseModel):
+    """This node's own decision on a request of a peer, as recorded here and queued for its origin.
+
+    It says nothing of the request's outcome: that is counted by the origin's relay, from every
+    peer's decision. ``this_node`` is this node's vote alone.
+    """
 
     request_id: str
     origin: str
     signer: str
     kind: Literal["approval", "denial"]
-    state: State = Field(description="The request's state after this decision.")
+    this_node: Literal["approved", "denied"] = Field(description="This node's own decision, not the outcome.")
+    counted: bool = Field(description="False when this node's same decision was recorded before (a repeat).")
+    note: str = Field(description="A reminder, in words, that the outcome is the origin's to count.")
+
+
+class DecisionReceiptOut(BaseModel):
+    """What happened to one signed decision on one of this node's own requests."""
+
+    request_id: str
+    origin: str
+    signer: str
+    kind: Literal["approval", "denial"]
+    state: State = Field(
+        description="The request's overall state, counted here at its origin, after this decision."
+    )
     counted: bool = Field(description="False when the same signer's decision was already counted.")
     decided: bool = Field(description="True when this very decision settled the outcome.")
     approvals: int

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from teaagent.errors import SignatureError
@@ -22,11 +22,12 @@ from teaagent.quorum import (
     MAX_CLOCK_SKEW_SECONDS,
     approval_statement,
     denial_statement,
+    signing_key,
     statement_bytes,
     verify_request_signature,
     wire_signature,
 )
-from teaagent.signing import SSHPublicKey, sshsig_verify
+from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 
 __all__ = [
@@ -174,21 +175,23 @@ def verify_decision(
     kind: DecisionKind,
     rebuilt: Mapping[str, Any],
     signature: str,
-    public_key: SSHPublicKey,
+    keys: Sequence[SignerKey],
     *,
     allow_dev: bool,
     whose: str,
 ) -> str:
     """Verify a signer's signature over the statement rebuilt from the request; return it in wire form.
 
-    PROTOCOL.md rules 2 and 3: the key embedded in the SSHSIG must be ``public_key`` (the one
-    configured for the signer), the namespace exactly the decision's, the algorithms allowed, and
-    the signature must verify over the canonical statement (:func:`teaagent.signing.sshsig_verify`
-    checks all of it).
+    PROTOCOL.md rules 2 and 3: the key embedded in the SSHSIG must be one of ``keys`` (the signer's
+    keys in this node's configuration: its node key, its operators' keys), allowed by its
+    ``allowed_signers`` options for this namespace at the statement's ``signed_at``; the namespace
+    exactly the decision's, the algorithms allowed, and the signature must verify over the
+    canonical statement (:func:`teaagent.quorum.signing_key` checks all of it).
 
     Raises:
-        ApiError: 403 ``bad_signature`` when it does not verify with ``public_key`` (``whose`` names
-            it in the message), 422 ``invalid`` when the statement cannot be written as canonical JSON.
+        ApiError: 403 ``bad_signature`` when it does not verify with any of ``keys`` (``whose``
+            names them in the message), 422 ``invalid`` when the statement cannot be written as
+            canonical JSON.
     """
     signer = rebuilt["signer"]
     if signature.startswith(DEV_SIGNATURE_PREFIX):
@@ -204,7 +207,7 @@ def verify_decision(
         raise ApiError(422, "invalid", sentence(_clause(exc))) from exc
     namespace = DENIAL_NAMESPACE if kind == "denial" else APPROVAL_NAMESPACE
     try:
-        sshsig_verify(data, signature, public_key, namespace)
+        signing_key(data, signature, keys, namespace, rebuilt["signed_at"], whose=whose)
         return wire_signature(signature)
     except (SignatureError, ValueError, TypeError) as exc:
         raise ApiError(

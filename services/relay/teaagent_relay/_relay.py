@@ -33,7 +33,6 @@ from teaagent._canonical import canonical
 from teaagent.config import NodeConfig
 from teaagent.errors import RequestConflictError, StoreError
 from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, build_certificate, is_expired, request_problem
-from teaagent.signing import parse_public_key
 from teaagent.store import DecisionResult, RequestState, Store, StoredRequest
 from teaagent_relay._errors import ApiError
 from teaagent_relay._metrics import RelayMetrics
@@ -138,7 +137,9 @@ class Relay:
         self._sweep_cursor: str | None = None  # where the next inbox sweep goes on
         self.writer = DecisionWriter(store)
         # Parsed once: a key line costs more to parse than one Ed25519 verification.
-        self._peer_keys = {name: parse_public_key(peer.public_key) for name, peer in config.peers.items()}
+        self._peer_keys = {name: peer.keys for name, peer in config.peers.items()}
+        # Who may sign this node's own decisions: its node key and its operators' keys.
+        self.own_keys = config.own_keys()
 
     # -- own requests ----------------------------------------------------------------------------
 
@@ -336,7 +337,9 @@ class Relay:
                 signature,
                 self._peer_keys[signer],
                 allow_dev=self.allow_dev,
-                whose=f"the key configured for {signer}",
+                whose=f"the key configured for {signer}"
+                if len(self._peer_keys[signer]) == 1
+                else f"the keys configured for {signer}",
             )
         except ApiError:
             self.metrics.decisions.labels("peer", "rejected").inc()
@@ -646,7 +649,12 @@ class Relay:
         try:
             kind, signer, rebuilt = check_statement(request, statement, configured=(self.agent_id,), now=now)
             wire = verify_decision(
-                kind, rebuilt, signature, self.own_key, allow_dev=self.allow_dev, whose="this node's own key"
+                kind,
+                rebuilt,
+                signature,
+                self.own_keys,
+                allow_dev=self.allow_dev,
+                whose="this node's own key" if len(self.own_keys) == 1 else "this node's keys",
             )
         except ApiError:
             self.metrics.decisions.labels("own", "rejected").inc()
@@ -668,7 +676,15 @@ class Relay:
         # Queued for a repeat as well, and again by the inbox sweep: a relay that died between
         # recording and queueing still sends the decision (the origin counts a signer once).
         await self._send_decision(origin, request, rebuilt, wire)
-        return self._receipt(request, signer, kind, result)
+        return {
+            "request_id": request["request_id"],
+            "origin": origin,
+            "signer": signer,
+            "kind": kind,
+            "this_node": "approved" if kind == "approval" else "denied",
+            "counted": result.counted,
+            "note": f"This node's decision, sent to {origin}; the request's outcome is counted there.",
+        }
 
     async def _send_decision(
         self, origin: str, request: dict[str, Any], statement: dict[str, Any], wire: str

@@ -21,6 +21,7 @@ from teaagent_relay._models import (
     DecisionReceiptOut,
     HealthOut,
     InboxAcceptedOut,
+    InboxDecisionOut,
     InboxItemOut,
     RequestStatusOut,
     SignedDecisionIn,
@@ -236,14 +237,16 @@ async def get_inbox_item(
 
 @inbox_router.post(
     "/{request_id}/decision",
-    response_model=DecisionReceiptOut,
+    response_model=InboxDecisionOut,
     responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
     summary="This node's signed approval or denial, forwarded to the origin's relay",
 )
 async def decide(request_id: RequestId, body: SignedDecisionIn, relay: RelayDep, _auth: Authorized) -> Any:
-    """Verify the decision with this node's own key, record it, and queue it for the origin.
+    """Verify the decision with one of this node's keys, record it, and queue it for the origin.
 
-    Repeating the same decision is harmless (200, ``counted: false``); a different one is 409.
+    The answer is this node's own decision (``this_node``), never the request's outcome, which the
+    origin's relay counts. Repeating the same decision is harmless (200, ``counted: false``); a
+    different one is 409.
     """
     return await relay.decide(request_id, body.statement, body.signature)
 
