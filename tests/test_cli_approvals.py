@@ -1,0 +1,954 @@
+"""``teaagent approvals``: the operators' command line, against an approver on a real socket.
+
+The node is beta; alpha asks it (its requests are signed with alpha's key). Operators' keys are
+made by the real ``ssh-keygen`` and listed in beta's ``[approver] operators`` file; signatures made
+by ``ssh-keygen -Y sign`` and by a real ``ssh-agent`` go through ``submit``, ``--key`` and
+``--agent``. Each refusal is checked for its exit code and its one sentence on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import queue
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from approver_fake import FakeApprover
+from conftest import SSHKey
+from relay_support import Node, free_port, signer, write_cluster
+
+from teaagent.cli import _approvals
+from teaagent.cli._main import run
+from teaagent.config import load_config
+from teaagent.quorum import sign_request, statement_bytes
+
+PASSPHRASE = "correct horse battery staple"
+DEADLINE = 30.0  # seconds for anything a test waits on (a loaded two-core host)
+
+
+# -- the cluster -------------------------------------------------------------------------------
+
+
+@dataclass
+class Cluster:
+    """beta (the node under test), alpha (the origin) and gamma, beta's operators' keys."""
+
+    nodes: dict[str, Node]
+    operator: SSHKey  # listed in beta's operators file
+    second_operator: SSHKey  # listed too
+    locked: SSHKey  # listed, passphrase-protected
+    stranger: SSHKey  # listed nowhere
+    approver_port: int
+
+    @property
+    def beta(self) -> Node:
+        return self.nodes["beta"]
+
+    @property
+    def config(self) -> str:
+        return str(self.beta.config_path)
+
+    def request(
+        self, *, tool_name: str = "shell.run", arguments: dict[str, Any] | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        return self.nodes["alpha"].request(tool_name=tool_name, arguments=arguments, **fields)
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: Path, redis_url: str, redis_prefix: str, ssh_key_factory: Callable[..., SSHKey]
+) -> Cluster:
+    nodes = write_cluster(tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix)
+    operator = ssh_key_factory("ops-one")
+    second = ssh_key_factory("ops-two")
+    locked = ssh_key_factory("ops-locked", passphrase=PASSPHRASE)
+    stranger = ssh_key_factory("stranger")
+    (tmp_path / "operators.allowed_signers").write_text(
+        "".join(f"beta {key.public_line}\n" for key in (operator, second, locked))
+    )
+    port = free_port()
+    with nodes["beta"].config_path.open("a") as handle:
+        handle.write(
+            f'\n[approver]\nport = {port}\noperators = "operators.allowed_signers"\n\n'
+            '[[approver.rules]]\ntool = "shell.run"\narguments = { command = "echo *" }\n'
+            'decision = "approve"\n\n'
+            '[[approver.rules]]\ntool = "fs.delete"\ndecision = "ask"\n'
+        )
+    return Cluster(nodes, operator, second, locked, stranger, port)
+
+
+class Approver:
+    """beta's approver as the CLI sees it, and the way requests reach it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.fake = FakeApprover(load_config(cluster.beta.config_path))
+
+    def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.fake.add(request, sign_request(request, signer("alpha")))
+        return request
+
+    def start(self) -> None:
+        self.fake.start()
+
+    def stop(self) -> None:
+        self.fake.stop()
+
+
+@pytest.fixture
+def approver(cluster: Cluster) -> Iterator[Approver]:
+    served = Approver(cluster)
+    served.start()
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = run(["approvals", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_sentence(err: str) -> str:
+    """The stderr of a refusal: exactly one line, ``teaagent: ...``, one sentence, no traceback."""
+    assert err.startswith("teaagent: "), err
+    assert err.endswith(".\n"), err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err[len("teaagent: ") : -1]
+
+
+# -- list and show -----------------------------------------------------------------------------
+
+
+def test_list_json_has_the_documented_fields_pending_first(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = approver.deliver(cluster.request(arguments={"command": "rm -rf build"}, call_id="c1"))
+    second = approver.deliver(cluster.request(tool_name="fs.delete", arguments={"path": "x"}, call_id="c2"))
+    code, out, _ = cli(capsys, "approve", first["request_id"], "--config", cluster.config)
+    assert code == 0
+
+    code, out, err = cli(capsys, "list", "--json", "--state", "all", "--config", cluster.config)
+
+    assert (code, err) == (0, "")
+    listed = json.loads(out)
+    assert [item["request_id"] for item in listed] == [second["request_id"], first["request_id"]]
+    for item in listed:
+        assert {"request_id", "origin", "tool_name", "arguments", "reason", "expires_at", "state"} <= set(
+            item
+        )
+    assert listed[0]["origin"] == "alpha"
+    assert listed[0]["arguments"] == {"path": "x"}
+    assert listed[0]["reason"] == "clean the build"
+    assert listed[0]["expires_at"] == second["expires_at"]
+    assert [item["state"] for item in listed] == ["pending", "approved"]
+
+
+def test_list_filters_and_prints_a_table(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell = approver.deliver(cluster.request(arguments={"command": "x" * 300}, call_id="c1"))
+    delete = approver.deliver(cluster.request(tool_name="fs.delete", arguments={"path": "x"}, call_id="c2"))
+
+    code, out, _ = cli(capsys, "list", "--config", cluster.config)
+    assert code == 0
+    header, *rows, note = out.splitlines()
+    assert header.split() == ["REQUEST", "ORIGIN", "TOOL", "BETA", "LEFT", "RULE", "ARGUMENTS"]
+    assert {row.split()[0] for row in rows} == {shell["request_id"], delete["request_id"]}
+    assert "show ID" in note  # the cut arguments are said to be cut
+
+    code, out, _ = cli(capsys, "list", "--tool", "fs.delete", "--json", "--config", cluster.config)
+    assert [item["request_id"] for item in json.loads(out)] == [delete["request_id"]]
+    code, out, _ = cli(capsys, "list", "--origin", "gamma", "--config", cluster.config)
+    assert (code, out) == (0, "No pending requests for beta.\n")
+
+
+def test_list_refuses_an_unknown_state(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "list", "--state", "maybe", "--config", cluster.config)
+
+    assert code == 2
+    assert one_sentence(err) == "--state is pending, approved, denied, expired or all, not 'maybe'."
+
+
+def test_show_prints_the_whole_request_and_what_would_decide_it(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long_text = "y" * 5000
+    request = approver.deliver(
+        cluster.request(tool_name="fs.delete", arguments={"path": "build/", "note": long_text})
+    )
+
+    code, out, err = cli(capsys, "show", request["request_id"], "--config", cluster.config)
+
+    assert (code, err) == (0, "")
+    assert f"request      {request['request_id']}" in out
+    assert "origin       alpha" in out
+    assert "tool         fs.delete" in out
+    assert f'"note": "{long_text}"' in out  # whole, not cut
+    assert "note: note is 5000 characters long, printed whole above." in out
+    assert '"path": "build/"' in out
+    assert "reason       clean the build" in out
+    assert f"digest       {request['payload_digest']}" in out
+    assert "quorum       2 approval(s) of beta, gamma, counted by alpha" in out
+    assert "beta         not decided yet (this node's own decision, not the request's outcome)" in out
+    assert "time left    1m 5" in out or "time left    2m 00s" in out
+    assert "rule         #2 tool='fs.delete' -> ask" in out
+
+
+def test_show_escapes_what_a_terminal_would_hide(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = approver.deliver(
+        cluster.request(arguments={"command": "echo safe\u202e\u200b\x1b[2J"}, reason="ok\u202egnp.exe")
+    )
+
+    code, out, _ = cli(capsys, "show", request["request_id"], "--config", cluster.config)
+
+    assert code == 0
+    for hidden in ("\u202e", "\u200b", "\x1b"):
+        assert hidden not in out
+    assert "echo safe\\u202e\\u200b\\u001b[2J" in out
+    assert "reason       ok\\u202egnp.exe" in out
+    assert "rule         #1 tool='shell.run' command='echo *' -> approve" in out
+
+
+def test_show_json_is_the_whole_item(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = approver.deliver(cluster.request())
+
+    code, out, _ = cli(capsys, "show", request["request_id"], "--json", "--config", cluster.config)
+
+    item = json.loads(out)
+    assert code == 0
+    assert item["request"] == request
+    assert item["decision"] is None
+    assert item["rule"] is None
+    assert item["state"] == "pending"
+
+
+# -- deciding with the node key ----------------------------------------------------------------
+
+
+def test_approve_names_this_nodes_decision_not_the_outcome(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = approver.deliver(cluster.request())
+
+    code, out, err = cli(capsys, "approve", request["request_id"], "--config", cluster.config)
+
+    assert (code, err) == (0, "")
+    node_key = load_config(cluster.beta.config_path).own_public_key().fingerprint
+    first, _, third = out.splitlines()
+    assert (
+        first
+        == f"beta approved request {request['request_id']} of alpha: signed by operator with key {node_key}."
+    )
+    assert third == "This node's decision; the request's outcome is counted by its origin, alpha."
+    assert "state" not in out
+
+    code, out, _ = cli(capsys, "approve", request["request_id"], "--json", "--config", cluster.config)
+    decision = json.loads(out)
+    assert code == 0
+    assert decision["this_node"] == "approved"
+    assert "state" not in decision
+
+
+def test_deny_needs_a_reason_and_signs_it(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = approver.deliver(cluster.request())
+
+    code, _, err = cli(capsys, "deny", request["request_id"], "--reason", " ", "--config", cluster.config)
+    assert code == 2
+    assert one_sentence(err) == "a denial needs a reason for the origin's operators: pass --reason TEXT."
+
+    code, out, err = cli(
+        capsys, "deny", request["request_id"], "--reason", "not on Fridays", "--config", cluster.config
+    )
+    assert (code, err) == (0, "")
+    assert out.startswith(f"beta denied request {request['request_id']} of alpha (not on Fridays): ")
+
+    code, out, _ = cli(capsys, "show", request["request_id"], "--config", cluster.config)
+    assert "beta         denied by operator with key" in out
+    assert ": not on Fridays (this node's own decision" in out
+
+
+# -- statement, ssh-keygen -Y sign, submit -----------------------------------------------------
+
+
+def ssh_keygen_sign(key: SSHKey, path: Path, namespace: str = "teaagent-approval") -> Path:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-Y", "sign", "-n", namespace, "-f", str(key.private_path), str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return Path(f"{path}.sig")
+
+
+def fingerprint_of(key: SSHKey) -> str:
+    result = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(key.public_path)], check=True, capture_output=True, text=True
+    )
+    return result.stdout.split()[1]
+
+
+def test_statement_signed_by_ssh_keygen_is_submitted(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+    path = tmp_path / "approval.json"
+
+    code, out, err = cli(
+        capsys, "statement", request["request_id"], "--out", str(path), "--config", cluster.config
+    )
+
+    assert (code, out) == (0, "")
+    assert f"ssh-keygen -Y sign -n teaagent-approval -f KEY {path}" in err
+    data = path.read_bytes()
+    statement = json.loads(data)
+    assert data == statement_bytes(statement)  # the canonical bytes, no trailing newline
+    assert statement["signer"] == "beta"
+    assert statement["type"] == "teaagent.approval"
+    assert statement["request_id"] == request["request_id"]
+
+    signature = ssh_keygen_sign(cluster.operator, path)
+    code, out, err = cli(
+        capsys, "submit", request["request_id"], "--statement", str(path), "--signature", str(signature),
+        "--config", cluster.config,
+    )  # fmt: skip
+
+    assert (code, err) == (0, "")
+    assert f"with key {fingerprint_of(cluster.operator)}." in out.splitlines()[0]
+    assert out.startswith(f"beta approved request {request['request_id']} of alpha")
+
+
+def test_statement_goes_to_stdout_without_a_newline(
+    cluster: Cluster, approver: Approver, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    request = approver.deliver(cluster.request())
+
+    code = run(["approvals", "statement", request["request_id"], "--config", cluster.config])
+
+    data = capsysbinary.readouterr().out
+    assert code == 0
+    assert data == statement_bytes(json.loads(data))
+    assert not data.endswith(b"\n")
+
+
+def test_a_denial_statement_signed_by_ssh_keygen_is_submitted(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+    path = tmp_path / "denial.json"
+
+    code, _, err = cli(
+        capsys, "statement", request["request_id"], "--reason", "no", "--config", cluster.config
+    )
+    assert code == 2
+    assert one_sentence(err) == "--reason goes with --deny: an approval statement carries no reason."
+
+    args = ["statement", request["request_id"], "--deny", "--reason", "not today", "--out", str(path)]
+    code, _, _ = cli(capsys, *args, "--config", cluster.config)
+    assert code == 0
+    assert json.loads(path.read_bytes())["reason"] == "not today"
+    signature = ssh_keygen_sign(cluster.second_operator, path, "teaagent-denial")
+    code, out, err = cli(
+        capsys, "submit", request["request_id"], "--statement", str(path), "--signature", str(signature),
+        "--config", cluster.config,
+    )  # fmt: skip
+
+    assert (code, err) == (0, "")
+    assert out.startswith(f"beta denied request {request['request_id']} of alpha (not today): ")
+
+
+# -- signing locally with an operator's key file -----------------------------------------------
+
+
+def test_key_file_signs_as_an_operator(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = approver.deliver(cluster.request())
+
+    code, out, err = cli(
+        capsys,
+        "approve",
+        request["request_id"],
+        "--key",
+        str(cluster.operator.private_path),
+        "--config",
+        cluster.config,
+    )
+
+    assert (code, err) == (0, "")
+    assert f"with key {fingerprint_of(cluster.operator)}." in out
+
+
+def test_a_passphrase_is_asked_once_without_echo(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = approver.deliver(cluster.request())
+    prompts: list[str] = []
+
+    def getpass(prompt: str) -> str:
+        prompts.append(prompt)
+        return PASSPHRASE
+
+    monkeypatch.setattr(_approvals, "_terminal_available", lambda: True)
+    monkeypatch.setattr(_approvals.getpass, "getpass", getpass)
+    code, out, err = cli(
+        capsys,
+        "approve",
+        request["request_id"],
+        "--key",
+        str(cluster.locked.private_path),
+        "--config",
+        cluster.config,
+    )
+
+    assert (code, err) == (0, "")
+    assert prompts == [f"Passphrase for {cluster.locked.private_path}: "]
+    assert f"with key {fingerprint_of(cluster.locked)}." in out
+
+
+def test_a_wrong_passphrase_is_a_usage_error(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = approver.deliver(cluster.request())
+    monkeypatch.setattr(_approvals, "_terminal_available", lambda: True)
+    monkeypatch.setattr(_approvals.getpass, "getpass", lambda prompt: "wrong")
+
+    code, _, err = cli(
+        capsys,
+        "approve",
+        request["request_id"],
+        "--key",
+        str(cluster.locked.private_path),
+        "--config",
+        cluster.config,
+    )
+
+    assert code == 2
+    assert one_sentence(err) == f"the passphrase for the private key {cluster.locked.private_path} is wrong."
+    assert approver.fake.items[("alpha", request["request_id"])]["decision"] is None
+
+
+def _read_until(descriptor: int, wanted: bytes, deadline: float) -> bytes:
+    seen = b""
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{wanted!r} not seen; got {seen!r}")
+        ready, _, _ = select.select([descriptor], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(descriptor, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+@pytest.mark.slow
+def test_a_passphrase_is_read_from_a_real_terminal_without_echo(cluster: Cluster, approver: Approver) -> None:
+    request = approver.deliver(cluster.request())
+    argv = [
+        sys.executable, "-m", "teaagent", "approvals", "approve", request["request_id"],
+        "--key", str(cluster.locked.private_path), "--config", cluster.config,
+    ]  # fmt: skip
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: its controlling terminal is the pty
+        os.execv(sys.executable, argv)  # noqa: S606 - the CLI itself, argv fixed above
+    try:
+        deadline = time.monotonic() + DEADLINE
+        prompt = _read_until(terminal, b"Passphrase for", deadline)
+        os.write(terminal, PASSPHRASE.encode() + b"\n")
+        rest = _read_until(terminal, b"counted by its origin", deadline)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(terminal)
+    assert os.waitstatus_to_exitcode(status) == 0, prompt + rest
+    assert PASSPHRASE.encode() not in prompt + rest  # not echoed
+    assert f"with key {fingerprint_of(cluster.locked)}.".encode() in rest
+
+
+def test_a_passphrase_without_a_terminal_is_a_usage_error(cluster: Cluster, approver: Approver) -> None:
+    request = approver.deliver(cluster.request())
+
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "teaagent", "approvals", "approve", request["request_id"],
+            "--key", str(cluster.locked.private_path), "--config", cluster.config,
+        ],
+        input="",
+        capture_output=True,
+        text=True,
+        start_new_session=True,  # no controlling terminal
+        timeout=DEADLINE,
+        check=False,
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert one_sentence(result.stderr) == (
+        f"the private key {cluster.locked.private_path} is protected by a passphrase, and there is no "
+        "terminal to ask for it; run the command in a terminal, or add the key to ssh-agent and use --agent."
+    )
+    assert approver.fake.items[("alpha", request["request_id"])]["decision"] is None
+
+
+def test_a_folder_given_as_key_is_a_usage_error(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+
+    code, _, err = cli(
+        capsys, "approve", request["request_id"], "--key", str(tmp_path), "--config", cluster.config
+    )
+
+    assert code == 2
+    assert one_sentence(err) == f"the private key {tmp_path} is a folder, not a key file."
+
+
+def test_a_missing_key_file_is_a_usage_error(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope"
+
+    code, _, err = cli(capsys, "approve", "0" * 32, "--key", str(missing), "--config", cluster.config)
+
+    assert code == 2
+    assert one_sentence(err) == f"the private key file {missing} does not exist."
+
+
+def test_an_unreadable_key_file_is_a_usage_error(
+    cluster: Cluster, approver: Approver, tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+    key = tmp_path / "unreadable"
+    shutil.copy(cluster.operator.private_path, key)
+    key.chmod(0o000)
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        # root reads any file; without these two capabilities it obeys the mode bits like anyone.
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv to drop CAP_DAC_OVERRIDE")
+        caps = "-dac_override,-dac_read_search"
+        prefix = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
+
+    result = subprocess.run(
+        [*prefix, sys.executable, "-m", "teaagent", "approvals", "approve", request["request_id"],
+         "--key", str(key), "--config", cluster.config],
+        capture_output=True, text=True, timeout=DEADLINE, check=False,
+    )  # fmt: skip
+
+    assert result.returncode == 2, result.stderr
+    assert one_sentence(result.stderr) == f"cannot read the private key file {key}: Permission denied."
+
+
+def test_a_key_readable_by_others_is_warned_about(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+    key = tmp_path / "exposed"
+    shutil.copy(cluster.operator.private_path, key)
+    key.chmod(0o644)
+
+    code, out, err = cli(
+        capsys, "approve", request["request_id"], "--key", str(key), "--config", cluster.config
+    )
+
+    assert code == 0
+    assert err == (
+        f"teaagent: warning: the private key file {key} is accessible by others (mode 0644; OpenSSH "
+        f"refuses such a key): run chmod 600 {key}.\n"
+    )
+    assert "beta approved" in out
+
+
+def test_key_and_agent_together_are_a_usage_error(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "approve",
+        "0" * 32,
+        "--key",
+        str(cluster.operator.private_path),
+        "--agent",
+        "--config",
+        cluster.config,
+    ]
+    code, _, err = cli(capsys, *args)
+    assert code == 2
+    assert one_sentence(err) == "--key and --agent are two ways to sign; give one of them."
+
+    code, _, err = cli(capsys, "approve", "0" * 32, "--key-id", "SHA256:x", "--config", cluster.config)
+    assert code == 2
+    assert one_sentence(err) == "--key-id chooses a key held by ssh-agent; give it with --agent."
+
+
+# -- signing through a real ssh-agent ----------------------------------------------------------
+
+
+@pytest.fixture
+def agent_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    if shutil.which("ssh-agent") is None:
+        pytest.skip("OpenSSH's ssh-agent is not installed")
+    socket_path = tmp_path / "agent.sock"
+    process = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while not socket_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("ssh-agent did not start")
+            time.sleep(0.02)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(socket_path))
+        yield socket_path
+    finally:
+        process.terminate()
+        process.wait(timeout=DEADLINE)
+
+
+def ssh_add(socket_path: Path, key: SSHKey) -> None:
+    subprocess.run(
+        ["ssh-add", str(key.private_path)],
+        env={**os.environ, "SSH_AUTH_SOCK": str(socket_path)},
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.mark.slow
+def test_agent_signs_with_the_one_key_of_this_node_it_holds(
+    cluster: Cluster, approver: Approver, agent_socket: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ssh_add(agent_socket, cluster.stranger)
+    ssh_add(agent_socket, cluster.operator)
+    request = approver.deliver(cluster.request())
+
+    code, out, err = cli(capsys, "approve", request["request_id"], "--agent", "--config", cluster.config)
+
+    assert (code, err) == (0, "")
+    assert f"with key {fingerprint_of(cluster.operator)}." in out
+
+
+@pytest.mark.slow
+def test_agent_with_several_keys_of_this_node_needs_a_key_id(
+    cluster: Cluster, approver: Approver, agent_socket: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ssh_add(agent_socket, cluster.operator)
+    ssh_add(agent_socket, cluster.second_operator)
+    request = approver.deliver(cluster.request())
+    one, two = fingerprint_of(cluster.operator), fingerprint_of(cluster.second_operator)
+
+    code, _, err = cli(capsys, "approve", request["request_id"], "--agent", "--config", cluster.config)
+    assert code == 2
+    assert one_sentence(err) == (
+        f"the ssh-agent at {agent_socket} holds 2 keys, 2 of them keys of beta; "
+        f"choose one with --key-id: {one}, {two}."
+    )
+
+    code, _, err = cli(
+        capsys,
+        "approve",
+        request["request_id"],
+        "--agent",
+        "--key-id",
+        "SHA256:nope",
+        "--config",
+        cluster.config,
+    )
+    assert code == 2
+    assert (
+        one_sentence(err)
+        == f"the ssh-agent at {agent_socket} holds no key SHA256:nope; it holds {one}, {two}."
+    )
+
+    code, out, err = cli(
+        capsys,
+        "deny",
+        request["request_id"],
+        "--reason",
+        "no",
+        "--agent",
+        "--key-id",
+        two,
+        "--config",
+        cluster.config,
+    )
+    assert (code, err) == (0, "")
+    assert f"with key {two}." in out
+
+
+def test_agent_without_ssh_auth_sock_is_a_usage_error(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+    code, _, err = cli(capsys, "approve", "0" * 32, "--agent", "--config", cluster.config)
+
+    assert code == 2
+    assert one_sentence(err) == "SSH_AUTH_SOCK is not set, so there is no ssh-agent to sign with."
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+def test_an_unknown_request_id_is_a_usage_error(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for command in (["show"], ["approve"], ["deny", "--reason", "no"], ["statement"]):
+        code, _, err = cli(capsys, command[0], "f" * 32, *command[1:], "--config", cluster.config)
+        assert code == 2, command
+        sentence = one_sentence(err)
+        assert sentence.startswith(f"The approver at http://127.0.0.1:{cluster.approver_port} refused "), (
+            sentence
+        )
+        assert "(404 not_found)" in sentence
+        assert "f" * 32 in sentence
+
+
+def test_an_expired_request_is_refused_with_exit_3(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = approver.deliver(cluster.request(now=time.time() - 119))
+    deadline = time.monotonic() + DEADLINE
+    while time.time() < request["expires_at"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    for command in (
+        ["approve"],
+        ["deny", "--reason", "late"],
+        ["statement"],
+        ["approve", "--key", str(cluster.operator.private_path)],
+    ):
+        code, _, err = cli(
+            capsys, command[0], request["request_id"], *command[1:], "--config", cluster.config
+        )
+        assert code == 3, (command, err)
+        assert "(409 expired)" in one_sentence(err)
+
+
+def test_a_key_that_may_not_sign_for_this_node_is_refused(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+
+    code, _, err = cli(
+        capsys,
+        "approve",
+        request["request_id"],
+        "--key",
+        str(cluster.stranger.private_path),
+        "--config",
+        cluster.config,
+    )
+    assert code == 2
+    sentence = one_sentence(err)
+    assert "(403 forbidden)" in sentence
+    assert fingerprint_of(cluster.stranger) in sentence
+
+    path = tmp_path / "statement.json"
+    cli(capsys, "statement", request["request_id"], "--out", str(path), "--config", cluster.config)
+    signature = ssh_keygen_sign(cluster.stranger, path)
+    code, _, err = cli(
+        capsys, "submit", request["request_id"], "--statement", str(path), "--signature", str(signature),
+        "--config", cluster.config,
+    )  # fmt: skip
+    assert code == 2
+    assert "(403 forbidden)" in one_sentence(err)
+
+
+def test_a_statement_that_does_not_match_the_request_is_refused(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+    path = tmp_path / "statement.json"
+    cli(capsys, "statement", request["request_id"], "--out", str(path), "--config", cluster.config)
+    statement = json.loads(path.read_bytes())
+    statement["tool_name"] = "fs.read"  # canonical and signed, but not the request's statement
+    path.write_bytes(statement_bytes(statement))
+    signature = ssh_keygen_sign(cluster.operator, path)
+
+    code, _, err = cli(
+        capsys, "submit", request["request_id"], "--statement", str(path), "--signature", str(signature),
+        "--config", cluster.config,
+    )  # fmt: skip
+
+    assert code == 2
+    assert "(422 invalid)" in one_sentence(err)
+
+
+def test_a_statement_file_that_is_not_the_signed_bytes_is_refused_here(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    request = approver.deliver(cluster.request())
+    other = approver.deliver(cluster.request(call_id="other"))
+    path = tmp_path / "statement.json"
+    cli(capsys, "statement", request["request_id"], "--out", str(path), "--config", cluster.config)
+    signature = ssh_keygen_sign(cluster.operator, path)
+    submit = ["--statement", str(path), "--signature", str(signature), "--config", cluster.config]
+
+    code, _, err = cli(capsys, "submit", other["request_id"], *submit)
+    assert code == 2
+    assert one_sentence(err) == (
+        f"the statement file {path} is about request '{request['request_id']}', not {other['request_id']}."
+    )
+
+    path.write_bytes(path.read_bytes() + b"\n")
+    code, _, err = cli(capsys, "submit", request["request_id"], *submit)
+    assert code == 2
+    assert "is not exactly what `teaagent approvals statement` writes" in one_sentence(err)
+
+    signature.write_text("not a signature")
+    path.write_bytes(path.read_bytes()[:-1])
+    code, _, err = cli(capsys, "submit", request["request_id"], *submit)
+    assert code == 2
+    assert one_sentence(err).startswith(f"the signature file {signature} is not an SSH signature: ")
+    assert approver.fake.calls.count(f"POST /v1/requests/{request['request_id']}/decision") == 0
+
+
+def test_a_second_different_decision_is_refused(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = approver.deliver(cluster.request())
+    assert cli(capsys, "approve", request["request_id"], "--config", cluster.config)[0] == 0
+
+    code, _, err = cli(
+        capsys, "deny", request["request_id"], "--reason", "changed my mind", "--config", cluster.config
+    )
+
+    assert code == 1
+    assert "(409 conflict)" in one_sentence(err)
+
+
+def test_an_approver_nobody_runs_is_named_with_the_command_that_starts_it(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (watch waits for it instead: test_watch_..._outlives_an_approver_restart)
+    for command in (["list"], ["show", "0" * 32], ["approve", "0" * 32], ["statement", "0" * 32]):
+        code, _, err = cli(capsys, *command, "--config", cluster.config)
+        assert code == 1, command
+        sentence = one_sentence(err)
+        assert sentence.startswith(f"No approver answers at http://127.0.0.1:{cluster.approver_port} ("), (
+            sentence
+        )
+        assert sentence.endswith(f"; start it with `teaagent approver serve --config {cluster.config}`."), (
+            sentence
+        )
+
+
+# -- watch -------------------------------------------------------------------------------------
+
+
+class Lines:
+    """A subprocess's stdout, read by a thread, waited on line by line with a deadline."""
+
+    def __init__(self, stream: Any) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, predicate: Callable[[str], bool], timeout: float = DEADLINE) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no such line; seen: {self.seen}")
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if predicate(line):
+                return line
+
+
+@contextlib.contextmanager
+def watching(cluster: Cluster, *extra: str) -> Iterator[tuple[subprocess.Popen[str], Lines]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "teaagent", "approvals", "watch", "--config", cluster.config, *extra],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        yield process, Lines(process.stdout)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait(timeout=DEADLINE)
+
+
+@pytest.mark.slow
+def test_watch_prints_new_requests_decides_them_and_outlives_an_approver_restart(
+    cluster: Cluster, approver: Approver
+) -> None:
+    with watching(cluster) as (process, lines):
+        assert process.stdin is not None
+        lines.wait_for(lambda line: line.startswith("watching the requests waiting for beta"))
+        first = approver.deliver(cluster.request(call_id="c1"))
+        lines.wait_for(
+            lambda line: line.startswith(f"new request {first['request_id']} from alpha: shell.run")
+        )
+        lines.wait_for(
+            lambda line: line.startswith("  expires in 1m 5") or line.startswith("  expires in 2m 00s")
+        )
+
+        process.stdin.write(f"a {first['request_id'][:10]}\n")
+        process.stdin.flush()
+        lines.wait_for(lambda line: line.startswith(f"beta approved request {first['request_id']} of alpha"))
+
+        approver.stop()
+        lines.wait_for(
+            lambda line: (
+                line.startswith("No approver answers at") and line.endswith("retrying until it answers.")
+            )
+        )
+        approver.start()
+        lines.wait_for(lambda line: line.endswith("answers again."))
+        second = approver.deliver(
+            cluster.request(call_id="c2", tool_name="fs.delete", arguments={"path": "x"})
+        )
+        lines.wait_for(
+            lambda line: line.startswith(f"new request {second['request_id']} from alpha: fs.delete")
+        )
+
+        process.stdin.write(f"d {second['request_id']} too risky\n")
+        process.stdin.flush()
+        lines.wait_for(lambda line: line.startswith(f"beta denied request {second['request_id']} of alpha"))
+        lines.wait_for(
+            lambda line: line.startswith(f"request {second['request_id']} of alpha: beta denied by")
+        )
+
+        process.stdin.write("q\n")
+        process.stdin.flush()
+        assert process.wait(timeout=DEADLINE) == 0
