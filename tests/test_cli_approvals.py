@@ -13,6 +13,7 @@ import json
 import os
 import pty
 import queue
+import re
 import select
 import shutil
 import signal
@@ -952,3 +953,98 @@ def test_watch_prints_new_requests_decides_them_and_outlives_an_approver_restart
         process.stdin.write("q\n")
         process.stdin.flush()
         assert process.wait(timeout=DEADLINE) == 0
+
+
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\r")
+
+
+@pytest.mark.slow
+def test_watch_on_a_terminal_shows_a_live_table_and_takes_keystrokes(
+    cluster: Cluster, approver: Approver
+) -> None:
+    request = approver.deliver(cluster.request())
+    argv = [sys.executable, "-m", "teaagent", "approvals", "watch", "--config", cluster.config]
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "40"}
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: its controlling terminal is the pty
+        os.execve(sys.executable, argv, env)  # noqa: S606 - the CLI itself, argv fixed above
+    seen = b""
+    try:
+        deadline = time.monotonic() + DEADLINE
+
+        def wait_for(text: str) -> None:
+            nonlocal seen
+            while text.encode() not in ANSI.sub(b"", seen):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{text!r} not on the terminal: {ANSI.sub(b'', seen)[-3000:]!r}")
+                ready, _, _ = select.select([terminal], [], [], min(left, 0.5))
+                if ready:
+                    seen += os.read(terminal, 65536)
+
+        wait_for(request["request_id"])  # the table's row
+        wait_for("> ")
+        os.write(terminal, f"a {request['request_id'][:8]}".encode())
+        wait_for(f"> a {request['request_id'][:8]}")  # what is typed is shown (echo is the table's)
+        os.write(terminal, b"\r")
+        wait_for(f"beta approved request {request['request_id']} of alpha")
+        os.write(terminal, b"q\r")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(terminal)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+# -- what only a stand-in can do: an approver that answers wrongly ------------------------------
+
+
+class WrongStatement(FakeApprover):
+    """Hands out another node's statement to sign."""
+
+    async def statement(self, request: Any) -> Any:
+        response = await super().statement(request)
+        body = json.loads(response.body)
+        body["statement"]["signer"] = "gamma"
+        body["bytes"] = statement_bytes(body["statement"]).decode()
+        return type(response)(body)
+
+
+class Nonsense(FakeApprover):
+    """Answers a listing with something that is not one."""
+
+    async def list_requests(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"items": [{"request_id": "x"}]})
+
+
+def test_a_statement_to_sign_that_is_not_this_nodes_is_never_signed(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with WrongStatement(load_config(cluster.beta.config_path)) as fake:
+        request = cluster.request()
+        fake.add(request, sign_request(request, signer("alpha")))
+        args = ["approve", request["request_id"], "--key", str(cluster.operator.private_path)]
+
+        code, _, err = cli(capsys, *args, "--config", cluster.config)
+
+        assert code == 1
+        assert one_sentence(err) == (
+            f"The approver at http://127.0.0.1:{cluster.approver_port} gave a statement to sign that is "
+            "wrong (its signer is 'gamma', not beta); nothing was signed."
+        )
+        assert f"POST /v1/requests/{request['request_id']}/decision" not in fake.calls
+
+
+def test_an_answer_that_is_not_the_documented_one_is_one_sentence(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Nonsense(load_config(cluster.beta.config_path)):
+        code, _, err = cli(capsys, "list", "--config", cluster.config)
+
+    assert code == 1
+    assert one_sentence(err) == (
+        f"The approver at http://127.0.0.1:{cluster.approver_port} answered the listing of requests with "
+        "something that is not what its API documents: it has no field 'state'."
+    )
