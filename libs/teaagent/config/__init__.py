@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from teaagent.config._load import CONFIG_ENV_VAR, load_config
 from teaagent.config._model import (
+    DEFAULT_AGENT_HOST,
     DEFAULT_AGENT_PORT,
     DEFAULT_APPROVER_PORT,
     DEFAULT_PROVIDER,
     MIN_TOKEN_CHARS,
+    MODEL_NAME_PATTERN,
     TOKEN_FILE_NAME,
     AgentSettings,
     ApproverRule,
     ApproverSettings,
     Decision,
+    ModelSettings,
     NodeConfig,
     NotifyFormat,
     NotifySettings,
@@ -28,16 +31,19 @@ from teaagent.errors import ConfigError
 
 __all__ = [
     "CONFIG_ENV_VAR",
+    "DEFAULT_AGENT_HOST",
     "DEFAULT_AGENT_PORT",
     "DEFAULT_APPROVER_PORT",
     "DEFAULT_PROVIDER",
     "MIN_TOKEN_CHARS",
+    "MODEL_NAME_PATTERN",
     "TOKEN_FILE_NAME",
     "AgentSettings",
     "ApproverRule",
     "ApproverSettings",
     "ConfigError",
     "Decision",
+    "ModelSettings",
     "NodeConfig",
     "NotifyFormat",
     "NotifySettings",

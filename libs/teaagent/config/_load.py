@@ -13,14 +13,17 @@ from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 from teaagent.config._model import (
+    DEFAULT_AGENT_HOST,
     DEFAULT_AGENT_PORT,
     DEFAULT_APPROVER_PORT,
     DEFAULT_PROVIDER,
     MIN_TOKEN_CHARS,
+    MODEL_NAME_PATTERN,
     AgentSettings,
     ApproverRule,
     ApproverSettings,
     Decision,
+    ModelSettings,
     NodeConfig,
     NotifyFormat,
     NotifySettings,
@@ -61,8 +64,22 @@ ROOT_KEYS: Final = (
     "quorum",
     "peers",
     "approver",
+    "models",
 )
-AGENT_KEYS: Final = ("permission_mode", "provider", "port", "rate_limits")
+AGENT_KEYS: Final = ("permission_mode", "provider", "port", "host", "rate_limits")
+MODEL_KEYS: Final = (
+    "model",
+    "token",
+    "display_model",
+    "base_url",
+    "anthropic",
+    "responses_api",
+    "multimodal",
+    "context_window",
+    "compact_percent",
+    "reasoning_efforts",
+)
+MODEL_NAME_RULE: Final = "1 to 64 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
 RATE_LIMIT_KEYS: Final = ("max_calls", "window_seconds")
 DEFAULT_RATE_WINDOW_SECONDS: Final = 60.0  # ToolRateLimit's own default
 QUORUM_KEYS: Final = (
@@ -256,9 +273,68 @@ def _agent_settings(table: _Table | None) -> AgentSettings:
     if not provider.strip():
         raise table.error("provider", "is empty")
     port = _check_port(table, "port", DEFAULT_AGENT_PORT)
+    host = table.string("host", DEFAULT_AGENT_HOST)
+    assert host is not None
+    if not host.strip():
+        raise table.error("host", "is empty")
     rate_limits = _rate_limits(table.table("rate_limits"))
     table.finish()
-    return AgentSettings(permission_mode=mode, provider=provider, port=port, rate_limits=rate_limits)
+    return AgentSettings(
+        permission_mode=mode, provider=provider, port=port, host=host.strip(), rate_limits=rate_limits
+    )
+
+
+def _models(table: _Table | None) -> dict[str, ModelSettings]:
+    """``[models.NAME]``: the keys of the agent HTTP API's ``ModelCreate``, ``model`` required."""
+    if table is None:
+        return {}
+    models: dict[str, ModelSettings] = {}
+    for name in list(table.data):
+        if MODEL_NAME_PATTERN.fullmatch(name) is None:
+            raise ConfigError(
+                f"{table.label}: models.{name} is not a usable model name: use {MODEL_NAME_RULE}."
+            )
+        entry = table.table(name, MODEL_KEYS)
+        if entry is None:  # pragma: no cover - table() only returns None for a missing key
+            continue
+        model = entry.required_string("model").strip()
+        token = entry.string("token")
+        if token is not None and not token.strip():
+            raise entry.error("token", "is empty")
+        display = entry.string("display_model")
+        base_url = entry.string("base_url")
+        if base_url is not None:
+            base_url = _check_http_url(entry, "base_url", base_url.strip())
+        flags = {flag: entry.boolean(flag, False) for flag in ("anthropic", "responses_api", "multimodal")}
+        window: int | None = entry.integer("context_window", 0)
+        if "context_window" not in entry.data:
+            window = None
+        elif window is not None and window < 1:
+            raise entry.error("context_window", f"must be at least 1 token, not {window}")
+        compact: float | None = entry.number("compact_percent", 0.0)
+        if "compact_percent" not in entry.data:
+            compact = None
+        elif compact is not None and not (math.isfinite(compact) and 0 < compact <= 100):
+            raise entry.error("compact_percent", f"must be above 0 and at most 100, not {compact:g}")
+        efforts = entry.string_list("reasoning_efforts")
+        if any(not effort.strip() for effort in efforts):
+            raise entry.error("reasoning_efforts", "holds an empty effort")
+        if len(set(efforts)) != len(efforts):
+            raise entry.error("reasoning_efforts", "names an effort twice")
+        entry.finish()
+        models[name] = ModelSettings(
+            name=name,
+            model=model,
+            token=token.strip() if token is not None else None,
+            display_model=display,
+            base_url=base_url,
+            context_window=window,
+            compact_percent=compact,
+            reasoning_efforts=tuple(efforts),
+            **flags,
+        )
+    table.finish()
+    return models
 
 
 def _rate_limits(table: _Table | None) -> dict[str, ToolRateLimit]:
@@ -558,6 +634,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     peers = _peers(root, agent_id, base)
     quorum = _quorum(root.table("quorum", QUORUM_KEYS), peers, relay_url)
     approver = _approver(root.table("approver", APPROVER_KEYS), base, agent_id)
+    models = _models(root.table("models"))
     # Key identity, not the exact blob: the same key in its sk- form is still this node's. A key
     # of this node (its own or an operator's) listed for a peer would count this node as a peer.
     own = {own_key.identity: "this node's own key"} if own_key is not None else {}
@@ -585,4 +662,5 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         quorum=quorum,
         peers=peers,
         approver=approver,
+        models=models,
     )

@@ -6,6 +6,7 @@ import base64
 import binascii
 import contextlib
 import os
+import re
 import secrets
 import stat
 from collections.abc import Mapping
@@ -28,15 +29,18 @@ from teaagent.tools import ToolRateLimit
 from teaagent.trust import SignerKey, unique_keys
 
 __all__ = [
+    "DEFAULT_AGENT_HOST",
     "DEFAULT_AGENT_PORT",
     "DEFAULT_APPROVER_PORT",
     "DEFAULT_PROVIDER",
     "MIN_TOKEN_CHARS",
+    "MODEL_NAME_PATTERN",
     "TOKEN_FILE_NAME",
     "AgentSettings",
     "ApproverRule",
     "ApproverSettings",
     "Decision",
+    "ModelSettings",
     "NodeConfig",
     "NotifyFormat",
     "NotifySettings",
@@ -48,6 +52,9 @@ Decision = Literal["approve", "deny", "ask"]
 NotifyFormat = Literal["slack", "json"]
 
 DEFAULT_AGENT_PORT: Final = 8700
+DEFAULT_AGENT_HOST: Final = "127.0.0.1"  # the agent runs tools: loopback unless the file says otherwise
+#: A ``[models.NAME]`` name: it is a path segment of the agent service's ``/models/{name}``.
+MODEL_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 DEFAULT_APPROVER_PORT: Final = 8703
 DEFAULT_PROVIDER: Final = "scripted"  # runs without any API key, so a fresh node works offline
 MIN_TOKEN_CHARS: Final = 16  # a shorter bearer token is within reach of guessing
@@ -67,6 +74,7 @@ class AgentSettings:
         permission_mode: What the agent may do locally without asking.
         provider: The LLM provider name (see :mod:`teaagent.llm`).
         port: The agent service's TCP port.
+        host: The address the agent service listens on (loopback unless set).
         rate_limits: ``[agent.rate_limits]``: a limit per tool name, counted in the node's Redis so
             that every agent process of the node shares it.
     """
@@ -74,7 +82,54 @@ class AgentSettings:
     permission_mode: PermissionMode = PermissionMode.PROMPT
     provider: str = DEFAULT_PROVIDER
     port: int = DEFAULT_AGENT_PORT
+    host: str = DEFAULT_AGENT_HOST
     rate_limits: Mapping[str, ToolRateLimit] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """One ``[models.NAME]`` table: a model the agent service may run with, besides ``[agent] provider``.
+
+    The keys are those of the agent HTTP API's ``ModelCreate``, so what ``POST /models`` writes is
+    what this reads. The provider follows from them: ``anthropic = true`` is Anthropic's API (at
+    ``base_url`` when set), another ``base_url`` an OpenAI-compatible server, the model id
+    ``scripted`` the offline scripted provider, anything else OpenAI.
+
+    Attributes:
+        name: The table's name (:data:`MODEL_NAME_PATTERN`).
+        model: The model id sent to the provider.
+        token: The API key; None to read the provider's variable (``OPENAI_API_KEY``...). Kept out of
+            the repr.
+        display_model: A name to show instead of the id.
+        base_url: The API's base URL, or None for the provider's own.
+        anthropic: Speak Anthropic's Messages API.
+        responses_api: Kept for the file's sake: the OpenAI adapter speaks Chat Completions.
+        multimodal: The model takes images.
+        context_window: Its context window in tokens; None for the provider's usual size.
+        compact_percent: How full the window may get (percent) before a session is compacted.
+        reasoning_efforts: The reasoning efforts it offers, in order.
+    """
+
+    name: str
+    model: str
+    token: str | None = field(default=None, repr=False)
+    display_model: str | None = None
+    base_url: str | None = None
+    anthropic: bool = False
+    responses_api: bool = False
+    multimodal: bool = False
+    context_window: int | None = None
+    compact_percent: float | None = None
+    reasoning_efforts: tuple[str, ...] = ()
+
+    @property
+    def provider(self) -> str:
+        """The provider of :mod:`teaagent.llm` that serves it."""
+        if self.anthropic:
+            return "anthropic"
+        if self.base_url is not None:
+            return "openai-compatible"
+        return "scripted" if self.model == "scripted" else "openai"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +292,7 @@ class NodeConfig:
         quorum: The ``[quorum]`` table with the ``[peers.*]`` tables; disabled when there is no ``[quorum]``.
         peers: The ``[peers.*]`` tables, by agent id, in file order.
         approver: The ``[approver]`` table.
+        models: The ``[models.*]`` tables, by name, in file order.
     """
 
     path: Path
@@ -252,6 +308,7 @@ class NodeConfig:
     quorum: MultiSigQuorumConfig
     peers: Mapping[str, PeerConfig]
     approver: ApproverSettings
+    models: Mapping[str, ModelSettings] = field(default_factory=dict)
 
     @property
     def uses_embedded_redis(self) -> bool:
