@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -14,12 +16,17 @@ from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, Rel
 from teaagent.signing import Signer
 from teaagent.trust import MultiSigQuorumConfig
 
-__all__ = ["EXPIRY_GRACE_SECONDS", "RelayQuorumGate"]
+__all__ = ["EXPIRY_GRACE_SECONDS", "STATUS_POLL_SECONDS", "RelayQuorumGate"]
+
+logger = logging.getLogger("teaagent.relay_client")
 
 EXPIRY_GRACE_SECONDS: Final = 5  # past expires_at the relay settles "expired" at once; wait that long more
 LATE_ANSWER_SECONDS: Final = 2.0  # how long past a long-poll's wait its answer may take to arrive
 RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay failed; it doubles per failure
 RETRY_CAP_SECONDS: Final = 5.0
+# With on_status or stop, one long-poll waits at most this long: the relay's outcome long-poll
+# returns only once decided, so each counted decision is reported (and a stop noticed) within it.
+STATUS_POLL_SECONDS: Final = 0.5
 _TRANSIENT_STATUSES: Final = frozenset({502, 503, 504})  # a proxy or the relay's Redis, briefly away
 
 
@@ -58,6 +65,8 @@ class RelayQuorumGate:
         config: MultiSigQuorumConfig,
         timeout: float | None = None,
         on_progress: Callable[[str], None] | None = None,
+        on_status: Callable[[RequestStatus], None] | None = None,
+        stop: threading.Event | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """Prepare the gate; nothing is sent until :meth:`obtain`.
@@ -72,6 +81,13 @@ class RelayQuorumGate:
                 when None (the request expires by then, and the relay says so).
             on_progress: Called with one line per step (submitted, still waiting...), for a
                 command line's stderr.
+            on_status: Called with every status the relay sends for the request (the submission's,
+                then one at least every :data:`STATUS_POLL_SECONDS` while it is pending), so a
+                watcher sees each peer's counted decision as it arrives. It is only the relay's
+                word, for display: the certificate is still verified by the policy. A callback
+                that raises is logged and ignored.
+            stop: Set it to stop waiting: ``obtain`` then raises ``ApprovalDeniedError`` within
+                :data:`STATUS_POLL_SECONDS` (a cancelled run).
             transport: An httpx transport, for tests.
 
         Raises:
@@ -88,6 +104,9 @@ class RelayQuorumGate:
         self._config = config
         self._timeout = timeout if timeout is not None else config.timeout_seconds + EXPIRY_GRACE_SECONDS
         self._progress = on_progress or (lambda _line: None)
+        self._on_status = on_status
+        self._stop = stop
+        self._poll = STATUS_POLL_SECONDS if on_status is not None or stop is not None else MAX_WAIT_SECONDS
 
     def __repr__(self) -> str:
         return f"RelayQuorumGate(origin={self._origin!r}, relay={self._client.base_url!r})"
@@ -108,8 +127,8 @@ class RelayQuorumGate:
             policy checks it against ``request``).
 
         Raises:
-            ApprovalDeniedError: The peers denied the call (``... denied by delta: reason``) or
-                the request expired before the quorum was reached.
+            ApprovalDeniedError: The peers denied the call (``... denied by delta: reason``), the
+                request expired before the quorum was reached, or ``stop`` was set.
             TimeoutError: The outcome was still pending when ``timeout`` ran out.
             RelayError: The relay refused the request or is unreachable.
             ValueError: The request is malformed or is not this node's.
@@ -124,6 +143,7 @@ class RelayQuorumGate:
         signature = sign_request(request, self._signer)
         deadline = time.monotonic() + self._timeout
         failures, last_error = 0, None
+        seen: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         try:
             status = self._client.submit_request(
                 request, signature, timeout=min(DEFAULT_TIMEOUT, self._timeout)
@@ -138,7 +158,11 @@ class RelayQuorumGate:
             self._progress(
                 f"{tool_name} needs {self._config.describe_quorum()}; request {request_id} sent to the peers."
             )
+            if status is not None:
+                self._report(status)
         while status is None or not status.decided:
+            if self._stop is not None and self._stop.is_set():
+                raise ApprovalDeniedError(f"{tool_name} was not run: the wait for its quorum was stopped.")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if failures and last_error is not None:
@@ -158,7 +182,7 @@ class RelayQuorumGate:
                 # A relay that holds its answer back only delays: no call runs past the deadline by
                 # more than the time an honest relay's answer needs to arrive.
                 status = self._client.wait_outcome(
-                    request_id, min(remaining, MAX_WAIT_SECONDS), limit=remaining + LATE_ANSWER_SECONDS
+                    request_id, min(remaining, self._poll), limit=remaining + LATE_ANSWER_SECONDS
                 )
             except RelayError as exc:
                 if not _transient(exc):
@@ -167,8 +191,12 @@ class RelayQuorumGate:
                     self._progress(f"{exc} Waiting for it.")
                 failures, last_error = failures + 1, exc
                 continue
-            if not status.decided:
+            self._report(status)
+            counted = (status.signers, status.denied_by)
+            # Polling often, a line only when the count moved; else one per long-poll, as before.
+            if not status.decided and (self._poll == MAX_WAIT_SECONDS or counted != seen):
                 self._progress(f"request {request_id}: {status.describe()}.")
+            seen = counted
         if status.state == "approved":
             if status.certificate is None:
                 raise RelayError(f"The relay approved request {request_id} but sent no certificate.")
@@ -177,6 +205,14 @@ class RelayQuorumGate:
         if status.state == "denied":
             raise ApprovalDeniedError(self._denial(request, status))
         raise ApprovalDeniedError(f"The request for {tool_name} {status.describe()}.")
+
+    def _report(self, status: RequestStatus) -> None:
+        if self._on_status is None:
+            return
+        try:
+            self._on_status(status)
+        except Exception:  # a broken display must not break the wait it displays
+            logger.exception("the quorum gate's on_status callback failed")
 
     def _denial(self, request: dict[str, Any], status: RequestStatus) -> str:
         """The sentence of a denial, naming only the deniers whose signed denials verify here.

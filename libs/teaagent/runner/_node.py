@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from teaagent.config import NodeConfig
 from teaagent.errors import ConfigError, StoreError
@@ -22,6 +22,9 @@ from teaagent.tools import (
     ToolRegistry,
     workspace_registry,
 )
+
+if TYPE_CHECKING:
+    from teaagent.relay_client import RequestStatus
 
 __all__ = [
     "AUDIT_DIR_NAME",
@@ -116,7 +119,11 @@ def node_registry(node: NodeConfig) -> ToolRegistry:
 
 
 def node_quorum_gate(
-    node: NodeConfig, *, on_progress: Callable[[str], None] | None = None
+    node: NodeConfig,
+    *,
+    on_progress: Callable[[str], None] | None = None,
+    on_status: Callable[[RequestStatus], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> QuorumGate | None:
     """Return the gate that obtains quorum certificates through the node's relay, when the quorum is on.
 
@@ -127,6 +134,9 @@ def node_quorum_gate(
     Args:
         node: The node configuration.
         on_progress: Called with one line per step of a quorum request (sent, still waiting...).
+        on_status: Called with each status the relay reports while a request waits (the agent
+            service streams each peer's decision from it); see ``RelayQuorumGate``.
+        stop: Set it to stop a wait for a quorum (the call is then denied).
 
     Returns:
         The gate; None when the quorum is disabled.
@@ -143,6 +153,8 @@ def node_quorum_gate(
             private_key_signer=node.signer(),
             config=node.quorum,
             on_progress=on_progress,
+            on_status=on_status,
+            stop=stop,
         )
 
     return _LazyGate(make)
