@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import typer
 
-from teaagent.cli import _approvals, _audit, _bench, _demo, _keys, _quorum, _relay, _run, _tools
+from teaagent.cli import _agent, _approvals, _audit, _bench, _demo, _keys, _quorum, _relay, _run, _tools
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
 
@@ -23,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+app.add_typer(_agent.app, name="agent")
 app.add_typer(_approvals.app, name="approvals")
 app.add_typer(_audit.app, name="audit")
 app.add_typer(_keys.app, name="keys")

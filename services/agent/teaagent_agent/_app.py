@@ -1,35 +1,147 @@
-"""The agent service's application factory."""
+"""The agent service's application factory: routes, errors, the body limit, and the service's lifespan."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Final
+
 from fastapi import FastAPI
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import teaagent
+from teaagent.config import load_config
+from teaagent_agent._errors import ApiError, install_error_handlers
+from teaagent_agent._routes import (
+    models_router,
+    operations_router,
+    runs_router,
+    sessions_router,
+    usage_router,
+)
+from teaagent_agent._runs import __doc__ as FRAMES_DOC
+from teaagent_agent._service import AgentService
+from teaagent_agent._settings import Settings
+
+__all__ = ["MAX_BODY_BYTES", "create_app"]
+
+logger = logging.getLogger("teaagent.agent")
+
+MAX_BODY_BYTES: Final = 4 * 1024 * 1024  # a prompt with a pasted file and a few pictures, not an upload
+
+_FRAMES = (FRAMES_DOC or "").split("The frames,", 1)[-1]
+DESCRIPTION = f"""\
+A teaagent node's agent, over HTTP: runs streamed as server-sent events, approvals and questions
+answered by POST, steering, cancel and resume, sessions, models, settings, usage. A high-risk
+tool call goes through the peers' quorum whatever the run's approvals say, and its progress is
+streamed.
+
+Every call but `GET /health` carries the node's bearer token. Bodies are limited to
+{MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`
+with a stable code: `not_found`, `busy`, `locked`, `invalid`, `timeout`, `run`, `internal`
+(`unauthorized` without the token).
+
+The frames,{_FRAMES}"""
 
 
-class Settings(BaseSettings):
-    """Where the service finds its node configuration (``TEAAGENT_CONFIG``)."""
+class BodyLimitMiddleware:
+    """Refuse bodies above ``limit`` bytes: by ``Content-Length`` before reading, else while reading."""
 
-    model_config = SettingsConfigDict(env_prefix="TEAAGENT_")
+    def __init__(self, app: ASGIApp, *, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
 
-    config: str | None = None
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                if not value.isdigit():
+                    await _send_error(send, 400, "The Content-Length header is not a number.")
+                    return
+                if int(value) > self.limit:
+                    await _send_error(
+                        send, 413, f"The request body is larger than the limit of {self.limit} bytes."
+                    )
+                    return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise ApiError(
+                        "invalid",
+                        f"The request body is larger than the limit of {self.limit} bytes.",
+                        status=413,
+                    )
+            return message
+
+        await self.app(scope, limited, send)
+
+
+async def _send_error(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": "invalid", "message": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _lifespan(service: AgentService) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.service = service
+        logger.info("agent of %s serving the workspace %s", service.node.agent_id, service.node.workspace)
+        try:
+            yield
+        finally:
+            await service.aclose()
+
+    return lifespan
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the agent service's application.
+
+    The node configuration and the token are read here, so a broken file fails before the server
+    starts. Runs are stopped (and wait a while to record their end) when the application stops.
 
     Args:
         settings: The service settings; read from the environment when None.
 
     Returns:
         The FastAPI application.
+
+    Raises:
+        ConfigError: The node configuration is missing or wrong, its token file cannot be read or
+            created, or the workspace is not a folder.
     """
-    app = FastAPI(title="teaagent agent", version=teaagent.__version__)
-    app.state.settings = settings or Settings()
-
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "service": "agent", "version": teaagent.__version__}
-
+    settings = settings or Settings()
+    node = load_config(settings.config)
+    service = AgentService(settings=settings, node=node)
+    app = FastAPI(
+        title="teaagent agent",
+        version=teaagent.__version__,
+        description=DESCRIPTION,
+        lifespan=_lifespan(service),
+    )
+    app.state.settings = settings
+    app.state.config = node
+    # Set before the lifespan too, so that an app driven without one (ASGI transport) still answers.
+    app.state.service = service
+    install_error_handlers(app)
+    for router in (operations_router, runs_router, sessions_router, models_router, usage_router):
+        app.include_router(router)
+    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
     return app

@@ -1,0 +1,53 @@
+"""``teaagent agent serve``: run this node's agent service (the agent HTTP API) in the foreground."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from teaagent.cli._exit import EXIT_FAILED, fail
+
+app = typer.Typer(help="The node's agent service: runs over HTTP, streamed.", no_args_is_help=True)
+
+
+@app.command("serve")
+def serve(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default: [agent] host, loopback).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default: [agent] port).")] = None,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
+    access_log: Annotated[bool, typer.Option(help="Log one line per HTTP call.")] = True,
+) -> None:
+    """Serve the agent of the node in CONFIG on [agent] port, one worker, until interrupted."""
+    import uvicorn
+
+    # The command line is the one place the library starts a service; the import stays here.
+    from teaagent_agent import Settings, create_app
+
+    settings = Settings(config=str(config)) if config is not None else Settings()
+    application = create_app(settings)
+    node = application.state.config
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application,
+            host=host or node.agent.host,
+            port=port if port is not None else node.agent.port,
+            workers=1,
+            log_level=log_level,
+            access_log=access_log,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    server.run()
+    if not server.started:
+        raise typer.Exit(
+            fail(f"the agent service of {node.agent_id} did not start; the log above says why.", EXIT_FAILED)
+        )
