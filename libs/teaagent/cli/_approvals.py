@@ -747,7 +747,7 @@ class Watch:
                         origin=self.origin,
                         tool=self.tool,
                         limit=1000,
-                        wait=0.0 if waiting else LONG_POLL_SECONDS,
+                        wait=0.0 if waiting or down else LONG_POLL_SECONDS,  # back: say so at once
                     )
                 except RelayError as exc:
                     if exc.status_code is not None and exc.status_code < 500:
