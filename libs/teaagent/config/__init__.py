@@ -26,6 +26,7 @@ from teaagent.config._model import (
     NotifyFormat,
     NotifySettings,
     PeerConfig,
+    TlsSettings,
 )
 from teaagent.errors import ConfigError
 
@@ -48,5 +49,6 @@ __all__ = [
     "NotifyFormat",
     "NotifySettings",
     "PeerConfig",
+    "TlsSettings",
     "load_config",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
@@ -28,6 +29,7 @@ from teaagent.config._model import (
     NotifyFormat,
     NotifySettings,
     PeerConfig,
+    TlsSettings,
     read_public_key_of_private_key_file,
 )
 from teaagent.errors import ConfigError, SignatureError
@@ -65,7 +67,9 @@ ROOT_KEYS: Final = (
     "peers",
     "approver",
     "models",
+    "tls",
 )
+TLS_KEYS: Final = ("cert", "key", "ca")
 AGENT_KEYS: Final = ("permission_mode", "provider", "port", "host", "rate_limits")
 MODEL_KEYS: Final = (
     "model",
@@ -496,6 +500,58 @@ def _quorum(table: _Table | None, peers: Mapping[str, PeerConfig], relay_url: st
         raise ConfigError(f"{table.label}: the [quorum] and [peers] tables are refused: {exc}") from None
 
 
+def _ssl_reason(exc: OSError | ssl.SSLError) -> str:
+    """OpenSSL's reason (``KEY_VALUES_MISMATCH``) as words, or the OS's sentence."""
+    reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+    return str(reason).rstrip(".").lower().replace("_", " ")
+
+
+def _tls_file(table: _Table, key: str, base: Path) -> Path | None:
+    text = table.string(key)
+    if text is None:
+        return None
+    if not text.strip():
+        raise table.error(key, "is empty")
+    path = _resolve(base, text.strip())
+    if not path.is_file():
+        raise table.error(key, f"names {text}, which does not exist (looked for {path})")
+    return path
+
+
+def _tls(table: _Table | None, base: Path, relay_url: str) -> TlsSettings:
+    """``[tls]``: the relay's certificate and key (both or neither), and the CAs for https:// relays."""
+    if table is None:
+        return TlsSettings()
+    cert = _tls_file(table, "cert", base)
+    key = _tls_file(table, "key", base)
+    ca = _tls_file(table, "ca", base)
+    table.finish()
+    if (cert is None) != (key is None):
+        raise ConfigError(f"{table.label}: tls.cert and tls.key go together: set both, or neither.")
+    if cert is not None and key is not None:
+        if urlsplit(relay_url).scheme != "https":
+            raise ConfigError(
+                f"{table.label}: relay_url is {relay_url!r}, but with tls.cert set the relay serves "
+                "HTTPS: make it an https:// URL."
+            )
+        try:  # now, not when the relay starts: a key of another certificate is a sentence here
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"{table.label}: tls.cert and tls.key are not a PEM certificate and its private key: "
+                f"{_ssl_reason(exc)}."
+            ) from None
+    if ca is not None:
+        try:
+            ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"{table.label}: tls.ca names {ca.name}, which holds no PEM CA certificate: "
+                f"{_ssl_reason(exc)}."
+            ) from None
+    return TlsSettings(cert=cert, key=key, ca=ca)
+
+
 def _rule(table: _Table) -> ApproverRule:
     tool = table.required_string("tool")
     decision = table.string("decision", required=True)
@@ -635,6 +691,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     quorum = _quorum(root.table("quorum", QUORUM_KEYS), peers, relay_url)
     approver = _approver(root.table("approver", APPROVER_KEYS), base, agent_id)
     models = _models(root.table("models"))
+    tls = _tls(root.table("tls", TLS_KEYS), base, relay_url)
     # Key identity, not the exact blob: the same key in its sk- form is still this node's. A key
     # of this node (its own or an operator's) listed for a peer would count this node as a peer.
     own = {own_key.identity: "this node's own key"} if own_key is not None else {}
@@ -663,4 +720,5 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         peers=peers,
         approver=approver,
         models=models,
+        tls=tls,
     )

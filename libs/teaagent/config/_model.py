@@ -8,6 +8,7 @@ import contextlib
 import os
 import re
 import secrets
+import ssl
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ __all__ = [
     "NotifyFormat",
     "NotifySettings",
     "PeerConfig",
+    "TlsSettings",
     "read_public_key_of_private_key_file",
 ]
 
@@ -205,6 +207,39 @@ class NotifySettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TlsSettings:
+    """The ``[tls]`` table: HTTPS for the relay, and whom this node trusts for ``https://`` relays.
+
+    Attributes:
+        cert: The relay's certificate chain (PEM), or None: ``teaagent relay serve`` then speaks
+            plain HTTP (behind a TLS proxy, or on loopback).
+        key: The private key of ``cert`` (PEM, unencrypted), or None without ``cert``.
+        ca: CA certificates (PEM) that every ``https://`` relay URL of this node (its own and its
+            peers') is verified against, instead of the public CAs; None for the public CAs.
+    """
+
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+
+    def client_verify(self) -> ssl.SSLContext | bool:
+        """What an HTTP client of a relay verifies the server's certificate with (httpx ``verify=``).
+
+        Returns:
+            A context that trusts ``ca`` alone, or True (httpx's public CAs) without ``ca``.
+
+        Raises:
+            ConfigError: ``ca`` can no longer be read as PEM certificates.
+        """
+        if self.ca is None:
+            return True
+        try:
+            return ssl.create_default_context(cafile=str(self.ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"tls.ca {self.ca} holds no usable CA certificate: {exc}.") from exc
+
+
+@dataclass(frozen=True, kw_only=True)
 class ApproverSettings:
     """The ``[approver]`` table: the approver service's port and its rules, first match wins.
 
@@ -293,6 +328,7 @@ class NodeConfig:
         peers: The ``[peers.*]`` tables, by agent id, in file order.
         approver: The ``[approver]`` table.
         models: The ``[models.*]`` tables, by name, in file order.
+        tls: The ``[tls]`` table (no certificate, public CAs when absent).
     """
 
     path: Path
@@ -309,6 +345,7 @@ class NodeConfig:
     peers: Mapping[str, PeerConfig]
     approver: ApproverSettings
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
+    tls: TlsSettings = field(default_factory=TlsSettings)
 
     @property
     def uses_embedded_redis(self) -> bool:

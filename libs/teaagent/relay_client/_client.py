@@ -6,6 +6,7 @@ Both clients speak the same calls and return the same frozen dataclasses; every 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -428,8 +429,12 @@ class RelayClient:
         token: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         """Connect nothing yet; calls open pooled connections as needed.
+
+        ``verify`` checks an ``https://`` relay's certificate: True for the public CAs, or a
+        context trusting a private CA (``NodeConfig.tls.client_verify()``).
 
         Raises:
             ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
@@ -439,7 +444,9 @@ class RelayClient:
         self.base_url = _check_base_url(base_url)
         self._token = token
         self._timeout = timeout
-        self._client = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._client = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, verify=verify
+        )
 
     def __repr__(self) -> str:
         return f"RelayClient({self.base_url!r})"
@@ -586,8 +593,9 @@ class AsyncRelayClient:
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.AsyncBaseTransport | None = None,
         limits: httpx.Limits | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
-        """Connect nothing yet; calls open pooled connections as needed.
+        """Connect nothing yet; calls open pooled connections as needed (``verify`` as for ``RelayClient``).
 
         Raises:
             ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
@@ -602,6 +610,7 @@ class AsyncRelayClient:
             timeout=timeout,
             transport=transport,
             limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            verify=verify,
         )
 
     def __repr__(self) -> str:

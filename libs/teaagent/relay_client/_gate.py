@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +69,7 @@ class RelayQuorumGate:
         on_status: Callable[[RequestStatus], None] | None = None,
         stop: threading.Event | None = None,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         """Prepare the gate; nothing is sent until :meth:`obtain`.
 
@@ -89,6 +91,8 @@ class RelayQuorumGate:
             stop: Set it to stop waiting: ``obtain`` then raises ``ApprovalDeniedError`` within
                 :data:`STATUS_POLL_SECONDS` (a cancelled run).
             transport: An httpx transport, for tests.
+            verify: How an ``https://`` relay's certificate is checked: True for the public CAs,
+                or a context trusting a private CA (``NodeConfig.tls.client_verify()``).
 
         Raises:
             ValueError: ``relay_url`` is not an http(s) URL, ``timeout`` is not positive, or the
@@ -98,7 +102,9 @@ class RelayQuorumGate:
             raise ValueError(f"timeout must be positive, not {timeout}")
         if origin in config.peer_agent_ids:
             raise ValueError(f"the origin {origin} is among the configured peers")
-        self._client = RelayClient(relay_url, token=token, timeout=DEFAULT_TIMEOUT, transport=transport)
+        self._client = RelayClient(
+            relay_url, token=token, timeout=DEFAULT_TIMEOUT, transport=transport, verify=verify
+        )
         self._origin = origin
         self._signer = private_key_signer
         self._config = config

@@ -155,6 +155,7 @@ def node_quorum_gate(
             on_progress=on_progress,
             on_status=on_status,
             stop=stop,
+            verify=node.tls.client_verify(),
         )
 
     return _LazyGate(make)

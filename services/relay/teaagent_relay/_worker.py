@@ -67,7 +67,10 @@ class DeliveryWorker:
         self.consumer_retention_seconds = consumer_retention_seconds
         # Under the min-idle time, so a live worker's entry is never taken over while it delivers it.
         timeout = min(MAX_DELIVERY_TIMEOUT, min_idle_seconds / 2)
-        self.client = httpx.AsyncClient(timeout=timeout, transport=transport)
+        # Peers' https:// relays are verified against [tls] ca when set, else the public CAs.
+        self.client = httpx.AsyncClient(
+            timeout=timeout, transport=transport, verify=relay.config.tls.client_verify()
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
