@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from teaagent.errors import RelayError
+from teaagent.cli._serve import serve_app
 
 app = typer.Typer(help="The node's relay: its mailbox between peers.", no_args_is_help=True)
 
@@ -26,9 +26,12 @@ def serve(
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log one line per HTTP call.")] = True,
 ) -> None:
-    """Serve the relay of the node in CONFIG on its relay_url, one worker, until interrupted."""
-    import uvicorn
+    """Serve the relay of the node in CONFIG on its relay_url, one worker, until interrupted.
 
+    With ``[tls] cert`` and ``key`` in the configuration it serves HTTPS (its ``relay_url`` is then
+    ``https://``). A port already in use exits 2 with one sentence; SIGTERM or Ctrl-C answers the
+    long-polls in flight and exits 0.
+    """
     # The command line is the one place the library starts a service; the import stays here.
     from teaagent_relay import Settings, create_app
 
@@ -36,18 +39,13 @@ def serve(
     application = create_app(settings)
     node = application.state.config
     url = urlsplit(node.relay_url)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            application,
-            host=host or url.hostname or "127.0.0.1",
-            port=port if port is not None else (url.port or (443 if url.scheme == "https" else 80)),
-            workers=1,
-            log_level=log_level,
-            access_log=access_log,
-            lifespan="on",
-            timeout_graceful_shutdown=5,
-        )
+    serve_app(
+        application,
+        host=host or url.hostname or "127.0.0.1",
+        port=port if port is not None else (url.port or (443 if url.scheme == "https" else 80)),
+        what=f"the relay of {node.agent_id}",
+        tls_cert=node.tls.cert,
+        tls_key=node.tls.key,
+        log_level=log_level,
+        access_log=access_log,
     )
-    server.run()
-    if not server.started:
-        raise RelayError(f"the relay of {node.agent_id} did not start; the log above says why.")

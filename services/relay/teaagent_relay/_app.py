@@ -15,9 +15,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 import teaagent
+from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, StoreError
-from teaagent.store import Keys, Store, node_prefix, open_store
+from teaagent.store import Keys, Store, node_prefix, open_node_store
 from teaagent_relay._errors import install_error_handlers
 from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, MetricsMiddleware
@@ -62,13 +63,12 @@ class _PlainRoute(Route):
 
 
 async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) -> Store:
-    """Open the node's store, waiting up to ``STARTUP_REDIS_WAIT_SECONDS`` for Redis to answer."""
+    """Open the node's store (a Redis Cluster with ``redis_cluster = true``), waiting up to
+    ``STARTUP_REDIS_WAIT_SECONDS`` for Redis to answer."""
     deadline = time.monotonic() + STARTUP_REDIS_WAIT_SECONDS
     while True:
         try:
-            return await stack.enter_async_context(
-                open_store(config.redis_url, prefix=prefix, data_dir=config.data_dir)
-            )
+            return await stack.enter_async_context(open_node_store(config, prefix=prefix))
         except StoreError as exc:
             if time.monotonic() > deadline:
                 raise
@@ -83,7 +83,9 @@ def _lifespan(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             store = await _open_store(stack, config, prefix)
-            relay = Relay(config=config, store=store, settings=settings, metrics=metrics)
+            relay = Relay(
+                config=config, store=store, settings=settings, metrics=metrics, stopping=app.state.stopping
+            )
             task: asyncio.Task[None] | None = None
             if settings.deliver:
                 worker = DeliveryWorker(relay, min_idle_seconds=settings.delivery_min_idle_seconds)
@@ -101,9 +103,7 @@ def _lifespan(
             finally:
                 app.state.relay = None
                 if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    await cancel_and_wait(task)
 
     return lifespan
 
@@ -146,6 +146,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.config = config
     app.state.metrics = metrics
     app.state.relay = None
+    # Set by `teaagent relay serve` (teaagent.cli._serve) when a stop signal comes: long-polls answer.
+    app.state.stopping = asyncio.Event()
     install_error_handlers(app)
     app.include_router(requests_router)
     app.include_router(inbox_router)

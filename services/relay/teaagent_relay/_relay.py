@@ -27,13 +27,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
-import redis.exceptions
-
 from teaagent._canonical import canonical
 from teaagent.config import NodeConfig
 from teaagent.errors import RequestConflictError, StoreError
 from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, build_certificate, is_expired, request_problem
-from teaagent.store import DecisionResult, RequestState, Store, StoredRequest
+from teaagent.store import REDIS_ERRORS, DecisionResult, RequestState, Store, StoredRequest
 from teaagent_relay._errors import ApiError
 from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._protocol import (
@@ -53,7 +51,10 @@ logger = logging.getLogger("teaagent.relay")
 MAX_WAIT_SECONDS: Final = 60.0  # one long-poll; proxies commonly cut idle HTTP at 60-100 s
 MAX_KNOWN_REQUESTS: Final = 10_000  # parsed own requests kept in memory; a decision then costs one round trip
 APPROVER_TARGET: Final = "approver"  # the inbox queue's only consumer
-INBOX_WAKE_SECONDS: Final = 2.0  # one block of an inbox long-poll, under the store's socket timeout
+INBOX_WAKE_SECONDS: Final = 1.0  # one block of an inbox long-poll, under the store's socket timeout
+# One block of an outcome long-poll: a stopping relay answers its long-polls within it (serve_app
+# gives the requests in flight 5 s), at the price of one more round trip a second per waiter.
+OUTCOME_WAKE_SECONDS: Final = 1.0
 INBOX_SWEEP_BATCH: Final = 500  # inbox queue entries looked at per sweep; the next sweep goes on from there
 
 
@@ -106,7 +107,7 @@ def _redis(store: Store) -> Iterator[None]:
     """Turn a Redis error of a direct client call into the store's ``StoreError``."""
     try:
         yield
-    except redis.exceptions.RedisError as exc:
+    except REDIS_ERRORS as exc:  # a cluster client's own refusals are no RedisError
         raise StoreError(f"Redis at {store.url} failed: {exc}") from exc
 
 
@@ -114,9 +115,17 @@ class Relay:
     """One node's relay: its configuration, its store, and the rules of PROTOCOL.md."""
 
     def __init__(
-        self, *, config: NodeConfig, store: Store, settings: Settings, metrics: RelayMetrics
+        self,
+        *,
+        config: NodeConfig,
+        store: Store,
+        settings: Settings,
+        metrics: RelayMetrics,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         self.config = config
+        # Set when the service stops: every long-poll answers at once with the state as it is.
+        self.stopping = stopping if stopping is not None else asyncio.Event()
         self.store = store
         self.metrics = metrics
         self.agent_id = config.agent_id
@@ -256,8 +265,12 @@ class Relay:
             ApiError: 404 when no such request is stored.
             StoreError: Redis failed.
         """
-        stored = await self.store.requests.wait_outcome(request_id, min(wait, MAX_WAIT_SECONDS))
-        return self._status(stored)
+        deadline = time.monotonic() + min(wait, MAX_WAIT_SECONDS)
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            stored = await self.store.requests.wait_outcome(request_id, min(remaining, OUTCOME_WAKE_SECONDS))
+            if stored.state != "pending" or remaining <= OUTCOME_WAKE_SECONDS or self.stopping.is_set():
+                return self._status(stored)
 
     async def _settle(self, request_id: str, now: int | None = None) -> DecisionResult:
         result = await self.store.requests.settle_expiry(request_id, now=now)
@@ -584,7 +597,7 @@ class Relay:
             now = time.time()
             items = [self._inbox_item(item, now) for item in stored]
             remaining = deadline - time.monotonic()
-            if items or remaining <= 0:
+            if items or remaining <= 0 or self.stopping.is_set():
                 return items
             with _redis(self.store):
                 await self.store.client.xread(

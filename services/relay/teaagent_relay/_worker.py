@@ -9,7 +9,6 @@ stored twice is one request, a decision counted twice counts once).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -19,6 +18,7 @@ from typing import Final
 
 import httpx
 
+from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
 from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery
 from teaagent_relay._relay import Relay
@@ -90,9 +90,7 @@ class DeliveryWorker:
         try:
             await self._deliver_forever()
         finally:
-            housekeeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await housekeeping
+            await cancel_and_wait(housekeeping)
 
     async def _deliver_forever(self) -> None:
         failures = 0

@@ -1,0 +1,182 @@
+"""Serving one of the node's services in the foreground, for every ``teaagent ... serve`` command.
+
+:func:`serve_app` binds the listening socket before anything starts, so a port already in use
+ends the command at once with exit code 2 and one sentence (uvicorn alone would first run the
+application's start-up, an embedded Redis and workers included, then fail to bind, then wait on
+that start-up's shutdown with SIGTERM and SIGINT only noted, never acted on).
+
+A stop signal (SIGTERM, or SIGINT: Ctrl-C) stops the service cleanly: the application hears it
+first, through ``app.state.stopping`` (an :class:`asyncio.Event` it may set up; ``serve_app`` sets
+it), so its long-polls answer at once with the state as it is; then uvicorn stops accepting,
+waits up to :data:`STOP_GRACE_SECONDS` for the requests in flight, and runs the application's
+shutdown. The command then exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import socket
+import ssl
+import threading
+from collections.abc import Generator
+from pathlib import Path
+from typing import Final
+
+import typer
+import uvicorn
+from fastapi import FastAPI
+
+from teaagent.cli._exit import EXIT_FAILED, bad_usage, fail
+
+__all__ = ["STOP_GRACE_SECONDS", "serve_app"]
+
+STOP_GRACE_SECONDS: Final = 5  # for the requests in flight after a stop signal; long-polls end in ~1 s
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+logger = logging.getLogger("uvicorn.error")
+
+
+def _where(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind(host: str, port: int, what: str) -> socket.socket:
+    """Bind (not yet listen on) ``host:port`` the way uvicorn would, or end the command.
+
+    Raises:
+        typer.Exit: Exit code 2 with one sentence: the name does not resolve, the address is in
+            use, not this machine's, or needs privileges.
+    """
+    where = _where(host, port)
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        bad_usage(f"{what} cannot listen on {where}: {host} does not resolve ({exc.strerror}).")
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no owner
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            why = "the address is already in use (another program, or another copy of this service, holds it)"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            why = f"{host} is not an address of this machine"
+        elif exc.errno == errno.EACCES:
+            why = "permission denied (ports below 1024 need privileges)"
+        else:
+            why = (exc.strerror or str(exc)).rstrip(".")
+        bad_usage(f"{what} cannot listen on {where}: {why}.")
+    sock.set_inheritable(True)
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, told to warn the application of a stop and not to die by the signal after."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, what: str, url: str) -> None:
+        super().__init__(config)
+        self._app = app
+        self._what = what
+        self._url = url
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:  # uvicorn names no address when it is handed the socket
+            logger.info("%s serving on %s (Ctrl-C or SIGTERM stops it)", self._what, self._url)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        stopping = getattr(self._app.state, "stopping", None)
+        if isinstance(stopping, asyncio.Event):
+            stopping.set()  # before uvicorn waits for the requests in flight: long-polls answer now
+        await super().shutdown(sockets=sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        # uvicorn's own version raises the caught signal again once served, so a clean stop would
+        # end the process by SIGTERM (status -15) rather than exit 0; this one only restores.
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+def serve_app(
+    app: FastAPI,
+    *,
+    host: str,
+    port: int,
+    what: str,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    log_level: str = "info",
+    access_log: bool = True,
+) -> None:
+    """Serve ``app`` on ``host:port`` in the foreground, one worker, until SIGTERM or SIGINT.
+
+    Build the application first (so a broken configuration fails before anything is bound), then
+    call this. To have its long-polls answered when the service stops, give the application an
+    ``asyncio.Event`` at ``app.state.stopping`` and end every wait when it is set.
+
+    Args:
+        app: The service's application (its lifespan runs once the socket is bound).
+        host: The address to listen on: an IP address or a name of this machine.
+        port: The TCP port.
+        what: What is served, for the sentences: ``"the relay of alpha"``.
+        tls_cert: A PEM certificate chain: serve HTTPS with it (``tls_key`` required too).
+        tls_key: The PEM private key of ``tls_cert``.
+        log_level: uvicorn's log level (critical, error, warning, info, debug, trace).
+        access_log: Log one line per HTTP call.
+
+    Raises:
+        typer.Exit: Exit code 2 with one sentence when the address cannot be bound (in use, not an
+            address of this machine, a name that does not resolve, a privileged port) or the TLS
+            certificate and key cannot be loaded; exit code 1 when the application's start-up
+            failed (the log above says why).
+        ValueError: Only one of ``tls_cert`` and ``tls_key`` is given.
+    """
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("tls_cert and tls_key go together: give both or neither")
+    sock = _bind(host, port, what)
+    try:
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            workers=1,
+            log_level=log_level,
+            access_log=access_log,
+            lifespan="on",
+            timeout_graceful_shutdown=STOP_GRACE_SECONDS,
+            ssl_certfile=None if tls_cert is None else str(tls_cert),
+            ssl_keyfile=None if tls_key is None else str(tls_key),
+        )
+        try:
+            config.load()  # the TLS context is made here: a bad file is a sentence, not a traceback
+        except (ssl.SSLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+            bad_usage(
+                f"{what} cannot load its TLS certificate {tls_cert} and key {tls_key}: "
+                f"{str(reason).rstrip('.').lower().replace('_', ' ')}."
+            )
+        scheme = "https" if tls_cert is not None else "http"
+        server = _Server(config, app, what, f"{scheme}://{_where(host, port)}")
+        with contextlib.suppress(SystemExit):  # uvicorn's own exit when the start-up fails: reported below
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if not server.started:
+        raise typer.Exit(fail(f"{what} did not start; the log above says why.", EXIT_FAILED))
