@@ -135,7 +135,7 @@ async def test_a_run_streams_its_frames_and_ends_with_its_result(tmp_path: Path)
         history = (await client.get("/sessions/current/history")).json()
         state = (await client.get("/runs/state")).json()
         health = (await client.get("/health")).json()
-    assert run["kinds"][0] == "run_started"
+    assert run["kinds"][:2] == ["run_accepted", "run_started"]
     assert run["kinds"][-2:] == ["run_finished", "result"]
     assert "model_delta" in run["kinds"]
     assert [kind for kind in run["kinds"] if kind.startswith("approval")] == [

@@ -166,9 +166,8 @@ def test_a_quorum_that_two_peers_deny_ends_the_run_denied(
     with (
         served(nodes["alpha"], beta, gamma, delta),
         AgentProcess(agent, tmp_path),
-        httpx.Client(base_url=agent.url, headers=agent.headers, timeout=WAIT) as client,connect_sse(
-        client, "POST", "/runs", json={"text": "clean", "approvals": {"mode": "auto"}}
-    ) as source
+        httpx.Client(base_url=agent.url, headers=agent.headers, timeout=WAIT) as client,
+        connect_sse(client, "POST", "/runs", json={"text": "clean", "approvals": {"mode": "auto"}}) as source,
     ):
         for event in source.iter_sse():
             data = json.loads(event.data)
@@ -193,9 +192,8 @@ def test_cancel_ends_a_quorum_wait_at_once(tmp_path: Path, redis_url: str, redis
         served(nodes["alpha"], deliver=False),
         AgentProcess(agent, tmp_path),
         httpx.Client(base_url=agent.url, headers=agent.headers, timeout=WAIT) as client,
-        httpx.Client(base_url=agent.url, headers=agent.headers, timeout=WAIT) as other,connect_sse(
-        client, "POST", "/runs", json={"text": "clean", "approvals": {"mode": "auto"}}
-    ) as source
+        httpx.Client(base_url=agent.url, headers=agent.headers, timeout=WAIT) as other,
+        connect_sse(client, "POST", "/runs", json={"text": "clean", "approvals": {"mode": "auto"}}) as source,
     ):
         for event in source.iter_sse():
             seen.append(event.event)

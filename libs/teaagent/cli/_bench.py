@@ -47,11 +47,19 @@ def _relay(seconds: float) -> dict[str, float]:
     }
 
 
+def _agent(seconds: float) -> dict[str, float]:
+    # The command line is the one place the library starts a service; the import stays here.
+    from teaagent_agent._bench import bench_agent
+
+    return bench_agent(seconds)
+
+
 BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "core": _core,
     "signing": _signing,
     "relay": _relay,
     "runner": _runner,
+    "agent": _agent,
 }
 
 # What each benchmark promises (key, comparison, target), printed beside the figures.
@@ -70,11 +78,13 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         ("ratio_to_limits", ">=", 2.0),
     ],
     "runner": [("iteration_overhead_ms_median", "<=", 1.0)],
+    # The agent service's stream against a bare uvicorn SSE endpoint streaming the same frames.
+    "agent": [("first_event_floor_ratio", "<=", 3.0), ("events_floor_ratio", ">=", 0.5)],
 }
 
 
 def bench(
-    name: Annotated[str, typer.Argument(help="core | signing | relay | runner")],
+    name: Annotated[str, typer.Argument(help="core | signing | relay | runner | agent")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")] = False,
     seconds: Annotated[
         float, typer.Option(help="Time budget of the benchmark, in seconds.")

@@ -22,14 +22,17 @@ high-risk call needs the peers' quorum whatever the permission.
 
 from __future__ import annotations
 
+import collections
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 from teaagent.config import NodeConfig
 from teaagent.errors import MissingAPIKeyError
-from teaagent.llm import PROVIDER_CONFIGS, LLMAdapter, create_llm_adapter
+from teaagent.llm import PROVIDER_CONFIGS, SCRIPT_PATH_ENV, LLMAdapter, ScriptedAdapter, create_llm_adapter
 from teaagent.policy import PermissionMode
 
 __all__ = [
@@ -93,15 +96,16 @@ class ModelEntry:
     base_url: str | None = None
     builtin: bool = False
 
-    def environment(self) -> dict[str, str]:
+    def environment(self) -> Mapping[str, str]:
         """The environment its adapter is made with: the process's, with the table's key and URL."""
         config = PROVIDER_CONFIGS[self.provider]
-        env = dict(os.environ)
+        overrides = {}
         if self.token is not None and config.api_key_env:
-            env[config.api_key_env] = self.token
+            overrides[config.api_key_env] = self.token
         if self.base_url is not None and config.base_url_env:
-            env[config.base_url_env] = self.base_url
-        return env
+            overrides[config.base_url_env] = self.base_url
+        # A view, not a copy: a run starts with this, and os.environ holds a hundred variables.
+        return collections.ChainMap(overrides, os.environ) if overrides else os.environ
 
     def ready(self) -> bool:
         """Whether its API key is known (or not needed), so that a run can start."""
@@ -146,6 +150,30 @@ def models_of(node: NodeConfig) -> list[ModelEntry]:
     return entries
 
 
+_SCRIPTS: dict[tuple[str, int, int, int], tuple[Any, ...]] = {}
+_SCRIPTS_LOCK = threading.Lock()
+
+
+def _scripted(model: str, script_path: str | None) -> LLMAdapter | None:
+    """A fresh scripted adapter from a script read once per version of its file (None: no file named)."""
+    path = script_path or os.environ.get(SCRIPT_PATH_ENV, "").strip()
+    if not path:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None  # the factory says why, in its own sentence
+    key = (path, info.st_ino, info.st_mtime_ns, info.st_size)
+    with _SCRIPTS_LOCK:
+        turns = _SCRIPTS.get(key)
+    if turns is None:
+        turns = ScriptedAdapter.from_file(Path(path), model=model).turns
+        with _SCRIPTS_LOCK:
+            _SCRIPTS.clear()  # one script at a time in practice; never a growing cache
+            _SCRIPTS[key] = turns
+    return ScriptedAdapter(turns, model=model, source=path)
+
+
 def make_adapter(
     entry: ModelEntry, *, script_path: str | None, environ: Mapping[str, str] | None = None
 ) -> LLMAdapter:
@@ -162,6 +190,10 @@ def make_adapter(
         ConfigError: The script cannot be read, or a base URL is not http(s).
         ValueError: The provider is unknown.
     """
+    if entry.provider == "scripted":
+        adapter = _scripted(entry.model, script_path)
+        if adapter is not None:
+            return adapter
     return create_llm_adapter(
         entry.provider,
         entry.model,

@@ -252,7 +252,7 @@ async def answer_question(
 async def steer(body: SteerIn, service: ServiceDep, _auth: Authorized, session: SessionQuery = None) -> Any:
     """The message joins the conversation before the run's next model call."""
     run = _run(service, session)
-    return SteeredOut(steered=run is not None and run.runner is not None and run.runner.steer(body.text))
+    return SteeredOut(steered=run is not None and run.steer(body.text))
 
 
 @runs_router.post(

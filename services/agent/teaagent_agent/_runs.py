@@ -11,6 +11,8 @@ The frames, in the order the run makes them (``id`` counts from 1 in each run):
 =======================  ============================================================================
 event                    data
 =======================  ============================================================================
+``run_accepted``         first, as soon as the run is accepted: ``run_id``, ``session_id``, ``model``,
+                         ``resumed``
 (runner events)          every :class:`teaagent.runner.RunEvent` under its own kind (``run_started``,
                          ``model_delta``, ``tool_call``, ``approval_waiting``, ``run_finished``...),
                          its data as the runner wrote it, with ``at``
@@ -35,6 +37,7 @@ event                    data
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -55,6 +58,8 @@ from teaagent_agent._schemas import (
     ToolOut,
     UsageOut,
 )
+
+Hook = Callable[[str, dict[str, Any]], None]
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -110,7 +115,12 @@ def _encode(frame_id: int, event: str, data: dict[str, Any]) -> bytes:
 
 
 class RunChannel:
-    """The frames of one run, in order, for any number of readers; written from the loop's thread only."""
+    """The frames of one run, in order, for any number of readers.
+
+    Frames are sent from any thread (:meth:`send`) into one queue that a single callback on the
+    loop drains, so a burst of frames costs one wake-up of the loop, not one each; readers wait
+    on one event that the drain sets.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -118,51 +128,71 @@ class RunChannel:
         self.frames: list[Frame] = []
         self.closed = False
         self._changed = asyncio.Event()
+        self._queue: collections.deque[tuple[str, dict[str, Any], Hook | None]] = collections.deque()
+        self._queue_lock = threading.Lock()
+        self._draining = False
+        #: Set once a reader took its first chunk: the run's heavy start waits for it (briefly).
+        self.first_read = asyncio.Event()
 
     def publish(self, event: str, data: dict[str, Any]) -> Frame:
         """Append a frame (in the loop's thread) and wake the readers."""
-        frame = Frame(len(self.frames) + 1, event, data, _encode(len(self.frames) + 1, event, data))
+        number = len(self.frames) + 1
+        frame = Frame(number, event, data, _encode(number, event, data))
         self.frames.append(frame)
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._changed.set()
         return frame
 
-    def send(
-        self, event: str, data: dict[str, Any], hook: Callable[[str, dict[str, Any]], None] | None = None
-    ) -> None:
-        """Publish from any thread, in the order of the calls (one from the loop's thread is queued too)."""
+    def send(self, event: str, data: dict[str, Any], hook: Hook | None = None) -> None:
+        """Publish from any thread, in the order of the calls (one from the loop's thread is queued too).
 
-        def deliver() -> None:
-            if self.closed:
+        ``hook(event, data)`` runs in the loop's thread just before the frame is published.
+        """
+        with self._queue_lock:
+            self._queue.append((event, data, hook))
+            if self._draining:
                 return
-            if hook is not None:
-                hook(event, data)
-            self.publish(event, data)
-
+            self._draining = True
         if threading.get_ident() == self._thread:
-            self.loop.call_soon(deliver)
+            self.loop.call_soon(self._drain)
         else:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
-                self.loop.call_soon_threadsafe(deliver)
+                self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            with self._queue_lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+            for event, data, hook in batch:
+                if self.closed:
+                    continue
+                if hook is not None:
+                    hook(event, data)
+                self.publish(event, data)
 
     def close(self) -> None:
         self.closed = True
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._changed.set()
 
     async def follow(self, after: int = 0, *, keepalive: float = KEEPALIVE_SECONDS) -> AsyncIterator[bytes]:
         """Yield the encoded frames after ``after`` as they come (several at once when they queued up),
         an SSE comment when idle for ``keepalive`` seconds, and stop after the last one."""
         index = max(0, after)
+        changed = self._changed
         while True:
             if index < len(self.frames):
                 chunk = b"".join(frame.encoded for frame in self.frames[index:])
                 index = len(self.frames)
+                self.first_read.set()
                 yield chunk
                 continue
             if self.closed:
                 return
-            changed = self._changed
+            # Nothing runs between the clear and the wait (one thread): no frame can slip between.
+            changed.clear()
             try:
                 await asyncio.wait_for(changed.wait(), keepalive)
             except TimeoutError:
@@ -225,6 +255,7 @@ class ActiveRun:
         self._tools: dict[str, ToolOut] = {}
         self._questions: list[str] = []
         self._context_chars = 0
+        self._early_steering: list[str] = []
 
     # -- frames ----------------------------------------------------------------------------------
 
@@ -237,6 +268,8 @@ class ActiveRun:
 
     def _observe(self, event: str, data: dict[str, Any]) -> None:
         """Keep what the result and ``GET /runs/state`` need (in the loop's thread, frame by frame)."""
+        if event == "model_delta":
+            return  # the most frequent frame by far, and nothing to keep
         if event == "tool_call":
             arguments = data.get("arguments")
             self._tools[str(data["call_id"])] = ToolOut(
@@ -496,6 +529,27 @@ class ActiveRun:
                 denied_by=list(watch.denied_by),
                 timeout_seconds=max(0, int(watch.expires_at - time.time())),
             )
+
+    # -- the runner ------------------------------------------------------------------------------
+
+    def attach(self, runner: AgentRunner) -> None:
+        """Hand the run its runner (built in its task); steering and a stop asked for before go to it."""
+        with self._lock:
+            self.runner = runner
+            early, self._early_steering = self._early_steering, []
+        for text in early:
+            runner.steer(text)
+        if self.stop_event.is_set():
+            runner.cancel()
+
+    def steer(self, text: str) -> bool:
+        """Add a message for the run's next model call; False once the run is over."""
+        with self._lock:
+            runner = self.runner
+            if runner is None and self.result is None:
+                self._early_steering.append(text)
+                return True
+        return runner is not None and runner.steer(text)
 
     # -- stopping ---------------------------------------------------------------------------------
 

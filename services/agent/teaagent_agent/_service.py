@@ -91,6 +91,7 @@ SUMMARY_PREFIX: Final = "Summary of the earlier conversation:\n"
 MAX_SUMMARY_TOKENS: Final = 2048
 SELF_COMPACTION_KEEP: Final = 2  # messages a compaction before a run keeps verbatim
 SELF_COMPACTION_SECONDS: Final = 120.0
+FIRST_READ_WAIT_SECONDS: Final = 0.05  # a run whose stream nobody reads starts this much later
 SHUTDOWN_SECONDS: Final = 10.0  # how long a stopping service waits for its runs to record their end
 IMAGE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 _BASE64: Final = re.compile(r"[A-Za-z0-9+/]+={0,2}")
@@ -737,6 +738,7 @@ class AgentService:
         else:
             self._not_busy(chosen)
             session = self.load_session(chosen)
+        resumed = text is None
         if text is None:
             if not session.messages or session.messages[-1].role != "user":
                 raise ApiError(
@@ -750,19 +752,30 @@ class AgentService:
         except (ConfigError, MissingAPIKeyError, ValueError) as exc:
             raise ApiError("invalid", sentence(str(exc)), status=409) from None
         self._hold_workspace()
+        run = ActiveRun(
+            session_id=session.id,
+            run_id=new_run_id(),
+            options=options,
+            channel=RunChannel(asyncio.get_running_loop()),
+        )
+        # The first frame, at once: the run is the service's from here on (its runner is built
+        # in its task, so that the stream starts before the audit log and run log are opened).
+        run.channel.publish(
+            "run_accepted",
+            {"run_id": run.run_id, "session_id": session.id, "model": entry.name, "resumed": resumed},
+        )
+        self.runs[session.id] = run
+        run.task = asyncio.create_task(self._drive(run, text, session, entry, adapter))
+        return run
+
+    def _runner(
+        self, run: ActiveRun, session: ChatSession, entry: ModelEntry, adapter: Any
+    ) -> tuple[AgentRunner, AuditLogger]:
+        gate = node_quorum_gate(self.node, on_status=run.quorum_status, stop=run.stop_event)
+        policy = node_policy(self.node, prompter=run.prompter, quorum_gate=gate, mode=self.permission_mode())
+        audit = AuditLogger(node_audit_path(self.node), run_id=run.run_id)
         try:
-            run = ActiveRun(
-                session_id=session.id,
-                run_id=new_run_id(),
-                options=options,
-                channel=RunChannel(asyncio.get_running_loop()),
-            )
-            gate = node_quorum_gate(self.node, on_status=run.quorum_status, stop=run.stop_event)
-            policy = node_policy(
-                self.node, prompter=run.prompter, quorum_gate=gate, mode=self.permission_mode()
-            )
-            audit = AuditLogger(node_audit_path(self.node), run_id=run.run_id)
-            run.runner = AgentRunner(
+            runner = AgentRunner(
                 adapter=adapter,
                 registry=self.registry,
                 policy=policy,
@@ -772,18 +785,16 @@ class AgentService:
                 model=entry.model,
                 root=self.node.workspace,
                 event_sink=run.sink,
-                ask=run.ask if options.questions == "ask" else None,
+                ask=run.ask if run.options.questions == "ask" else None,
                 session_store=self.store,
                 session=session,
                 label=session.id,
                 stream=True,
             )
         except BaseException:
-            self._release_workspace()
+            audit.close()
             raise
-        self.runs[session.id] = run
-        run.task = asyncio.create_task(self._drive(run, run.runner, audit, text, session, entry, adapter))
-        return run
+        return runner, audit
 
     def _check_images(self, entry: ModelEntry, images: list[ImageIn]) -> None:
         for index, image in enumerate(images):
@@ -822,19 +833,19 @@ class AgentService:
                 logger.warning("the workspace lock of %s was not removed: %s", self.node.workspace, exc)
 
     async def _drive(
-        self,
-        run: ActiveRun,
-        runner: AgentRunner,
-        audit: AuditLogger,
-        text: str,
-        session: ChatSession,
-        entry: ModelEntry,
-        adapter: Any,
+        self, run: ActiveRun, text: str, session: ChatSession, entry: ModelEntry, adapter: Any
     ) -> None:
         result = None
         error: str | None = None
+        audit: AuditLogger | None = None
         try:
+            # Let the response send run_accepted first: building the runner and opening its logs
+            # take milliseconds of this thread, which the client need not wait for.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.channel.first_read.wait(), FIRST_READ_WAIT_SECONDS)
             await self._maybe_compact(run, session, entry)
+            runner, audit = self._runner(run, session, entry, adapter)
+            run.attach(runner)
             task = asyncio.create_task(runner.arun(text))
             try:
                 done, _pending = await asyncio.wait({task}, timeout=run.options.timeout)
@@ -849,11 +860,12 @@ class AgentService:
         except asyncio.CancelledError:
             error = "The agent service stopped during the run."
             raise
-        except Exception as exc:  # a bug: the stream still ends, with a sentence
+        except Exception as exc:  # a bug, or a node that cannot run: the stream still ends, with a sentence
             logger.exception("the run %s failed", run.run_id)
-            error = f"The run failed inside the agent service: {type(exc).__name__}."
+            error = sentence(f"the run failed inside the agent service: {exc}")
         finally:
-            audit.close()
+            if audit is not None:
+                audit.close()
             self._release_workspace()
             await _close(adapter)
             loop = asyncio.get_running_loop()
@@ -861,7 +873,8 @@ class AgentService:
             loop.call_soon(self._finish, run, result, error)
 
     async def _maybe_compact(self, run: ActiveRun, session: ChatSession, entry: ModelEntry) -> None:
-        if not self.self_compaction(session.id).effective:
+        choice = self.preferences.value.self_compaction.get(session.id)
+        if not (self.settings.self_compaction if choice is None else choice):
             return
         used = self.context(session.id).used
         if used * 100 <= entry.compact_percent * entry.context_window:
