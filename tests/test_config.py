@@ -366,6 +366,39 @@ CASES: list[tuple[str, Callable[[str], str], str]] = [
         "alpha.toml: redis_url must be \"embedded\" or a redis://, rediss:// or unix:// URL, not 'mysql://db'.",
     ),
     (
+        "a cluster on the embedded server",
+        lambda t: t.replace(
+            'redis_url = "redis://127.0.0.1:6379/0"', 'redis_url = "embedded"\nredis_cluster = true'
+        ),
+        'alpha.toml: redis_cluster = true needs redis_url to name a node of the cluster: "embedded" is one '
+        "private server, never a cluster.",
+    ),
+    (
+        "a cluster over a unix socket",
+        lambda t: t.replace(
+            'redis_url = "redis://127.0.0.1:6379/0"',
+            'redis_url = "unix:///run/redis.sock"\nredis_cluster = true',
+        ),
+        "alpha.toml: redis_cluster = true needs a redis:// or rediss:// redis_url: a cluster's nodes are "
+        "reached over TCP, not unix://.",
+    ),
+    (
+        "a cluster's database 1",
+        lambda t: t.replace(
+            'redis_url = "redis://127.0.0.1:6379/0"',
+            'redis_url = "redis://127.0.0.1:7000/1"\nredis_cluster = true',
+        ),
+        "alpha.toml: redis_cluster = true needs database 0 in redis_url: a cluster has no other.",
+    ),
+    (
+        "redis_cluster as a string",
+        lambda t: t.replace(
+            'redis_url = "redis://127.0.0.1:6379/0"',
+            'redis_url = "redis://127.0.0.1:6379/0"\nredis_cluster = "yes"',
+        ),
+        "alpha.toml: redis_cluster must be true or false, not a string.",
+    ),
+    (
         "short token",
         lambda t: t.replace('workspace = "workspace"', 'workspace = "workspace"\ntoken = "secret"'),
         "alpha.toml: token must be at least 16 characters long.",
@@ -556,6 +589,18 @@ def test_each_mistake_is_one_sentence_naming_file_and_key(
     sentence = str(caught.value)
     assert sentence.endswith(".")
     assert "\n" not in sentence
+
+
+def test_redis_cluster_says_that_redis_url_is_one_node_of_a_cluster(node_dir: Path) -> None:
+    assert not load(EXAMPLE).redis_cluster
+    config = load(
+        EXAMPLE.replace(
+            'redis_url = "redis://127.0.0.1:6379/0"',
+            'redis_url = "redis://10.0.0.5:7000"\nredis_cluster = true',
+        )
+    )
+    assert config.redis_cluster
+    assert config.redis_url == "redis://10.0.0.5:7000"
 
 
 def test_agent_rate_limits_are_read_per_tool_with_a_minute_by_default(node_dir: Path) -> None:

@@ -58,6 +58,7 @@ ROOT_KEYS: Final = (
     "private_key",
     "public_key",
     "redis_url",
+    "redis_cluster",
     "relay_url",
     "workspace",
     "data_dir",
@@ -611,7 +612,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
 
     * The node's key is either ``private_key`` (an OpenSSH key file, relative to this file) or
       ``public_key`` (the public line of a key held by ssh-agent), exactly one of the two.
-    * ``redis_url`` defaults to ``embedded``; ``workspace`` to ``workspace`` and ``data_dir`` to
+    * ``redis_url`` defaults to ``embedded``; ``redis_cluster = true`` makes it one node of a Redis
+      Cluster (a redis:// or rediss:// URL); ``workspace`` to ``workspace`` and ``data_dir`` to
       ``.teaagent-<agent_id>``, both beside the file; every relative path is relative to the file.
     * With no ``[quorum]`` table the quorum is disabled; a ``[quorum]`` table must say
       ``enabled`` explicitly, and an enabled one must give ``required_approvals`` and a non-empty
@@ -675,6 +677,21 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         raise root.error(
             "redis_url", f'must be "embedded" or a redis://, rediss:// or unix:// URL, not {redis_url!r}'
         )
+    redis_cluster = root.boolean("redis_cluster", False)
+    if redis_cluster and redis_url == EMBEDDED_REDIS:
+        raise ConfigError(
+            f'{label}: redis_cluster = true needs redis_url to name a node of the cluster: "embedded" '
+            "is one private server, never a cluster."
+        )
+    if redis_cluster and urlsplit(redis_url).scheme == "unix":
+        raise ConfigError(
+            f"{label}: redis_cluster = true needs a redis:// or rediss:// redis_url: a cluster's nodes "
+            "are reached over TCP, not unix://."
+        )
+    if redis_cluster and urlsplit(redis_url).path not in ("", "/", "/0"):
+        raise ConfigError(
+            f"{label}: redis_cluster = true needs database 0 in redis_url: a cluster has no other."
+        )
     relay_url = _check_http_url(root, "relay_url", root.required_string("relay_url").strip())
     workspace = _resolve(base, root.string("workspace", "workspace") or "workspace")
     data_dir_text = root.string("data_dir", f".teaagent-{agent_id}")
@@ -711,6 +728,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         private_key=private_key,
         public_key=public_text,
         redis_url=redis_url,
+        redis_cluster=redis_cluster,
         relay_url=relay_url,
         workspace=workspace,
         data_dir=data_dir,

@@ -319,6 +319,8 @@ class NodeConfig:
         public_key: The public key line of an ssh-agent-held key, or None with ``private_key``.
         redis_url: ``redis://...`` (or ``rediss://``, ``unix://``), or ``embedded`` for a private
             server started on demand.
+        redis_cluster: Whether ``redis_url`` names one node of a Redis Cluster (``redis_cluster =
+            true``); the store then uses redis-py's cluster client.
         relay_url: This node's relay base URL.
         workspace: The agent's workspace root.
         data_dir: State, audit logs and the generated token.
@@ -336,6 +338,7 @@ class NodeConfig:
     private_key: Path | None
     public_key: str | None
     redis_url: str = field(repr=False)  # may carry a password
+    redis_cluster: bool = False
     relay_url: str
     workspace: Path
     data_dir: Path

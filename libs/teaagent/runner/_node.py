@@ -67,7 +67,10 @@ class _NodeRateLimiter:
                     f"with its relay: start it (teaagent relay serve --config {self._node.path})"
                 )
             url = found
-        return connect_sync(url, prefix=node_prefix(self._node.agent_id)).rate_limiter
+        # A cluster's client learns the cluster's layout here: no node answering is a StoreError too.
+        return connect_sync(
+            url, prefix=node_prefix(self._node.agent_id), cluster=self._node.redis_cluster
+        ).rate_limiter
 
     def hit(self, key: str, limit: ToolRateLimit) -> RateDecision:
         with self._lock:
@@ -89,7 +92,8 @@ def node_rate_limiter(node: NodeConfig) -> RateLimiter:
 
     It connects at the first call it counts. With ``redis_url = "embedded"`` the node's private
     server is shared with the relay when the relay runs it, and started otherwise (then stopped
-    when this process exits). A Redis that cannot be reached fails that call: no count, no call.
+    when this process exits); with ``redis_cluster = true``, the windows live on the cluster, each
+    on the node of its slot. A Redis that cannot be reached fails that call: no count, no call.
     """
     return _NodeRateLimiter(node)
 

@@ -1,14 +1,17 @@
 """Redis for a node: connection, key names, Lua scripts, queues, rate-limit windows, embedded server.
 
-The relay builds on the asyncio ``Store`` (``connect`` or ``open_store``); the tools' rate limiter
-uses the synchronous ``RedisRateLimiter`` (``connect_sync(...).rate_limiter``). Every Redis failure
-surfaces as ``StoreError`` with one sentence naming the server (its password redacted).
+The relay builds on the asyncio ``Store`` (``open_node_store(config)``, or ``connect`` and
+``open_store``); the tools' rate limiter uses the synchronous ``RedisRateLimiter``
+(``connect_sync(...).rate_limiter``). The store is one server or a Redis Cluster (``redis_cluster =
+true``; ``cluster=True`` here). Every Redis failure surfaces as ``StoreError`` with one sentence
+naming the server (its password redacted); code that calls ``Store.client`` itself catches
+``REDIS_ERRORS`` (redis-py's cluster client raises one error class that is no ``RedisError``).
 """
 
 from __future__ import annotations
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
-from teaagent.store._connection import EMBEDDED_URL, StoreOptions, redact_url
+from teaagent.store._connection import EMBEDDED_URL, REDIS_ERRORS, StoreOptions, redact_url
 from teaagent.store._embedded import EmbeddedRedis, find_server_binary
 from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, QueueKeys, RequestKeys, node_prefix
 from teaagent.store._queue import (
@@ -32,13 +35,14 @@ from teaagent.store._requests import (
     RequestState,
     StoredRequest,
 )
-from teaagent.store._store import Store, SyncStore, connect, connect_sync, open_store
+from teaagent.store._store import Store, SyncStore, connect, connect_sync, open_node_store, open_store
 from teaagent.tools import RateDecision  # the tools' answer type, re-exported: one class
 
 __all__ = [
     "CONSUMER_RETENTION_SECONDS",
     "EMBEDDED_URL",
     "MAX_DOCUMENT_BYTES",
+    "REDIS_ERRORS",
     "REQUEST_RETENTION_SECONDS",
     "AcceptResult",
     "AsyncRedisRateLimiter",
@@ -72,6 +76,7 @@ __all__ = [
     "connect_sync",
     "find_server_binary",
     "node_prefix",
+    "open_node_store",
     "open_store",
     "redact_url",
 ]

@@ -41,6 +41,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+import redis
+
 from teaagent.store._connection import converting
 from teaagent.store._ratelimit import LeanChannel, pack_command
 from teaagent.store._store import connect, connect_sync
@@ -118,6 +120,7 @@ def bench_ratelimit(redis_url: str, seconds: float = 2.0) -> dict[str, Any]:
     store = connect_sync(redis_url, prefix=prefix)
     astore = connect(redis_url, prefix=prefix)
     storages: list[Any] = []
+    assert isinstance(store.client, redis.Redis)  # one server: the bench has no cluster mode
     channel = LeanChannel(store.client)
     with converting(redis_url):  # the figures need Redis; no answer is a StoreError
         try:

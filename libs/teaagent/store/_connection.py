@@ -1,4 +1,9 @@
-"""Redis clients with timeouts and retries, and the one place Redis errors become ``StoreError``."""
+"""Redis clients with timeouts and retries, and the one place Redis errors become ``StoreError``.
+
+A node's store is one Redis server or a Redis Cluster (``redis_cluster = true`` in node.toml): the
+cluster clients of redis-py route each command by its key's slot and follow MOVED and ASK, so the
+store's code is the same on both. ``AsyncClient`` and ``SyncClient`` name either kind.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,15 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.retry
 import redis.backoff
+import redis.cluster
 import redis.exceptions
 import redis.retry
 
@@ -21,7 +29,10 @@ from teaagent.errors import StoreError
 
 __all__ = [
     "EMBEDDED_URL",
+    "REDIS_ERRORS",
+    "AsyncClient",
     "StoreOptions",
+    "SyncClient",
     "converting",
     "describe_redis_error",
     "make_async_client",
@@ -39,6 +50,15 @@ BACKOFF_BASE = 0.05  # seconds before the first retry
 BACKOFF_CAP = 1.0  # seconds, the longest wait between two retries
 MAX_CONNECTIONS = 64  # per async client; every long-poll holds one connection while it blocks
 POOL_WAIT_TIMEOUT = 10.0  # seconds a caller waits for a free pooled connection before failing
+
+AsyncClient: TypeAlias = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+SyncClient: TypeAlias = redis.Redis | redis.cluster.RedisCluster
+# What a client may raise: redis-py's cluster clients raise RedisClusterException, which is not a
+# RedisError, for what they refuse before sending (keys of two slots in one command, no reachable node).
+REDIS_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,28 +83,51 @@ class StoreOptions:
         return self.socket_timeout / 2
 
 
-def _check_url(redis_url: str) -> None:
+def _check_url(redis_url: str, cluster: bool) -> None:
     if redis_url == EMBEDDED_URL:
         raise ValueError(
             "redis_url 'embedded' names no server: start EmbeddedRedis(data_dir) and connect to its url"
         )
-    scheme = urlsplit(redis_url).scheme
-    if scheme not in ("redis", "rediss", "unix"):
+    parts = urlsplit(redis_url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
         raise ValueError(
             f"redis_url must start with redis://, rediss:// or unix://, not {redact_url(redis_url)!r}"
         )
+    if cluster and parts.scheme == "unix":
+        raise ValueError(
+            f"a Redis Cluster is reached over TCP: redis_url must start with redis:// or rediss://, "
+            f"not {redact_url(redis_url)!r}"
+        )
+    if cluster and parts.path not in ("", "/", "/0"):
+        raise ValueError(
+            f"a Redis Cluster has database 0 only: redis_url {redact_url(redis_url)!r} names another"
+        )
 
 
-def make_async_client(redis_url: str, options: StoreOptions) -> redis.asyncio.Redis:
+def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> AsyncClient:
     """Build an asyncio client whose pool waits for a free connection instead of failing at once.
 
+    With ``cluster``, a Redis Cluster client that learns the cluster's nodes from ``redis_url`` (any
+    one node) at its first command; it keeps up to ``options.max_connections`` connections per
+    node and, unlike the single server's pool, fails a command at once when a node's are all busy.
+
     Raises:
-        ValueError: ``redis_url`` is not a redis://, rediss:// or unix:// URL.
+        ValueError: ``redis_url`` is not a redis://, rediss:// or unix:// URL (not unix:// and no
+            database but 0 for a cluster).
     """
-    _check_url(redis_url)
+    _check_url(redis_url, cluster)
     retry = redis.asyncio.retry.Retry(
         redis.backoff.ExponentialWithJitterBackoff(base=BACKOFF_BASE, cap=BACKOFF_CAP), options.retries
     )
+    if cluster:
+        return redis.asyncio.cluster.RedisCluster.from_url(
+            redis_url,
+            max_connections=options.max_connections,
+            socket_timeout=options.socket_timeout,
+            socket_connect_timeout=options.connect_timeout,
+            health_check_interval=options.health_check_interval,
+            retry=retry,
+        )
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         redis_url,
         max_connections=options.max_connections,
@@ -97,16 +140,32 @@ def make_async_client(redis_url: str, options: StoreOptions) -> redis.asyncio.Re
     return redis.asyncio.Redis(connection_pool=pool)
 
 
-def make_sync_client(redis_url: str, options: StoreOptions) -> redis.Redis:
-    """Build a thread-safe synchronous client (one pool shared by every thread).
+def make_sync_client(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> SyncClient:
+    """Build a thread-safe synchronous client (one pool shared by every thread; one per node on a cluster).
+
+    A cluster client asks ``redis_url``'s node for the cluster's layout here, so it connects at once.
 
     Raises:
-        ValueError: ``redis_url`` is not a redis://, rediss:// or unix:// URL.
+        StoreError: with ``cluster``, no node of the cluster answered.
+        ValueError: ``redis_url`` is not a redis://, rediss:// or unix:// URL (not unix:// and no
+            database but 0 for a cluster).
     """
-    _check_url(redis_url)
+    _check_url(redis_url, cluster)
     retry = redis.retry.Retry(
         redis.backoff.ExponentialWithJitterBackoff(base=BACKOFF_BASE, cap=BACKOFF_CAP), options.retries
     )
+    if cluster:
+        with converting(redis_url):
+            return redis.cluster.RedisCluster.from_url(
+                redis_url,
+                connection_pool_class=redis.BlockingConnectionPool,
+                max_connections=options.max_connections,
+                timeout=POOL_WAIT_TIMEOUT,
+                socket_timeout=options.socket_timeout,
+                socket_connect_timeout=options.connect_timeout,
+                health_check_interval=options.health_check_interval,
+                retry=retry,
+            )
     pool = redis.BlockingConnectionPool.from_url(
         redis_url,
         max_connections=options.max_connections,
@@ -148,10 +207,34 @@ def _os_reason(exc: BaseException) -> str | None:
     return None
 
 
-def describe_redis_error(redis_url: str, exc: redis.exceptions.RedisError) -> str:
-    """Return the one sentence a user reads for a Redis failure (the password never appears)."""
+def _redis_cause(exc: BaseException) -> redis.exceptions.RedisError | None:
+    """The first ``RedisError`` among the causes of ``exc`` (a cluster client's wrapped failure)."""
+    seen: set[int] = set()
+    current = exc.__cause__ or exc.__context__
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, redis.exceptions.RedisError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe_redis_error(redis_url: str, exc: Exception) -> str:
+    """Return the one sentence a user reads for a Redis failure (the password never appears).
+
+    ``exc`` is one of ``REDIS_ERRORS``.
+    """
     where = f"Redis at {redact_url(redis_url)}"
     detail = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, redis.exceptions.RedisClusterException):
+        # "Redis Cluster cannot be connected..." wraps what the last node said: say that instead.
+        cause = _redis_cause(exc)
+        if cause is not None:
+            return describe_redis_error(redis_url, cause)
+        reason = _os_reason(exc)
+        if reason is not None:
+            return f"{where} is unreachable: {reason}"
+        return f"{where} (a cluster) failed: {detail}"
     if isinstance(
         exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthenticationWrongNumberOfArgsError
     ):
@@ -179,5 +262,5 @@ def converting(redis_url: str) -> Iterator[None]:
     """
     try:
         yield
-    except redis.exceptions.RedisError as exc:
+    except REDIS_ERRORS as exc:
         raise StoreError(describe_redis_error(redis_url, exc)) from exc

@@ -8,11 +8,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import redis.asyncio
 import redis.exceptions
 
 from teaagent.errors import StoreError
-from teaagent.store._connection import StoreOptions, converting
+from teaagent.store._connection import AsyncClient, StoreOptions, converting
 from teaagent.store._keys import REQUEST_ID_PATTERN, REQUEST_RETENTION_SECONDS, QueueKeys
 from teaagent.store._requests import MAX_DOCUMENT_BYTES
 from teaagent.store._scripts import AsyncScripts
@@ -156,7 +155,7 @@ class DeliveryQueue:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         scripts: AsyncScripts,
         *,
         keys: QueueKeys,

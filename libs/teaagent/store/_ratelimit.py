@@ -10,6 +10,10 @@ packing, pool checkout, retry wrapper, reply callbacks: about half of the client
 it holds one connection of the client's pool (``LeanChannel``), keeps each window's EVALSHA
 command encoded up to its one per-call argument, and reads the reply with the connection's own
 parser. Failures still fail closed: no reply is a ``StoreError``, never an allowed call.
+
+On a Redis Cluster the check goes through the cluster client instead, which sends each window's
+EVALSHA to the node that owns its slot (a window is one key, so one slot); a node without the
+script is given it there.
 """
 
 from __future__ import annotations
@@ -19,16 +23,17 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import redis
-import redis.asyncio
+import redis.cluster
 import redis.exceptions
 
 from teaagent.errors import StoreError
-from teaagent.store._connection import describe_redis_error
+from teaagent.store._connection import REDIS_ERRORS, AsyncClient, SyncClient, describe_redis_error
 from teaagent.store._keys import Keys
-from teaagent.store._scripts import AsyncScripts, script_source
+from teaagent.store._scripts import LOAD_ATTEMPTS, AsyncScripts, script_source
 from teaagent.tools import RateDecision
 from teaagent.tools._ratelimit import decision_from_reply, gcra_parameters
 
@@ -173,16 +178,23 @@ class RedisRateLimiter:
     a burst of ``limit.max_calls`` calls, refilled at ``limit.max_calls`` per
     ``limit.window_seconds`` (``teaagent.tools`` says what that allows); a refused call is not
     counted. One EVALSHA per check on a connection of its own (the script is loaded again if the
-    server lost it); thread-safe (threads take turns on that connection).
+    server lost it); thread-safe (threads take turns on that connection). On a cluster client,
+    one EVALSHA per check through that client, to the window's node.
     """
 
-    def __init__(self, client: redis.Redis, *, keys: Keys, url: str) -> None:
+    def __init__(self, client: SyncClient, *, keys: Keys, url: str) -> None:
         self._client = client
         self._keys = keys
         self._url = url
         self._source = script_source("ratelimit")
         self._sha = hashlib.sha1(self._source.encode(), usedforsecurity=False).hexdigest().encode()
-        self._channel = LeanChannel(client)
+        # One connection serves one server only: a cluster's windows live on several nodes.
+        self._cluster: redis.cluster.RedisCluster | None = None
+        self._channel: LeanChannel | None = None
+        if isinstance(client, redis.cluster.RedisCluster):
+            self._cluster = client
+        else:
+            self._channel = LeanChannel(client)
         # (key, max_calls, window_seconds) -> the command encoded up to now: "*7 EVALSHA sha 1 key i c".
         self._commands: dict[tuple[str, int, float], bytes] = {}
 
@@ -207,13 +219,16 @@ class RedisRateLimiter:
             StoreError: Redis is unreachable, timed out or failed (callers fail closed: no answer is no pass).
             ValueError: an empty key, or a limit out of range.
         """
+        channel = self._channel
+        if channel is None:
+            return self._hit_cluster(key, limit, now)
         command = self._commands.get((key, limit.max_calls, limit.window_seconds))
         if command is None:
             command = self._command(key, limit)
         now_us = b"%d" % (time.time_ns() // 1000 if now is None else round(now * 1_000_000))
         packed = [b"%s$%d\r\n%s\r\n" % (command, len(now_us), now_us)]
         try:
-            reply = self._channel.execute(packed)
+            reply = channel.execute(packed)
         except redis.exceptions.NoScriptError:
             reply = self._load_and_execute(packed)
         except redis.exceptions.RedisError as exc:
@@ -231,21 +246,57 @@ class RedisRateLimiter:
         Raises:
             StoreError: Redis is unreachable, timed out or failed.
         """
+        channel = self._channel
+        assert channel is not None  # the lean path's only
         try:
-            self._channel.execute([pack_command(b"SCRIPT", b"LOAD", self._source.encode())])
-            return self._channel.execute(packed)
+            channel.execute([pack_command(b"SCRIPT", b"LOAD", self._source.encode())])
+            return channel.execute(packed)
         except redis.exceptions.RedisError as exc:
+            raise StoreError(describe_redis_error(self._url, exc)) from exc
+
+    def _hit_cluster(self, key: str, limit: RateLimitSpec, now: float | None) -> RateDecision:
+        """``hit`` on a cluster: the client routes the EVALSHA by its key and follows MOVED.
+
+        A NOSCRIPT (a node that a failover promoted, or one restarted) loads the script on the
+        node that owns the window and sends the check again.
+
+        Raises:
+            StoreError: Redis is unreachable, timed out or failed.
+            ValueError: an empty key, or a limit out of range.
+        """
+        cluster = self._cluster
+        assert cluster is not None  # no channel: a cluster
+        # redis-py leaves the synchronous cluster client's methods unannotated.
+        execute: Callable[..., Any] = cluster.execute_command
+        owner_of: Callable[[str], Any] = cluster.get_node_from_key
+        name = self._keys.ratelimit(key)
+        interval, capacity = _window(limit.max_calls, limit.window_seconds)
+        command = ("EVALSHA", self._sha, 1, name, interval, capacity, _now_us(now))
+        try:
+            for _attempt in range(LOAD_ATTEMPTS - 1):
+                try:
+                    return _decision(execute(*command))
+                except redis.exceptions.NoScriptError:
+                    owner = owner_of(name)  # None: a slot no node serves (the cluster is reshaping)
+                    execute(
+                        "SCRIPT LOAD",
+                        self._source,
+                        target_nodes=owner if owner is not None else redis.cluster.RedisCluster.PRIMARIES,
+                    )
+            return _decision(execute(*command))
+        except REDIS_ERRORS as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
 
     def close(self) -> None:
         """Give the limiter's connection back to the client's pool; a later ``hit`` takes one again."""
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
 
 
 class AsyncRedisRateLimiter:
     """The asyncio twin of ``RedisRateLimiter`` (the relay's per-origin limit); same windows, same keys."""
 
-    def __init__(self, client: redis.asyncio.Redis, scripts: AsyncScripts, *, keys: Keys, url: str) -> None:
+    def __init__(self, client: AsyncClient, scripts: AsyncScripts, *, keys: Keys, url: str) -> None:
         self._client = client
         self._scripts = scripts
         self._keys = keys
@@ -263,5 +314,5 @@ class AsyncRedisRateLimiter:
         args = [interval, capacity, _now_us(now)]
         try:
             return _decision(await self._scripts.run("ratelimit", [name], args))
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc

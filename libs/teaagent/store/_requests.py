@@ -8,11 +8,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import redis.asyncio
 import redis.exceptions
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
-from teaagent.store._connection import StoreOptions, converting, describe_redis_error
+from teaagent.store._connection import (
+    REDIS_ERRORS,
+    AsyncClient,
+    StoreOptions,
+    converting,
+    describe_redis_error,
+)
 from teaagent.store._keys import AGENT_ID_PATTERN, REQUEST_RETENTION_SECONDS, Keys, RequestKeys
 from teaagent.store._scripts import AsyncScripts
 
@@ -124,7 +129,7 @@ class _Book:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         scripts: AsyncScripts,
         *,
         url: str,
@@ -215,7 +220,7 @@ class _Book:
             return
         try:
             await self._client.zrem(self._pending_key, *members)
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.warning(
                 "settled requests stay in %s until a listing removes them: %s",
                 self._pending_key,
@@ -226,18 +231,22 @@ class _Book:
         """Send ``record_decision`` once per ``(keys, member, args)`` in one pipeline; return the raw replies.
 
         No transaction: each script call is atomic on its own and they touch different requests'
-        keys. A reply is the exception Redis answered for that call alone (``raise_on_error=False``).
-        The requests the batch settled then leave the pending set, in one more command.
+        keys (on a cluster, the client splits the pipeline by node). A reply is the exception
+        Redis answered for that call alone (``raise_on_error=False``). The requests the batch
+        settled then leave the pending set, in one more command.
 
         Raises:
             StoreError: Redis is unreachable or failed (the whole pipeline).
         """
-        sha = self._scripts.sha("record_decision")
 
         async def send(chosen: list[tuple[RequestKeys, str, list[Any]]]) -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for keys, _member, args in chosen:
-                    pipe.evalsha(sha, 3, keys.outcome, keys.decisions, keys.events, *args)
+                    pipe.execute_command(
+                        *self._scripts.command(
+                            "record_decision", [keys.outcome, keys.decisions, keys.events], args
+                        )
+                    )
                 return list(await pipe.execute(raise_on_error=False))
 
         try:
@@ -248,11 +257,12 @@ class _Book:
                 if isinstance(reply, redis.exceptions.NoScriptError)
             ]
             if lost:
-                # A restarted or flushed server lost the script: those calls did not run; load, send again.
-                await self._scripts.load("record_decision")
+                # A restarted, flushed or promoted node lost the script: those calls did not run.
+                # Load it where they run (their nodes, on a cluster) and send them again.
+                await self._scripts.load("record_decision", [calls[index][0].outcome for index in lost])
                 for index, reply in zip(lost, await send([calls[index] for index in lost]), strict=True):
                     replies[index] = reply
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
         await self._unlist_pending(
             [member for (_keys, member, _args), reply in zip(calls, replies, strict=True) if _settled(reply)]
@@ -520,7 +530,7 @@ class RequestBook(_Book):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         scripts: AsyncScripts,
         *,
         keys: Keys,
@@ -726,7 +736,7 @@ class InboxBook(_Book):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         scripts: AsyncScripts,
         *,
         keys: Keys,

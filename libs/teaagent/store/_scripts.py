@@ -1,15 +1,31 @@
-"""The Lua scripts, read once from the package and registered on each client (EVALSHA, NOSCRIPT reload)."""
+"""The Lua scripts, read once from the package and run by EVALSHA; a server that lost one is given it again.
+
+A call is one EVALSHA; a NOSCRIPT answer (a restarted or flushed server) loads the script and sends
+the call again. On a Redis Cluster each call goes to the node that owns its keys' slot (every
+script's keys share one hash tag, ``teaagent.store._keys``), and the script is loaded on that node,
+not on all of them: a replica that a failover promoted starts with an empty script cache (scripts
+are not replicated), and so does a node restarted without persistence of it, so each node is given
+a script the first time it lacks one it is asked to run.
+"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-import redis.asyncio
-from redis.commands.core import AsyncScript
+import redis.asyncio.cluster
+import redis.exceptions
 
-__all__ = ["SCRIPT_NAMES", "AsyncScripts", "script_source"]
+from teaagent.store._connection import AsyncClient
+
+__all__ = ["LOAD_ATTEMPTS", "SCRIPT_NAMES", "AsyncScripts", "script_sha", "script_source"]
+
+# Calls sent per script call at most: a NOSCRIPT twice in a row means the key's slot moved to
+# another node between the load and the call (a failover); a third is not worth waiting for.
+LOAD_ATTEMPTS = 3
 
 SCRIPT_NAMES = (
     "accept_request",
@@ -35,23 +51,67 @@ def script_source(name: str) -> str:
     return resources.files("teaagent.store.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
+@functools.cache
+def script_sha(name: str) -> str:
+    """Return the SHA1 of ``lua/<name>.lua``, the name EVALSHA calls it by.
+
+    Raises:
+        ValueError: ``name`` is not one of ``SCRIPT_NAMES``.
+    """
+    return hashlib.sha1(script_source(name).encode(), usedforsecurity=False).hexdigest()
+
+
 class AsyncScripts:
-    """Every script registered on one asyncio client; a call is an EVALSHA, loading the script on NOSCRIPT."""
+    """Every script, run on one asyncio client (a server or a cluster): EVALSHA, loaded on NOSCRIPT."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: AsyncClient) -> None:
         self._client = client
-        self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(script_source(name)) for name in SCRIPT_NAMES
-        }
+        self._shas = {name: script_sha(name) for name in SCRIPT_NAMES}
 
-    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run script ``name`` with ``keys`` and ``args`` (one round trip once loaded)."""
-        return await self._scripts[name](keys=keys, args=args)
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run script ``name`` with ``keys`` and ``args`` (one round trip once loaded).
+
+        Raises:
+            redis.exceptions.RedisError: the server failed or refused the call (callers convert it).
+            redis.exceptions.RedisClusterException: ``keys`` span two slots, or no node answered.
+        """
+        command = self.command(name, keys, args)
+        for _attempt in range(LOAD_ATTEMPTS - 1):
+            try:
+                return await self._client.execute_command(*command)
+            except redis.exceptions.NoScriptError:
+                await self.load(name, keys)
+        return await self._client.execute_command(*command)
+
+    def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The EVALSHA command of one call, for a pipeline: ``pipe.execute_command(*command)``.
+
+        A cluster pipeline refuses ``pipe.evalsha`` (redis-py blocks the method) but routes this
+        command by its keys like any other, each call to its own node.
+        """
+        return ("EVALSHA", self._shas[name], len(keys), *keys, *args)
 
     def sha(self, name: str) -> str:
-        """The SHA1 of script ``name``, for an EVALSHA the caller sends itself (in a pipeline)."""
-        return str(self._scripts[name].sha)
+        """The SHA1 of script ``name``, for an EVALSHA the caller sends itself."""
+        return self._shas[name]
 
-    async def load(self, name: str) -> None:
-        """Load script ``name`` on the server (after a NOSCRIPT: a restarted or flushed server)."""
-        await self._client.script_load(script_source(name))
+    async def load(self, name: str, keys: Sequence[str] = ()) -> None:
+        """Load script ``name`` where it runs (after a NOSCRIPT: a restarted, flushed or promoted node).
+
+        On one server, there. On a cluster, on the nodes that own the slots of ``keys`` (the keys
+        of the calls that were refused), or on every primary when no key is given.
+
+        Raises:
+            redis.exceptions.RedisError: the server failed.
+            redis.exceptions.RedisClusterException: no node of the cluster answered.
+        """
+        source = script_source(name)
+        client = self._client
+        if not isinstance(client, redis.asyncio.cluster.RedisCluster):
+            await client.script_load(source)
+            return
+        owners = [client.get_node_from_key(key) for key in keys]
+        # No key, or a slot no node serves (the cluster is reshaping): every primary learns it.
+        chosen = owners if owners and None not in owners else client.get_primaries()
+        nodes = {node.name: node for node in chosen if node is not None}
+        await client.execute_command("SCRIPT LOAD", source, target_nodes=list(nodes.values()))

@@ -8,33 +8,42 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
-import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
+from teaagent.errors import StoreError
 from teaagent.store._connection import (
     EMBEDDED_URL,
+    AsyncClient,
     StoreOptions,
+    SyncClient,
     converting,
     make_async_client,
     make_sync_client,
     redact_url,
 )
 from teaagent.store._embedded import EmbeddedRedis
-from teaagent.store._keys import Keys
+from teaagent.store._keys import Keys, node_prefix
 from teaagent.store._queue import DeliveryQueue
 from teaagent.store._ratelimit import AsyncRedisRateLimiter, RedisRateLimiter
 from teaagent.store._requests import InboxBook, RequestBook
 from teaagent.store._scripts import AsyncScripts
 
-__all__ = ["Store", "SyncStore", "connect", "connect_sync", "open_store"]
+if TYPE_CHECKING:
+    from teaagent.config import NodeConfig
+
+__all__ = ["Store", "SyncStore", "connect", "connect_sync", "open_node_store", "open_store"]
 
 
 class Store:
     """The asyncio store of one node, what the relay uses; build it with ``connect`` or ``open_store``.
 
     Attributes:
+        client: the redis-py client: a ``Redis``, or a ``RedisCluster`` when ``cluster``. A command
+            sent on it directly must name keys of one slot (one hash tag), and a transaction too.
+        cluster: True when the store is a Redis Cluster (``redis_cluster = true``).
         keys: every key name under this store's prefix.
         requests: this node's own requests (accept, count decisions, wait for the outcome).
         inbox: requests received from peers, with this node's decision.
@@ -43,8 +52,9 @@ class Store:
         rate_limiter: GCRA buckets (per peer origin, per tool) shared through Redis.
     """
 
-    def __init__(self, client: redis.asyncio.Redis, *, url: str, prefix: str, options: StoreOptions) -> None:
+    def __init__(self, client: AsyncClient, *, url: str, prefix: str, options: StoreOptions) -> None:
         self.client = client
+        self.cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self.url = redact_url(url)
         self.keys = Keys(prefix)
         self.options = options
@@ -57,7 +67,8 @@ class Store:
         self.rate_limiter = AsyncRedisRateLimiter(client, self._scripts, keys=self.keys, url=url)
 
     def __repr__(self) -> str:
-        return f"Store({self.url!r}, prefix={self.keys.prefix!r})"
+        cluster = ", cluster=True" if self.cluster else ""
+        return f"Store({self.url!r}, prefix={self.keys.prefix!r}{cluster})"
 
     def queue(self, name: str, **settings: Any) -> DeliveryQueue:
         """Return the work queue ``name``; ``settings`` are ``DeliveryQueue``'s keyword options.
@@ -75,14 +86,18 @@ class Store:
         )
 
     async def ping(self) -> float:
-        """Return the round-trip time of one PING in seconds (for /health).
+        """Return the round-trip time of one PING in seconds (for /health); on a cluster, of every primary.
 
         Raises:
             StoreError: Redis is unreachable or failed.
         """
         started = time.perf_counter()
         with converting(self._raw_url):
-            await self.client.ping()
+            if isinstance(self.client, redis.asyncio.cluster.RedisCluster):
+                # Each primary serves some requests' slots; a replica's absence costs the store nothing.
+                await self.client.ping(target_nodes=redis.asyncio.cluster.RedisCluster.PRIMARIES)
+            else:
+                await self.client.ping()
         return time.perf_counter() - started
 
     async def aclose(self) -> None:
@@ -99,17 +114,22 @@ class Store:
 
 
 class SyncStore:
-    """The synchronous store (the tools' rate limiter, command-line tools); thread-safe."""
+    """The synchronous store (the tools' rate limiter, command-line tools); thread-safe.
 
-    def __init__(self, client: redis.Redis, *, url: str, prefix: str) -> None:
+    ``client`` is a ``Redis``, or a ``RedisCluster`` when ``cluster``.
+    """
+
+    def __init__(self, client: SyncClient, *, url: str, prefix: str) -> None:
         self.client = client
+        self.cluster = isinstance(client, redis.cluster.RedisCluster)
         self.url = redact_url(url)
         self.keys = Keys(prefix)
         self._raw_url = url
         self.rate_limiter = RedisRateLimiter(client, keys=self.keys, url=url)
 
     def __repr__(self) -> str:
-        return f"SyncStore({self.url!r}, prefix={self.keys.prefix!r})"
+        cluster = ", cluster=True" if self.cluster else ""
+        return f"SyncStore({self.url!r}, prefix={self.keys.prefix!r}{cluster})"
 
     def ping(self) -> float:
         """Return the round-trip time of one PING in seconds.
@@ -126,8 +146,12 @@ class SyncStore:
         """Close the rate limiter's connection, the client and its connection pool."""
         self.rate_limiter.close()
         self.client.close()
-        # redis-py leaves a pool it was handed open: disconnect it, or its sockets outlive the store.
-        self.client.connection_pool.disconnect()
+        # redis-py leaves a pool it was handed open (each node's, on a cluster): disconnect it, or
+        # its sockets outlive the store.
+        if isinstance(self.client, redis.cluster.RedisCluster):
+            _disconnect_nodes(self.client)
+        else:
+            self.client.connection_pool.disconnect()
 
     def __enter__(self) -> SyncStore:
         return self
@@ -138,46 +162,73 @@ class SyncStore:
         self.close()
 
 
-def connect(redis_url: str, *, prefix: str, options: StoreOptions | None = None) -> Store:
+def _disconnect_nodes(client: Any) -> None:
+    """Disconnect the pool of every node a synchronous cluster client knows (its methods are untyped)."""
+    for node in client.get_nodes():
+        if node.redis_connection is not None:
+            node.redis_connection.connection_pool.disconnect()
+
+
+def connect(
+    redis_url: str, *, prefix: str, options: StoreOptions | None = None, cluster: bool = False
+) -> Store:
     """Return an asyncio store on ``redis_url`` under ``prefix``; nothing connects until first use.
 
     Connections have socket and connect timeouts, a health check when idle, and retries with
-    exponential backoff and jitter on connection errors and timeouts (``StoreOptions``).
+    exponential backoff and jitter on connection errors and timeouts (``StoreOptions``). With
+    ``cluster``, ``redis_url`` names one node of a Redis Cluster, and the store finds the others.
 
     Raises:
-        ValueError: ``redis_url`` is "embedded" or not a redis URL, or ``prefix`` is malformed.
+        ValueError: ``redis_url`` is "embedded" or not a redis URL (for a cluster: not redis:// or
+            rediss://, or a database but 0), or ``prefix`` is malformed.
     """
     options = options or StoreOptions()
     Keys(prefix)  # refuse a bad prefix before building a pool
-    return Store(make_async_client(redis_url, options), url=redis_url, prefix=prefix, options=options)
+    client = make_async_client(redis_url, options, cluster=cluster)
+    return Store(client, url=redis_url, prefix=prefix, options=options)
 
 
-def connect_sync(redis_url: str, *, prefix: str, options: StoreOptions | None = None) -> SyncStore:
-    """Return a synchronous store on ``redis_url`` under ``prefix``.
+def connect_sync(
+    redis_url: str, *, prefix: str, options: StoreOptions | None = None, cluster: bool = False
+) -> SyncStore:
+    """Return a synchronous store on ``redis_url`` under ``prefix`` (one node of a cluster, with ``cluster``).
+
+    A single server is connected at first use; a cluster is asked for its layout here.
 
     Raises:
-        ValueError: ``redis_url`` is "embedded" or not a redis URL, or ``prefix`` is malformed.
+        StoreError: with ``cluster``, no node of the cluster answered.
+        ValueError: ``redis_url`` is "embedded" or not a redis URL (for a cluster: not redis:// or
+            rediss://, or a database but 0), or ``prefix`` is malformed.
     """
     options = options or StoreOptions()
     Keys(prefix)
-    return SyncStore(make_sync_client(redis_url, options), url=redis_url, prefix=prefix)
+    return SyncStore(make_sync_client(redis_url, options, cluster=cluster), url=redis_url, prefix=prefix)
 
 
 @asynccontextmanager
 async def open_store(
-    redis_url: str, *, prefix: str, data_dir: Path | str | None = None, options: StoreOptions | None = None
+    redis_url: str,
+    *,
+    prefix: str,
+    data_dir: Path | str | None = None,
+    options: StoreOptions | None = None,
+    cluster: bool = False,
 ) -> AsyncIterator[Store]:
     """Open a node's store for the life of the block, starting the embedded server when asked.
 
     With ``redis_url = "embedded"`` the private server in ``<data_dir>/redis/`` is started first
     (or shared, if another live process of the node runs it) and stopped when the block ends.
-    The store answers PING before the block starts.
+    With ``cluster``, ``redis_url`` is one node of a Redis Cluster. The store answers PING (every
+    node of a cluster does) before the block starts.
 
     Raises:
         StoreError: Redis is unreachable, or the embedded server did not start.
-        ValueError: "embedded" without ``data_dir``, a URL that is not a redis URL, or a bad prefix.
+        ValueError: "embedded" without ``data_dir`` or with ``cluster``, a URL that is not a redis
+            URL, or a bad prefix.
     """
     server: EmbeddedRedis | None = None
+    if redis_url == EMBEDDED_URL and cluster:
+        raise ValueError("redis_url 'embedded' is one private server, not a Redis Cluster")
     if redis_url == EMBEDDED_URL:
         if data_dir is None:
             raise ValueError("redis_url 'embedded' needs the node's data_dir to keep the server's data in")
@@ -185,7 +236,7 @@ async def open_store(
         await asyncio.to_thread(server.start)
         redis_url = server.url
     try:
-        store = connect(redis_url, prefix=prefix, options=options)
+        store = connect(redis_url, prefix=prefix, options=options, cluster=cluster)
         try:
             await store.ping()
             yield store
@@ -194,3 +245,44 @@ async def open_store(
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)
+
+
+@asynccontextmanager
+async def open_node_store(
+    config: NodeConfig,
+    *,
+    prefix: str | None = None,
+    options: StoreOptions | None = None,
+    start_embedded: bool = True,
+) -> AsyncIterator[Store]:
+    """Open the store of the node ``config`` describes, for the life of an ``async with`` block.
+
+    Its ``redis_url``, a Redis Cluster when ``redis_cluster = true``, under ``prefix``
+    (``ta:<agent_id>`` when None); every service of a node opens its store with this, so they
+    all read the same keys. With ``redis_url = "embedded"``, the server in its ``data_dir`` is
+    started as :func:`open_store` does, or, with ``start_embedded=False`` (a service that must
+    not own it, as the approver), the one the node's relay runs is used. The store answers PING
+    before the block starts.
+
+    Raises:
+        StoreError: Redis is unreachable, the embedded server did not start, or (with
+            ``start_embedded=False``) the node's relay runs no embedded server.
+        ValueError: ``prefix`` is malformed.
+    """
+    url = config.redis_url
+    if url == EMBEDDED_URL and not start_embedded:
+        running = EmbeddedRedis.running_url(config.data_dir)
+        if running is None:
+            raise StoreError(
+                f"{config.agent_id}'s embedded Redis runs with its relay: start it "
+                f"(teaagent relay serve --config {config.path})"
+            )
+        url = running
+    async with open_store(
+        url,
+        prefix=prefix if prefix is not None else node_prefix(config.agent_id),
+        data_dir=config.data_dir,
+        options=options,
+        cluster=config.redis_cluster,
+    ) as store:
+        yield store
