@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-# The Redis fixtures (redis_server, redis_url, redis_prefix) for every test module.
+# The Redis fixtures (redis_server, redis_url, redis_prefix) for every test module, and the Redis
+# Cluster's (redis_cluster, cluster_prefix), started only for the tests that ask for it.
+from redis_cluster_fixture import fixture_cluster_prefix, fixture_redis_cluster  # noqa: F401
 from redis_fixture import fixture_redis_prefix, fixture_redis_server, fixture_redis_url  # noqa: F401
 
 

@@ -181,12 +181,14 @@ def write_cluster(
     ports: Mapping[str, int] | None = None,
     allow_dev_signatures: bool = False,
     operators: Mapping[str, Iterable[str]] | None = None,
+    redis_cluster: bool = False,
 ) -> dict[str, Node]:
     """Write one configuration file per node; by default every node is a peer of every other.
 
     ``operators`` names, per node, operators whose own keys (``private_key(operator)``) may sign
     for it: written to ``<node>.operators`` (OpenSSH allowed_signers, principal = the node), which
     the node reads as ``[approver] operators`` and its peers as that peer's ``allowed_signers``.
+    ``redis_cluster`` writes ``redis_cluster = true``: ``redis_url`` is one node of a Redis Cluster.
     """
     names = list(names)
     ports = dict(ports or {})
@@ -230,6 +232,7 @@ def write_cluster(
             f"""agent_id = "{name}"
 private_key = "keys/{name}"
 redis_url = "{redis_url}"
+{"redis_cluster = true" if redis_cluster else ""}
 relay_url = "{node.url}"
 workspace = "workspace-{name}"
 data_dir = "data-{name}"
