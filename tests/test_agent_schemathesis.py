@@ -42,7 +42,7 @@ def error_out(response: Any) -> None:
 
 
 def operations(agent: AgentNode) -> list[Any]:
-    schema = schemathesis.openapi.from_url(f"{agent.url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{agent.url}/openapi.json", headers=agent.headers)
     return [result.ok() for result in schema.get_all_operations()]
 
 

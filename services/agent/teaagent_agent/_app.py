@@ -135,6 +135,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=teaagent.__version__,
         description=DESCRIPTION,
         lifespan=_lifespan(service),
+        # The document is served by a route of its own, behind the token; no HTML pages.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.config = node

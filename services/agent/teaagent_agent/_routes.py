@@ -10,7 +10,7 @@ import hmac
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from teaagent_agent._errors import ApiError, ErrorOut
@@ -139,6 +139,12 @@ operations_router = APIRouter(tags=["operations"])
 async def health(service: ServiceDep) -> Any:
     """Answer without the token: whether a model can run, the current session, whether a run is going."""
     return service.health()
+
+
+@operations_router.get("/openapi.json", include_in_schema=False)
+async def openapi(request: Request, _auth: Authorized) -> JSONResponse:
+    """This document, behind the token like every route but ``/health``."""
+    return JSONResponse(request.app.openapi())
 
 
 # -- runs ----------------------------------------------------------------------------------------
