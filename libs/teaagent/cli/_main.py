@@ -9,7 +9,20 @@ from collections.abc import Sequence
 
 import typer
 
-from teaagent.cli import _agent, _approvals, _audit, _bench, _demo, _keys, _quorum, _relay, _run, _tools
+from teaagent.cli import (
+    _agent,
+    _approvals,
+    _audit,
+    _bench,
+    _demo,
+    _init,
+    _keys,
+    _peers,
+    _quorum,
+    _relay,
+    _run,
+    _tools,
+)
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
 
@@ -27,10 +40,12 @@ app.add_typer(_agent.app, name="agent")
 app.add_typer(_approvals.app, name="approvals")
 app.add_typer(_audit.app, name="audit")
 app.add_typer(_keys.app, name="keys")
+app.add_typer(_peers.app, name="peers")
 app.add_typer(_quorum.app, name="quorum")
 app.add_typer(_relay.app, name="relay")
 app.add_typer(_tools.app, name="tools")
 app.command("demo")(_demo.demo)
+app.command("init")(_init.init)
 app.command("bench")(_bench.bench)
 app.command("run")(_run.run)
 

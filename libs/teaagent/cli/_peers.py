@@ -1,0 +1,176 @@
+"""``teaagent peers add``: add a peer to node.toml without editing TOML by hand.
+
+The file is edited with tomlkit, so its comments, order and layout stay as the user wrote them;
+the result is checked with :func:`~teaagent.config.load_config` (from a temporary file beside
+it, so relative paths resolve alike) before it replaces the file atomically. A file that does not
+load is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import tomlkit
+import typer
+from tomlkit.items import Table
+
+from teaagent._files import atomic_write
+from teaagent.cli._exit import bad_usage
+from teaagent.config import CONFIG_ENV_VAR, NodeConfig, load_config
+from teaagent.errors import ConfigError, SignatureError
+from teaagent.policy import AGENT_ID_PATTERN
+from teaagent.signing import fingerprint, parse_public_key
+
+__all__ = ["add", "app", "edit_peers"]
+
+app = typer.Typer(help="This node's peers, in its node.toml.", no_args_is_help=True)
+
+DEFAULT_HIGH_RISK_PATTERNS = ("shell.*", "fs.delete")
+
+
+def _config_path(config: Path | None) -> Path:
+    if config is not None:
+        return config
+    from_env = os.environ.get(CONFIG_ENV_VAR, "")
+    if not from_env:
+        bad_usage(f"no configuration file was given: pass --config PATH or set {CONFIG_ENV_VAR}.")
+    return Path(from_env)
+
+
+def _key_line(key: str) -> str:
+    """The peer's public key line: KEY itself, or the first key line of the file KEY names.
+
+    Raises:
+        typer.Exit: Exit code 2: the line is not a usable SSH public key.
+    """
+    line = key.strip()
+    candidate = Path(key).expanduser()
+    if not line.startswith(("ssh-", "ecdsa-", "sk-")) and candidate.is_file():
+        try:
+            text = candidate.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            bad_usage(f"{candidate} cannot be read as a public key file: {exc}.")
+        lines = [each.strip() for each in text.splitlines() if each.strip() and not each.startswith("#")]
+        if not lines:
+            bad_usage(f"{candidate} holds no public key line.")
+        line = lines[0]
+    try:
+        parse_public_key(line)
+    except SignatureError as exc:
+        bad_usage(f"the key is not a usable SSH public key (a line such as 'ssh-ed25519 AAAA...'): {exc}")
+    return line
+
+
+def _check(path: Path, text: str) -> NodeConfig:
+    """Load ``text`` as if it were ``path``: from a temporary file in the same folder.
+
+    Raises:
+        ConfigError: The edited configuration does not load (the sentence names ``path``).
+    """
+    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        try:
+            return load_config(temp_name)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace(temp_name, str(path))) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp_name)
+
+
+def edit_peers(
+    text: str, name: str, line: str, url: str, *, replace: bool = False, quorum: int | None = None
+) -> str:
+    """Return node.toml's ``text`` with ``[peers.NAME]`` added (or, with ``replace``, updated).
+
+    Comments and layout are kept; a new table goes after the existing peers.
+
+    Raises:
+        ValueError: ``peers`` is not a table of tables, or ``peers.NAME`` exists and not ``replace``.
+    """
+    document = tomlkit.parse(text)
+    peers: Any = document.get("peers")
+    if peers is None:
+        peers = tomlkit.table(is_super_table=True)
+        document.append("peers", peers)
+    elif not isinstance(peers, Table):
+        raise ValueError("peers is not a table of [peers.NAME] tables; edit it by hand")
+    if name in peers:
+        if not replace:
+            raise ValueError(f"peers.{name} already exists: pass --replace to give it this key and URL")
+        peers[name]["public_key"] = line
+        peers[name]["relay_url"] = url
+    else:
+        table = tomlkit.table()
+        table.add("public_key", line)
+        table.add("relay_url", url)
+        table.add(tomlkit.nl())  # a blank line before whatever table follows
+        peers.append(name, table)
+    if quorum is not None:
+        section: Any = document.get("quorum")
+        if section is None:
+            section = tomlkit.table()
+            document.append("quorum", section)
+        enabled = tomlkit.item(True)
+        enabled.comment("a high-risk call runs only after required_approvals peers have signed it")
+        section["enabled"] = enabled
+        section["required_approvals"] = quorum
+        if "high_risk_patterns" not in section:
+            section["high_risk_patterns"] = list(DEFAULT_HIGH_RISK_PATTERNS)
+    return tomlkit.dumps(document)
+
+
+@app.command("add")
+def add(
+    name: Annotated[str, typer.Argument(help="The peer's agent id.")],
+    key: Annotated[str, typer.Argument(help="Its node key: a public key line, or its .pub file.")],
+    url: Annotated[str, typer.Argument(help="Its relay's URL (https:// across hosts).")],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Give an existing peer this key and URL.")
+    ] = False,
+    quorum: Annotated[
+        int | None,
+        typer.Option("--quorum", help="Also turn the quorum on, with this many approvals required."),
+    ] = None,
+) -> None:
+    """Add the peer NAME (its KEY, its relay URL) to node.toml, keeping its comments; checked first."""
+    path = _config_path(config)
+    load_config(path)  # a file that does not load now is not edited: its own sentence says why
+    if AGENT_ID_PATTERN.fullmatch(name) is None:
+        bad_usage(
+            f"{name!r} is not a valid agent id: use 1 to 64 lowercase letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit."
+        )
+    line = _key_line(key)
+    text = path.read_text(encoding="utf-8")
+    try:
+        edited = edit_peers(text, name, line, url.strip(), replace=replace, quorum=quorum)
+    except ValueError as exc:
+        bad_usage(f"{path}: {exc}.")
+    node = _check(path, edited)
+    atomic_write(path, edited.encode("utf-8"), mode=stat.S_IMODE(path.stat().st_mode))
+    state = (
+        f"quorum on, {node.quorum.required_approvals} of {len(node.peers)}"
+        if node.quorum.enabled
+        else f"{len(node.peers)} peer{'s' if len(node.peers) != 1 else ''}, quorum off"
+    )
+    typer.echo(
+        f"{path}: peers.{name} {'updated' if replace and name in _names(text) else 'added'} "
+        f"({fingerprint(parse_public_key(line))}, relay {node.peers[name].relay_url}); {state}."
+    )
+
+
+def _names(text: str) -> set[str]:
+    peers = tomlkit.parse(text).get("peers")
+    return set(peers) if isinstance(peers, Table) else set()

@@ -1,0 +1,297 @@
+"""``teaagent peers add``: node.toml edited with its comments kept, checked, then replaced atomically."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import SSHKey
+
+from teaagent.cli._main import run
+from teaagent.config import load_config
+from teaagent.signing import fingerprint
+
+ORIGINAL = """\
+# alpha, by hand: every comment must survive an edit
+agent_id = "alpha"      # this node
+private_key = "{key}"
+relay_url = "http://127.0.0.1:8701"
+
+[quorum]
+enabled = false         # not yet
+required_approvals = 1
+high_risk_patterns = ["shell.*"]
+
+[peers.beta]            # the first peer
+public_key = "{beta}"
+relay_url = "http://127.0.0.1:8704"
+
+[approver]
+port = 8702
+# rules follow one day
+"""
+
+
+@pytest.fixture
+def node(tmp_path: Path, ssh_key_factory: Callable[..., SSHKey]) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        ORIGINAL.format(key=ssh_key_factory("alpha").private_path, beta=ssh_key_factory("beta").public_line)
+    )
+    return path
+
+
+def _lines_in_order(old: str, new: str) -> bool:
+    """Every line of ``old`` is in ``new``, in the same order (comments and layout kept)."""
+    remaining = iter(new.splitlines())
+    return all(any(line == candidate for candidate in remaining) for line in old.splitlines())
+
+
+def test_peers_add_appends_the_peer_and_keeps_every_comment(
+    node: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    gamma = ssh_key_factory("gamma")
+    before = node.read_text()
+
+    assert (
+        run(["peers", "add", "gamma", gamma.public_line, "https://gamma.example:8701", "--config", str(node)])
+        == 0
+    )
+
+    after = node.read_text()
+    assert _lines_in_order(before, after)
+    assert (
+        '[peers.gamma]\npublic_key = "' + gamma.public_line + '"\nrelay_url = "https://gamma.example:8701"\n'
+        in after
+    )
+    config = load_config(node)
+    assert list(config.peers) == ["beta", "gamma"]
+    assert config.peers["gamma"].public_key == gamma.public_line
+    assert not config.quorum.enabled
+    assert capsys.readouterr().out == (
+        f"{node}: peers.gamma added ({fingerprint(gamma.public_line)}, relay https://gamma.example:8701); "
+        "2 peers, quorum off.\n"
+    )
+    assert sorted(path.name for path in node.parent.iterdir()) == ["node.toml"]  # no temporary file left
+
+
+def test_peers_add_reads_the_key_from_a_pub_file_and_turns_the_quorum_on(
+    node: Path, ssh_key_factory: Callable[..., SSHKey]
+) -> None:
+    gamma = ssh_key_factory("gamma")
+
+    code = run(
+        [
+            "peers",
+            "add",
+            "gamma",
+            str(gamma.public_path),
+            "http://127.0.0.1:8707",
+            "--config",
+            str(node),
+            "--quorum",
+            "2",
+        ]
+    )
+
+    assert code == 0
+    config = load_config(node)
+    assert config.peers["gamma"].public_key == gamma.public_line
+    assert config.quorum.enabled
+    assert config.quorum.required_approvals == 2
+    assert config.quorum.high_risk_patterns == ["shell.*"]  # the user's own patterns stay
+    assert "required_approvals = 2\n" in node.read_text()
+
+
+def test_peers_add_keeps_the_file_mode(node: Path, ssh_key_factory: Callable[..., SSHKey]) -> None:
+    node.chmod(0o640)
+
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "gamma",
+                ssh_key_factory("gamma").public_line,
+                "http://h:1",
+                "--config",
+                str(node),
+            ]
+        )
+        == 0
+    )
+
+    assert stat.S_IMODE(node.stat().st_mode) == 0o640
+
+
+def test_peers_add_takes_the_configuration_from_the_environment(
+    node: Path, ssh_key_factory: Callable[..., SSHKey], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAAGENT_CONFIG", str(node))
+
+    assert run(["peers", "add", "gamma", ssh_key_factory("gamma").public_line, "http://h:1"]) == 0
+
+    assert "gamma" in load_config(node).peers
+
+
+def test_peers_add_refuses_an_existing_peer_unless_replace(
+    node: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = node.read_bytes()
+    delta = ssh_key_factory("delta")
+
+    assert run(["peers", "add", "beta", delta.public_line, "http://h:1", "--config", str(node)]) == 2
+    assert capsys.readouterr().err == (
+        f"teaagent: {node}: peers.beta already exists: pass --replace to give it this key and URL.\n"
+    )
+    assert node.read_bytes() == before
+
+    assert (
+        run(["peers", "add", "beta", delta.public_line, "http://h:1", "--config", str(node), "--replace"])
+        == 0
+    )
+    assert load_config(node).peers["beta"].public_key == delta.public_line
+    assert "[peers.beta]            # the first peer\n" in node.read_text()
+    assert capsys.readouterr().out.startswith(f"{node}: peers.beta updated (")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "sentence"),
+    [
+        (
+            ["Gamma", "{gamma}", "http://h:1"],
+            "'Gamma' is not a valid agent id: use 1 to 64 lowercase letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit.",
+        ),
+        (
+            ["gamma", "{gamma}", "ftp://h:1"],
+            "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'ftp://h:1'.",
+        ),
+        (
+            ["gamma", "{beta}", "http://h:1"],
+            "{node}: peers.beta.public_key and peers.gamma.public_key are the same key, "
+            "which would count twice.",
+        ),
+        (
+            ["gamma", "{alpha}", "http://h:1"],
+            "{node}: peers.gamma.public_key is this node's own key, which would count this node as a peer.",
+        ),
+        (
+            ["alpha", "{gamma}", "http://h:1"],
+            "{node}: peers.alpha is this node itself (agent_id = 'alpha'); "
+            "a node cannot approve its own calls.",
+        ),
+        (
+            ["gamma", "{gamma}", "http://h:1", "--quorum", "3"],
+            "{node}: quorum.required_approvals is 3 but only 2 peers are configured.",
+        ),
+    ],
+)
+def test_peers_add_checks_the_result_with_load_config_and_leaves_the_file_alone(
+    node: Path,
+    ssh_key_factory: Callable[..., SSHKey],
+    capsys: pytest.CaptureFixture[str],
+    arguments: list[str],
+    sentence: str,
+) -> None:
+    keys = {name: ssh_key_factory(name).public_line for name in ("alpha", "beta", "gamma")}
+    before = node.read_bytes()
+
+    code = run(["peers", "add", *(argument.format(**keys) for argument in arguments), "--config", str(node)])
+
+    assert code == 2
+    assert capsys.readouterr().err == f"teaagent: {sentence.format(node=node)}\n"
+    assert node.read_bytes() == before
+    assert sorted(os.listdir(node.parent)) == ["node.toml"]
+
+
+def test_peers_add_refuses_a_key_that_is_not_one(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = node.read_bytes()
+
+    assert run(["peers", "add", "gamma", "ssh-ed25519 AAAAnotakey", "http://h:1", "--config", str(node)]) == 2
+
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "teaagent: the key is not a usable SSH public key (a line such as 'ssh-ed25519 AAAA...'): "
+    )
+    assert err.count("\n") == 1
+    assert node.read_bytes() == before
+
+
+def test_peers_add_never_edits_a_file_that_does_not_load(
+    node: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    node.write_text(
+        node.read_text().replace("required_approvals = 1", "required_approvals = 1\nthreshold = 2")
+    )
+    before = node.read_bytes()
+
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "gamma",
+                ssh_key_factory("gamma").public_line,
+                "http://h:1",
+                "--config",
+                str(node),
+            ]
+        )
+        == 2
+    )
+
+    assert capsys.readouterr().err == f"teaagent: {node}: unknown key quorum.threshold.\n"
+    assert node.read_bytes() == before
+
+
+def test_peers_add_to_a_node_without_peers_makes_the_table(
+    tmp_path: Path, ssh_key_factory: Callable[..., SSHKey]
+) -> None:
+    assert run(["init", str(tmp_path / "alpha")]) == 0
+    path = tmp_path / "alpha" / "node.toml"
+    before = path.read_text()
+
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "beta",
+                ssh_key_factory("beta").public_line,
+                "https://beta:8701",
+                "--config",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "gamma",
+                ssh_key_factory("gamma").public_line,
+                "https://gamma:8701",
+                "--config",
+                str(path),
+                "--quorum",
+                "2",
+            ]
+        )
+        == 0
+    )
+
+    config = load_config(path)
+    assert list(config.peers) == ["beta", "gamma"]
+    assert (config.quorum.enabled, config.quorum.required_approvals) == (True, 2)
+    assert _lines_in_order(
+        "\n".join(
+            line for line in before.splitlines() if not line.startswith(("enabled", "required_approvals"))
+        ),
+        path.read_text(),
+    )
