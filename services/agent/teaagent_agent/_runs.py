@@ -171,7 +171,8 @@ class RunChannel:
                     continue
                 if hook is not None:
                     hook(event, data)
-                self.publish(event, data)
+                if event:  # "" only runs the hook, in its place among the frames
+                    self.publish(event, data)
 
     def close(self) -> None:
         self.closed = True
@@ -324,8 +325,12 @@ class ActiveRun:
     # -- the quorum, as the relay reports it (the gate's thread) ---------------------------------
 
     def quorum_status(self, status: Any) -> None:
-        """``RelayQuorumGate``'s ``on_status``: frames for the request taken, each decision, the outcome."""
-        self.channel.loop.call_soon_threadsafe(self._quorum_status, status)
+        """``RelayQuorumGate``'s ``on_status``: frames for the request taken, each decision, the outcome.
+
+        Queued with the run's other frames, so they keep their order with the ones the gate's
+        thread sends before and after (``approval_waiting``, ``approval_granted``).
+        """
+        self.channel.send("", {"status": status}, lambda _event, data: self._quorum_status(data["status"]))
 
     def _quorum_status(self, status: Any) -> None:
         with self._lock:
