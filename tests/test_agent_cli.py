@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 from agent_support import AgentProcess, write_node
+from httpx_sse import connect_sse
 
 from teaagent.cli._main import run
 
@@ -40,3 +45,34 @@ def test_serve_listens_on_the_configured_port_of_the_loopback(tmp_path: Path) ->
         # Loopback only: no other address of this host answers on the port.
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.2:{node.port}/health", timeout=2)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_runs_their_streams_end_with_the_result_and_the_service_exits_0(
+    tmp_path: Path,
+) -> None:
+    node = write_node(tmp_path, turns=[{"content": "slow", "delay_seconds": 30}])
+    process = AgentProcess(node, tmp_path).start()
+    assert process.process is not None
+    with (
+        httpx.Client(base_url=node.url, headers=node.headers, timeout=20) as client,
+        connect_sse(client, "POST", "/runs", json={"text": "go"}) as source,
+    ):
+        for event in source.iter_sse():
+            if event.event == "model_request":
+                started = time.monotonic()
+                process.process.send_signal(signal.SIGTERM)
+            if event.event == "result":
+                result = json.loads(event.data)
+    assert result["stop"] == "cancelled"
+    assert process.process.wait(15) == 0
+    assert time.monotonic() - started < 10
+
+
+def test_a_port_in_use_is_one_sentence_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = write_node(tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", node.port))
+        holder.listen()
+        assert run(["agent", "serve", "--config", str(node.config_path)]) == 2
+    assert f"cannot listen on 127.0.0.1:{node.port}: the address is already in use" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from teaagent.cli._exit import EXIT_FAILED, fail
+from teaagent.cli._serve import serve_app
 
 app = typer.Typer(help="The node's agent service: runs over HTTP, streamed.", no_args_is_help=True)
 
@@ -25,29 +25,23 @@ def serve(
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log one line per HTTP call.")] = True,
 ) -> None:
-    """Serve the agent of the node in CONFIG on [agent] port, one worker, until interrupted."""
-    import uvicorn
+    """Serve the agent of the node in CONFIG on [agent] port, one worker, until interrupted.
 
+    It listens on ``[agent] host`` (loopback unless configured). A port already in use exits 2
+    with one sentence; SIGTERM or Ctrl-C stops the runs in flight (their streams end with their
+    result) and exits 0.
+    """
     # The command line is the one place the library starts a service; the import stays here.
     from teaagent_agent import Settings, create_app
 
     settings = Settings(config=str(config)) if config is not None else Settings()
     application = create_app(settings)
     node = application.state.config
-    server = uvicorn.Server(
-        uvicorn.Config(
-            application,
-            host=host or node.agent.host,
-            port=port if port is not None else node.agent.port,
-            workers=1,
-            log_level=log_level,
-            access_log=access_log,
-            lifespan="on",
-            timeout_graceful_shutdown=5,
-        )
+    serve_app(
+        application,
+        host=host or node.agent.host,
+        port=port if port is not None else node.agent.port,
+        what=f"the agent of {node.agent_id}",
+        log_level=log_level,
+        access_log=access_log,
     )
-    server.run()
-    if not server.started:
-        raise typer.Exit(
-            fail(f"the agent service of {node.agent_id} did not start; the log above says why.", EXIT_FAILED)
-        )

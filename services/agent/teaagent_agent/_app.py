@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -102,10 +103,23 @@ def _lifespan(service: AgentService) -> Callable[[FastAPI], contextlib.AbstractA
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.service = service
+        # Set by ``teaagent agent serve`` on SIGTERM or Ctrl-C, before it waits for the requests in
+        # flight: the runs stop then, so their streams end with their result instead of holding it.
+        stopping = asyncio.Event()
+        app.state.stopping = stopping
+
+        async def stop_runs() -> None:
+            await stopping.wait()
+            await service.aclose()
+
+        watcher = asyncio.create_task(stop_runs(), name="teaagent-agent-stop")
         logger.info("agent of %s serving the workspace %s", service.node.agent_id, service.node.workspace)
         try:
             yield
         finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
             await service.aclose()
 
     return lifespan
