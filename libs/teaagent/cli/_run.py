@@ -197,7 +197,9 @@ class _Display:
         )
 
 
-def _adapter(provider: str, model: str | None, script: Path | None) -> LLMAdapter:
+def _adapter(
+    provider: str, model: str | None, script: Path | None, base_url: str | None = None
+) -> LLMAdapter:
     from teaagent.llm import create_llm_adapter
 
     if script is not None and provider != "scripted":
@@ -205,7 +207,7 @@ def _adapter(provider: str, model: str | None, script: Path | None) -> LLMAdapte
             f"--script plays a script with the scripted provider; the provider here is {provider}."
         )
     try:
-        return create_llm_adapter(provider, model, script_path=script)
+        return create_llm_adapter(provider, model, script_path=script, base_url=base_url)
     except MissingAPIKeyError as exc:
         raise ConfigError(str(exc)) from None
     except ValueError as exc:  # an unknown provider
@@ -250,7 +252,7 @@ def run(
         typer.Option("--provider", help="The LLM provider; the configuration's [agent] provider by default."),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="The model; the provider's default by default.")
+        str | None, typer.Option("--model", help="The model; [agent] model, else the provider's default.")
     ] = None,
     script: Annotated[
         Path | None, typer.Option("--script", help="The script the scripted provider plays (JSON).")
@@ -278,7 +280,11 @@ def run(
     budget = _budget(max_iterations, max_tool_calls, max_cost_cents, unlimited_cost)
     node = load_config(config)
     chosen = provider or node.agent.provider
-    adapter = _adapter(chosen, model, script)
+    # [agent] model and base_url belong to [agent] provider: another --provider gets its defaults.
+    own = chosen == node.agent.provider
+    if own:
+        model = model or node.agent.model
+    adapter = _adapter(chosen, model, script, node.agent.base_url if own else None)
     from teaagent.runner._node import node_registry
 
     registry = node_registry(node)

@@ -71,7 +71,7 @@ ROOT_KEYS: Final = (
     "tls",
 )
 TLS_KEYS: Final = ("cert", "key", "ca")
-AGENT_KEYS: Final = ("permission_mode", "provider", "port", "host", "rate_limits")
+AGENT_KEYS: Final = ("permission_mode", "provider", "model", "base_url", "port", "host", "rate_limits")
 MODEL_KEYS: Final = (
     "model",
     "token",
@@ -282,10 +282,24 @@ def _agent_settings(table: _Table | None) -> AgentSettings:
     assert host is not None
     if not host.strip():
         raise table.error("host", "is empty")
+    model = table.string("model")
+    if model is not None and not model.strip():
+        raise table.error("model", "is empty")
+    base_url = table.string("base_url")
+    if base_url is not None:
+        base_url = _check_http_url(table, "base_url", base_url.strip())
+        if provider == DEFAULT_PROVIDER:
+            raise table.error("base_url", f"is set, but provider {provider!r} calls no server")
     rate_limits = _rate_limits(table.table("rate_limits"))
     table.finish()
     return AgentSettings(
-        permission_mode=mode, provider=provider, port=port, host=host.strip(), rate_limits=rate_limits
+        permission_mode=mode,
+        provider=provider,
+        model=model.strip() if model is not None else None,
+        base_url=base_url,
+        port=port,
+        host=host.strip(),
+        rate_limits=rate_limits,
     )
 
 

@@ -75,6 +75,11 @@ class AgentSettings:
     Attributes:
         permission_mode: What the agent may do locally without asking.
         provider: The LLM provider name (see :mod:`teaagent.llm`).
+        model: The provider's model to run; None for the provider's default. ``teaagent run
+            --model`` overrides it.
+        base_url: The provider's API base URL (a proxy, a local OpenAI-compatible server); None
+            for the provider's ``*_BASE_URL`` variable, else its public URL. It wins over the
+            variable: the file is the node's own record of where its prompts go.
         port: The agent service's TCP port.
         host: The address the agent service listens on (loopback unless set).
         rate_limits: ``[agent.rate_limits]``: a limit per tool name, counted in the node's Redis so
@@ -83,6 +88,8 @@ class AgentSettings:
 
     permission_mode: PermissionMode = PermissionMode.PROMPT
     provider: str = DEFAULT_PROVIDER
+    model: str | None = None
+    base_url: str | None = None
     port: int = DEFAULT_AGENT_PORT
     host: str = DEFAULT_AGENT_HOST
     rate_limits: Mapping[str, ToolRateLimit] = field(default_factory=dict)

@@ -7,9 +7,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 import httpx
 
+from teaagent.errors import ConfigError
 from teaagent.llm._http import MAX_ATTEMPTS, Sleep
 from teaagent.llm._providers import require_provider
 from teaagent.llm._types import LLMAdapter
@@ -30,12 +32,14 @@ def create_llm_adapter(
     max_attempts: int = MAX_ATTEMPTS,
     sleep: Sleep = asyncio.sleep,
     script_path: str | os.PathLike[str] | None = None,
+    base_url: str | None = None,
 ) -> LLMAdapter:
     """Instantiate an adapter for the given provider.
 
-    The API key comes from the provider's ``api_key_env`` variable and the base URL from its
-    ``base_url_env`` variable when that is set (see :class:`ProviderConfig`). Nothing is sent until
-    the adapter is first called.
+    The API key comes from the provider's ``api_key_env`` variable; the base URL is ``base_url``
+    when given (a node's ``[agent] base_url``), else the provider's ``base_url_env`` variable when
+    that is set, else its own (see :class:`ProviderConfig`). Nothing is sent until the adapter is
+    first called.
 
     Args:
         provider: Provider name (must be in :func:`available_providers`).
@@ -47,6 +51,7 @@ def create_llm_adapter(
         sleep: Waits between attempts (tests inject a fast one).
         script_path: For ``scripted``, the script file to replay; when None, the file
             :data:`SCRIPT_PATH_ENV` names, or the bundled demo script when that is unset too.
+        base_url: The API's base URL, over the environment's and the provider's own.
 
     Returns:
         An adapter, not yet connected.
@@ -54,16 +59,25 @@ def create_llm_adapter(
     Raises:
         ValueError: Unknown provider (the message lists the available ones).
         MissingAPIKeyError: Required environment variable not set (the message names it).
-        ConfigError: The base URL variable is not an http(s) URL, or the ``scripted`` provider's
-            script file cannot be read or is malformed.
+        ConfigError: ``base_url`` or the base URL variable is not an http(s) URL, ``base_url`` is
+            given for the offline ``scripted`` provider, or that provider's script file cannot be
+            read or is malformed.
     """
     config = require_provider(provider)
     env = os.environ if environ is None else environ
     chosen = model or config.default_model
     if provider == "scripted":
+        if base_url is not None:
+            raise ConfigError("the scripted provider calls no server, so it takes no base URL.")
         return _scripted(chosen, env, script_path)
     api_key = config.resolve_api_key(env)
-    base_url = config.resolve_base_url(env)
+    if base_url is None:
+        base_url = config.resolve_base_url(env)
+    else:
+        parts = urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"the base URL must be an http or https URL, not {base_url!r}.")
+        base_url = base_url.strip().rstrip("/")
     if provider == "anthropic":
         from teaagent.llm._anthropic import AnthropicAdapter
 

@@ -124,13 +124,14 @@ def models_of(node: NodeConfig) -> list[ModelEntry]:
         entries.append(
             ModelEntry(
                 name=provider,
-                model=PROVIDER_CONFIGS[provider].default_model,
+                model=node.agent.model or PROVIDER_CONFIGS[provider].default_model,
                 provider=provider,
                 context_window=DEFAULT_CONTEXT_WINDOWS.get(provider, 128_000),
                 multimodal=False,
                 efforts=(),
                 compact_percent=DEFAULT_COMPACT_PERCENT,
                 builtin=True,
+                base_url=node.agent.base_url,  # [agent] base_url, over the provider's variable
             )
         )
     for table in node.models.values():
