@@ -127,8 +127,15 @@ def test_redis_and_memory_and_the_reference_agree_on_any_sequence(
     memory = InMemoryRateLimiter(clock=lambda: clock[0])
     tat: int | None = None
     now = round(start * 1_000_000)
+    # Redis expires a key in real time (when its bucket would be full again), so the callers'
+    # clock must never fall behind real time, as a real clock never does: each step moves it by
+    # its gap plus the real time the last step took (on a loaded machine, milliseconds).
+    began = time.monotonic()
+    lag = 0
     for gap in gaps_us:
-        now += gap
+        real = round((time.monotonic() - began) * 1_000_000)
+        now += gap + (real - lag)
+        lag = real
         clock[0] = now / 1_000_000
         now = round(clock[0] * 1_000_000)  # the microsecond both limiters read from that clock
         new_tat, reply = gcra_step(tat, now, interval, capacity)
