@@ -15,6 +15,14 @@ Layout (``P`` is the node's prefix, ``ta:<agent_id>`` by default)::
     P:q:{P/<name>}:schedule   ZSET    entries waiting for their next attempt, scored by not-before (ms)
     P:q:{P/<name>}:dead       STREAM  entries that kept failing or expired (dead letters)
     P:gcra:{<scope>}          STRING  a rate-limit bucket: its theoretical arrival time (GCRA), microseconds
+    P:apr:{<origin>/<id>}:decision   STRING  the decision this node's approver recorded on a received
+                              request (JSON), written once (SET NX) before anything is signed
+    P:apr:{<origin>/<id>}:signature  STRING  the node key's signature over that recorded decision,
+                              written once (SET NX): a second signer uses the first one's
+    P:apr:{<origin>/<id>}:notified   STRING  set once the request was handed to the notifier
+
+The approver's keys carry the inbox item's own tag (``{<origin>/<id>}``), so they sit in the slot of
+the request they decide.
 
 Why the hash tags sit where they do: Redis Cluster hashes only the first ``{...}`` of a key, so a key
 can carry exactly one tag. Each Lua script touches the keys of exactly one tag (one request's four
@@ -40,6 +48,7 @@ __all__ = [
     "AGENT_ID_PATTERN",
     "REQUEST_ID_PATTERN",
     "REQUEST_RETENTION_SECONDS",
+    "ApproverKeys",
     "Keys",
     "QueueKeys",
     "RequestKeys",
@@ -78,6 +87,15 @@ class RequestKeys:
     def all(self) -> tuple[str, str, str, str]:
         """Return the four keys in a fixed order."""
         return (self.doc, self.outcome, self.decisions, self.events)
+
+
+@dataclass(frozen=True)
+class ApproverKeys:
+    """The approver's keys of one received request; they share the inbox item's hash tag."""
+
+    decision: str
+    signature: str
+    notified: str
 
 
 @dataclass(frozen=True)
@@ -127,6 +145,20 @@ class Keys:
         if not AGENT_ID_PATTERN.fullmatch(origin):
             raise ValueError(f"origin {origin!r} is not a valid agent id")
         return self._request_keys(f"{self.prefix}:in:{{{origin}/{request_id}}}")
+
+    def approver_item(self, origin: str, request_id: str) -> ApproverKeys:
+        """Return the approver's keys of a request received from the peer ``origin``.
+
+        Raises:
+            ValueError: ``origin`` is not an agent id, or ``request_id`` is not 32 lowercase hex characters.
+        """
+        _check_request_id(request_id)
+        if not AGENT_ID_PATTERN.fullmatch(origin):
+            raise ValueError(f"origin {origin!r} is not a valid agent id")
+        base = f"{self.prefix}:apr:{{{origin}/{request_id}}}"
+        return ApproverKeys(
+            decision=f"{base}:decision", signature=f"{base}:signature", notified=f"{base}:notified"
+        )
 
     def request_index(self) -> str:
         """Return the sorted set of this node's own request ids, scored by ``expires_at``."""
