@@ -75,10 +75,19 @@ class Node:
     timeout_seconds: int
     prefix: str
     extra_env: dict[str, str] = field(default_factory=dict)
+    approver_port: int = 0  # [approver] port
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def approver_url(self) -> str:
+        return f"http://127.0.0.1:{self.approver_port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder / f"data-{self.name}"
 
     @property
     def config_path(self) -> Path:
@@ -113,6 +122,9 @@ class Node:
         env.update(
             {
                 "TEAAGENT_RELAY_REDIS_PREFIX": self.redis_prefix,
+                "TEAAGENT_APPROVER_REDIS_PREFIX": self.redis_prefix,
+                "TEAAGENT_APPROVER_TAKEOVER_SECONDS": "1",
+                "TEAAGENT_APPROVER_POLL_SECONDS": "2",
                 "TEAAGENT_RELAY_DELIVERY_MIN_IDLE_SECONDS": "2",
                 "TEAAGENT_RELAY_DELIVERY_RETRY_BASE_SECONDS": "0.1",
                 "TEAAGENT_RELAY_DELIVERY_RETRY_CAP_SECONDS": "0.5",
@@ -130,6 +142,18 @@ class Node:
             "delivery_min_idle_seconds": 2.0,
             "delivery_retry_base_seconds": 0.1,
             "delivery_retry_cap_seconds": 0.5,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    def approver_settings(self, **overrides: Any) -> Any:
+        from teaagent_approver import Settings
+
+        values: dict[str, Any] = {
+            "config": str(self.config_path),
+            "redis_prefix": self.redis_prefix,
+            "takeover_seconds": 1.0,
+            "poll_seconds": 1.0,  # a served relay's shutdown waits for a long-poll in flight
         }
         values.update(overrides)
         return Settings(**values)
@@ -181,6 +205,7 @@ def write_cluster(
     ports: Mapping[str, int] | None = None,
     allow_dev_signatures: bool = False,
     operators: Mapping[str, Iterable[str]] | None = None,
+    rules: Mapping[str, str] | None = None,
     redis_cluster: bool = False,
 ) -> dict[str, Node]:
     """Write one configuration file per node; by default every node is a peer of every other.
@@ -188,7 +213,9 @@ def write_cluster(
     ``operators`` names, per node, operators whose own keys (``private_key(operator)``) may sign
     for it: written to ``<node>.operators`` (OpenSSH allowed_signers, principal = the node), which
     the node reads as ``[approver] operators`` and its peers as that peer's ``allowed_signers``.
-    ``redis_cluster`` writes ``redis_cluster = true``: ``redis_url`` is one node of a Redis Cluster.
+    ``rules`` gives, per node, the TOML of its ``[[approver.rules]]`` tables. Every node's
+    ``[approver] port`` is a free port of its own (``Node.approver_port``). ``redis_cluster``
+    writes ``redis_cluster = true``: ``redis_url`` is one node of a Redis Cluster.
     """
     names = list(names)
     ports = dict(ports or {})
@@ -208,6 +235,7 @@ def write_cluster(
             required=min(required, len(peers)),
             timeout_seconds=timeout_seconds,
             prefix=prefix,
+            approver_port=free_port(),
         )
         key_path = folder / "keys" / name
         key_path.parent.mkdir(parents=True, exist_ok=True)
@@ -227,7 +255,10 @@ def write_cluster(
             + f'relay_url = "http://127.0.0.1:{ports.get(peer, 1)}"\n'
             for peer in peers
         )
-        own_operators = f'\n[approver]\noperators = "{name}.operators"\n' if staff.get(name) else ""
+        own_operators = f'operators = "{name}.operators"\n' if staff.get(name) else ""
+        approver_table = (
+            f"\n[approver]\nport = {node.approver_port}\n{own_operators}{(rules or {}).get(name, '')}"
+        )
         node.config_path.write_text(
             f"""agent_id = "{name}"
 private_key = "keys/{name}"
@@ -244,7 +275,7 @@ required_approvals = {node.required}
 high_risk_patterns = ["shell.*", "fs.delete"]
 timeout_seconds = {timeout_seconds}
 allow_dev_signatures = {str(allow_dev_signatures).lower()}
-{peer_tables}{own_operators}"""
+{peer_tables}{approver_table}"""
         )
         nodes[name] = node
     return nodes
@@ -326,6 +357,99 @@ class RelayProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class ApproverProcess:
+    """``teaagent approver serve`` for one node, as a real process on its ``[approver]`` port or ``port``."""
+
+    def __init__(self, node: Node, log_folder: Path, *, port: int | None = None, **env: str) -> None:
+        self.node = node
+        self.port = port or node.approver_port
+        self.env = env
+        self.log_path = log_folder / f"approver-{node.name}-{self.port}-{int(time.time() * 1000)}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, wait: bool = True) -> ApproverProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "teaagent",
+                "approver",
+                "serve",
+                "--config",
+                str(self.node.config_path),
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            env={**self.node.env(), **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"approver {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=0.5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(
+            f"approver {self.node.name} did not answer in {READY_TIMEOUT}s: "
+            f"{self.log_path.read_text()[-2000:]}"
+        )
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=5).text
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown, nothing flushed."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def approver_in_process(node: Node, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The node's approver app in this process, lifespan run, behind an httpx client (no sockets).
+
+    Its relay must be served on a real socket (``served``): the approver calls it over HTTP.
+    """
+    from teaagent_approver import create_app
+
+    app = create_app(node.approver_settings(**overrides))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url=node.approver_url) as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ import typer
 from teaagent.cli import (
     _agent,
     _approvals,
+    _approver,
     _audit,
     _bench,
     _demo,
@@ -38,6 +39,7 @@ app = typer.Typer(
 )
 app.add_typer(_agent.app, name="agent")
 app.add_typer(_approvals.app, name="approvals")
+app.add_typer(_approver.app, name="approver")
 app.add_typer(_audit.app, name="audit")
 app.add_typer(_keys.app, name="keys")
 app.add_typer(_peers.app, name="peers")

@@ -1,35 +1,214 @@
-"""The approver service's application factory."""
+"""The approver service's application factory and its lifespan (store, relay client, engine)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Final
+
 from fastapi import FastAPI
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 import teaagent
+from teaagent.config import NodeConfig, load_config
+from teaagent.errors import ConfigError, SignatureError, StoreError
+from teaagent.relay_client import AsyncRelayClient
+from teaagent.signing import Signer
+from teaagent.store import EMBEDDED_URL, EmbeddedRedis, Keys, Store, connect, node_prefix
+from teaagent_approver._audit import AUDIT_FILE_NAME, DecisionAudit
+from teaagent_approver._engine import Engine, Notifies
+from teaagent_approver._errors import install_error_handlers
+from teaagent_approver._metrics import ApproverMetrics
+from teaagent_approver._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, MetricsMiddleware
+from teaagent_approver._routes import operations_router, requests_router
+from teaagent_approver._settings import Settings
+from teaagent_approver._wire import DecisionPoster
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("teaagent.approver")
+
+STARTUP_REDIS_WAIT_SECONDS: Final = 30.0  # an approver started beside its relay waits this long for Redis
+STARTUP_RETRY_SECONDS: Final = 0.5
+
+DESCRIPTION = f"""\
+A teaagent node's signing authority and its operators' inbox. It applies the node's
+`[[approver.rules]]` to the requests that reach the node's relay, signs approvals and denials
+(with the node key, or accepts ones signed with an operator's own key), records each decision
+atomically before it is signed, so that the node never signs two different decisions on one
+request, audits it, and hands it to the relay, which forwards it to the request's origin.
+
+Every call but `/health` and `/metrics` carries the node's bearer token. Bodies are limited to
+{MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`.
+A decision here is this node's own; the request's outcome is counted by its origin.
+"""
 
 
-class Settings(BaseSettings):
-    """Where the service finds its node configuration (``TEAAGENT_CONFIG``)."""
+def _redis_url(config: NodeConfig) -> str | None:
+    """The node's Redis; for ``embedded``, the server its relay runs (None while none runs)."""
+    if config.redis_url != EMBEDDED_URL:
+        return config.redis_url
+    # Only the relay owns the node's embedded server: an approver that started it would stop it
+    # on exit, under the relay's feet.
+    return EmbeddedRedis.running_url(config.data_dir)
 
-    model_config = SettingsConfigDict(env_prefix="TEAAGENT_")
 
-    config: str | None = None
+async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) -> Store:
+    """Connect to the node's store, waiting up to ``STARTUP_REDIS_WAIT_SECONDS`` for it to answer.
+
+    Raises:
+        StoreError: Redis does not answer (or, embedded, the relay runs no server) in time.
+    """
+    deadline = time.monotonic() + STARTUP_REDIS_WAIT_SECONDS
+    while True:
+        url = _redis_url(config)
+        problem: str
+        if url is None:
+            problem = (
+                f"{config.agent_id}'s embedded Redis runs with its relay: start it "
+                f"(teaagent relay serve --config {config.path})"
+            )
+        else:
+            store = connect(url, prefix=prefix)
+            try:
+                await store.ping()
+            except StoreError as exc:
+                await store.aclose()
+                problem = str(exc)
+            else:
+                stack.push_async_callback(store.aclose)
+                return store
+        if time.monotonic() > deadline:
+            raise StoreError(problem)
+        logger.warning("approver of %s waits for Redis: %s", config.agent_id, problem)
+        await asyncio.sleep(STARTUP_RETRY_SECONDS)
+
+
+def _notifier(config: NodeConfig) -> Any:
+    """The notifier of ``[approver] notify``, or None (none configured, or the module is absent)."""
+    settings = config.approver.notify
+    if settings is None:
+        return None
+    try:
+        from teaagent_approver._notify import Notifier
+    except ImportError:  # pragma: no cover - the module ships with the service
+        logger.warning("[approver] notify is set but this approver has no notifier; nobody is told")
+        return None
+    return Notifier.for_node(config, settings)
+
+
+def _lifespan(
+    settings: Settings, config: NodeConfig, signer: Signer, token: str, metrics: ApproverMetrics, prefix: str
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            store = await _open_store(stack, config, prefix)
+            relay_url = settings.relay_url or config.relay_url
+            verify = config.tls.client_verify()
+            relay = AsyncRelayClient(relay_url, token=token, verify=verify)
+            stack.push_async_callback(relay.aclose)
+            poster = DecisionPoster(
+                relay_url,
+                token=token,
+                connections=settings.concurrency,
+                ssl_context=verify if isinstance(verify, ssl.SSLContext) else None,
+            )
+            stack.push_async_callback(poster.aclose)
+            audit = DecisionAudit(config.data_dir / AUDIT_FILE_NAME, fsync=settings.audit_fsync)
+            stack.callback(audit.close)
+            notifier = _notifier(config)
+            if notifier is not None:
+                stack.push_async_callback(notifier.aclose)
+            notifies: Notifies | None = notifier
+            engine = Engine(
+                node=config,
+                store=store,
+                relay=relay,
+                poster=poster,
+                audit=audit,
+                metrics=metrics,
+                settings=settings,
+                signer=signer,
+                notifier=notifies,
+            )
+            task = (
+                asyncio.create_task(engine.run(), name="teaagent-approver-engine")
+                if settings.engine
+                else None
+            )
+            app.state.engine = engine
+            logger.info(
+                "approver of %s serving (store %r, relay %s, rules %s, audit %s)",
+                config.agent_id,
+                store,
+                relay.base_url,
+                "applied" if task else "off",
+                audit.path,
+            )
+            try:
+                yield
+            finally:
+                app.state.engine = None
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    return lifespan
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the approver service's application.
+
+    The node configuration, its token and its signing key are loaded here, so a broken file, an
+    unreadable token or a key that needs a passphrase fails before the server starts; the store
+    is connected and the engine started when the application starts, and both stopped when it
+    stops.
 
     Args:
         settings: The service settings; read from the environment when None.
 
     Returns:
         The FastAPI application.
+
+    Raises:
+        ConfigError: The node configuration is missing or wrong, its token file cannot be read or
+            created, its private key cannot be loaded, or the key prefix is malformed.
     """
-    app = FastAPI(title="teaagent approver", version=teaagent.__version__)
-    app.state.settings = settings or Settings()
-
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "service": "approver", "version": teaagent.__version__}
-
+    settings = settings or Settings()
+    config = load_config(settings.config)
+    token = config.load_token()
+    try:
+        signer = config.signer()
+    except SignatureError as exc:
+        raise ConfigError(f"{config.path}: the node key cannot sign: {exc}") from exc
+    prefix = settings.redis_prefix or node_prefix(config.agent_id)
+    try:
+        Keys(prefix)
+    except ValueError as exc:
+        raise ConfigError(f"TEAAGENT_APPROVER_REDIS_PREFIX is not usable: {exc}.") from exc
+    metrics = ApproverMetrics()
+    app = FastAPI(
+        title="teaagent approver",
+        version=teaagent.__version__,
+        description=DESCRIPTION,
+        lifespan=_lifespan(settings, config, signer, token, metrics, prefix),
+    )
+    app.state.settings = settings
+    app.state.config = config
+    app.state.metrics = metrics
+    app.state.token = token
+    app.state.engine = None
+    app.state.stopping = asyncio.Event()  # set by serve_app on SIGTERM: long-polls answer at once
+    install_error_handlers(app)
+    app.include_router(requests_router)
+    app.include_router(operations_router)
+    # The last added is the outermost: metrics see every call, the body limit refuses before any route.
+    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

@@ -1,0 +1,689 @@
+"""The approver's engine: the node's rules applied to its inbox, and every decision's one path.
+
+A decision, by a rule or by an operator (node key or a key of their own), goes the same way
+(:meth:`Engine.settle`):
+
+1. Refuse to sign what must never be signed: a request that expired, one whose origin signature
+   does not verify with ``[peers.<origin>] public_key``, one not addressed to this node.
+2. Record the decision in Redis with ``SET NX`` (:class:`~teaagent_approver._ledger.Ledger`),
+   before anything is signed. A process that finds a decision recorded (another approver process,
+   or its own earlier life) never signs a different one: it finishes the recorded one.
+3. Sign the recorded statement with the node key, unless it was signed elsewhere; the first
+   signature stored for it stands (``SET NX``), so every process sends the same one.
+4. Write the audit record (exactly one per decision, see :mod:`teaagent_approver._audit`).
+5. Hand the signed decision to the node's relay (``POST /v1/inbox/{id}/decision``), which
+   forwards it to the origin. If the relay does not answer, the decision stays recorded and the
+   engine sends it again until the relay takes it or the request expires.
+
+A decision recorded by another process that is not finished (unsigned, or never sent: that
+process died) is finished by this one once ``takeover_seconds`` have passed since it was recorded;
+before that, it is left to its owner.
+
+The engine's loop long-polls the relay's inbox (``GET /v1/inbox?state=pending``) and decides each
+pending item by the first matching ``[[approver.rules]]`` entry; ``ask`` (or no match) leaves it to
+an operator and hands it to the notifier once. Items that need nothing (asked, refused, deferred)
+would make every listing answer at once, so the loop then waits for the relay's inbox queue
+(the stream the relay appends to for each new request) to grow, by ``XREAD BLOCK`` in the node's
+Redis, rather than polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import redis.exceptions
+
+from teaagent.config import NodeConfig
+from teaagent.errors import RelayError, SignatureError, StoreError
+from teaagent.quorum import (
+    APPROVAL_NAMESPACE,
+    APPROVAL_TYPE,
+    DENIAL_NAMESPACE,
+    DENIAL_TYPE,
+    MAX_CLOCK_SKEW_SECONDS,
+    REQUEST_NAMESPACE,
+    approval_statement,
+    denial_statement,
+    request_problem,
+    request_statement,
+    statement_bytes,
+    verify_decision,
+    wire_signature,
+)
+from teaagent.relay_client import AsyncRelayClient, InboxItem
+from teaagent.signing import Signer, SSHPublicKey, fingerprint, parse_public_key, sshsig_sign, sshsig_verify
+from teaagent.store import Store
+from teaagent_approver._audit import AuditWriteError, DecisionAudit
+from teaagent_approver._errors import ApiError, sentence
+from teaagent_approver._items import item_view, matching_rule
+from teaagent_approver._ledger import DecisionKind, Ledger, Record
+from teaagent_approver._metrics import ApproverMetrics
+from teaagent_approver._settings import Settings
+from teaagent_approver._wire import DecisionPoster
+
+__all__ = ["DEV_SIGNATURE_PREFIX", "Engine", "Outcome", "Proposal"]
+
+logger = logging.getLogger("teaagent.approver")
+
+DEV_SIGNATURE_PREFIX: Final = "dev:"  # PROTOCOL.md allow_dev_signatures: "dev:<signer>", never by default
+LIST_LIMIT: Final = 1000  # one inbox listing: the relay's own bound
+WAKE_BLOCK_SECONDS: Final = 2.0  # one XREAD block, under the store client's socket timeout
+IDLE_RELIST_SECONDS: Final = 10.0  # with nothing to do, list again at least this often anyway
+DEFER_SECONDS: Final = 0.5  # how soon to look again at an item another process is deciding
+RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay or Redis failed; doubles per failure
+RETRY_CAP_SECONDS: Final = 5.0
+MAX_REMEMBERED: Final = 100_000  # inbox items whose disposition is kept in memory
+_TRANSIENT: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
+_RELAY_CODES: Final = {403: "forbidden", 404: "not_found", 409: "conflict", 422: "invalid"}
+
+
+class Notifies(Protocol):
+    """What the engine needs of the notifier (``teaagent_approver._notify.Notifier``)."""
+
+    async def notify(self, item: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proposal:
+    """A decision someone wants this node to make.
+
+    Attributes:
+        kind: ``approval`` or ``denial``.
+        reason: The reason (a denial signs it).
+        by: ``rule N`` or ``operator``.
+        statement: The statement, when it was signed elsewhere; None to build it now.
+        signature: Its signature, when signed elsewhere; None to sign with the node key.
+        key_fingerprint: The fingerprint of the key that signed it elsewhere.
+    """
+
+    kind: DecisionKind
+    reason: str
+    by: str
+    statement: dict[str, Any] | None = None
+    signature: str | None = None
+    key_fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a proposal: the decision that stands for the request, and where it is.
+
+    Attributes:
+        record: The standing decision (the proposal's, or one recorded before it).
+        won: True when this call recorded it.
+        forwarded: True when the relay took it.
+        deferred: True when another process recorded it a moment ago and is finishing it.
+    """
+
+    record: Record
+    won: bool
+    forwarded: bool
+    deferred: bool = False
+
+
+def _mismatch(carried: Mapping[str, Any], rebuilt: Mapping[str, Any]) -> str | None:
+    for name in sorted(set(carried) | set(rebuilt)):
+        if name not in rebuilt:
+            return f"the statement has the unknown field {name}"
+        if name not in carried:
+            return f"the statement lacks the field {name}"
+        mine, theirs = rebuilt[name], carried[name]
+        # type() as well as ==: 1 == True == 1.0 in Python, but not in a signed document.
+        if type(mine) is not type(theirs) or mine != theirs:
+            return f"the statement's {name} does not match request {rebuilt['request_id']}"
+    return None
+
+
+def _clause(error: BaseException) -> str:
+    text = str(error).strip().rstrip(".") or type(error).__name__
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+class Engine:
+    """The node's signing authority: its rules, its records, its audit log, its relay."""
+
+    def __init__(
+        self,
+        *,
+        node: NodeConfig,
+        store: Store,
+        relay: AsyncRelayClient,
+        poster: DecisionPoster | None = None,
+        audit: DecisionAudit,
+        metrics: ApproverMetrics,
+        settings: Settings,
+        signer: Signer,
+        notifier: Notifies | None = None,
+    ) -> None:
+        self.node = node
+        self.store = store
+        self.relay = relay
+        self.poster = poster  # the hot path's own client; the relay client when None
+        self.audit = audit
+        self.metrics = metrics
+        self.settings = settings
+        self.signer = signer
+        self.notifier = notifier
+        self.agent_id = node.agent_id
+        self.ledger = Ledger(store)
+        self.instance = secrets.token_hex(8)  # this process's name in the records it writes
+        self.fingerprint = fingerprint(signer)
+        self.own_keys = node.own_keys()
+        self.allow_dev = node.quorum.allow_dev_signatures
+        # Parsed once: a key line costs more to parse than one Ed25519 verification.
+        self._origin_keys: dict[str, SSHPublicKey] = {
+            name: parse_public_key(peer.public_key) for name, peer in node.peers.items()
+        }
+        self._verified: dict[tuple[str, str, str], bool] = {}  # (origin, id, signature) -> verifies
+        self._skip: dict[tuple[str, str], tuple[float, int]] = {}  # ref -> (monotonic until, expires_at)
+        self._asked: dict[tuple[str, str], int] = {}  # ask items already looked at -> expires_at
+        self._failures: dict[tuple[str, str], int] = {}  # ref -> relay failures in a row
+        self._busy: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- what may be signed ----------------------------------------------------------------------
+
+    def origin_verifies(self, item: InboxItem) -> bool:
+        """Whether the origin's signature over the item's request verifies with its configured key.
+
+        Also False for a request that is not well formed, not from a configured peer, or not
+        addressed to this node. Cached per (origin, id, signature): an inbox item never changes.
+        """
+        cache_key = (item.origin, item.request_id, item.signature)
+        known = self._verified.get(cache_key)
+        if known is None:
+            known = self._verify_origin(item)
+            if len(self._verified) >= MAX_REMEMBERED:
+                self._verified.clear()  # rare; the price is verifying again
+            self._verified[cache_key] = known
+        return known
+
+    def _verify_origin(self, item: InboxItem) -> bool:
+        request, origin, signature = item.request, item.origin, item.signature
+        key = self._origin_keys.get(origin)
+        if key is None or origin == self.agent_id or request_problem(request) is not None:
+            return False
+        if request["origin"] != origin or request["request_id"] != item.request_id:
+            return False
+        if self.agent_id not in request["peers"]:
+            return False
+        if signature.startswith(DEV_SIGNATURE_PREFIX):
+            if self.allow_dev and signature == DEV_SIGNATURE_PREFIX + origin:
+                logger.warning("signing request %s of %s on a development signature", item.request_id, origin)
+                return True
+            return False
+        try:
+            sshsig_verify(request_statement(request), signature, key, REQUEST_NAMESPACE)
+        except (SignatureError, ValueError, TypeError):
+            return False
+        return True
+
+    def check_signable(self, item: InboxItem, now: float) -> None:
+        """Refuse a request this node must never sign.
+
+        Raises:
+            ApiError: 409 ``expired``; 422 ``invalid`` when the origin's signature does not verify.
+        """
+        if now > item.expires_at:
+            raise ApiError(
+                409,
+                "expired",
+                f"Request {item.request_id} expired at {item.expires_at}; this node signs nothing for it "
+                "any more.",
+            )
+        if not self.origin_verifies(item):
+            raise ApiError(
+                422,
+                "invalid",
+                f"The origin signature of request {item.request_id} does not verify with the key "
+                f"configured for {item.origin}; this node does not sign it.",
+            )
+
+    # -- one decision ----------------------------------------------------------------------------
+
+    def statement_for(
+        self, item: InboxItem, kind: DecisionKind, reason: str, signed_at: int
+    ) -> dict[str, Any]:
+        """The approval or denial statement of this node on the item's request."""
+        if kind == "approval":
+            return approval_statement(item.request, self.agent_id, signed_at)
+        return denial_statement(item.request, self.agent_id, signed_at, reason)
+
+    def check_signed_elsewhere(
+        self, item: InboxItem, statement: Mapping[str, Any], signature: str
+    ) -> Proposal:
+        """Check a decision signed with another key than the node's (an operator's own).
+
+        The statement must be the one rebuilt from the request (this node as signer, every field
+        equal, types included), dated within the request's life and not ahead of this clock, and
+        the signature must verify with one of the keys that may sign for this node
+        (``NodeConfig.own_keys``: the node key, ``[approver] operators``), allowed for its namespace
+        at its ``signed_at``.
+
+        Raises:
+            ApiError: 422 ``invalid`` (not a statement of this request, a malformed signature),
+                403 ``forbidden`` (signed as another node, or by a key that may not sign for it).
+        """
+        declared = statement.get("type")
+        if declared not in (APPROVAL_TYPE, DENIAL_TYPE):
+            raise ApiError(
+                422, "invalid", f"The statement's type is neither {APPROVAL_TYPE} nor {DENIAL_TYPE}."
+            )
+        kind: DecisionKind = "approval" if declared == APPROVAL_TYPE else "denial"
+        signer = statement.get("signer")
+        if signer != self.agent_id:
+            raise ApiError(
+                403,
+                "forbidden",
+                sentence(f"the statement is signed as {signer!r}, not as this node ({self.agent_id})"),
+            )
+        signed_at = statement.get("signed_at")
+        if isinstance(signed_at, bool) or not isinstance(signed_at, int):
+            raise ApiError(422, "invalid", "The statement's signed_at is not an integer Unix time.")
+        reason = statement.get("reason", "")
+        if kind == "denial" and not isinstance(reason, str):
+            raise ApiError(422, "invalid", "The denial's reason is not a string.")
+        try:
+            rebuilt = self.statement_for(item, kind, str(reason), signed_at)
+        except ValueError as exc:
+            raise ApiError(422, "invalid", sentence(_clause(exc))) from exc
+        mismatch = _mismatch(statement, rebuilt)
+        if mismatch is not None:
+            raise ApiError(422, "invalid", sentence(mismatch))
+        if signed_at > item.expires_at:
+            raise ApiError(
+                422,
+                "invalid",
+                f"The statement was signed at {signed_at}, after the request expired at {item.expires_at}.",
+            )
+        if signed_at > time.time() + MAX_CLOCK_SKEW_SECONDS:
+            raise ApiError(
+                422,
+                "invalid",
+                f"The statement is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
+                "in the future.",
+            )
+        try:
+            wire = wire_signature(signature)
+        except SignatureError as exc:
+            raise ApiError(
+                422, "invalid", sentence(f"the signature is not an SSH signature: {_clause(exc)}")
+            ) from exc
+        try:
+            key = verify_decision(rebuilt, wire, self.own_keys)
+        except SignatureError as exc:
+            raise ApiError(
+                403,
+                "forbidden",
+                sentence(
+                    f"the {kind} was not signed by a key that may sign for {self.agent_id}: {_clause(exc)}"
+                ),
+            ) from exc
+        return Proposal(
+            kind=kind,
+            reason=str(reason),
+            by="operator",
+            statement=rebuilt,
+            signature=wire,
+            key_fingerprint=key.fingerprint,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, ref: tuple[str, str]) -> AsyncIterator[None]:
+        """One path per request at a time in this process (the engine and an operator may meet)."""
+        lock, users = self._busy.get(ref, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._busy[ref] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._busy[ref]
+            if users <= 1:
+                del self._busy[ref]
+            else:
+                self._busy[ref] = (lock, users - 1)
+
+    async def settle(self, item: InboxItem, proposal: Proposal) -> Outcome:
+        """Make ``proposal`` this node's decision on ``item``, or finish the one recorded before it.
+
+        The numbered steps of the module. The standing decision is returned whether it is the
+        proposal's or not: compare ``outcome.record.kind`` with what you proposed.
+
+        Raises:
+            ApiError: 409 ``expired``, 422 ``invalid`` (bad origin signature): nothing is recorded;
+                403, 404, 409 or 422 when the relay refuses the signed decision for good.
+            StoreError: Redis failed (calling again is safe).
+            AuditWriteError: The audit record could not be written; the decision is not sent.
+        """
+        ref = (item.origin, item.request_id)
+        async with self._one_at_a_time(ref):
+            now = time.time()
+            self.check_signable(item, now)  # step 1
+            statement = proposal.statement or self.statement_for(
+                item, proposal.kind, proposal.reason, int(now)
+            )
+            record = Record(
+                kind=proposal.kind,
+                reason=proposal.reason,
+                by=proposal.by,
+                key_fingerprint=proposal.key_fingerprint or self.fingerprint,
+                statement=statement,
+                signature=proposal.signature,
+                instance=self.instance,
+                recorded_at=now,
+            )
+            claim = await self.ledger.claim(item.origin, item.request_id, item.expires_at, record)  # step 2
+            if claim.won:
+                self.metrics.decisions.labels(proposal.by.split(" ")[0], proposal.kind).inc()
+            return await self._finish(item, claim.record, claim.signature, won=claim.won)
+
+    async def _finish(self, item: InboxItem, record: Record, signature: str | None, *, won: bool) -> Outcome:
+        """Steps 3 to 5 for the standing record (ours, or one another process left unfinished)."""
+        ours = won or record.instance == self.instance
+        if not ours and time.time() - record.recorded_at < self.settings.takeover_seconds:
+            # Recorded by another process a moment ago: it signs, audits and sends it itself.
+            return Outcome(record, won=False, forwarded=False, deferred=True)
+        if signature is None:  # step 3
+            if time.time() > item.expires_at:
+                raise ApiError(
+                    409,
+                    "expired",
+                    f"Request {item.request_id} expired at {item.expires_at}; this node signs nothing "
+                    "for it any more.",
+                )
+            made = self._sign(item, record)
+            signature = await self.ledger.attach(item.origin, item.request_id, item.expires_at, made)
+        # Step 4. The recording process audits at once; any other first looks for its record.
+        if won:
+            self.audit.record(item.request, record)
+        elif not self.audit.has(item.origin, item.request_id):
+            self.audit.record(item.request, record, recovered=not ours)
+        if not ours:
+            self.metrics.takeovers.inc()
+            logger.info(
+                "finished request %s of %s, recorded by another approver process (%s) at %.0f",
+                item.request_id,
+                item.origin,
+                record.instance,
+                record.recorded_at,
+            )
+        forwarded = await self._forward(item, record, signature)  # step 5
+        return Outcome(record, won=won, forwarded=forwarded)
+
+    def _sign(self, item: InboxItem, record: Record) -> str:
+        """Sign the recorded statement with the node key; return the signature in wire form.
+
+        What ``sign_approval``/``sign_denial`` do, minus checking the request again (step 1 did):
+        the recorded statement is compared with the one rebuilt from the request first, so a
+        record that does not match its request (written by a broken or hostile process) is never
+        signed.
+
+        Raises:
+            ApiError: 409 ``conflict`` when the record does not match the request.
+        """
+        try:
+            rebuilt = self.statement_for(item, record.kind, record.reason, record.signed_at)
+        except (KeyError, ValueError, TypeError):
+            rebuilt = None
+        if rebuilt is None or _mismatch(record.statement, rebuilt) is not None:
+            raise ApiError(
+                409,
+                "conflict",
+                f"The decision recorded for request {item.request_id} does not match the request; "
+                "this node signs nothing for it.",
+            )
+        namespace = APPROVAL_NAMESPACE if record.kind == "approval" else DENIAL_NAMESPACE
+        armored = sshsig_sign(statement_bytes(rebuilt), self.signer, namespace)
+        self.metrics.signatures.inc()
+        return wire_signature(armored)
+
+    async def _forward(self, item: InboxItem, record: Record, signature: str) -> bool:
+        """Hand the signed decision to the relay; False when it did not answer (sent again later).
+
+        Raises:
+            ApiError: The relay refused it for good (its status and code, its sentence).
+        """
+        try:
+            if self.poster is not None:
+                await self.poster.post(item.request_id, record.statement, signature)
+            else:
+                await self.relay.submit_decision(item.request_id, record.statement, signature)
+        except RelayError as exc:
+            if exc.status_code is None or exc.status_code in _TRANSIENT:
+                self.metrics.forwards.labels("retry").inc()
+                logger.warning("the decision on request %s waits for the relay: %s", item.request_id, exc)
+                return False
+            self.metrics.forwards.labels("refused").inc()
+            status = exc.status_code if exc.status_code in _RELAY_CODES else 409
+            raise ApiError(status, _RELAY_CODES.get(status, "conflict"), sentence(str(exc))) from exc
+        self.metrics.forwards.labels("ok").inc()
+        return True
+
+    # -- the rules, over the inbox ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Apply the rules to the inbox until cancelled; survive the relay and Redis going away."""
+        failures = 0
+        while True:
+            try:
+                await self.round()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except (RelayError, StoreError) as exc:
+                failures += 1
+                kind = "relay" if isinstance(exc, RelayError) else "redis"
+                self.metrics.engine_errors.labels(kind).inc()
+                log = logger.warning if failures == 1 else logger.debug  # once per outage
+                log("approver of %s waits for its %s: %s", self.agent_id, kind, exc)
+                await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+            except Exception:
+                failures += 1
+                self.metrics.engine_errors.labels("other").inc()
+                logger.exception("approver of %s failed a round", self.agent_id)
+                await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+
+    async def round(self) -> int:
+        """List the pending inbox once, decide what the rules decide; wait when nothing is to do.
+
+        Returns:
+            How many items were acted on (recorded, finished or sent).
+
+        Raises:
+            RelayError: The relay is unreachable or refused the listing.
+            StoreError: Redis failed.
+        """
+        last_id = await self._stream_last_id()
+        items = await self.relay.list_inbox("pending", limit=LIST_LIMIT, wait=self.settings.poll_seconds)
+        acted = await self.handle(items)
+        self._prune()
+        if items and not acted:
+            await self._wait_for_news(last_id, self._idle_seconds())
+        return acted
+
+    async def handle(self, items: list[InboxItem]) -> int:
+        """Decide each listed item the rules decide, at most ``concurrency`` at once.
+
+        Returns:
+            How many items were acted on.
+
+        Raises:
+            RelayError: The relay failed (after the other items were handled).
+            StoreError: Redis failed (likewise).
+        """
+        now = time.monotonic()
+        todo = [item for item in items if self._skip.get((item.origin, item.request_id), (0.0, 0))[0] <= now]
+        if not todo:
+            return 0
+        gate = asyncio.Semaphore(self.settings.concurrency)
+
+        async def one(item: InboxItem) -> int:
+            async with gate:
+                return await self._by_rule(item)
+
+        results = await asyncio.gather(*(one(item) for item in todo), return_exceptions=True)
+        acted = 0
+        failure: BaseException | None = None
+        for result in results:
+            if isinstance(result, BaseException):
+                if isinstance(result, asyncio.CancelledError):
+                    raise result
+                failure = failure or result
+            else:
+                acted += result
+        if failure is not None:
+            raise failure
+        return acted
+
+    def _remember(self, ref: tuple[str, str], expires_at: int, seconds: float | None) -> None:
+        """Skip the item for ``seconds`` (None: for the rest of its life) in later listings."""
+        until = float("inf") if seconds is None else time.monotonic() + seconds
+        self._skip[ref] = (until, expires_at)
+
+    async def _by_rule(self, item: InboxItem) -> int:
+        ref = (item.origin, item.request_id)
+        if time.time() > item.expires_at:
+            self.metrics.skipped.labels("expired").inc()
+            self._remember(ref, item.expires_at, None)
+            return 0
+        if not self.origin_verifies(item):
+            self.metrics.skipped.labels("bad_origin").inc()
+            logger.warning(
+                "request %s of %s: its origin signature does not verify with the key configured for %s; "
+                "this node does not sign it",
+                item.request_id,
+                item.origin,
+                item.origin,
+            )
+            self._remember(ref, item.expires_at, None)
+            return 0
+        found = matching_rule(self.node.approver.rules, item)
+        if found is None or found[1].decision == "ask":
+            return await self._asked_item(item)
+        index, rule = found
+        kind: DecisionKind = "approval" if rule.decision == "approve" else "denial"
+        try:
+            outcome = await self.settle(item, Proposal(kind=kind, reason=rule.reason, by=f"rule {index}"))
+        except ApiError as exc:
+            # Expired meanwhile, or the relay refused it for good: nothing more to do for it.
+            logger.warning(
+                "request %s of %s is left undecided: %s", item.request_id, item.origin, exc.message
+            )
+            self._remember(ref, item.expires_at, None)
+            return 0
+        except AuditWriteError as exc:
+            logger.error("%s", exc)
+            self._backoff(ref, item.expires_at)
+            return 0
+        return self._after(ref, item.expires_at, outcome)
+
+    def _after(self, ref: tuple[str, str], expires_at: int, outcome: Outcome) -> int:
+        if outcome.deferred:
+            self.metrics.skipped.labels("deferred").inc()
+            self._remember(ref, expires_at, DEFER_SECONDS)
+            return 0
+        if not outcome.forwarded:
+            self._backoff(ref, expires_at)
+            return 1 if outcome.won else 0
+        self._failures.pop(ref, None)
+        self._remember(ref, expires_at, None)
+        return 1
+
+    def _backoff(self, ref: tuple[str, str], expires_at: int) -> None:
+        failures = self._failures.get(ref, 0) + 1
+        self._failures[ref] = failures
+        self._remember(ref, expires_at, min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+
+    async def _asked_item(self, item: InboxItem) -> int:
+        """An item the rules leave to an operator: finish a decision recorded for it, or notify once."""
+        ref = (item.origin, item.request_id)
+        if ref in self._asked:
+            self._remember(ref, item.expires_at, None)
+            return 0
+        # First sight in this process: an operator may have decided it through an approver whose
+        # relay did not answer, and that process died since; then the decision is finished here.
+        [(record, signature)] = await self.ledger.read([ref])
+        if record is not None:
+            try:
+                outcome = await self._finish(item, record, signature, won=False)
+            except ApiError as exc:
+                logger.warning(
+                    "request %s of %s is left undecided: %s", item.request_id, item.origin, exc.message
+                )
+                self._remember(ref, item.expires_at, None)
+                return 0
+            return self._after(ref, item.expires_at, outcome)
+        self._asked[ref] = item.expires_at
+        self._remember(ref, item.expires_at, None)
+        self.metrics.skipped.labels("ask").inc()
+        if self.notifier is not None and await self.ledger.mark_notified(
+            item.origin, item.request_id, item.expires_at
+        ):
+            self.metrics.notifications.inc()
+            view = item_view(item, None, self.node.approver.rules, time.time())
+            try:
+                await self.notifier.notify(view)
+            except Exception:  # the notifier must never stop a decision; it logs its own failures
+                logger.exception("the notifier failed on request %s", item.request_id)
+        return 0
+
+    def _prune(self) -> None:
+        """Forget the items that expired a while ago: they are never listed as pending again."""
+        if len(self._skip) + len(self._asked) < MAX_REMEMBERED // 2:
+            return
+        horizon = time.time() - 2 * MAX_CLOCK_SKEW_SECONDS
+        for table in (self._skip, self._asked):
+            for ref in [ref for ref, value in table.items() if _expiry(value) < horizon]:
+                del table[ref]
+        for ref in [ref for ref in self._failures if ref not in self._skip]:
+            del self._failures[ref]
+        while len(self._skip) > MAX_REMEMBERED:
+            del self._skip[next(iter(self._skip))]
+        while len(self._asked) > MAX_REMEMBERED:
+            del self._asked[next(iter(self._asked))]
+
+    def _idle_seconds(self) -> float:
+        now = time.monotonic()
+        due = [until - now for until, _expires in self._skip.values() if now < until != float("inf")]
+        return max(0.01, min([IDLE_RELIST_SECONDS, *due]))
+
+    async def _stream_last_id(self) -> Any:
+        stream = self.store.keys.queue(self.store.inbox_queue.name).stream
+        try:
+            last: Any = await self.store.client.xrevrange(stream, "+", "-", count=1)
+        except redis.exceptions.RedisError as exc:
+            raise StoreError(f"Redis at {self.store.url} failed: {exc}") from exc
+        return last[0][0] if last else "0-0"
+
+    async def _wait_for_news(self, last_id: Any, seconds: float) -> None:
+        """Block until the relay queues a new request for the approver, or ``seconds`` pass."""
+        stream = self.store.keys.queue(self.store.inbox_queue.name).stream
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            block = max(1, int(min(remaining, WAKE_BLOCK_SECONDS) * 1000))
+            try:
+                news = await self.store.client.xread({stream: last_id}, count=1, block=block)
+            except redis.exceptions.RedisError as exc:
+                raise StoreError(f"Redis at {self.store.url} failed: {exc}") from exc
+            if news:
+                return
+
+    def spawn(self, coroutine: Any, name: str) -> asyncio.Task[Any]:
+        """Run ``coroutine`` in the background, holding the task (the loop keeps only a weak reference)."""
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _expiry(value: tuple[float, int] | int) -> int:
+    return value[1] if isinstance(value, tuple) else value

@@ -1,0 +1,313 @@
+"""The approver's decision records in the node's Redis: each written once, before anything is signed.
+
+For each received request (``origin``, ``request_id``) there are three keys (``Keys.approver_item``,
+one hash tag, the inbox item's own):
+
+- ``decision``: the :class:`Record` of this node's decision, JSON. Written with ``SET NX`` before
+  the node key signs anything, so of two approver processes (or a process and its restarted
+  self) exactly one records a decision, and the other finds it and never signs a different one.
+  A decision signed elsewhere (an operator's key) is recorded with its signature inline.
+- ``signature``: the node key's signature over the recorded statement, ``SET NX`` as well: if two
+  processes sign the same statement (a takeover after a crash), the first signature stands and
+  both send that one, so the relay never sees two (an ECDSA key signs differently each time).
+- ``notified``: set once the request was handed to the notifier.
+
+Each command is one round trip's worth; concurrent callers share pipelines (:class:`_Batcher`), so
+the engine's batch of decisions costs two round trips, not two per decision. Every key lives until
+the request's ``expires_at`` plus ``REQUEST_RETENTION_SECONDS``, as the inbox item does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, Literal, TypeVar
+
+import redis.exceptions
+
+from teaagent.errors import StoreError
+from teaagent.store import REQUEST_RETENTION_SECONDS, Store
+
+__all__ = ["MAX_BATCH", "Claim", "DecisionKind", "Ledger", "Record"]
+
+DecisionKind = Literal["approval", "denial"]
+MAX_BATCH: Final = 256  # commands' worth of calls per pipeline; bounds one reply and one batch's latency
+RECORD_VERSION: Final = 1
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """This node's decision on one received request, as recorded before it was signed.
+
+    Attributes:
+        kind: ``approval`` or ``denial``.
+        reason: The reason given (a denial signs it; an approval's is kept here and audited).
+        by: Who decided: ``rule N`` (the N-th of ``[[approver.rules]]``, from 1) or ``operator``.
+        key_fingerprint: The fingerprint of the key that signs (or signed) it.
+        statement: The approval or denial statement, exactly what is signed.
+        signature: The signature, when it was made elsewhere and recorded with the decision; None
+            when the node key signs after recording (see the ``signature`` key).
+        instance: The approver process that recorded it (random per process start).
+        recorded_at: Unix seconds, with a fraction.
+    """
+
+    kind: DecisionKind
+    reason: str
+    by: str
+    key_fingerprint: str
+    statement: dict[str, Any]
+    signature: str | None
+    instance: str
+    recorded_at: float
+
+    @property
+    def signed_at(self) -> int:
+        """The statement's ``signed_at``."""
+        return int(self.statement["signed_at"])
+
+    def to_bytes(self) -> bytes:
+        """The stored form (compact JSON)."""
+        return json.dumps(
+            {
+                "v": RECORD_VERSION,
+                "kind": self.kind,
+                "reason": self.reason,
+                "by": self.by,
+                "key_fingerprint": self.key_fingerprint,
+                "statement": self.statement,
+                "signature": self.signature,
+                "instance": self.instance,
+                "recorded_at": self.recorded_at,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Record:
+        """Read the stored form.
+
+        Raises:
+            ValueError: The bytes are not a record of this version.
+        """
+        try:
+            parsed = json.loads(data)
+            if not isinstance(parsed, dict) or parsed.get("v") != RECORD_VERSION:
+                raise ValueError("not a version 1 record")
+            kind = parsed["kind"]
+            if kind not in ("approval", "denial"):
+                raise ValueError(f"its kind {kind!r} is neither approval nor denial")
+            statement = parsed["statement"]
+            signature = parsed["signature"]
+            if not isinstance(statement, dict) or not (signature is None or isinstance(signature, str)):
+                raise ValueError("its statement or signature has the wrong type")
+            return cls(
+                kind=kind,
+                reason=str(parsed["reason"]),
+                by=str(parsed["by"]),
+                key_fingerprint=str(parsed["key_fingerprint"]),
+                statement=statement,
+                signature=signature,
+                instance=str(parsed["instance"]),
+                recorded_at=float(parsed["recorded_at"]),
+            )
+        except (KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"the stored decision record is malformed: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What recording a decision found: the record that stands, and whether this call wrote it.
+
+    Attributes:
+        record: The standing record (ours when ``won``, else the one recorded first).
+        won: True when this call recorded it.
+        signature: The standing signature: the record's own, or the node key's (None: not yet).
+    """
+
+    record: Record
+    won: bool
+    signature: str | None
+
+
+@dataclass(frozen=True)
+class _ClaimCall:
+    origin: str
+    request_id: str
+    expires_at: int
+    record: Record
+
+
+@dataclass(frozen=True)
+class _AttachCall:
+    origin: str
+    request_id: str
+    expires_at: int
+    signature: str
+
+
+def _ttl(expires_at: int, now: float) -> int:
+    """Seconds a key of a request lives: until its expiry plus the inbox's retention."""
+    return max(int(expires_at - now), 0) + REQUEST_RETENTION_SECONDS
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class _Batcher(Generic[_In, _Out]):
+    """Concurrent calls that arrive while a batch is in flight go out together as the next batch.
+
+    Nothing waits for a timer: a lone call goes out at once (on the next turn of the loop, so the
+    calls made in one turn, such as a gathered batch's, share a pipeline).
+    """
+
+    def __init__(self, send: Callable[[list[_In]], Awaitable[list[_Out | Exception]]], name: str) -> None:
+        self._send = send
+        self._name = name
+        self._queue: list[tuple[_In, asyncio.Future[_Out]]] = []
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
+
+    async def call(self, item: _In) -> _Out:
+        future: asyncio.Future[_Out] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._flush(), name=self._name)
+        return await future
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # let the callers of this turn queue theirs
+        while self._queue:
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            try:
+                answers = await self._send([item for item, _future in batch])
+            except Exception as exc:  # every waiter must hear about it, whatever it was
+                for _item, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_item, future), answer in zip(batch, answers, strict=True):
+                if future.done():
+                    continue  # the caller went away (cancelled)
+                if isinstance(answer, Exception):  # that call's own failure (a malformed record)
+                    future.set_exception(answer)
+                else:
+                    future.set_result(answer)
+
+
+class Ledger:
+    """The approver's records of one node's decisions, in its Redis (see the module)."""
+
+    def __init__(self, store: Store) -> None:
+        self._client = store.client
+        self._keys = store.keys
+        self._url = store.url
+        self._claims: _Batcher[_ClaimCall, Claim] = _Batcher(self._claim_many, "teaagent-approver-claims")
+        self._attaches: _Batcher[_AttachCall, str] = _Batcher(
+            self._attach_many, "teaagent-approver-signatures"
+        )
+
+    def _failed(self, exc: redis.exceptions.RedisError) -> StoreError:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StoreError(f"Redis at {self._url} failed: {detail.rstrip('.')}")
+
+    async def claim(self, origin: str, request_id: str, expires_at: int, record: Record) -> Claim:
+        """Record ``record`` as this node's decision unless one is recorded; return the one that stands.
+
+        Raises:
+            StoreError: Redis failed (nothing is known to be recorded; calling again is safe).
+            ValueError: A malformed origin or id, or a stored record that cannot be read.
+        """
+        return await self._claims.call(_ClaimCall(origin, request_id, expires_at, record))
+
+    async def attach(self, origin: str, request_id: str, expires_at: int, signature: str) -> str:
+        """Store the node key's signature over the recorded statement unless one is stored; return
+        the one that stands (send that one, not your own, when they differ).
+
+        Raises:
+            StoreError: Redis failed.
+            ValueError: A malformed origin or id.
+        """
+        return await self._attaches.call(_AttachCall(origin, request_id, expires_at, signature))
+
+    async def _claim_many(self, calls: list[_ClaimCall]) -> list[Claim | Exception]:
+        now = time.time()
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for call in calls:
+                    keys = self._keys.approver_item(call.origin, call.request_id)
+                    pipe.set(keys.decision, call.record.to_bytes(), nx=True, ex=_ttl(call.expires_at, now))
+                    # Read after the SET, in the same pipeline: the record that stands, ours or not.
+                    pipe.get(keys.decision)
+                    pipe.get(keys.signature)
+                replies = await pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            raise self._failed(exc) from exc
+        claims: list[Claim | Exception] = []
+        for index, call in enumerate(calls):
+            written, stored, signature = replies[3 * index : 3 * index + 3]
+            try:
+                record = call.record if written else Record.from_bytes(stored)
+            except ValueError as exc:
+                claims.append(exc)
+                continue
+            claims.append(Claim(record, bool(written), record.signature or _text(signature)))
+        return claims
+
+    async def _attach_many(self, calls: list[_AttachCall]) -> list[str | Exception]:
+        now = time.time()
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for call in calls:
+                    keys = self._keys.approver_item(call.origin, call.request_id)
+                    pipe.set(keys.signature, call.signature, nx=True, ex=_ttl(call.expires_at, now))
+                    pipe.get(keys.signature)
+                replies = await pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            raise self._failed(exc) from exc
+        return [_text(replies[2 * index + 1]) or call.signature for index, call in enumerate(calls)]
+
+    async def read(self, refs: Sequence[tuple[str, str]]) -> list[tuple[Record | None, str | None]]:
+        """Return the recorded decision and the standing signature of each ``(origin, request_id)``.
+
+        Raises:
+            StoreError: Redis failed.
+            ValueError: A malformed origin or id, or a stored record that cannot be read.
+        """
+        if not refs:
+            return []
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for origin, request_id in refs:
+                    keys = self._keys.approver_item(origin, request_id)
+                    pipe.get(keys.decision)
+                    pipe.get(keys.signature)
+                replies = await pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            raise self._failed(exc) from exc
+        found: list[tuple[Record | None, str | None]] = []
+        for index in range(len(refs)):
+            stored, signature = replies[2 * index : 2 * index + 2]
+            record = None if stored is None else Record.from_bytes(stored)
+            found.append((record, (record.signature if record else None) or _text(signature)))
+        return found
+
+    async def mark_notified(self, origin: str, request_id: str, expires_at: int) -> bool:
+        """Note that the request was handed to the notifier; True only for the first call ever.
+
+        Raises:
+            StoreError: Redis failed.
+            ValueError: A malformed origin or id.
+        """
+        keys = self._keys.approver_item(origin, request_id)
+        try:
+            written = await self._client.set(keys.notified, b"1", nx=True, ex=_ttl(expires_at, time.time()))
+        except redis.exceptions.RedisError as exc:
+            raise self._failed(exc) from exc
+        return bool(written)

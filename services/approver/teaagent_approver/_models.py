@@ -1,0 +1,153 @@
+"""The approver's HTTP shapes (pydantic only here, at the edge; the library's plain objects inside).
+
+Signed documents travel as plain JSON objects (``dict[str, Any]``): their exact values, types
+included, are what the signatures cover, so the edge checks only their outer shape and the
+engine checks the rest against the request (PROTOCOL.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AGENT_ID",
+    "ApproveIn",
+    "DecisionIn",
+    "DecisionOut",
+    "DenyIn",
+    "HealthOut",
+    "ItemOut",
+    "ItemsOut",
+    "OwnDecisionOut",
+    "RuleOut",
+    "StatementOut",
+]
+
+AGENT_ID = "^[a-z0-9][a-z0-9._-]{0,63}$"
+MAX_REASON_CHARS = 4096  # a sentence or a paragraph; the origin shows it to its user
+State = Literal["pending", "approved", "denied", "expired"]
+Kind = Literal["approval", "denial"]
+
+
+class OwnDecisionOut(BaseModel):
+    """This node's own decision on a request (never the request's outcome, which its origin counts)."""
+
+    kind: Kind
+    reason: str
+    by: str = Field(
+        description="Who decided: `rule N` (the N-th [[approver.rules]], from 1), `operator`, "
+        "or `relay` (decided through the relay, not this approver)."
+    )
+    key_fingerprint: str = Field(description="SHA256 fingerprint of the key that signed it.")
+    at: int = Field(description="The statement's signed_at (Unix seconds).")
+
+
+class RuleOut(BaseModel):
+    """The first ``[[approver.rules]]`` entry that matches a request."""
+
+    index: int = Field(description="Its position among the rules, from 1 (file order).")
+    tool: str
+    arguments: dict[str, str]
+    decision: Literal["approve", "deny", "ask"]
+
+
+class ItemOut(BaseModel):
+    """A request that reached this node from a peer origin, as this node's approver sees it."""
+
+    request_id: str
+    origin: str
+    tool_name: str
+    arguments: dict[str, Any]
+    reason: str
+    payload_digest: str
+    run_id: str
+    call_id: str
+    required_approvals: int
+    peers: list[str]
+    created_at: int
+    expires_at: int
+    seconds_left: int = Field(description="Seconds until it expires (0 once expired).")
+    state: State = Field(
+        description="This node's view: pending, approved or denied (by this node), or expired. "
+        "Not the request's outcome: its origin counts that from every peer's decision."
+    )
+    decision: OwnDecisionOut | None = Field(description="This node's own decision, once made.")
+    rule: RuleOut | None = Field(description="The first rule that matches (None: an operator decides).")
+    request: dict[str, Any] = Field(description="The request document, exactly as its origin signed it.")
+    signature: str = Field(description="The origin's signature over the request.")
+
+
+class ItemsOut(BaseModel):
+    """A listing, pending requests first."""
+
+    items: list[ItemOut]
+
+
+class StatementOut(BaseModel):
+    """The statement to sign elsewhere (``ssh-keygen -Y sign -n teaagent-approval``) and its bytes."""
+
+    statement: dict[str, Any]
+    bytes: str = Field(description="The canonical JSON to sign, exactly (UTF-8, no trailing newline).")
+
+
+class ApproveIn(BaseModel):
+    """Approve with the node key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS, description="Kept in the audit log.")
+    origin: str | None = Field(
+        default=None, pattern=AGENT_ID, description="The origin, when several sent a request of this id."
+    )
+
+
+class DenyIn(BaseModel):
+    """Deny with the node key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, description="Signed; the origin shows it.")
+    origin: str | None = Field(
+        default=None, pattern=AGENT_ID, description="The origin, when several sent a request of this id."
+    )
+
+
+class DecisionIn(BaseModel):
+    """A decision signed elsewhere (an operator's own key): the statement and its SSHSIG."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    statement: dict[str, Any] = Field(description="The approval or denial statement, exactly as signed.")
+    signature: str = Field(description="The SSHSIG over its canonical bytes, base64 or armored.")
+
+
+class DecisionOut(BaseModel):
+    """This node's decision on one request: never the request's outcome."""
+
+    request_id: str
+    origin: str
+    decision: Kind
+    reason: str
+    this_node: Literal["approved", "denied"] = Field(
+        description="This node's own decision; the origin counts the outcome from every peer's."
+    )
+    by: str
+    key_fingerprint: str
+    forwarded: bool = Field(
+        description="The node's relay took it on its way to the origin. False: it is recorded and is "
+        "sent again until the relay takes it or the request expires."
+    )
+    note: str
+
+
+class HealthOut(BaseModel):
+    """Liveness: the approver answers and its Redis answers."""
+
+    status: Literal["ok"]
+    service: Literal["approver"]
+    version: str
+    agent_id: str
+    redis_ms: float
+    engine: bool = Field(description="Whether the rules are applied by this process.")

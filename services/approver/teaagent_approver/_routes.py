@@ -1,0 +1,351 @@
+"""The approver's routes: the operators' inbox (``/v1/requests``) and operations (health, metrics).
+
+API deviations (from /tmp/brief/issue10.md, for the command line's authors):
+
+- ``deny`` needs a non-empty ``reason`` (422 ``invalid`` otherwise): the origin shows it to its user.
+- ``bad origin signature``: ``approve``, ``deny``, ``decision`` and ``statement`` on a request whose
+  origin signature does not verify answer 422 ``invalid`` (the relay refuses such requests before
+  its inbox, so only a tampered store shows it).
+- ``Item.rule.index`` and ``by = "rule N"`` count the rules from 1, in file order;
+  ``by`` is ``operator`` for a decision made through this API (node key or an operator's key), and
+  ``relay`` for a decision of this node that the relay holds but this approver never recorded.
+- Every decision route answers 200 with the ``Decision`` that stands, also when it was recorded
+  before (the same decision asked again); another decision than the recorded one is 409 ``conflict``.
+  ``forwarded: false`` means the relay did not answer: the decision is recorded and audited, and
+  the engine sends it again.
+- A refusal by the relay of a signed decision (for good) is passed on with the relay's status
+  (403, 404, 409 or 422) and its sentence.
+- Non-JSON bodies are 400 ``invalid``; a body over 64 KiB is 413 ``too_large``; a wrong method 405
+  ``method_not_allowed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from fnmatch import fnmatchcase
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
+
+import teaagent
+from teaagent.errors import RelayError, StoreError
+from teaagent.quorum import statement_bytes
+from teaagent.relay_client import InboxItem
+from teaagent_approver._audit import AuditWriteError
+from teaagent_approver._engine import Engine, Outcome, Proposal
+from teaagent_approver._errors import ApiError, ErrorOut, error_response, sentence
+from teaagent_approver._items import item_view
+from teaagent_approver._models import (
+    AGENT_ID,
+    MAX_REASON_CHARS,
+    ApproveIn,
+    DecisionIn,
+    DecisionOut,
+    DenyIn,
+    HealthOut,
+    ItemOut,
+    ItemsOut,
+    StatementOut,
+)
+
+__all__ = ["MAX_LISTED", "MAX_WAIT_SECONDS", "operations_router", "requests_router"]
+
+MAX_LISTED = 1000  # one listing; the relay's own bound
+MAX_WAIT_SECONDS = 60.0  # one long-poll; the relay's own bound
+_TRANSIENT = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+async def _engine(request: Request) -> Engine:
+    engine: Engine | None = getattr(request.app.state, "engine", None)
+    if engine is None:
+        raise ApiError(503, "unavailable", "The approver is starting or stopping; try again in a moment.")
+    return engine
+
+
+EngineDep = Annotated[Engine, Depends(_engine)]
+_bearer = HTTPBearer(
+    auto_error=False, description="The node's token (`token` in node.toml, or data_dir/token)."
+)
+
+
+async def _require_token(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    token: str = request.app.state.token
+    given = credentials.credentials.encode() if credentials is not None else b""
+    if not given or not hmac.compare_digest(given, token.encode()):
+        raise ApiError(
+            401,
+            "unauthorized",
+            "This call needs the node's bearer token (Authorization: Bearer <token>).",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+Authorized = Annotated[None, Depends(_require_token)]
+RequestId = Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="32 lowercase hex characters.")]
+Origin = Annotated[
+    str | None, Query(pattern=AGENT_ID, description="The origin, when several sent a request of this id.")
+]
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": ErrorOut} for status in statuses}
+
+
+def _relay_refusal(exc: RelayError, request_id: str, origin: str | None) -> ApiError:
+    """The approver's answer when its relay refused or failed a look-up of one request."""
+    if exc.status_code is None or exc.status_code in _TRANSIENT or exc.status_code == 401:
+        return ApiError(
+            503, "unavailable", sentence(f"this node's relay failed: {exc}"), headers={"Retry-After": "1"}
+        )
+    if exc.status_code == 404:
+        where = f" from {origin}" if origin is not None else ""
+        return ApiError(404, "not_found", f"No request {request_id}{where} is in this node's inbox.")
+    if exc.status_code == 409:
+        return ApiError(
+            409,
+            "conflict",
+            f"Several origins sent a request {request_id}; name one with origin.",
+        )
+    return ApiError(422, "invalid", sentence(str(exc)))
+
+
+async def _find(engine: Engine, request_id: str, origin: str | None) -> InboxItem:
+    try:
+        return await engine.relay.get_inbox_item(request_id, origin=origin)
+    except RelayError as exc:
+        raise _relay_refusal(exc, request_id, origin) from exc
+
+
+def _decision_out(item: InboxItem, outcome: Outcome) -> dict[str, Any]:
+    record = outcome.record
+    return {
+        "request_id": item.request_id,
+        "origin": item.origin,
+        "decision": record.kind,
+        "reason": record.reason,
+        "this_node": "approved" if record.kind == "approval" else "denied",
+        "by": record.by,
+        "key_fingerprint": record.key_fingerprint,
+        "forwarded": outcome.forwarded,
+        "note": f"This node's decision; the request's outcome is counted by its origin, {item.origin}.",
+    }
+
+
+async def _decide(engine: Engine, item: InboxItem, proposal: Proposal) -> dict[str, Any]:
+    try:
+        outcome = await engine.settle(item, proposal)
+    except AuditWriteError as exc:
+        raise ApiError(503, "unavailable", sentence(str(exc))) from exc
+    if outcome.record.kind != proposal.kind:
+        done = "approved" if outcome.record.kind == "approval" else "denied"
+        raise ApiError(
+            409,
+            "conflict",
+            f"This node already {done} request {item.request_id} ({outcome.record.by}); "
+            "it never signs another decision on it.",
+        )
+    return _decision_out(item, outcome)
+
+
+async def _listing(
+    engine: Engine, request: Request, state: Literal["pending", "all"], wait: float
+) -> list[InboxItem]:
+    """The relay's listing; a long-poll ends early when this service is stopping (SIGTERM).
+
+    Raises:
+        RelayError: The relay failed.
+    """
+    stopping: asyncio.Event | None = getattr(request.app.state, "stopping", None)
+    if wait <= 0 or stopping is None:
+        return await engine.relay.list_inbox(state, limit=MAX_LISTED, wait=wait)
+    polled = asyncio.ensure_future(engine.relay.list_inbox(state, limit=MAX_LISTED, wait=wait))
+    stopped = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({polled, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if polled.done():
+        return polled.result()
+    polled.cancel()
+    return await engine.relay.list_inbox(state, limit=MAX_LISTED, wait=0.0)
+
+
+requests_router = APIRouter(prefix="/v1/requests", tags=["requests"])
+
+
+@requests_router.get(
+    "",
+    response_model=ItemsOut,
+    responses=_errors(401, 422, 503),
+    summary="The requests that reached this node, pending ones first",
+)
+async def list_requests(
+    request: Request,
+    engine: EngineDep,
+    _auth: Authorized,
+    state: Literal["pending", "approved", "denied", "expired", "all"] = "pending",
+    origin: Origin = None,
+    tool: Annotated[
+        str | None, Query(max_length=256, description="An fnmatch pattern on the tool name.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100,
+    wait: Annotated[
+        float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a pending request.")
+    ] = 0.0,
+) -> Any:
+    """List received requests as this node sees them; with ``wait``, block until one is pending."""
+    try:
+        items = await _listing(engine, request, "pending" if state == "pending" else "all", wait)
+    except RelayError as exc:
+        raise ApiError(
+            503, "unavailable", sentence(f"this node's relay failed: {exc}"), headers={"Retry-After": "1"}
+        ) from exc
+    if origin is not None:
+        items = [item for item in items if item.origin == origin]
+    if tool is not None:
+        items = [item for item in items if fnmatchcase(item.tool_name, tool)]
+    found = await engine.ledger.read([(item.origin, item.request_id) for item in items])
+    now = time.time()
+    views = [
+        item_view(item, record, engine.node.approver.rules, now)
+        for item, (record, _signature) in zip(items, found, strict=True)
+    ]
+    if state != "all":
+        views = [view for view in views if view["state"] == state]
+    views.sort(key=lambda view: view["state"] != "pending")  # stable: the relay's order otherwise
+    return {"items": views[:limit]}
+
+
+@requests_router.get(
+    "/{request_id}",
+    response_model=ItemOut,
+    responses=_errors(401, 404, 409, 422, 503),
+    summary="One received request, with this node's decision and the rule that matches",
+)
+async def get_request(
+    request_id: RequestId, engine: EngineDep, _auth: Authorized, origin: Origin = None
+) -> Any:
+    """Return the request as this node sees it (409 when several origins used the id and none is named)."""
+    item = await _find(engine, request_id, origin)
+    [(record, _signature)] = await engine.ledger.read([(item.origin, item.request_id)])
+    return item_view(item, record, engine.node.approver.rules, time.time())
+
+
+@requests_router.get(
+    "/{request_id}/statement",
+    response_model=StatementOut,
+    responses=_errors(401, 404, 409, 422, 503),
+    summary="The statement to sign elsewhere (ssh-keygen -Y sign), dated now",
+)
+async def get_statement(
+    request_id: RequestId,
+    engine: EngineDep,
+    _auth: Authorized,
+    kind: Literal["approval", "denial"] = "approval",
+    reason: Annotated[str, Query(max_length=MAX_REASON_CHARS)] = "",
+    origin: Origin = None,
+) -> Any:
+    """Return this node's approval (or denial) statement and its canonical bytes, to sign with
+    ``ssh-keygen -Y sign -n teaagent-approval`` (``teaagent-denial`` for a denial) and bring back
+    through ``POST /v1/requests/{id}/decision``."""
+    item = await _find(engine, request_id, origin)
+    now = time.time()
+    engine.check_signable(item, now)
+    [(record, _signature)] = await engine.ledger.read([(item.origin, item.request_id)])
+    if record is not None and record.kind != kind:
+        done = "approved" if record.kind == "approval" else "denied"
+        raise ApiError(
+            409,
+            "conflict",
+            f"This node already {done} request {request_id} ({record.by}); "
+            "it never signs another decision on it.",
+        )
+    statement = engine.statement_for(item, kind, reason, int(now))
+    return {"statement": statement, "bytes": statement_bytes(statement).decode("utf-8")}
+
+
+@requests_router.post(
+    "/{request_id}/approve",
+    response_model=DecisionOut,
+    responses=_errors(400, 401, 404, 409, 413, 422, 503),
+    summary="Approve with the node key",
+)
+async def approve(request_id: RequestId, body: ApproveIn, engine: EngineDep, _auth: Authorized) -> Any:
+    """Record, sign (node key), audit and forward this node's approval. The same call again
+    answers the recorded decision; a denial recorded before is 409 ``conflict``."""
+    item = await _find(engine, request_id, body.origin)
+    return await _decide(engine, item, Proposal(kind="approval", reason=body.reason, by="operator"))
+
+
+@requests_router.post(
+    "/{request_id}/deny",
+    response_model=DecisionOut,
+    responses=_errors(400, 401, 404, 409, 413, 422, 503),
+    summary="Deny with the node key",
+)
+async def deny(request_id: RequestId, body: DenyIn, engine: EngineDep, _auth: Authorized) -> Any:
+    """Record, sign (node key), audit and forward this node's denial with its reason."""
+    item = await _find(engine, request_id, body.origin)
+    return await _decide(engine, item, Proposal(kind="denial", reason=body.reason, by="operator"))
+
+
+@requests_router.post(
+    "/{request_id}/decision",
+    response_model=DecisionOut,
+    responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
+    summary="A decision signed elsewhere (an operator's own key)",
+)
+async def submit_decision(
+    request_id: RequestId, body: DecisionIn, engine: EngineDep, _auth: Authorized
+) -> Any:
+    """Check the statement against the request (every field, signer = this node) and the signature
+    against the keys that may sign for this node, then record, audit and forward it."""
+    statement = body.statement
+    if statement.get("request_id") != request_id:
+        raise ApiError(422, "invalid", f"The statement's request_id is not {request_id}.")
+    origin = statement.get("origin")
+    if not isinstance(origin, str) or not origin:
+        raise ApiError(422, "invalid", "The statement's origin is not an agent id.")
+    item = await _find(engine, request_id, origin)
+    engine.check_signable(item, time.time())
+    proposal = engine.check_signed_elsewhere(item, statement, body.signature)
+    return await _decide(engine, item, proposal)
+
+
+operations_router = APIRouter(tags=["operations"])
+
+
+@operations_router.get(
+    "/health", response_model=HealthOut, responses=_errors(503), summary="Liveness, Redis included"
+)
+async def health(engine: EngineDep) -> Any:
+    """Answer 200 when the approver and its Redis answer, 503 ``unavailable`` otherwise."""
+    try:
+        seconds = await engine.store.ping()
+    except StoreError as exc:
+        return error_response(503, "unavailable", sentence(str(exc)))
+    return {
+        "status": "ok",
+        "service": "approver",
+        "version": teaagent.__version__,
+        "agent_id": engine.agent_id,
+        "redis_ms": round(seconds * 1000, 3),
+        "engine": engine.settings.engine,
+    }
+
+
+@operations_router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    summary="Prometheus metrics",
+)
+async def metrics(engine: EngineDep) -> Response:
+    """Counters of calls, decisions, signatures, forwards, skipped items, takeovers; latency."""
+    return Response(engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)

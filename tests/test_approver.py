@@ -1,0 +1,660 @@
+"""The approver service in-process, against its node's relay on a real socket and a real Redis.
+
+What an operator does through the HTTP API (approve, deny, a signature made with ``ssh-keygen``),
+what is refused and with which ``ErrorOut`` code, what is never signed (an expired request, one
+whose origin signature does not verify), and what the audit log then holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import SSHKey
+from relay_support import (
+    Node,
+    approver_in_process,
+    asynctest,
+    error,
+    served,
+    signer,
+    write_cluster,
+)
+
+from teaagent._canonical import canonical
+from teaagent.audit import verify_log
+from teaagent.cli._main import run as cli
+from teaagent.quorum import sign_request
+from teaagent.signing import fingerprint
+from teaagent.store import connect
+from teaagent_approver import AUDIT_FILE_NAME, DECISION_EVENT
+
+WAIT = 20.0  # seconds a test waits for what takes well under one on an idle host
+
+APPROVE_ECHO_DENY_RM = """
+[[approver.rules]]
+tool = "shell.run"
+arguments = { command = "rm *" }
+decision = "deny"
+reason = "nothing is removed here"
+
+[[approver.rules]]
+tool = "shell.run"
+arguments = { command = "echo *" }
+decision = "approve"
+"""
+
+
+@pytest.fixture(name="cluster")
+def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+    """alpha asks beta and gamma (2 of 2); beta's rules deny ``rm *``, approve ``echo *``, ask the rest."""
+    return write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
+        rules={"beta": APPROVE_ECHO_DENY_RM},
+    )
+
+
+@pytest.fixture(name="beta_relay")
+def fixture_beta_relay(cluster: dict[str, Node]) -> Iterator[Node]:
+    """beta's relay on its port (delivering nowhere: alpha's relay does not run)."""
+    with served(cluster["beta"]):
+        yield cluster["beta"]
+
+
+@asynccontextmanager
+async def beta_approver(node: Node, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+    async with approver_in_process(node, **overrides) as client:
+        client.headers["Authorization"] = f"Bearer {node.token}"
+        yield client
+
+
+def deliver(alpha: Node, beta: Node, **fields: Any) -> dict[str, Any]:
+    """Post one of alpha's signed requests to beta's inbox, as alpha's relay would."""
+    request = alpha.request(**fields)
+    response = httpx.post(f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=10)
+    assert response.status_code == 201, response.text
+    return request
+
+
+def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
+    registry = client.app.state.metrics.registry  # type: ignore[attr-defined]
+    value = registry.get_sample_value(name, labels)
+    return 0.0 if value is None else float(value)
+
+
+async def until(predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.02)
+
+
+def audit_records(node: Node) -> list[dict[str, Any]]:
+    path = node.data_dir / AUDIT_FILE_NAME
+    if not path.exists():
+        return []
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    return [event["payload"] for event in events if event["event_type"] == DECISION_EVENT]
+
+
+async def relay_item(beta: Node, request_id: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"{beta.url}/v1/inbox/{request_id}", headers=beta.headers)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def ssh_sign(key_path: Path, data: bytes, folder: Path, namespace: str = "teaagent-approval") -> str:
+    """Sign ``data`` with the real ``ssh-keygen -Y sign``; return the armored signature."""
+    path = folder / f"statement-{time.monotonic_ns()}"
+    path.write_bytes(data)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-Y", "sign", "-n", namespace, "-f", str(key_path), str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return Path(f"{path}.sig").read_text()
+
+
+# -- an operator decides -----------------------------------------------------------------------
+
+
+@asynctest
+async def test_an_ask_item_waits_then_is_approved_through_the_api(
+    cluster: dict[str, Node], beta_relay: Node
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        request = deliver(alpha, beta, arguments={"command": "make release"})
+        request_id = request["request_id"]
+        assert await until(lambda: metric(client, "teaagent_approver_skipped_total", reason="ask") >= 1)
+        listed = await client.get("/v1/requests")
+        shown = await client.get(f"/v1/requests/{request_id}")
+        # Left to an operator: nothing recorded, signed or sent.
+        assert (await relay_item(beta, request_id))["state"] == "pending"
+        assert metric(client, "teaagent_approver_signatures_total") == 0
+
+        approved = await client.post(f"/v1/requests/{request_id}/approve", json={"reason": "release day"})
+        again = await client.post(f"/v1/requests/{request_id}/approve", json={})
+        otherwise = await client.post(f"/v1/requests/{request_id}/deny", json={"reason": "changed my mind"})
+        after = await client.get(f"/v1/requests/{request_id}")
+        at_relay = await relay_item(beta, request_id)
+
+    [item] = listed.json()["items"]
+    assert item == shown.json()
+    assert item["state"] == "pending"
+    assert item["decision"] is None
+    assert item["rule"] is None
+    assert item["request"] == request
+    assert item["arguments"] == {"command": "make release"}
+    assert 0 < item["seconds_left"] <= 120
+    expected = {
+        "request_id": request_id,
+        "origin": "alpha",
+        "decision": "approval",
+        "reason": "release day",
+        "this_node": "approved",
+        "by": "operator",
+        "key_fingerprint": fingerprint(signer("beta")),
+        "forwarded": True,
+        "note": "This node's decision; the request's outcome is counted by its origin, alpha.",
+    }
+    assert (approved.status_code, approved.json()) == (200, expected)
+    assert (again.status_code, again.json()) == (200, expected)
+    assert error(otherwise) == (
+        409,
+        "conflict",
+        f"This node already approved request {request_id} (operator); it never signs another decision on it.",
+    )
+    assert after.json()["state"] == "approved"
+    assert after.json()["decision"]["by"] == "operator"
+    assert at_relay["state"] == "approved"
+    assert at_relay["decision"]["statement"]["signer"] == "beta"
+    [record] = audit_records(beta)
+    assert record["request_id"] == request_id
+    assert record["decision"] == "approval"
+    assert record["by"] == "operator"
+    assert record["key_fingerprint"] == fingerprint(signer("beta"))
+
+
+@asynctest
+async def test_the_rules_approve_one_command_and_deny_another(
+    cluster: dict[str, Node], beta_relay: Node
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        echo = deliver(alpha, beta, arguments={"command": "echo hi"}, call_id="call-echo")
+        remove = deliver(alpha, beta, arguments={"command": "rm -rf /"}, call_id="call-rm")
+        assert await until(lambda: metric(client, "teaagent_approver_forwards_total", result="ok") >= 2)
+        listed = await client.get("/v1/requests", params={"state": "all"})
+
+    by_id = {item["request_id"]: item for item in listed.json()["items"]}
+    assert by_id[echo["request_id"]]["state"] == "approved"
+    assert by_id[echo["request_id"]]["decision"]["by"] == "rule 2"
+    assert by_id[echo["request_id"]]["rule"] == {
+        "index": 2,
+        "tool": "shell.run",
+        "arguments": {"command": "echo *"},
+        "decision": "approve",
+    }
+    assert by_id[remove["request_id"]]["state"] == "denied"
+    assert by_id[remove["request_id"]]["decision"]["reason"] == "nothing is removed here"
+    assert (await relay_item(beta, remove["request_id"]))["decision"]["statement"]["reason"] == (
+        "nothing is removed here"
+    )
+    records = {record["request_id"]: record for record in audit_records(beta)}
+    assert {rid: (r["decision"], r["by"]) for rid, r in records.items()} == {
+        echo["request_id"]: ("approval", "rule 2"),
+        remove["request_id"]: ("denial", "rule 1"),
+    }
+
+
+@asynctest
+async def test_a_signature_made_with_ssh_keygen_over_the_statement_bytes_is_accepted(
+    cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
+        fetched = await client.get(f"/v1/requests/{request_id}/statement")
+        body = fetched.json()
+        armored = ssh_sign(beta.folder / "keys" / "beta", body["bytes"].encode(), tmp_path)
+        submitted = await client.post(
+            f"/v1/requests/{request_id}/decision", json={"statement": body["statement"], "signature": armored}
+        )
+        at_relay = await relay_item(beta, request_id)
+
+    assert fetched.status_code == 200
+    assert body["bytes"].encode() == canonical(body["statement"])
+    assert body["statement"]["signer"] == "beta"
+    assert abs(body["statement"]["signed_at"] - time.time()) < 60
+    assert submitted.status_code == 200, submitted.text
+    assert submitted.json()["this_node"] == "approved"
+    assert submitted.json()["key_fingerprint"] == fingerprint(signer("beta"))
+    assert submitted.json()["forwarded"] is True
+    assert at_relay["state"] == "approved"
+    assert at_relay["decision"]["statement"] == body["statement"]
+    [record] = audit_records(beta)
+    assert (record["by"], record["key_fingerprint"]) == ("operator", fingerprint(signer("beta")))
+
+
+@asynctest
+async def test_a_denial_signed_with_ssh_keygen_carries_its_reason(
+    cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
+        body = (
+            await client.get(
+                f"/v1/requests/{request_id}/statement", params={"kind": "denial", "reason": "not on Fridays"}
+            )
+        ).json()
+        armored = ssh_sign(beta.folder / "keys" / "beta", body["bytes"].encode(), tmp_path, "teaagent-denial")
+        submitted = await client.post(
+            f"/v1/requests/{request_id}/decision", json={"statement": body["statement"], "signature": armored}
+        )
+
+    assert submitted.status_code == 200, submitted.text
+    assert (submitted.json()["this_node"], submitted.json()["reason"]) == ("denied", "not on Fridays")
+
+
+@asynctest
+async def test_a_key_that_may_not_sign_for_this_node_is_403_and_nothing_is_recorded(
+    cluster: dict[str, Node], beta_relay: Node, tmp_path: Path, ssh_key_factory: Callable[..., SSHKey]
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    stranger = ssh_key_factory("stranger")
+    async with beta_approver(beta) as client:
+        request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
+        body = (await client.get(f"/v1/requests/{request_id}/statement")).json()
+        armored = ssh_sign(stranger.private_path, body["bytes"].encode(), tmp_path)
+        refused = await client.post(
+            f"/v1/requests/{request_id}/decision", json={"statement": body["statement"], "signature": armored}
+        )
+        after = await client.get(f"/v1/requests/{request_id}")
+
+    status, code, message = error(refused)
+    assert (status, code) == (403, "forbidden")
+    assert message.startswith("The approval was not signed by a key that may sign for beta: ")
+    assert after.json()["state"] == "pending"
+    assert after.json()["decision"] is None
+    assert audit_records(beta) == []
+
+
+@asynctest
+async def test_a_statement_that_does_not_match_its_request_is_422(
+    cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
+        body = (await client.get(f"/v1/requests/{request_id}/statement")).json()
+        statement = {**body["statement"], "tool_name": "fs.delete"}
+        armored = ssh_sign(beta.folder / "keys" / "beta", canonical(statement), tmp_path)
+        refused = await client.post(
+            f"/v1/requests/{request_id}/decision", json={"statement": statement, "signature": armored}
+        )
+        as_other = await client.post(
+            f"/v1/requests/{request_id}/decision",
+            json={"statement": {**body["statement"], "signer": "gamma"}, "signature": armored},
+        )
+
+    assert error(refused) == (
+        422,
+        "invalid",
+        f"The statement's tool_name does not match request {request_id}.",
+    )
+    assert error(as_other) == (
+        403,
+        "forbidden",
+        "The statement is signed as 'gamma', not as this node (beta).",
+    )
+    assert audit_records(beta) == []
+
+
+# -- what is never signed ----------------------------------------------------------------------
+
+
+async def store_in_inbox(
+    node: Node, redis_url: str, request: dict[str, Any], signature: str, **kw: Any
+) -> None:
+    """Write a request into the node's inbox and queue it for the approver, past the relay's checks."""
+    store = connect(redis_url, prefix=node.redis_prefix)
+    try:
+        document = canonical({"request": request, "signature": signature})
+        await store.inbox.accept(
+            request["origin"], request["request_id"], document, expires_at=request["expires_at"], **kw
+        )
+        payload = json.dumps({"origin": request["origin"], "request_id": request["request_id"]}).encode()
+        await store.inbox_queue.enqueue("approver", request["request_id"], payload, request["expires_at"])
+    finally:
+        await store.aclose()
+
+
+@asynctest
+async def test_a_request_whose_origin_signature_does_not_verify_is_never_signed(
+    cluster: dict[str, Node], beta_relay: Node, redis_url: str
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    # Signed by gamma's key, sent as alpha's: the relay refuses this at its door; the store may not.
+    request = alpha.request(arguments={"command": "echo hi"})
+    await store_in_inbox(beta, redis_url, request, sign_request(request, signer("gamma")))
+    async with beta_approver(beta) as client:
+        assert await until(
+            lambda: metric(client, "teaagent_approver_skipped_total", reason="bad_origin") >= 1
+        )
+        approved = await client.post(f"/v1/requests/{request['request_id']}/approve", json={})
+        statement = await client.get(f"/v1/requests/{request['request_id']}/statement")
+        signatures = metric(client, "teaagent_approver_signatures_total")
+
+    message = (
+        f"The origin signature of request {request['request_id']} does not verify with the key configured "
+        "for alpha; this node does not sign it."
+    )
+    assert error(approved) == (422, "invalid", message)
+    assert error(statement) == (422, "invalid", message)
+    assert signatures == 0
+    assert (await relay_item(beta, request["request_id"]))["state"] == "pending"
+    assert audit_records(beta) == []
+
+
+@asynctest
+async def test_an_expired_request_is_never_signed(
+    cluster: dict[str, Node], beta_relay: Node, redis_url: str
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    now = int(time.time())
+    # Stored while it was still pending (as if the approver had been down since), expired now.
+    request = alpha.request(arguments={"command": "echo hi"}, now=now - alpha.timeout_seconds - 1)
+    await store_in_inbox(beta, redis_url, request, sign_request(request, signer("alpha")), now=now - 50)
+    assert request["expires_at"] < now
+    async with beta_approver(beta) as client:
+        approved = await client.post(f"/v1/requests/{request['request_id']}/approve", json={})
+        shown = await client.get(f"/v1/requests/{request['request_id']}")
+        engine = client.app.state.engine  # type: ignore[attr-defined]
+        # The engine's own check, whatever a listing says: an expired item is skipped, not signed.
+        item = await engine.relay.get_inbox_item(request["request_id"], origin="alpha")
+        assert await engine.handle([item]) == 0
+        signatures = metric(client, "teaagent_approver_signatures_total")
+        skipped = metric(client, "teaagent_approver_skipped_total", reason="expired")
+
+    assert error(approved) == (
+        409,
+        "expired",
+        f"Request {request['request_id']} expired at {request['expires_at']}; this node signs nothing "
+        "for it any more.",
+    )
+    assert shown.json()["state"] == "expired"
+    assert shown.json()["seconds_left"] == 0
+    assert (signatures, skipped) == (0, 1)
+    assert audit_records(beta) == []
+
+
+# -- every refusal is an ErrorOut --------------------------------------------------------------
+
+
+@asynctest
+async def test_every_refusal_is_an_error_out_with_its_code(
+    cluster: dict[str, Node], beta_relay: Node
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    unknown = "0" * 32
+    async with beta_approver(beta) as client:
+        request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
+        no_token = await client.get("/v1/requests", headers={"Authorization": ""})
+        wrong_token = await client.get(
+            "/v1/requests", headers={"Authorization": "Bearer nope-nope-nope-nope"}
+        )
+        no_route = await client.get("/v1/nothing")
+        wrong_method = await client.delete("/v1/requests")
+        bad_state = await client.get("/v1/requests", params={"state": "maybe"})
+        bad_limit = await client.get("/v1/requests", params={"limit": 0})
+        bad_id = await client.get("/v1/requests/NOT-AN-ID")
+        not_found = await client.get(f"/v1/requests/{unknown}")
+        not_found_from = await client.post(f"/v1/requests/{request_id}/approve", json={"origin": "gamma"})
+        no_reason = await client.post(f"/v1/requests/{request_id}/deny", json={"reason": ""})
+        extra_field = await client.post(f"/v1/requests/{request_id}/approve", json={"reasons": "x"})
+        not_json = await client.post(
+            f"/v1/requests/{request_id}/approve", content=b"{", headers={"Content-Type": "application/json"}
+        )
+        too_large = await client.post(f"/v1/requests/{request_id}/approve", content=b"x" * 70_000)
+        not_a_statement = await client.post(
+            f"/v1/requests/{request_id}/decision",
+            json={"statement": {"request_id": request_id}, "signature": "x"},
+        )
+        health = await client.get("/health", headers={"Authorization": ""})
+        metrics = await client.get("/metrics", headers={"Authorization": ""})
+        openapi = await client.get("/openapi.json")
+
+    assert error(no_token)[:2] == (401, "unauthorized")
+    assert error(wrong_token)[:2] == (401, "unauthorized")
+    assert error(no_route) == (404, "not_found", "There is no such resource on this approver.")
+    assert error(wrong_method)[:2] == (405, "method_not_allowed")
+    assert error(bad_state)[:2] == (422, "invalid")
+    assert error(bad_limit)[:2] == (422, "invalid")
+    assert error(bad_id)[:2] == (422, "invalid")
+    assert error(not_found) == (404, "not_found", f"No request {unknown} is in this node's inbox.")
+    assert error(not_found_from) == (
+        404,
+        "not_found",
+        f"No request {request_id} from gamma is in this node's inbox.",
+    )
+    assert error(no_reason)[:2] == (422, "invalid")
+    assert error(extra_field)[:2] == (422, "invalid")
+    assert error(not_json)[:2] == (400, "invalid")
+    assert error(too_large) == (413, "too_large", "The request body is larger than the limit of 65536 bytes.")
+    assert error(not_a_statement)[:2] == (422, "invalid")
+    assert health.status_code == 200
+    assert health.json()["service"] == "approver"
+    assert "teaagent_approver_refusals_total" in metrics.text
+    paths = openapi.json()["paths"]
+    assert set(paths) >= {
+        "/v1/requests",
+        "/v1/requests/{request_id}",
+        "/v1/requests/{request_id}/statement",
+        "/v1/requests/{request_id}/approve",
+        "/v1/requests/{request_id}/deny",
+        "/v1/requests/{request_id}/decision",
+        "/health",
+        "/metrics",
+    }
+
+
+@asynctest
+async def test_the_relay_down_is_503_unavailable(cluster: dict[str, Node]) -> None:
+    beta = cluster["beta"]  # its relay does not run
+    async with beta_approver(beta, engine=False) as client:
+        listed = await client.get("/v1/requests")
+        shown = await client.get(f"/v1/requests/{'1' * 32}")
+
+    assert error(listed)[:2] == (503, "unavailable")
+    assert error(shown)[:2] == (503, "unavailable")
+
+
+# -- the audit log -----------------------------------------------------------------------------
+
+
+@asynctest
+async def test_the_audit_log_verifies_and_holds_one_record_per_decision_with_its_key(
+    cluster: dict[str, Node], beta_relay: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        decided = [
+            deliver(alpha, beta, arguments={"command": f"echo {n}"}, call_id=f"call-{n}")["request_id"]
+            for n in range(5)
+        ]
+        asked = deliver(alpha, beta, arguments={"command": "make"}, call_id="call-ask")["request_id"]
+        assert await until(lambda: metric(client, "teaagent_approver_forwards_total", result="ok") >= 5)
+        await client.post(f"/v1/requests/{asked}/deny", json={"reason": "no"})
+        await client.post(f"/v1/requests/{asked}/deny", json={"reason": "no"})  # the same, again
+
+    path = beta.data_dir / AUDIT_FILE_NAME
+    report = verify_log(path)
+    assert report.ok, report.message
+    records = audit_records(beta)
+    assert sorted(record["request_id"] for record in records) == sorted([*decided, asked])
+    assert {record["key_fingerprint"] for record in records} == {fingerprint(signer("beta"))}
+    assert cli(["audit", "verify", str(path)]) == 0
+    assert "6" in capsys.readouterr().out
+
+
+# -- the notifier, the relay restarting, a decision another process left unfinished -------------
+
+
+@asynctest
+async def test_an_ask_item_is_notified_once_and_not_again_after_a_restart(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    from test_approver_notify import receiving
+
+    with receiving() as receiver:
+        notify = f'notify = {{ webhook_url = "{receiver.url("/hook")}", format = "json" }}\n'
+        cluster = write_cluster(
+            tmp_path,
+            ["alpha", "beta"],
+            redis_url=redis_url,
+            prefix=redis_prefix,
+            rules={"beta": notify + APPROVE_ECHO_DENY_RM},
+        )
+        alpha, beta = cluster["alpha"], cluster["beta"]
+        with served(beta):
+            async with beta_approver(beta) as client:
+                asked = deliver(alpha, beta, arguments={"command": "make release"}, call_id="call-ask")
+                ruled = deliver(alpha, beta, arguments={"command": "echo hi"}, call_id="call-echo")
+                assert await until(lambda: receiver.hits_for(asked["request_id"]))
+                assert await until(
+                    lambda: metric(client, "teaagent_approver_forwards_total", result="ok") >= 1
+                )
+            async with beta_approver(beta) as client:  # a restart
+                assert await until(
+                    lambda: metric(client, "teaagent_approver_skipped_total", reason="ask") >= 1
+                )
+                notified_again = metric(client, "teaagent_approver_notifications_total")
+
+    [hit] = receiver.hits
+    assert hit.path == "/hook"
+    assert hit.body["request_id"] == asked["request_id"]
+    assert hit.body["arguments"] == {"command": "make release"}
+    assert receiver.hits_for(ruled["request_id"]) == []
+    assert notified_again == 0
+
+
+@asynctest
+async def test_decisions_reach_a_relay_that_restarted_between_two(cluster: dict[str, Node]) -> None:
+    alpha, beta = cluster["alpha"], cluster["beta"]
+    async with beta_approver(beta, engine=False) as client:
+        with served(beta):
+            first = deliver(alpha, beta, arguments={"command": "make one"}, call_id="call-1")["request_id"]
+            second = deliver(alpha, beta, arguments={"command": "make two"}, call_id="call-2")["request_id"]
+            one = await client.post(f"/v1/requests/{first}/approve", json={})
+        # The relay stopped, closing the approver's kept-alive connections; then it is back.
+        with served(beta):
+            two = await client.post(f"/v1/requests/{second}/approve", json={})
+            at_relay = await relay_item(beta, second)
+
+    assert one.json()["forwarded"] is True
+    assert two.status_code == 200, two.text
+    assert two.json()["forwarded"] is True
+    assert at_relay["state"] == "approved"
+
+
+async def record_left_by_another_process(
+    node: Node, redis_url: str, request: dict[str, Any], *, kind: str, reason: str, age: float
+) -> Any:
+    """A decision recorded (not signed, audited or sent) by an approver process that died ``age`` s ago."""
+    from teaagent.quorum import approval_statement, denial_statement
+    from teaagent_approver._ledger import Ledger, Record
+
+    signed_at = int(time.time() - age)
+    statement = (
+        approval_statement(request, node.name, signed_at)
+        if kind == "approval"
+        else denial_statement(request, node.name, signed_at, reason)
+    )
+    record = Record(
+        kind=kind,  # type: ignore[arg-type]
+        reason=reason,
+        by="operator",
+        key_fingerprint=fingerprint(signer(node.name)),
+        statement=statement,
+        signature=None,
+        instance="a-process-that-died",
+        recorded_at=time.time() - age,
+    )
+    store = connect(redis_url, prefix=node.redis_prefix)
+    try:
+        claim = await Ledger(store).claim(
+            request["origin"], request["request_id"], request["expires_at"], record
+        )
+    finally:
+        await store.aclose()
+    assert claim.won
+    return record
+
+
+@asynctest
+async def test_a_decision_another_process_recorded_is_finished_as_recorded_never_otherwise(
+    cluster: dict[str, Node], beta_relay: Node, redis_url: str
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    # The rules approve "echo *"; an operator's denial was recorded first, by a process now dead.
+    request = deliver(alpha, beta, arguments={"command": "echo hi"})
+    record = await record_left_by_another_process(beta, redis_url, request, kind="denial", reason="no", age=0)
+    async with beta_approver(beta, takeover_seconds=1.5) as client:
+        # Left to its owner a moment (it might be alive and about to sign it), then finished here.
+        assert await until(lambda: metric(client, "teaagent_approver_skipped_total", reason="deferred") >= 1)
+        assert (await relay_item(beta, request["request_id"]))["state"] == "pending"
+        assert await until(lambda: metric(client, "teaagent_approver_forwards_total", result="ok") >= 1)
+        takeovers = metric(client, "teaagent_approver_takeovers_total")
+        signatures = metric(client, "teaagent_approver_signatures_total")
+        approve = await client.post(f"/v1/requests/{request['request_id']}/approve", json={})
+        shown = (await client.get(f"/v1/requests/{request['request_id']}")).json()
+
+    at_relay = await relay_item(beta, request["request_id"])
+    assert at_relay["state"] == "denied"
+    assert at_relay["decision"]["statement"] == record.statement
+    assert (takeovers, signatures) == (1, 1)
+    assert error(approve)[:2] == (409, "conflict")
+    assert shown["decision"] == {
+        "kind": "denial",
+        "reason": "no",
+        "by": "operator",
+        "key_fingerprint": fingerprint(signer("beta")),
+        "at": record.signed_at,
+    }
+    [audited] = audit_records(beta)
+    assert (audited["decision"], audited["by"], audited["recovered"]) == ("denial", "operator", True)
+
+
+def test_the_approvers_keys_sit_in_the_slot_of_the_inbox_item_they_decide() -> None:
+    from teaagent.store import Keys
+
+    request_id = "ab" * 16
+    keys = Keys("ta:beta")
+    mine, item = keys.approver_item("alpha", request_id), keys.inbox_item("alpha", request_id)
+    assert (mine.decision, mine.signature, mine.notified) == (
+        f"ta:beta:apr:{{alpha/{request_id}}}:decision",
+        f"ta:beta:apr:{{alpha/{request_id}}}:signature",
+        f"ta:beta:apr:{{alpha/{request_id}}}:notified",
+    )
+    assert mine.decision.split("{")[1].split("}")[0] == item.doc.split("{")[1].split("}")[0]
+    with pytest.raises(ValueError, match=r"^origin 'Alpha' is not a valid agent id$"):
+        keys.approver_item("Alpha", request_id)
+    with pytest.raises(ValueError, match=r"^request id 'x' is not 32 lowercase hex characters$"):
+        keys.approver_item("alpha", "x")
