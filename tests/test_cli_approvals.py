@@ -1,9 +1,12 @@
-"""``teaagent approvals``: the operators' command line, against an approver on a real socket.
+"""``teaagent approvals``: the operators' command line against beta's real approver and relay.
 
-The node is beta; alpha asks it (its requests are signed with alpha's key). Operators' keys are
-made by the real ``ssh-keygen`` and listed in beta's ``[approver] operators`` file; signatures made
-by ``ssh-keygen -Y sign`` and by a real ``ssh-agent`` go through ``submit``, ``--key`` and
-``--agent``. Each refusal is checked for its exit code and its one sentence on stderr.
+The node is beta, its relay and approver real processes (``teaagent relay serve``, ``teaagent
+approver serve``) shared by the module; alpha asks it (each test delivers requests of its own,
+signed with alpha's key, to beta's relay as alpha's relay would). Operators' keys are made by the
+real ``ssh-keygen`` and listed in beta's ``[approver] operators`` file; signatures made by
+``ssh-keygen -Y sign`` and by a real ``ssh-agent`` go through ``submit``, ``--key`` and ``--agent``.
+Each refusal is checked for its exit code and its one sentence on stderr. A stand-in server is used
+only for answers the real approver never gives (a wrong statement to sign, an undocumented body).
 """
 
 from __future__ import annotations
@@ -21,20 +24,28 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approver_fake import FakeApprover
+import redis
+import uvicorn
 from conftest import SSHKey
-from relay_support import Node, free_port, signer, write_cluster
+from relay_support import ApproverProcess, Node, RelayProcess, free_port, signer, write_cluster
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
+from teaagent.approver_client import ApproverClient
 from teaagent.cli import _approvals
 from teaagent.cli._main import run
 from teaagent.config import load_config
-from teaagent.quorum import sign_request, statement_bytes
+from teaagent.errors import RelayError
+from teaagent.quorum import approval_statement, sign_request, statement_bytes
+from teaagent.relay_client import RelayClient
 
 PASSPHRASE = "correct horse battery staple"
 DEADLINE = 30.0  # seconds for anything a test waits on (a loaded two-core host)
@@ -68,55 +79,129 @@ class Cluster:
         return self.nodes["alpha"].request(tool_name=tool_name, arguments=arguments, **fields)
 
 
-@pytest.fixture
+RULES = """
+[[approver.rules]]
+tool = "shell.run"
+arguments = { command = "echo *" }
+decision = "approve"
+
+[[approver.rules]]
+tool = "fs.delete"
+decision = "ask"
+"""
+
+
+@pytest.fixture(scope="module")
 def cluster(
-    tmp_path: Path, redis_url: str, redis_prefix: str, ssh_key_factory: Callable[..., SSHKey]
-) -> Cluster:
-    nodes = write_cluster(tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix)
+    tmp_path_factory: pytest.TempPathFactory, redis_server: str, ssh_key_factory: Callable[..., SSHKey]
+) -> Iterator[Cluster]:
+    """One cluster for the module (each test sends requests of its own), its keys under one prefix."""
+    folder = tmp_path_factory.mktemp("approvals")
+    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    nodes = write_cluster(
+        folder,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_server,
+        prefix=prefix,
+        operators={"beta": ["ops-placeholder"]},
+        rules={"beta": RULES},
+    )
     operator = ssh_key_factory("ops-one")
     second = ssh_key_factory("ops-two")
     locked = ssh_key_factory("ops-locked", passphrase=PASSPHRASE)
     stranger = ssh_key_factory("stranger")
-    (tmp_path / "operators.allowed_signers").write_text(
+    # beta's operators are keys of the real ssh-keygen (beta reads the file as [approver] operators).
+    (folder / "beta.operators").write_text(
         "".join(f"beta {key.public_line}\n" for key in (operator, second, locked))
     )
-    port = free_port()
-    with nodes["beta"].config_path.open("a") as handle:
-        handle.write(
-            f'\n[approver]\nport = {port}\noperators = "operators.allowed_signers"\n\n'
-            '[[approver.rules]]\ntool = "shell.run"\narguments = { command = "echo *" }\n'
-            'decision = "approve"\n\n'
-            '[[approver.rules]]\ntool = "fs.delete"\ndecision = "ask"\n'
-        )
-    return Cluster(nodes, operator, second, locked, stranger, port)
+    yield Cluster(nodes, operator, second, locked, stranger, nodes["beta"].approver_port)
+    client = redis.Redis.from_url(redis_server)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def config_with_approver_port(cluster: Cluster, port: int) -> str:
+    """A copy of beta's configuration whose approver is on ``port`` (nobody's, or a stand-in's)."""
+    text = cluster.beta.config_path.read_text()
+    marker = f"[approver]\nport = {cluster.approver_port}\n"
+    assert marker in text
+    path = cluster.beta.folder / f"beta-{port}.toml"
+    path.write_text(text.replace(marker, f"[approver]\nport = {port}\n"))
+    return str(path)
 
 
 class Approver:
-    """beta's approver as the CLI sees it, and the way requests reach it."""
+    """beta's relay and approver, real processes, and the way alpha's requests reach beta."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.fake = FakeApprover(load_config(cluster.beta.config_path))
+        logs = cluster.beta.folder / "logs"
+        logs.mkdir(exist_ok=True)
+        self.relay = RelayProcess(cluster.beta, logs)
+        self.process = ApproverProcess(cluster.beta, logs)
+        self.token = load_config(cluster.beta.config_path).load_token()
+
+    def client(self) -> ApproverClient:
+        return ApproverClient(self.cluster.beta.approver_url, token=self.token)
 
     def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.fake.add(request, sign_request(request, signer("alpha")))
-        return request
+        """Deliver the request to beta's inbox as alpha's relay would; wait until the approver shows it."""
+        with RelayClient(self.cluster.beta.url) as relay:
+            relay.deliver_request(request, sign_request(request, signer("alpha")))
+        with self.client() as client:
+            deadline = time.monotonic() + DEADLINE
+            while True:
+                try:
+                    client.get_request(request["request_id"])
+                    return request
+                except RelayError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+
+    def decision(self, request_id: str) -> Any:
+        """beta's own decision on the request, as its approver tells it."""
+        with self.client() as client:
+            return client.get_request(request_id).decision
+
+    def ensure_running(self) -> None:
+        if self.relay.process is None or self.relay.process.poll() is not None:
+            self.relay.start()
+        if self.process.process is None or self.process.process.poll() is not None:
+            self.start()
 
     def start(self) -> None:
-        self.fake.start()
+        self.process.start()
 
     def stop(self) -> None:
-        self.fake.stop()
+        self.process.stop()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def close(self) -> None:
+        self.process.stop()
+        self.relay.stop()
+
+
+@pytest.fixture(scope="module")
+def approver_processes(cluster: Cluster) -> Iterator[Approver]:
+    served = Approver(cluster)
+    try:
+        served.ensure_running()
+        yield served
+    finally:
+        served.close()
 
 
 @pytest.fixture
-def approver(cluster: Cluster) -> Iterator[Approver]:
-    served = Approver(cluster)
-    served.start()
-    try:
-        yield served
-    finally:
-        served.stop()
+def approver(approver_processes: Approver) -> Approver:
+    approver_processes.ensure_running()  # a test that stopped it (watch) has it started again
+    return approver_processes
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -137,6 +222,7 @@ def one_sentence(err: str) -> str:
 # -- list and show -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_list_json_has_the_documented_fields_pending_first(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,33 +235,45 @@ def test_list_json_has_the_documented_fields_pending_first(
 
     assert (code, err) == (0, "")
     listed = json.loads(out)
-    assert [item["request_id"] for item in listed] == [second["request_id"], first["request_id"]]
     for item in listed:
         assert {"request_id", "origin", "tool_name", "arguments", "reason", "expires_at", "state"} <= set(
             item
         )
-    assert listed[0]["origin"] == "alpha"
-    assert listed[0]["arguments"] == {"path": "x"}
-    assert listed[0]["reason"] == "clean the build"
-    assert listed[0]["expires_at"] == second["expires_at"]
-    assert [item["state"] for item in listed] == ["pending", "approved"]
+    states = [item["state"] for item in listed]
+    assert states == sorted(states, key=lambda state: state != "pending")  # the pending first
+    mine = {
+        item["request_id"]: item
+        for item in listed
+        if item["request_id"] in (first["request_id"], second["request_id"])
+    }
+    assert mine[second["request_id"]]["origin"] == "alpha"
+    assert mine[second["request_id"]]["tool_name"] == "fs.delete"
+    assert mine[second["request_id"]]["arguments"] == {"path": "x"}
+    assert mine[second["request_id"]]["reason"] == "clean the build"
+    assert mine[second["request_id"]]["expires_at"] == second["expires_at"]
+    assert mine[second["request_id"]]["state"] == "pending"
+    assert mine[first["request_id"]]["state"] == "approved"  # by this node: its own view
 
 
+@pytest.mark.slow
 def test_list_filters_and_prints_a_table(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shell = approver.deliver(cluster.request(arguments={"command": "x" * 300}, call_id="c1"))
-    delete = approver.deliver(cluster.request(tool_name="fs.delete", arguments={"path": "x"}, call_id="c2"))
+    tool = f"test.{uuid.uuid4().hex[:8]}"  # a tool no other test's request calls
+    long = approver.deliver(cluster.request(tool_name=tool, arguments={"command": "x" * 300}, call_id="c1"))
+    short = approver.deliver(cluster.request(tool_name=tool, arguments={"path": "x"}, call_id="c2"))
 
-    code, out, _ = cli(capsys, "list", "--config", cluster.config)
+    code, out, _ = cli(capsys, "list", "--tool", tool, "--config", cluster.config)
+
     assert code == 0
     header, *rows, note = out.splitlines()
     assert header.split() == ["REQUEST", "ORIGIN", "TOOL", "BETA", "LEFT", "RULE", "ARGUMENTS"]
-    assert {row.split()[0] for row in rows} == {shell["request_id"], delete["request_id"]}
-    assert "show ID" in note  # the cut arguments are said to be cut
-
-    code, out, _ = cli(capsys, "list", "--tool", "fs.delete", "--json", "--config", cluster.config)
-    assert [item["request_id"] for item in json.loads(out)] == [delete["request_id"]]
+    assert sorted(row.split()[:4] for row in rows) == sorted(
+        [request["request_id"], "alpha", tool, "pending"] for request in (long, short)
+    )
+    assert note == "(arguments cut with …; `teaagent approvals show ID` prints them whole)"
+    code, out, _ = cli(capsys, "list", "--tool", tool, "--json", "--config", cluster.config)
+    assert {item["request_id"] for item in json.loads(out)} == {long["request_id"], short["request_id"]}
     code, out, _ = cli(capsys, "list", "--origin", "gamma", "--config", cluster.config)
     assert (code, out) == (0, "No pending requests for beta.\n")
 
@@ -187,6 +285,7 @@ def test_list_refuses_an_unknown_state(cluster: Cluster, capsys: pytest.CaptureF
     assert one_sentence(err) == "--state is pending, approved, denied, expired or all, not 'maybe'."
 
 
+@pytest.mark.slow
 def test_show_prints_the_whole_request_and_what_would_decide_it(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -212,6 +311,7 @@ def test_show_prints_the_whole_request_and_what_would_decide_it(
     assert "rule         #2 tool='fs.delete' -> ask" in out
 
 
+@pytest.mark.slow
 def test_show_escapes_what_a_terminal_would_hide(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -229,6 +329,7 @@ def test_show_escapes_what_a_terminal_would_hide(
     assert "rule         #1 tool='shell.run' command='echo *' -> approve" in out
 
 
+@pytest.mark.slow
 def test_show_json_is_the_whole_item(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -247,6 +348,7 @@ def test_show_json_is_the_whole_item(
 # -- deciding with the node key ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_approve_names_this_nodes_decision_not_the_outcome(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -271,6 +373,7 @@ def test_approve_names_this_nodes_decision_not_the_outcome(
     assert "state" not in decision
 
 
+@pytest.mark.slow
 def test_deny_needs_a_reason_and_signs_it(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -310,6 +413,7 @@ def fingerprint_of(key: SSHKey) -> str:
     return result.stdout.split()[1]
 
 
+@pytest.mark.slow
 def test_statement_signed_by_ssh_keygen_is_submitted(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -340,6 +444,7 @@ def test_statement_signed_by_ssh_keygen_is_submitted(
     assert out.startswith(f"beta approved request {request['request_id']} of alpha")
 
 
+@pytest.mark.slow
 def test_statement_goes_to_stdout_without_a_newline(
     cluster: Cluster, approver: Approver, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
@@ -353,6 +458,7 @@ def test_statement_goes_to_stdout_without_a_newline(
     assert not data.endswith(b"\n")
 
 
+@pytest.mark.slow
 def test_a_denial_statement_signed_by_ssh_keygen_is_submitted(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -382,6 +488,7 @@ def test_a_denial_statement_signed_by_ssh_keygen_is_submitted(
 # -- signing locally with an operator's key file -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_key_file_signs_as_an_operator(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -401,6 +508,7 @@ def test_key_file_signs_as_an_operator(
     assert f"with key {fingerprint_of(cluster.operator)}." in out
 
 
+@pytest.mark.slow
 def test_a_passphrase_is_asked_once_without_echo(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -428,6 +536,7 @@ def test_a_passphrase_is_asked_once_without_echo(
     assert f"with key {fingerprint_of(cluster.locked)}." in out
 
 
+@pytest.mark.slow
 def test_a_wrong_passphrase_is_a_usage_error(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -447,7 +556,7 @@ def test_a_wrong_passphrase_is_a_usage_error(
 
     assert code == 2
     assert one_sentence(err) == f"the passphrase for the private key {cluster.locked.private_path} is wrong."
-    assert approver.fake.items[("alpha", request["request_id"])]["decision"] is None
+    assert approver.decision(request["request_id"]) is None
 
 
 def _read_until(descriptor: int, wanted: bytes, deadline: float) -> bytes:
@@ -492,6 +601,7 @@ def test_a_passphrase_is_read_from_a_real_terminal_without_echo(cluster: Cluster
     assert f"with key {fingerprint_of(cluster.locked)}.".encode() in rest
 
 
+@pytest.mark.slow
 def test_a_passphrase_without_a_terminal_is_a_usage_error(cluster: Cluster, approver: Approver) -> None:
     request = approver.deliver(cluster.request())
 
@@ -513,9 +623,10 @@ def test_a_passphrase_without_a_terminal_is_a_usage_error(cluster: Cluster, appr
         f"the private key {cluster.locked.private_path} is protected by a passphrase, and there is no "
         "terminal to ask for it; run the command in a terminal, or add the key to ssh-agent and use --agent."
     )
-    assert approver.fake.items[("alpha", request["request_id"])]["decision"] is None
+    assert approver.decision(request["request_id"]) is None
 
 
+@pytest.mark.slow
 def test_a_folder_given_as_key_is_a_usage_error(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -530,7 +641,7 @@ def test_a_folder_given_as_key_is_a_usage_error(
 
 
 def test_a_missing_key_file_is_a_usage_error(
-    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     missing = tmp_path / "nope"
 
@@ -540,6 +651,7 @@ def test_a_missing_key_file_is_a_usage_error(
     assert one_sentence(err) == f"the private key file {missing} does not exist."
 
 
+@pytest.mark.slow
 def test_an_unreadable_key_file_is_a_usage_error(
     cluster: Cluster, approver: Approver, tmp_path: Path
 ) -> None:
@@ -565,6 +677,7 @@ def test_an_unreadable_key_file_is_a_usage_error(
     assert one_sentence(result.stderr) == f"cannot read the private key file {key}: Permission denied."
 
 
+@pytest.mark.slow
 def test_a_key_readable_by_others_is_warned_about(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -715,6 +828,7 @@ def test_agent_without_ssh_auth_sock_is_a_usage_error(
 # -- refusals ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unknown_request_id_is_a_usage_error(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -729,6 +843,7 @@ def test_an_unknown_request_id_is_a_usage_error(
         assert "f" * 32 in sentence
 
 
+@pytest.mark.slow
 def test_an_expired_request_is_refused_with_exit_3(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -751,6 +866,7 @@ def test_an_expired_request_is_refused_with_exit_3(
         assert "(409 expired)" in one_sentence(err)
 
 
+@pytest.mark.slow
 def test_a_key_that_may_not_sign_for_this_node_is_refused(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -781,6 +897,7 @@ def test_a_key_that_may_not_sign_for_this_node_is_refused(
     assert "(403 forbidden)" in one_sentence(err)
 
 
+@pytest.mark.slow
 def test_a_statement_that_does_not_match_the_request_is_refused(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -801,6 +918,7 @@ def test_a_statement_that_does_not_match_the_request_is_refused(
     assert "(422 invalid)" in one_sentence(err)
 
 
+@pytest.mark.slow
 def test_a_statement_file_that_is_not_the_signed_bytes_is_refused_here(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -827,9 +945,10 @@ def test_a_statement_file_that_is_not_the_signed_bytes_is_refused_here(
     code, _, err = cli(capsys, "submit", request["request_id"], *submit)
     assert code == 2
     assert one_sentence(err).startswith(f"the signature file {signature} is not an SSH signature: ")
-    assert approver.fake.calls.count(f"POST /v1/requests/{request['request_id']}/decision") == 0
+    assert approver.decision(request["request_id"]) is None
 
 
+@pytest.mark.slow
 def test_a_second_different_decision_is_refused(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -847,17 +966,15 @@ def test_a_second_different_decision_is_refused(
 def test_an_approver_nobody_runs_is_named_with_the_command_that_starts_it(
     cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # (watch waits for it instead: test_watch_..._outlives_an_approver_restart)
+    port = free_port()
+    config = config_with_approver_port(cluster, port)
+    # (watch waits for it instead: test_watch_prints_new_requests_decides_them_and_outlives_restarts)
     for command in (["list"], ["show", "0" * 32], ["approve", "0" * 32], ["statement", "0" * 32]):
-        code, _, err = cli(capsys, *command, "--config", cluster.config)
+        code, _, err = cli(capsys, *command, "--config", config)
         assert code == 1, command
         sentence = one_sentence(err)
-        assert sentence.startswith(f"No approver answers at http://127.0.0.1:{cluster.approver_port} ("), (
-            sentence
-        )
-        assert sentence.endswith(f"; start it with `teaagent approver serve --config {cluster.config}`."), (
-            sentence
-        )
+        assert sentence.startswith(f"No approver answers at http://127.0.0.1:{port} ("), sentence
+        assert sentence.endswith(f"; start it with `teaagent approver serve --config {config}`."), sentence
 
 
 # -- watch -------------------------------------------------------------------------------------
@@ -910,7 +1027,7 @@ def watching(cluster: Cluster, *extra: str) -> Iterator[tuple[subprocess.Popen[s
 
 
 @pytest.mark.slow
-def test_watch_prints_new_requests_decides_them_and_outlives_an_approver_restart(
+def test_watch_prints_new_requests_decides_them_and_outlives_restarts(
     cluster: Cluster, approver: Approver
 ) -> None:
     with watching(cluster) as (process, lines):
@@ -928,13 +1045,20 @@ def test_watch_prints_new_requests_decides_them_and_outlives_an_approver_restart
         process.stdin.flush()
         lines.wait_for(lambda line: line.startswith(f"beta approved request {first['request_id']} of alpha"))
 
-        approver.stop()
+        approver.kill()  # kill -9: the watch waits for it, says so once, and goes on when it is back
         lines.wait_for(
             lambda line: (
                 line.startswith("No approver answers at") and line.endswith("retrying until it answers.")
             )
         )
         approver.start()
+        lines.wait_for(lambda line: line.endswith("answers again."))
+        approver.relay.stop()  # the approver answers, but cannot list the relay's inbox
+        down = lines.wait_for(lambda line: line.endswith("retrying until it answers."))
+        assert down.startswith(
+            f"The approver at {cluster.beta.approver_url} refused the listing of requests (5"
+        )
+        approver.relay.start()
         lines.wait_for(lambda line: line.endswith("answers again."))
         second = approver.deliver(
             cluster.request(call_id="c2", tool_name="fs.delete", arguments={"path": "x"})
@@ -999,52 +1123,76 @@ def test_watch_on_a_terminal_shows_a_live_table_and_takes_keystrokes(
 # -- what only a stand-in can do: an approver that answers wrongly ------------------------------
 
 
-class WrongStatement(FakeApprover):
-    """Hands out another node's statement to sign."""
+@contextlib.contextmanager
+def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on a free port with ``routes``, in a thread; yields a configuration that names it.
 
-    async def statement(self, request: Any) -> Any:
-        response = await super().statement(request)
-        body = json.loads(response.body)
-        body["statement"]["signer"] = "gamma"
-        body["bytes"] = statement_bytes(body["statement"]).decode()
-        return type(response)(body)
+    The real approver never answers like these; only a stand-in can show what the command does then.
+    """
+    port = free_port()
+    calls: list[str] = []
 
+    async def record(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            calls.append(f"{scope['method']} {scope['path']}")
+        await app(scope, receive, send)
 
-class Nonsense(FakeApprover):
-    """Answers a listing with something that is not one."""
-
-    async def list_requests(self, request: Any) -> Any:
-        from starlette.responses import JSONResponse
-
-        return JSONResponse({"items": [{"request_id": "x"}]})
+    app = Starlette(routes=list(routes))
+    server = uvicorn.Server(
+        uvicorn.Config(record, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + DEADLINE
+    while not server.started:
+        assert thread.is_alive(), "the stand-in did not start"
+        assert time.monotonic() < deadline, "the stand-in did not start in time"
+        time.sleep(0.01)
+    try:
+        yield config_with_approver_port(cluster, port), calls
+    finally:
+        server.should_exit = True
+        thread.join(timeout=DEADLINE)
 
 
 def test_a_statement_to_sign_that_is_not_this_nodes_is_never_signed(
     cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with WrongStatement(load_config(cluster.beta.config_path)) as fake:
-        request = cluster.request()
-        fake.add(request, sign_request(request, signer("alpha")))
+    request = cluster.request()
+    gammas = approval_statement(request, "gamma", int(time.time()))  # another node's statement
+
+    async def statement(_: Any) -> JSONResponse:
+        return JSONResponse({"statement": gammas, "bytes": statement_bytes(gammas).decode()})
+
+    path = f"/v1/requests/{request['request_id']}"
+    with stand_in(cluster, Route(f"{path}/statement", statement)) as (config, calls):
         args = ["approve", request["request_id"], "--key", str(cluster.operator.private_path)]
 
-        code, _, err = cli(capsys, *args, "--config", cluster.config)
+        code, _, err = cli(capsys, *args, "--config", config)
 
-        assert code == 1
-        assert one_sentence(err) == (
-            f"The approver at http://127.0.0.1:{cluster.approver_port} gave a statement to sign that is "
-            "wrong (its signer is 'gamma', not beta); nothing was signed."
-        )
-        assert f"POST /v1/requests/{request['request_id']}/decision" not in fake.calls
+    assert code == 1
+    assert one_sentence(err) == (
+        f"The approver at http://127.0.0.1:{config_port(config)} gave a statement to sign that is "
+        "wrong (its signer is 'gamma', not beta); nothing was signed."
+    )
+    assert calls == [f"GET {path}/statement"]  # nothing was submitted
 
 
 def test_an_answer_that_is_not_the_documented_one_is_one_sentence(
     cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with Nonsense(load_config(cluster.beta.config_path)):
-        code, _, err = cli(capsys, "list", "--config", cluster.config)
+    async def listing(_: Any) -> JSONResponse:
+        return JSONResponse({"items": [{"request_id": "x"}]})
+
+    with stand_in(cluster, Route("/v1/requests", listing)) as (config, _):
+        code, _, err = cli(capsys, "list", "--config", config)
 
     assert code == 1
     assert one_sentence(err) == (
-        f"The approver at http://127.0.0.1:{cluster.approver_port} answered the listing of requests with "
+        f"The approver at http://127.0.0.1:{config_port(config)} answered the listing of requests with "
         "something that is not what its API documents: it has no field 'state'."
     )
+
+
+def config_port(config: str) -> int:
+    return load_config(config).approver.port
