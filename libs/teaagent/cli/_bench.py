@@ -54,12 +54,19 @@ def _agent(seconds: float) -> dict[str, float]:
     return bench_agent(seconds)
 
 
+def _approver(seconds: float) -> dict[str, float]:
+    from teaagent_approver._bench import bench_approver
+
+    return bench_approver(seconds)
+
+
 BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "core": _core,
     "signing": _signing,
     "relay": _relay,
     "runner": _runner,
     "agent": _agent,
+    "approver": _approver,
 }
 
 # What each benchmark promises (key, comparison, target), printed beside the figures.
@@ -80,11 +87,14 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
     "runner": [("iteration_overhead_ms_median", "<=", 1.0)],
     # The agent service's stream against a bare uvicorn SSE endpoint streaming the same frames.
     "agent": [("first_event_floor_ratio", "<=", 3.0), ("events_floor_ratio", ">=", 0.5)],
+    # Rule decisions signed and handed over by one approver against the relay's peer-decision
+    # ceiling (`decisions_per_s` of `bench relay`), measured in the same run.
+    "approver": [("ratio_to_relay", ">=", 0.5)],
 }
 
 
 def bench(
-    name: Annotated[str, typer.Argument(help="core | signing | relay | runner | agent")],
+    name: Annotated[str, typer.Argument(help="core | signing | relay | runner | agent | approver")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")] = False,
     seconds: Annotated[
         float, typer.Option(help="Time budget of the benchmark, in seconds.")

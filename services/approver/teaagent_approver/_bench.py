@@ -1,0 +1,235 @@
+"""Benchmark of one approver process deciding by rule: ``teaagent bench approver``.
+
+``bench_approver(seconds)`` starts an embedded Redis, one real relay process (``teaagent relay
+serve``, its delivery worker off) and one real approver process (``teaagent approver serve``) of
+node ``beta``, whose one rule approves every ``shell.*`` request. It first posts ``count`` signed
+requests of the peer ``alpha`` to the relay's inbox (``POST /v1/inbox``, before the approver
+starts), then starts the approver and measures, from the first decision in its audit log to the
+approver's ``forwards{result="ok"}`` counter reaching ``count``, the decisions it signed and the
+relay accepted per second (``decisions_per_s``).
+
+In the same run, ``teaagent.relay_client._bench.bench_decisions`` measures the relay's own ceiling
+on peer decisions (``relay_decisions_per_s``); ``ratio_to_relay`` is the approver's rate against it
+(target >= 0.5). ``approver_cpu_ms_per_decision`` and ``relay_cpu_ms_per_decision`` are each
+process's CPU time (user and system) per decision during the approver's run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+
+import httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from teaagent.quorum import build_request, sign_request
+from teaagent.relay_client._bench import (
+    _free_port,
+    _post_raw,
+    _process_cpu_seconds,
+    _wait_ready,
+    bench_decisions,
+)
+from teaagent.signing import SSHPrivateKey
+from teaagent.store import EmbeddedRedis
+from teaagent.trust import MultiSigQuorumConfig
+from teaagent_approver._audit import AUDIT_FILE_NAME
+
+__all__ = ["bench_approver"]
+
+DECISIONS_PER_SECOND_GUESS: Final = 400  # sizes the work to the time budget; the figure is measured
+MIN_REQUESTS: Final = 200  # enough that the clock starts well before the last decision
+DEADLINE_SECONDS: Final = 120.0  # the approver must have decided everything by then
+POLL_SECONDS: Final = 0.02  # how often the bench reads the audit log and the approver's counters
+_FORWARDS_OK = re.compile(r'^teaagent_approver_forwards_total\{result="ok"\} (\S+)$', re.MULTILINE)
+
+
+def _write_node(
+    folder: Path,
+    redis_url: str,
+    port: int,
+    approver_port: int,
+    keys: dict[str, SSHPrivateKey],
+    raw: Ed25519PrivateKey,
+) -> None:
+    raw_path = folder / "keys" / "beta"
+    raw_path.parent.mkdir(parents=True)
+    raw_path.write_bytes(
+        raw.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+    )
+    raw_path.chmod(0o600)
+    (folder / "beta.toml").write_text(
+        f'agent_id = "beta"\nprivate_key = "keys/beta"\nredis_url = "{redis_url}"\n'
+        f'relay_url = "http://127.0.0.1:{port}"\ntoken = "bench-{secrets.token_hex(16)}"\n'
+        'workspace = "workspace"\ndata_dir = "data"\n\n'
+        '[quorum]\nenabled = true\nrequired_approvals = 1\nhigh_risk_patterns = ["shell.*"]\n'
+        "timeout_seconds = 600\n\n"
+        f'[peers.alpha]\npublic_key = "{keys["alpha"].public_key.to_line()}"\n'
+        f'relay_url = "http://127.0.0.1:{_free_port()}"\n\n'
+        f'[approver]\nport = {approver_port}\n\n[[approver.rules]]\ntool = "shell.*"\ndecision = "approve"\n'
+    )
+
+
+def _requests(count: int, keys: dict[str, SSHPrivateKey]) -> list[tuple[str, bytes]]:
+    config = MultiSigQuorumConfig(
+        enabled=True,
+        required_approvals=1,
+        peer_agent_ids=["beta"],
+        peer_public_keys={"beta": keys["beta"].public_key.to_line()},
+        peer_relay_urls={"beta": "http://127.0.0.1:1"},
+        high_risk_patterns=["shell.*"],
+        timeout_seconds=600,
+    )
+    items = []
+    for index in range(count):
+        request = build_request(
+            origin="alpha",
+            run_id="bench-approver",
+            call_id=f"call-{index}",
+            tool_name="shell.run",
+            arguments={"command": f"make target-{index}"},
+            reason="benchmark",
+            config=config,
+        )
+        body = {"request": request, "signature": sign_request(request, keys["alpha"])}
+        items.append(("/v1/inbox", json.dumps(body).encode()))
+    return items
+
+
+def _forwarded(url: str) -> int:
+    match = _FORWARDS_OK.search(httpx.get(f"{url}/metrics", timeout=5).text)
+    return int(float(match.group(1))) if match else 0
+
+
+def _audited(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _serve(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "teaagent", *argv, "--no-access-log", "--log-level", "warning"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def bench_approver_only(count: int) -> dict[str, float]:
+    """One approver process deciding ``count`` preloaded inbox items by rule (no relay ceiling).
+
+    Returns:
+        ``decisions_per_s``, ``approver_cpu_ms_per_decision``, ``relay_cpu_ms_per_decision`` and
+        ``decisions`` (those timed: all but the first).
+
+    Raises:
+        ValueError: ``count`` is below 2.
+        RuntimeError: A process did not start, the relay refused a request, or the approver did not
+            sign and hand over every request within ``DEADLINE_SECONDS``.
+        StoreError: The embedded Redis did not start.
+    """
+    if count < 2:
+        raise ValueError(f"count must be at least 2, not {count}")
+    raw = {name: Ed25519PrivateKey.generate() for name in ("alpha", "beta")}
+    keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
+    items = _requests(count, keys)
+    with (
+        tempfile.TemporaryDirectory(prefix="teaagent-bench-approver-") as temporary,
+        EmbeddedRedis(Path(temporary) / "redis") as server,
+    ):
+        folder = Path(temporary)
+        port, approver_port = _free_port(), _free_port()
+        _write_node(folder, server.url, port, approver_port, keys, raw["beta"])
+        config = str(folder / "beta.toml")
+        env = {
+            **os.environ,
+            "TEAAGENT_RELAY_DELIVER": "0",
+            "TEAAGENT_RELAY_INBOX_RATE_LIMIT": "100000",
+            "TEAAGENT_RELAY_REDIS_PREFIX": "bench:beta",
+            "TEAAGENT_APPROVER_REDIS_PREFIX": "bench:beta",
+        }
+        env.pop("TEAAGENT_CONFIG", None)
+        url, approver_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{approver_port}"
+        relay = _serve(["relay", "serve", "--config", config], env, folder / "relay.log")
+        approver: subprocess.Popen[bytes] | None = None
+        try:
+            _wait_ready(relay, url, folder / "relay.log")
+            stored, _ = asyncio.run(_post_raw(url, items, {}))
+            if stored != count:
+                raise RuntimeError(f"the relay stored {stored} of {count} requests")
+            approver = _serve(["approver", "serve", "--config", config], env, folder / "approver.log")
+            audit = folder / "data" / AUDIT_FILE_NAME
+            deadline = time.monotonic() + DEADLINE_SECONDS
+            while _audited(audit) == 0:
+                if approver.poll() is not None or time.monotonic() > deadline:
+                    log = (folder / "approver.log").read_text(errors="replace")[-1000:]
+                    raise RuntimeError(f"the approver decided nothing: {log}")
+                time.sleep(0.002)
+            # Timed from the first decision: the approver's start-up is not its rate.
+            started, first = time.perf_counter(), _audited(audit)
+            cpu_approver, cpu_relay = _process_cpu_seconds(approver.pid), _process_cpu_seconds(relay.pid)
+            while (forwarded := _forwarded(approver_url)) < count:
+                if approver.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the approver handed {forwarded} of {count} decisions to the relay")
+                time.sleep(POLL_SECONDS)
+            elapsed = time.perf_counter() - started
+            timed = count - first
+            if timed <= 0:
+                raise RuntimeError(f"the approver decided all {count} requests before the clock started")
+            return {
+                "decisions": float(timed),
+                "decisions_per_s": timed / elapsed,
+                "approver_cpu_ms_per_decision": (_process_cpu_seconds(approver.pid) - cpu_approver)
+                / timed
+                * 1000,
+                "relay_cpu_ms_per_decision": (_process_cpu_seconds(relay.pid) - cpu_relay) / timed * 1000,
+            }
+        finally:
+            if approver is not None:
+                _stop(approver)
+            _stop(relay)
+
+
+def bench_approver(seconds: float = 3.0) -> dict[str, float]:
+    """``teaagent bench approver``: the approver's rule decisions against the relay's own ceiling.
+
+    Returns:
+        ``decisions_per_s`` and the CPU figures of ``bench_approver_only``, ``relay_decisions_per_s``
+        (``decisions_per_s`` of ``bench_decisions``) and ``ratio_to_relay``.
+
+    Raises:
+        ValueError: ``seconds`` is not positive.
+        RuntimeError: A process did not start or refused valid work.
+        StoreError: The embedded Redis did not start.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, not {seconds}")
+    figures = bench_approver_only(max(MIN_REQUESTS, round(seconds * DECISIONS_PER_SECOND_GUESS)))
+    ceiling = float(bench_decisions(seconds / 2)["decisions_per_s"])
+    figures["relay_decisions_per_s"] = ceiling
+    figures["ratio_to_relay"] = figures["decisions_per_s"] / ceiling
+    return figures

@@ -1,0 +1,37 @@
+"""``teaagent bench approver``: one approver's rule decisions and the relay's ceiling, in the same run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from teaagent.cli._bench import TARGETS
+from teaagent.cli._main import run
+from teaagent_approver._bench import MIN_REQUESTS
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_approver_reports_both_rates_and_their_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["bench", "approver", "--json", "--seconds", "0.1"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert set(figures) == {
+        "decisions",
+        "decisions_per_s",
+        "approver_cpu_ms_per_decision",
+        "relay_cpu_ms_per_decision",
+        "relay_decisions_per_s",
+        "ratio_to_relay",
+    }
+    # The requests decided after the first audit line seen, which starts the clock, were timed.
+    assert 1 <= figures["decisions"] < MIN_REQUESTS
+    assert figures["decisions_per_s"] > 0
+    assert figures["relay_decisions_per_s"] > 0
+    # CPU time moves in clock ticks (10 ms): a few decisions may take none that the kernel counted.
+    assert figures["approver_cpu_ms_per_decision"] >= 0
+    assert figures["relay_cpu_ms_per_decision"] >= 0
+    assert figures["ratio_to_relay"] == pytest.approx(
+        figures["decisions_per_s"] / figures["relay_decisions_per_s"]
+    )
+    assert {key for key, _op, _target in TARGETS["approver"]} <= set(figures)
