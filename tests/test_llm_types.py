@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -413,6 +414,27 @@ def test_adapter_is_abstract() -> None:
 
     with pytest.raises(TypeError, match="stream"):
         CompleteOnly()  # type: ignore[abstract]
+
+
+def test_stream_is_declared_async_as_in_the_seed() -> None:
+    # The seed declares ``async def stream``: an async generator, like every adapter's override.
+    assert inspect.isasyncgenfunction(LLMAdapter.stream)
+    assert inspect.isasyncgenfunction(EchoAdapter.stream)
+
+
+def test_the_abstract_stream_raises_when_called_through_super() -> None:
+    class Lazy(EchoAdapter):
+        async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
+            async for piece in super(EchoAdapter, self).stream(request):
+                yield piece
+
+    request = LLMRequest(messages=[LLMMessage("user", "hi")], model="echo")
+
+    async def collect() -> list[str]:
+        return [piece async for piece in Lazy().stream(request)]
+
+    with pytest.raises(NotImplementedError):
+        asyncio.run(collect())
 
 
 def test_adapter_completes_and_streams() -> None:

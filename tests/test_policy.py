@@ -19,6 +19,7 @@ from teaagent.policy import (
     ApprovalSource,
     Authorization,
     JITApprovalState,
+    MultiSigQuorumConfig,
     PermissionMode,
     PromptAnswer,
     PromptRequest,
@@ -435,9 +436,13 @@ def test_prompt_session_is_remembered_for_that_tool(workspace: Path) -> None:
     assert authorize(policy, WRITE, "c2").source is ApprovalSource.JIT_SESSION
     assert len(prompter.asked) == 1
     assert policy.jit_state.session_approved_tools == {"fs.write"}
+    # The seed's is_call_approved(call_id): the session approval covers both calls of that tool.
+    assert policy.jit_state.is_call_approved("c1")
+    assert policy.jit_state.is_call_approved("c2")
     with pytest.raises(ApprovalDeniedError, match="asking for approval failed"):  # the script is empty
         check(policy, DESTROY, "c3")
     assert len(prompter.asked) == 2  # another tool is asked about again
+    assert not policy.jit_state.is_call_approved("c3")
 
 
 def test_prompt_deny(workspace: Path) -> None:
@@ -741,9 +746,65 @@ def test_for_workspace(workspace: Path) -> None:
     assert ApprovalPolicy.for_workspace(workspace, use_presets=False).approval_store is None
 
 
-def test_the_constructor_is_keyword_only(workspace: Path) -> None:
+def test_the_seed_fields_can_be_given_by_position_in_the_seed_order(workspace: Path) -> None:
+    store = ApprovalPresetStore(workspace)
+    digest = payload_digest("shell.run", {"command": "make"})
+    policy = ApprovalPolicy(
+        frozenset({"c0"}),
+        frozenset({digest}),
+        True,
+        PermissionMode.ALLOW,
+        store,
+        "run-1",
+        False,
+        MultiSigQuorumConfig.disabled(),
+        "alpha",
+        str(workspace),
+    )
+    seed_order = [
+        "preapproved_call_ids",
+        "preapproved_payload_digests",
+        "allow_all_destructive",
+        "permission_mode",
+        "approval_store",
+        "approval_origin_run_id",
+        "enable_jit_prompt",
+        "multi_sig_config",
+        "agent_id",
+        "workspace_root",
+    ]
+    positional = [f.name for f in dataclasses.fields(ApprovalPolicy) if f.init and not f.kw_only]
+    assert positional == seed_order
+    assert (policy.preapproved_payload_digests, policy.allow_all_destructive) == (frozenset({digest}), True)
+    assert (policy.permission_mode, policy.approval_store, policy.approval_origin_run_id) == (
+        PermissionMode.ALLOW,
+        store,
+        "run-1",
+    )
+    assert (policy.enable_jit_prompt, policy.agent_id, policy.workspace_root) == (
+        False,
+        "alpha",
+        str(workspace),
+    )
+    assert policy == dataclasses.replace(policy)
+
+
+def test_the_fields_beyond_the_seed_are_keyword_only(workspace: Path) -> None:
+    fields = list(ApprovalPolicy.__dataclass_fields__)
+    beyond = ("jit_state", "prompter", "quorum_gate", "origin_public_key")
+    assert all(ApprovalPolicy.__dataclass_fields__[name].kw_only for name in beyond)
+    assert fields.index("workspace_root") < min(fields.index(name) for name in beyond)
+    seed = (frozenset(), frozenset(), False, PermissionMode.ALLOW, None, None, True)
     with pytest.raises(TypeError):
-        ApprovalPolicy(frozenset(), frozenset(), False, PermissionMode.ALLOW)  # type: ignore[misc]
+        ApprovalPolicy(*seed, MultiSigQuorumConfig.disabled(), "alpha", str(workspace), JITApprovalState())  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("missing", ["agent_id", "workspace_root"])
+def test_agent_id_and_workspace_root_are_still_required(workspace: Path, missing: str) -> None:
+    arguments: dict[str, Any] = {"agent_id": "alpha", "workspace_root": str(workspace)}
+    del arguments[missing]
+    with pytest.raises(TypeError, match=exactly(f"ApprovalPolicy needs {missing}.")):
+        ApprovalPolicy(**arguments)
 
 
 def test_the_policy_is_immutable(workspace: Path) -> None:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from teaagent.policy import JITApprovalState, PromptAnswer
+from teaagent.policy._jit import MAX_TRACKED_CALLS
 
 
 def test_starts_empty() -> None:
@@ -42,6 +43,30 @@ def test_session_lasts_and_is_tied_to_the_tool() -> None:
     for _ in range(3):
         assert state.consume("c1", tool_name="shell.run") == "session"
     assert state.consume("c1", tool_name="fs.delete") is None
+
+
+def test_a_call_id_alone_sees_the_session_approval_of_the_tool_it_was_checked_with() -> None:
+    state = JITApprovalState()
+    assert state.consume("c1", tool_name="shell.run") is None  # the policy looks the call up
+    assert not state.is_call_approved("c1")
+    state.approve_session("shell.run")  # a person answered "session" about it
+    assert state.is_call_approved("c1")
+    assert not state.is_call_approved("c2")  # never checked: its tool is unknown
+    state.consume("c3", tool_name="fs.delete")
+    assert not state.is_call_approved("c3")  # another tool's session approval is not its own
+    state.clear()
+    state.approve_session("shell.run")
+    assert not state.is_call_approved("c1")  # a new session forgets the calls of the old one
+
+
+def test_only_the_latest_calls_are_remembered() -> None:
+    state = JITApprovalState()
+    state.approve_session("shell.run")
+    for number in range(MAX_TRACKED_CALLS + 1):
+        state.consume(f"c{number}", tool_name="shell.run")
+    assert not state.is_call_approved("c0")
+    assert state.is_call_approved("c1")
+    assert state.is_call_approved(f"c{MAX_TRACKED_CALLS}")
 
 
 def test_a_once_approval_is_used_even_when_the_session_covers_the_tool() -> None:

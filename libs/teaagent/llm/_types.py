@@ -165,18 +165,24 @@ class LLMAdapter(ABC):
         """
 
     @abstractmethod
-    def stream(self, request: LLMRequest) -> AsyncIterator[str]:
+    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
         """Send ``request`` and yield the reply's text as it arrives.
 
-        Implement it as an async generator (``async def stream(...)`` that ``yield``s); it is
-        declared without ``async`` here so that such an override has the same type.
+        Implement it as an async generator (``async def stream(...)`` that ``yield``s), as it is
+        declared here: ``async for piece in adapter.stream(request)``.
 
         Args:
             request: The call to make.
 
-        Returns:
-            An async iterator over pieces of the reply's text.
+        Yields:
+            Pieces of the reply's text.
+
+        Raises:
+            NotImplementedError: Always, here: every adapter implements it.
         """
+        raise NotImplementedError
+        # Never reached: the yield makes this an async generator, the type every override has.
+        yield ""  # type: ignore[unreachable]
 
     async def complete_streaming(self, request: LLMRequest, on_text: Callable[[str], object]) -> LLMResponse:
         """Send ``request``, hand the reply's text to ``on_text`` as it arrives, and return the whole reply.

@@ -5,9 +5,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
-__all__ = ["JITApprovalState", "PromptAnswer", "PromptRequest", "Prompter"]
+__all__ = ["MAX_TRACKED_CALLS", "JITApprovalState", "PromptAnswer", "PromptRequest", "Prompter"]
+
+# The calls whose tool the state remembers, for is_call_approved(call_id): the calls in flight of a
+# session, with room to spare; the oldest is forgotten first.
+MAX_TRACKED_CALLS: Final = 4096
 
 
 def _non_empty(name: str, value: object) -> str:
@@ -31,6 +35,10 @@ class JITApprovalState:
     Neither kind ever replaces a multi-sig quorum. Change the state through the methods, which hold
     the lock; the two public sets are the spec's fields and are best treated as read-only.
 
+    The state also remembers the tool of each call the policy has looked up (:meth:`consume`), the
+    latest :data:`MAX_TRACKED_CALLS` of them, so that :meth:`is_call_approved` given a call id
+    alone sees a session approval of that call's tool.
+
     Attributes:
         approved_call_ids: Call ids with a live once approval.
         session_approved_tools: Tool names approved for the rest of the session.
@@ -39,6 +47,7 @@ class JITApprovalState:
     approved_call_ids: set[str] = field(default_factory=set)
     session_approved_tools: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    _call_tools: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def approve_once(self, call_id: str) -> None:
         """Approve one in-flight call ID via JIT/session state.
@@ -67,19 +76,21 @@ class JITApprovalState:
 
         Args:
             call_id: The call's id.
-            tool_name: The call's tool; when given, a session approval of that tool counts too
-                (a call id alone cannot name its tool).
+            tool_name: The call's tool; when None, the tool the policy last looked this call up
+                with (:meth:`consume`), so that a session approval of that tool counts too.
         """
         with self._lock:
-            return call_id in self.approved_call_ids or (
-                tool_name is not None and tool_name in self.session_approved_tools
-            )
+            if call_id in self.approved_call_ids:
+                return True
+            tool = tool_name if tool_name is not None else self._call_tools.get(call_id)
+            return tool is not None and tool in self.session_approved_tools
 
     def consume(self, call_id: str, *, tool_name: str) -> Literal["once", "session"] | None:
         """Use the approval of one call, atomically: a once approval is removed as it is used.
 
         A live once approval is consumed even when the tool also holds a session approval, so that
-        no once approval outlives the call it was given for.
+        no once approval outlives the call it was given for. The call's tool is remembered for
+        :meth:`is_call_approved`.
 
         Args:
             call_id: The call's id.
@@ -90,6 +101,10 @@ class JITApprovalState:
             approved for the session, else None.
         """
         with self._lock:
+            self._call_tools.pop(call_id, None)  # re-inserted last: the newest call is kept longest
+            self._call_tools[call_id] = tool_name
+            if len(self._call_tools) > MAX_TRACKED_CALLS:
+                del self._call_tools[next(iter(self._call_tools))]
             if call_id in self.approved_call_ids:
                 self.approved_call_ids.discard(call_id)
                 return "once"
@@ -102,6 +117,7 @@ class JITApprovalState:
         with self._lock:
             self.approved_call_ids.clear()
             self.session_approved_tools.clear()
+            self._call_tools.clear()
 
 
 class PromptAnswer(StrEnum):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 from teaagent._canonical import canonical, payload_digest
 from teaagent.errors import ApprovalDeniedError
@@ -107,6 +107,16 @@ def _deny(message: str) -> NoReturn:
     raise ApprovalDeniedError(message)
 
 
+class _Required(str):
+    """The default of a field the seed lists without one: leaving it out is refused, as before."""
+
+    __slots__ = ()
+
+
+# "" with an identity of its own: agent_id="" is a bad value, no agent_id at all a missing one.
+_REQUIRED: Final = _Required()
+
+
 def _string_set(name: str, value: object) -> frozenset[str]:
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise TypeError(f"{name} must be a set of strings, not {type(value).__name__}.")
@@ -116,12 +126,15 @@ def _string_set(name: str, value: object) -> frozenset[str]:
     return items
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class ApprovalPolicy:
     """Immutable policy object. Constructed once per run; shared across tool calls.
 
-    See :mod:`teaagent.policy` for the table of modes and approval sources. Fields beyond the
-    specification (``jit_state``, ``prompter``, ``quorum_gate``) are keyword-only with defaults.
+    See :mod:`teaagent.policy` for the table of modes and approval sources. The specification's
+    ten fields may be given by position, in its order (``preapproved_call_ids`` to
+    ``workspace_root``), or by name; ``agent_id`` and ``workspace_root`` are required either way.
+    Fields beyond the specification (``jit_state``, ``prompter``, ``quorum_gate``,
+    ``origin_public_key``) are keyword-only with defaults.
 
     Attributes:
         preapproved_call_ids: Deprecated and inert: a call id here approves nothing.
@@ -149,12 +162,12 @@ class ApprovalPolicy:
     approval_origin_run_id: str | None = None
     enable_jit_prompt: bool = True
     multi_sig_config: MultiSigQuorumConfig = field(default_factory=MultiSigQuorumConfig.disabled)
-    agent_id: str
-    workspace_root: str
-    jit_state: JITApprovalState = field(default_factory=JITApprovalState, compare=False)
-    prompter: Prompter | None = field(default=None, compare=False, repr=False)
-    quorum_gate: QuorumGate | None = field(default=None, compare=False, repr=False)
-    origin_public_key: str | None = None
+    agent_id: str = _REQUIRED
+    workspace_root: str = _REQUIRED
+    jit_state: JITApprovalState = field(default_factory=JITApprovalState, compare=False, kw_only=True)
+    prompter: Prompter | None = field(default=None, compare=False, repr=False, kw_only=True)
+    quorum_gate: QuorumGate | None = field(default=None, compare=False, repr=False, kw_only=True)
+    origin_public_key: str | None = field(default=None, kw_only=True)
     _root_real: str = field(init=False, repr=False, compare=False, default="")
     _root_prefix: str = field(init=False, repr=False, compare=False, default="")
     _control_real: str = field(init=False, repr=False, compare=False, default="")
@@ -164,10 +177,13 @@ class ApprovalPolicy:
         """Check and normalise the fields, and precompute what every call needs.
 
         Raises:
-            TypeError: A field has the wrong type.
+            TypeError: ``agent_id`` or ``workspace_root`` is missing, or a field has the wrong type.
             ValueError: A field has a wrong value (unknown mode, malformed digest, invalid agent id,
                 empty workspace root, or a multi-sig configuration that lists this node as a peer).
         """
+        for required in ("agent_id", "workspace_root"):
+            if getattr(self, required) is _REQUIRED:
+                raise TypeError(f"ApprovalPolicy needs {required}.")
         mode: object = self.permission_mode
         if not isinstance(mode, PermissionMode):
             if not isinstance(mode, str):
