@@ -276,3 +276,46 @@ def _wait_healthy(url: str) -> None:
             pass
         time.sleep(0.05)
     pytest.fail(f"the relay at {url} never answered")
+
+
+def test_init_with_a_certificate_makes_an_https_relay_that_trusts_its_ca(tmp_path: Path) -> None:
+    from tls_support import PrivateCA
+
+    ca = PrivateCA(tmp_path / "tls")
+    files = ca.issue("alpha", hosts=("alpha.example.net",))
+    code = run(
+        [
+            "init",
+            str(tmp_path / "alpha"),
+            "--host",
+            "alpha.example.net",
+            "--base-port",
+            "8700",
+            "--tls-cert",
+            str(files.cert),
+            "--tls-key",
+            str(files.key),
+            "--tls-ca",
+            str(ca.cert_path),
+        ]
+    )
+
+    assert code == 0
+    config = load_config(tmp_path / "alpha" / "node.toml")
+    assert config.relay_url == "https://alpha.example.net:8701"
+    assert (config.tls.cert, config.tls.key, config.tls.ca) == (files.cert, files.key, ca.cert_path)
+
+
+def test_init_refuses_a_tls_key_of_another_certificate_before_making_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tls_support import PrivateCA
+
+    ca = PrivateCA(tmp_path / "tls")
+    one, other = ca.issue("one"), ca.issue("other")
+
+    code = run(["init", str(tmp_path / "alpha"), "--tls-cert", str(one.cert), "--tls-key", str(other.key)])
+
+    assert code == 2
+    assert capsys.readouterr().err == "teaagent: the TLS files do not load: key values mismatch.\n"
+    assert not (tmp_path / "alpha").exists()

@@ -295,3 +295,64 @@ def test_peers_add_to_a_node_without_peers_makes_the_table(
         ),
         path.read_text(),
     )
+
+
+def test_operators_add_lets_an_operator_key_sign_for_the_node_and_peers_list_it(
+    tmp_path: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["init", "--cluster", "alpha,beta", str(tmp_path)]) == 0
+    ana = ssh_key_factory("ana")
+    beta_toml = tmp_path / "beta" / "node.toml"
+    alpha_toml = tmp_path / "alpha" / "node.toml"
+    before = beta_toml.read_text()
+    capsys.readouterr()
+
+    assert run(["operators", "add", str(ana.public_path), "--config", str(beta_toml)]) == 0
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "beta",
+                str(tmp_path / "beta" / "keys" / "beta.pub"),
+                load_config(beta_toml).relay_url,
+                "--replace",
+                "--operator-key",
+                ana.public_line,
+                "--config",
+                str(alpha_toml),
+            ]
+        )
+        == 0
+    )
+
+    beta = load_config(beta_toml)
+    assert beta.approver.operators == tmp_path / "beta" / "operators.allowed_signers"
+    assert [key.line for key in beta.approver.operator_keys] == [ana.public_line]
+    assert [key.namespaces for key in beta.approver.operator_keys] == [
+        frozenset({"teaagent-approval", "teaagent-denial"})
+    ]
+    assert _lines_in_order(before, beta_toml.read_text())
+    alpha = load_config(alpha_toml)
+    beta_pub = (tmp_path / "beta" / "keys" / "beta.pub").read_text().strip()
+    assert [key.line for key in alpha.peers["beta"].keys] == [beta_pub, ana.public_line]
+    assert capsys.readouterr().out.startswith(
+        f"{tmp_path / 'beta' / 'operators.allowed_signers'}: {fingerprint(ana.public_line)} signs for beta; "
+    )
+
+
+def test_operators_add_refuses_a_key_that_already_signs(
+    tmp_path: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["init", str(tmp_path / "beta")]) == 0
+    path = tmp_path / "beta" / "node.toml"
+    assert run(["operators", "add", ssh_key_factory("ana").public_line, "--config", str(path)]) == 0
+    listed = (tmp_path / "beta" / "operators.allowed_signers").read_bytes()
+    capsys.readouterr()
+
+    assert run(["operators", "add", ssh_key_factory("ana").public_line, "--config", str(path)]) == 2
+    node_key = str(tmp_path / "beta" / "keys" / "beta.pub")
+    assert run(["operators", "add", node_key, "--config", str(path)]) == 2
+
+    assert capsys.readouterr().err == f"teaagent: {path}: that key already signs for beta.\n" * 2
+    assert (tmp_path / "beta" / "operators.allowed_signers").read_bytes() == listed

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import shutil
 import socket
+import ssl
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,7 +97,13 @@ def _first_free_block(host: str, base: int, count: int) -> int:
 
 
 def plan_cluster(
-    names: Sequence[str], directory: Path, *, host: str, base_port: int, single: bool = False
+    names: Sequence[str],
+    directory: Path,
+    *,
+    host: str,
+    base_port: int,
+    single: bool = False,
+    scheme: str = "http",
 ) -> list[NodePlan]:
     """Give each node its folder, host and three consecutive ports (moved up to free ones on loopback).
 
@@ -121,7 +128,7 @@ def plan_cluster(
                 agent_port=first,
                 relay_port=first + 1,
                 approver_port=first + 2,
-                relay_url=f"http://{url_host}:{first + 1}",
+                relay_url=f"{scheme}://{url_host}:{first + 1}",
             )
         )
     return plans
@@ -163,8 +170,26 @@ def _toml_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _tls_table(cert: Path | None, key: Path | None, ca: Path | None) -> str:
+    lines = [
+        f"{name} = {_toml_string(str(path))}{note}"
+        for name, path, note in (
+            ("cert", cert, "  # the relay's certificate chain: relay serve speaks HTTPS"),
+            ("key", key, "  # its private key (PEM, mode 0600)"),
+            ("ca", ca, "  # the CA that https:// relays are verified against, instead of the public CAs"),
+        )
+        if path is not None
+    ]
+    return "\n[tls]\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def _node_toml(
-    plan: NodePlan, *, redis_url: str, peers: Sequence[tuple[NodePlan, str]], required: int
+    plan: NodePlan,
+    *,
+    redis_url: str,
+    peers: Sequence[tuple[NodePlan, str]],
+    required: int,
+    tls: str = "",
 ) -> str:
     """The commented node.toml of one node (docs/configuration.md explains every key)."""
     quorum_on = bool(peers)
@@ -225,7 +250,7 @@ reason = "the repository's history stays"
 [[approver.rules]]
 tool = "*"
 decision = "ask"                         # everything else: an operator decides
-"""
+{tls}"""
 
 
 def _refuse_existing(plans: Sequence[NodePlan]) -> None:
@@ -248,7 +273,9 @@ def _already_done(plans: Sequence[NodePlan]) -> bool:
     return True
 
 
-def _scaffold(plans: Sequence[NodePlan], *, redis_url: str, required: int | None, cluster: bool) -> None:
+def _scaffold(
+    plans: Sequence[NodePlan], *, redis_url: str, required: int | None, cluster: bool, tls: str = ""
+) -> None:
     keys = {plan.name: _keygen(plan) for plan in plans}
     for plan in plans:
         peers = [(other, keys[other.name]) for other in plans if other.name != plan.name] if cluster else []
@@ -256,7 +283,7 @@ def _scaffold(plans: Sequence[NodePlan], *, redis_url: str, required: int | None
         if peers and not 1 <= need <= len(peers):
             bad_usage(f"--required {need} is not between 1 and the {len(peers)} peers of each node.")
         plan.config_path.write_text(
-            _node_toml(plan, redis_url=redis_url, peers=peers, required=need), encoding="utf-8"
+            _node_toml(plan, redis_url=redis_url, peers=peers, required=need, tls=tls), encoding="utf-8"
         )
         (plan.folder / "workspace").mkdir(exist_ok=True)
         data = plan.folder / "data"
@@ -266,6 +293,18 @@ def _scaffold(plans: Sequence[NodePlan], *, redis_url: str, required: int | None
             load_config(plan.config_path).load_token()  # checked, and its token made now, 0600
         except ConfigError as exc:  # pragma: no cover - what init writes always loads
             raise ConfigError(f"teaagent init wrote a configuration that does not load: {exc}") from exc
+
+
+def _check_tls(cert: Path | None, key: Path | None, ca: Path | None) -> None:
+    """Load the TLS files now, as node.toml's loader will: a wrong pair stops init before any key is made."""
+    try:
+        if cert is not None and key is not None:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert.expanduser(), key.expanduser())
+        if ca is not None:
+            ssl.create_default_context(cafile=str(ca.expanduser()))
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        bad_usage(f"the TLS files do not load: {str(reason).rstrip('.').lower().replace('_', ' ')}.")
 
 
 def _names(cluster: str) -> list[str]:
@@ -319,6 +358,19 @@ def init(
         bool,
         typer.Option("--if-missing", help="Do nothing (exit 0) when DIRECTORY already holds these nodes."),
     ] = False,
+    https: Annotated[
+        bool, typer.Option("--https", help="Relay URLs with https:// (relays on other hosts speak HTTPS).")
+    ] = False,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option("--tls-cert", help="One node: its relay's certificate chain (PEM); implies --https."),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="One node: that certificate's key (PEM).")
+    ] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option("--tls-ca", help="The CA (PEM) that https:// relays are verified against.")
+    ] = None,
 ) -> None:
     """Scaffold a node in DIRECTORY (key by ssh-keygen, node.toml, data folder), or a --cluster of them."""
     directory = directory.expanduser()
@@ -339,7 +391,19 @@ def init(
         bad_usage(
             f"--redis-url must be 'embedded' or a redis://, rediss:// or unix:// URL, not {redis_url!r}."
         )
-    plans = plan_cluster(names, directory, host=host, base_port=base_port, single=cluster is None)
+    if (tls_cert is None) != (tls_key is None):
+        bad_usage("--tls-cert and --tls-key go together: give both, or neither.")
+    if tls_cert is not None and cluster is not None:
+        bad_usage("--tls-cert is one relay's certificate: give it to each node's own teaagent init.")
+    for option, given in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
+        if given is not None and not given.expanduser().is_file():
+            bad_usage(f"{option} {given} is not a file.")
+    _check_tls(tls_cert, tls_key, tls_ca)
+    tls = _tls_table(*(None if p is None else p.expanduser().resolve() for p in (tls_cert, tls_key, tls_ca)))
+    scheme = "https" if https or tls_cert is not None else "http"
+    plans = plan_cluster(
+        names, directory, host=host, base_port=base_port, single=cluster is None, scheme=scheme
+    )
     for plan in plans:
         if urlsplit(plan.relay_url).hostname is None or " " in plan.host:
             bad_usage(f"--host {host!r} does not make a usable relay URL ({plan.relay_url}).")
@@ -350,7 +414,7 @@ def init(
     directory.mkdir(parents=True, exist_ok=True)
     for plan in plans:
         plan.folder.mkdir(parents=True, exist_ok=True)
-    _scaffold(plans, redis_url=redis_url, required=required, cluster=cluster is not None)
+    _scaffold(plans, redis_url=redis_url, required=required, cluster=cluster is not None, tls=tls)
     for plan in plans:
         typer.echo(
             f"{plan.name}: {plan.config_path}  relay {plan.relay_url}  agent :{plan.agent_port}  "

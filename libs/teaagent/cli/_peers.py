@@ -12,6 +12,7 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,9 +27,14 @@ from teaagent.errors import ConfigError, SignatureError
 from teaagent.policy import AGENT_ID_PATTERN
 from teaagent.signing import fingerprint, parse_public_key
 
-__all__ = ["add", "app", "edit_peers"]
+__all__ = ["add", "add_operator", "app", "edit_peers", "operators_app"]
 
 app = typer.Typer(help="This node's peers, in its node.toml.", no_args_is_help=True)
+operators_app = typer.Typer(
+    help="Keys that may sign for this node besides its node key.", no_args_is_help=True
+)
+OPERATORS_FILE = "operators.allowed_signers"
+OPERATOR_NAMESPACES = "teaagent-approval,teaagent-denial"  # an operator key decides; it never asks
 
 DEFAULT_HIGH_RISK_PATTERNS = ("shell.*", "fs.delete")
 
@@ -86,11 +92,19 @@ def _check(path: Path, text: str) -> NodeConfig:
 
 
 def edit_peers(
-    text: str, name: str, line: str, url: str, *, replace: bool = False, quorum: int | None = None
+    text: str,
+    name: str,
+    line: str,
+    url: str,
+    *,
+    replace: bool = False,
+    quorum: int | None = None,
+    operator_keys: Sequence[str] = (),
 ) -> str:
     """Return node.toml's ``text`` with ``[peers.NAME]`` added (or, with ``replace``, updated).
 
-    Comments and layout are kept; a new table goes after the existing peers.
+    Comments and layout are kept; a new table goes after the existing peers. ``operator_keys``
+    become the peer's ``public_keys`` (keys of its operators, which count as the peer).
 
     Raises:
         ValueError: ``peers`` is not a table of tables, or ``peers.NAME`` exists and not ``replace``.
@@ -107,9 +121,13 @@ def edit_peers(
             raise ValueError(f"peers.{name} already exists: pass --replace to give it this key and URL")
         peers[name]["public_key"] = line
         peers[name]["relay_url"] = url
+        if operator_keys:
+            peers[name]["public_keys"] = list(operator_keys)
     else:
         table = tomlkit.table()
         table.add("public_key", line)
+        if operator_keys:
+            table.add("public_keys", list(operator_keys))
         table.add("relay_url", url)
         table.add(tomlkit.nl())  # a blank line before whatever table follows
         peers.append(name, table)
@@ -143,6 +161,13 @@ def add(
         int | None,
         typer.Option("--quorum", help="Also turn the quorum on, with this many approvals required."),
     ] = None,
+    operator_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--operator-key",
+            help="A key of the peer's operators (line or .pub file), which counts as the peer.",
+        ),
+    ] = None,
 ) -> None:
     """Add the peer NAME (its KEY, its relay URL) to node.toml, keeping its comments; checked first."""
     path = _config_path(config)
@@ -155,7 +180,15 @@ def add(
     line = _key_line(key)
     text = path.read_text(encoding="utf-8")
     try:
-        edited = edit_peers(text, name, line, url.strip(), replace=replace, quorum=quorum)
+        edited = edit_peers(
+            text,
+            name,
+            line,
+            url.strip(),
+            replace=replace,
+            quorum=quorum,
+            operator_keys=[_key_line(each) for each in operator_key or ()],
+        )
     except ValueError as exc:
         bad_usage(f"{path}: {exc}.")
     node = _check(path, edited)
@@ -174,3 +207,55 @@ def add(
 def _names(text: str) -> set[str]:
     peers = tomlkit.parse(text).get("peers")
     return set(peers) if isinstance(peers, Table) else set()
+
+
+@operators_app.command("add")
+def add_operator(
+    key: Annotated[str, typer.Argument(help="The operator's public key: a line, or a .pub file.")],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
+    ] = None,
+) -> None:
+    """Let the operator's KEY sign for this node: a line of [approver] operators (made if missing)."""
+    path = _config_path(config)
+    node = load_config(path)
+    line = _key_line(key)
+    identity = parse_public_key(line).identity
+    if identity == node.own_public_key().identity or any(
+        known.key.identity == identity for known in node.approver.operator_keys
+    ):
+        bad_usage(f"{path}: that key already signs for {node.agent_id}.")
+    operators = node.approver.operators or path.parent / OPERATORS_FILE
+    before = operators.read_text(encoding="utf-8") if operators.exists() else ""
+    if before and not before.endswith("\n"):
+        before += "\n"
+    after = before + f'{node.agent_id} namespaces="{OPERATOR_NAMESPACES}" {line}\n'
+    text = path.read_text(encoding="utf-8")
+    document = tomlkit.parse(text)
+    approver: Any = document.get("approver")
+    if approver is None:
+        approver = tomlkit.table()
+        document.append("approver", approver)
+    # Checked with a temporary operators file beside the real one, named by a temporary node.toml.
+    fd, temp_name = tempfile.mkstemp(prefix=f".{operators.name}.", suffix=".check", dir=operators.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(after)
+        approver["operators"] = os.path.relpath(temp_name, path.parent)
+        try:
+            _check(path, tomlkit.dumps(document))
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace(temp_name, str(operators))) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp_name)
+    atomic_write(operators, after.encode("utf-8"), mode=0o644)
+    if node.approver.operators is None:
+        approver["operators"] = os.path.relpath(operators, path.parent)
+        atomic_write(path, tomlkit.dumps(document).encode("utf-8"), mode=stat.S_IMODE(path.stat().st_mode))
+    typer.echo(
+        f"{operators}: {fingerprint(parse_public_key(line))} signs for {node.agent_id}; "
+        f"list it at its peers too: teaagent peers add {node.agent_id} NODE_KEY RELAY_URL --replace "
+        "--operator-key KEY."
+    )
