@@ -167,6 +167,11 @@ def test_peers_add_refuses_an_existing_peer_unless_replace(
             "starting with a letter or digit.",
         ),
         (
+            # urlsplit would drop the newline and read one URL: refused, never mended.
+            ["gamma", "{gamma}", "http://h:1\nhttp://h:2"],
+            "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'http://h:1\\nhttp://h:2'.",
+        ),
+        (
             ["gamma", "{gamma}", "ftp://h:1"],
             "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'ftp://h:1'.",
         ),

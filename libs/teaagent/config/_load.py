@@ -217,7 +217,8 @@ def _check_port(table: _Table, key: str, default: int) -> int:
 
 def _check_http_url(table: _Table, key: str, url: str) -> str:
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    # urlsplit drops tabs and newlines silently (WHATWG): a URL holding any is refused, not mended.
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(ch.isspace() for ch in url):
         raise table.error(key, f"must be an http:// or https:// URL, not {url!r}")
     return url.rstrip("/")
 
