@@ -15,6 +15,7 @@ import pytest
 from teaagent.cli._init import PORTS_PER_NODE, required_for
 from teaagent.cli._main import run
 from teaagent.config import load_config
+from teaagent.policy import PermissionMode
 from teaagent.quorum import approval_statement, build_request, sign_approval, sign_request
 from teaagent.relay_client import RelayClient
 from teaagent.signing import fingerprint
@@ -52,6 +53,7 @@ def test_init_makes_one_node_with_its_key_config_and_data_folder(
     assert config.load_token() == config.token_path.read_text().strip()
     assert not config.quorum.enabled
     assert config.peers == {}
+    assert config.agent.permission_mode == PermissionMode.WORKSPACE_WRITE  # alone, nothing guards shell.run
     # ssh-keygen made it: ssh-keygen reads it back, and it is the key the configuration names.
     listed = subprocess.run(
         ["ssh-keygen", "-l", "-f", str(config.private_key)], capture_output=True, text=True, check=True
@@ -78,6 +80,9 @@ def test_init_cluster_configurations_name_each_other(tmp_path: Path) -> None:
             assert peer.relay_url == configs[other].relay_url
         assert config.quorum.enabled
         assert config.quorum.required_approvals == required_for(2) == 1
+        # Every destructive tool is high risk: the peers decide it, the local mode lets it reach them.
+        assert config.agent.permission_mode == PermissionMode.DANGER_FULL_ACCESS
+        assert all(config.quorum.is_high_risk(tool) for tool in ("shell.run", "fs.delete"))
         assert config.quorum.high_risk_patterns == ["shell.*", "fs.delete"]
         assert config.approver.decision_for("shell.run", {"command": "sudo rm -rf /"}) == "deny"
         assert config.approver.decision_for("shell.run", {"command": "make test"}) == "ask"

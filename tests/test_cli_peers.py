@@ -12,6 +12,7 @@ from conftest import SSHKey
 
 from teaagent.cli._main import run
 from teaagent.config import load_config
+from teaagent.policy import PermissionMode
 from teaagent.signing import fingerprint
 
 ORIGINAL = """\
@@ -254,7 +255,7 @@ def test_peers_add_never_edits_a_file_that_does_not_load(
 
 
 def test_peers_add_to_a_node_without_peers_makes_the_table(
-    tmp_path: Path, ssh_key_factory: Callable[..., SSHKey]
+    tmp_path: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run(["init", str(tmp_path / "alpha")]) == 0
     path = tmp_path / "alpha" / "node.toml"
@@ -294,9 +295,35 @@ def test_peers_add_to_a_node_without_peers_makes_the_table(
     config = load_config(path)
     assert list(config.peers) == ["beta", "gamma"]
     assert (config.quorum.enabled, config.quorum.required_approvals) == (True, 2)
+    assert capsys.readouterr().out.endswith(
+        "note: permission_mode workspace-write refuses shell.run and fs.delete before the quorum sees them; "
+        "--permission-mode danger-full-access leaves them to the peers (allow asks locally too).\n"
+    )
+    beta = ssh_key_factory("beta").public_line
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "beta",
+                beta,
+                "https://beta:8701",
+                "--replace",
+                "--permission-mode",
+                "danger-full-access",
+                "--config",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    assert load_config(path).agent.permission_mode == PermissionMode.DANGER_FULL_ACCESS
+    assert "note:" not in capsys.readouterr().out
     assert _lines_in_order(
         "\n".join(
-            line for line in before.splitlines() if not line.startswith(("enabled", "required_approvals"))
+            line
+            for line in before.splitlines()
+            if not line.startswith(("enabled", "required_approvals", "permission_mode"))
         ),
         path.read_text(),
     )

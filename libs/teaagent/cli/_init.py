@@ -32,7 +32,7 @@ import typer
 from teaagent.cli._exit import bad_usage
 from teaagent.config import load_config
 from teaagent.errors import ConfigError
-from teaagent.policy import AGENT_ID_PATTERN
+from teaagent.policy import AGENT_ID_PATTERN, PermissionMode
 
 __all__ = ["DEFAULT_BASE_PORT", "PORTS_PER_NODE", "NodePlan", "init", "plan_cluster", "required_for"]
 
@@ -190,6 +190,7 @@ def _node_toml(
     peers: Sequence[tuple[NodePlan, str]],
     required: int,
     tls: str = "",
+    permission_mode: str | None = None,
 ) -> str:
     """The commented node.toml of one node (docs/configuration.md explains every key)."""
     quorum_on = bool(peers)
@@ -199,6 +200,14 @@ def _node_toml(
         for peer, line in peers
     )
     redis_note = "  # a private server in data/redis, run by the relay" if redis_url == "embedded" else ""
+    # With the quorum on, every destructive tool (shell.run, fs.delete) is high risk: the peers
+    # decide it, so the local mode lets it through to them instead of refusing it unattended.
+    mode = permission_mode or ("danger-full-access" if quorum_on else "workspace-write")
+    mode_note = (
+        '  # shell.* and fs.delete still need the quorum; "allow" asks locally too'
+        if quorum_on and mode == "danger-full-access"
+        else "  # read-only, workspace-write, prompt, allow, danger-full-access"
+    )
     if not peers:
         peer_tables = (
             "\n# Peers: add each with `teaagent peers add NAME KEY URL --config node.toml`\n"
@@ -220,7 +229,7 @@ workspace = "workspace"                  # the agent's workspace root
 data_dir = "data"                        # state, audit logs, and the bearer token (data/token, 0600)
 
 [agent]
-permission_mode = "workspace-write"      # read-only, workspace-write, prompt, allow, danger-full-access
+permission_mode = {_toml_string(mode)}{mode_note}
 provider = "scripted"                    # offline; anthropic, openai, openai-compatible: docs/llm.md
 port = {plan.agent_port}
 
@@ -274,7 +283,13 @@ def _already_done(plans: Sequence[NodePlan]) -> bool:
 
 
 def _scaffold(
-    plans: Sequence[NodePlan], *, redis_url: str, required: int | None, cluster: bool, tls: str = ""
+    plans: Sequence[NodePlan],
+    *,
+    redis_url: str,
+    required: int | None,
+    cluster: bool,
+    tls: str = "",
+    permission_mode: str | None = None,
 ) -> None:
     keys = {plan.name: _keygen(plan) for plan in plans}
     for plan in plans:
@@ -283,7 +298,15 @@ def _scaffold(
         if peers and not 1 <= need <= len(peers):
             bad_usage(f"--required {need} is not between 1 and the {len(peers)} peers of each node.")
         plan.config_path.write_text(
-            _node_toml(plan, redis_url=redis_url, peers=peers, required=need, tls=tls), encoding="utf-8"
+            _node_toml(
+                plan,
+                redis_url=redis_url,
+                peers=peers,
+                required=need,
+                tls=tls,
+                permission_mode=permission_mode,
+            ),
+            encoding="utf-8",
         )
         (plan.folder / "workspace").mkdir(exist_ok=True)
         data = plan.folder / "data"
@@ -368,6 +391,14 @@ def init(
     tls_key: Annotated[
         Path | None, typer.Option("--tls-key", help="One node: that certificate's key (PEM).")
     ] = None,
+    permission_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--permission-mode",
+            help="[agent] permission_mode (default: workspace-write alone; danger-full-access in a cluster, "
+            "whose destructive tools all need the quorum).",
+        ),
+    ] = None,
     tls_ca: Annotated[
         Path | None, typer.Option("--tls-ca", help="The CA (PEM) that https:// relays are verified against.")
     ] = None,
@@ -414,7 +445,17 @@ def init(
     directory.mkdir(parents=True, exist_ok=True)
     for plan in plans:
         plan.folder.mkdir(parents=True, exist_ok=True)
-    _scaffold(plans, redis_url=redis_url, required=required, cluster=cluster is not None, tls=tls)
+    if permission_mode is not None and permission_mode not in {mode.value for mode in PermissionMode}:
+        allowed = ", ".join(mode.value for mode in PermissionMode)
+        bad_usage(f"--permission-mode {permission_mode!r} is not one of {allowed}.")
+    _scaffold(
+        plans,
+        redis_url=redis_url,
+        required=required,
+        cluster=cluster is not None,
+        tls=tls,
+        permission_mode=permission_mode,
+    )
     for plan in plans:
         typer.echo(
             f"{plan.name}: {plan.config_path}  relay {plan.relay_url}  agent :{plan.agent_port}  "

@@ -24,7 +24,7 @@ from teaagent._files import atomic_write
 from teaagent.cli._exit import bad_usage
 from teaagent.config import CONFIG_ENV_VAR, NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
-from teaagent.policy import AGENT_ID_PATTERN
+from teaagent.policy import AGENT_ID_PATTERN, PermissionMode
 from teaagent.signing import fingerprint, parse_public_key
 
 __all__ = ["add", "add_operator", "app", "edit_peers", "operators_app"]
@@ -100,6 +100,7 @@ def edit_peers(
     replace: bool = False,
     quorum: int | None = None,
     operator_keys: Sequence[str] = (),
+    permission_mode: str | None = None,
 ) -> str:
     """Return node.toml's ``text`` with ``[peers.NAME]`` added (or, with ``replace``, updated).
 
@@ -142,6 +143,12 @@ def edit_peers(
         section["required_approvals"] = quorum
         if "high_risk_patterns" not in section:
             section["high_risk_patterns"] = list(DEFAULT_HIGH_RISK_PATTERNS)
+    if permission_mode is not None:
+        agent: Any = document.get("agent")
+        if agent is None:
+            agent = tomlkit.table()
+            document.append("agent", agent)
+        agent["permission_mode"] = permission_mode
     return tomlkit.dumps(document)
 
 
@@ -160,6 +167,13 @@ def add(
     quorum: Annotated[
         int | None,
         typer.Option("--quorum", help="Also turn the quorum on, with this many approvals required."),
+    ] = None,
+    permission_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--permission-mode",
+            help="Also set [agent] permission_mode (danger-full-access: the quorum decides).",
+        ),
     ] = None,
     operator_key: Annotated[
         list[str] | None,
@@ -188,6 +202,7 @@ def add(
             replace=replace,
             quorum=quorum,
             operator_keys=[_key_line(each) for each in operator_key or ()],
+            permission_mode=permission_mode,
         )
     except ValueError as exc:
         bad_usage(f"{path}: {exc}.")
@@ -202,6 +217,15 @@ def add(
         f"{path}: peers.{name} {'updated' if replace and name in _names(text) else 'added'} "
         f"({fingerprint(parse_public_key(line))}, relay {node.peers[name].relay_url}); {state}."
     )
+    if node.quorum.enabled and node.agent.permission_mode in (
+        PermissionMode.READ_ONLY,
+        PermissionMode.WORKSPACE_WRITE,
+    ):
+        typer.echo(
+            f"note: permission_mode {node.agent.permission_mode.value} refuses shell.run and fs.delete "
+            "before the quorum sees them; --permission-mode danger-full-access leaves them to the peers "
+            "(allow asks locally too)."
+        )
 
 
 def _names(text: str) -> set[str]:
