@@ -23,6 +23,7 @@ from teaagent.cli import (
     _relay,
     _run,
     _tools,
+    _tui,
 )
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
@@ -51,6 +52,7 @@ app.command("demo")(_demo.demo)
 app.command("init")(_init.init)
 app.command("bench")(_bench.bench)
 app.command("run")(_run.run)
+app.command("tui")(_tui.tui)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
