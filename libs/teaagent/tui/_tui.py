@@ -1386,7 +1386,8 @@ class TeaAgentTUI:
         if kind == "event":
             self._show(item[1], item[2])
         elif kind == "status":
-            self._show_status(item[1])
+            if not self._show_status(item[1]):
+                return  # the relay's poll that counted nothing new printed nothing: no reason to keep quiet
         elif kind == "note":
             self._screen.say(f"  {visible(item[1])}", "dim")
         elif kind == "prompt":
@@ -1462,8 +1463,10 @@ class TeaAgentTUI:
     def _relay_status(self, status: RequestStatus) -> None:
         self._queue.put(("status", status))
 
-    def _show_status(self, status: RequestStatus) -> None:
-        for peer, decision, reason in self._board.update(status):
+    def _show_status(self, status: RequestStatus) -> bool:
+        """Print each decision the relay counted since its last status; False when there was none."""
+        news = self._board.update(status)
+        for peer, decision, reason in news:
             call = next((c for c in reversed(self._board.calls) if c.request_id == status.request_id), None)
             count = f" ({call.summary()})" if call is not None else ""
             if decision == "approved":
@@ -1471,6 +1474,7 @@ class TeaAgentTUI:
             else:
                 because = f": {visible(reason)}" if reason else ""
                 self._screen.say(f"  ✗ {peer} denied{because}{count}", "red")
+        return bool(news)
 
     def _show(self, event: RunEvent, depth: int) -> None:
         data = event.data

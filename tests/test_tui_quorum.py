@@ -1,0 +1,307 @@
+"""The TUI's quorum in view, with real relays and approvers: approved decision by decision, denied,
+withdrawn with Ctrl-C, and a peer's request approved and denied from ``/inbox``.
+
+alpha's TUI runs in this process (``input_fn``/``output_fn``); every node's relay is served on its
+own port, and the approvers of alpha, beta and gamma are real ``teaagent approver serve``
+processes. beta's rules approve ``echo *`` and deny ``rm *``; gamma's deny ``rm *`` and leave the
+rest to an operator, which the test plays through gamma's approver API, only once the TUI has
+shown beta's signature: so the screen proves that each decision is shown as it is counted.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+from relay_support import ApproverProcess, Node, served, write_cluster
+from test_tui import Terminal, scripted
+
+from teaagent.approver_client import ApproverClient
+from teaagent.audit import verify_log_or_raise
+from teaagent.config import load_config
+from teaagent.errors import RelayError
+from teaagent.policy import PermissionMode
+from teaagent.quorum import sign_request
+from teaagent.relay_client import RelayClient
+from teaagent.tui import TeaAgentTUI
+
+pytestmark = pytest.mark.slow
+
+WAIT = 30.0
+
+BETA_RULES = """
+[[approver.rules]]
+tool = "shell.run"
+arguments = { command = "rm *" }
+decision = "deny"
+reason = "nothing is removed here"
+
+[[approver.rules]]
+tool = "shell.run"
+arguments = { command = "echo *" }
+decision = "approve"
+"""
+
+GAMMA_RULES = """
+[[approver.rules]]
+tool = "shell.run"
+arguments = { command = "rm *" }
+decision = "deny"
+reason = "not on Fridays"
+"""
+
+
+@dataclass
+class Cluster:
+    nodes: dict[str, Node]
+    approvers: dict[str, ApproverProcess]
+
+    @property
+    def alpha(self) -> Node:
+        return self.nodes["alpha"]
+
+    def approver(self, name: str) -> ApproverClient:
+        return ApproverClient(self.nodes[name].approver_url, token=self.nodes[name].token)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[Cluster]:
+    """alpha needs 2 of beta and gamma; beta and gamma each need alpha. Relays and approvers run."""
+    folder = tmp_path_factory.mktemp("tui-quorum")
+    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    nodes = write_cluster(
+        folder,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_server,
+        prefix=prefix,
+        required=2,
+        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
+        rules={"beta": BETA_RULES, "gamma": GAMMA_RULES},
+    )
+    (folder / "workspace-alpha").mkdir()
+    logs = folder / "logs"
+    logs.mkdir()
+    approvers = {name: ApproverProcess(node, logs) for name, node in nodes.items()}
+    with served(*nodes.values()):
+        try:
+            for process in approvers.values():
+                process.start(wait=False)
+            for process in approvers.values():
+                process.wait_ready()
+            yield Cluster(nodes, approvers)
+        finally:
+            for process in approvers.values():
+                process.stop()
+    client = redis.Redis.from_url(redis_server)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def alpha_tui(
+    cluster: Cluster, terminal: Terminal, turns: list[dict[str, Any]], **options: Any
+) -> TeaAgentTUI:
+    adapter = scripted(turns)
+    return TeaAgentTUI(
+        node=load_config(cluster.alpha.config_path),
+        input_fn=terminal.input,
+        output_fn=terminal.print,
+        adapter_factory=lambda provider, model: adapter,
+        # The local check lets it through: what stands between the model and the shell is the quorum.
+        permission_mode=PermissionMode.DANGER_FULL_ACCESS,
+        **options,
+    )
+
+
+def shell(command: str) -> dict[str, Any]:
+    return {
+        "content": f"Running {command}.",
+        "tool_calls": [{"tool_name": "shell.run", "arguments": {"command": command}}],
+    }
+
+
+def in_background(target: Any) -> threading.Thread:
+    """Run the test's side (an operator, a Ctrl-C) beside the TUI; its failure is re-raised by join()."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException as exc:
+            failures.append(exc)
+            _thread.interrupt_main()  # end the TUI's wait, so the failure is reported, not a timeout
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.failures = failures  # type: ignore[attr-defined]
+    return thread
+
+
+def finish(thread: threading.Thread) -> None:
+    thread.join(timeout=WAIT)
+    failures = thread.failures  # type: ignore[attr-defined]
+    if failures:
+        raise failures[0]
+
+
+def pending_for(cluster: Cluster, name: str, tool_name: str, command: str) -> str:
+    """The id of the request of alpha's that waits at ``name``'s approver for an operator."""
+    deadline = time.monotonic() + WAIT
+    with cluster.approver(name) as client:
+        while time.monotonic() < deadline:
+            for item in client.list_requests("pending", origin="alpha"):
+                if item.tool_name == tool_name and item.arguments.get("command") == command:
+                    return item.request_id
+            time.sleep(0.05)
+    raise AssertionError(f"no request for {command!r} reached {name}'s approver")
+
+
+def test_an_approved_quorum_is_shown_decision_by_decision(cluster: Cluster) -> None:
+    terminal = Terminal(["clean up", "/quorum"])
+    turns = [shell("echo cleaned"), {"content": "Cleaned.", "expect": ["cleaned"]}]
+    tui = alpha_tui(cluster, terminal, turns)
+
+    def gamma_operator() -> None:
+        terminal.wait_for("✓ beta signed")  # beta's rule decided; the screen shows it before gamma has
+        request_id = pending_for(cluster, "gamma", "shell.run", "echo cleaned")
+        assert "gamma signed" not in terminal.text
+        with cluster.approver("gamma") as client:
+            client.approve(request_id, reason="looks fine")
+
+    operator = in_background(gamma_operator)
+    assert tui.run_repl() == 0
+    finish(operator)
+    out = terminal.text
+    opening = (
+        r"^shell\.run needs 2 of 2 peers \(beta, gamma\) to sign it; request [0-9a-f]{12}, "
+        r"\d+m \d\ds left\. Ctrl-C withdraws it\.$"
+    )
+    assert re.search(opening, out, re.M)
+    assert "  ✓ beta signed (1 of 2 signed (beta))\n" in out
+    assert "  ✓ gamma signed (2 of 2 signed (beta, gamma))\n" in out
+    assert out.index("✓ beta signed") < out.index("✓ gamma signed") < out.index("✓ quorum reached")
+    assert (
+        "✓ quorum reached for shell.run: signed by beta, gamma; the certificate is verified before it runs.\n"
+        in out
+    )
+    assert '← shell.run {"exit_code": 0, "stderr": "", "stdout": "cleaned\\n", "timed_out": false' in out
+    assert "Cleaned.\n" in out
+    assert re.search(
+        r"^[0-9a-f]{12} +shell\.run +approved +beta, gamma +- +2 of 2 +\d\d:\d\d:\d\d$", out, re.M
+    )
+    audit = cluster.alpha.data_dir / "audit" / "alpha.jsonl"
+    verify_log_or_raise(audit)
+    granted = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert any(
+        event["event_type"] == "approval_granted" and "certificate" in event["payload"] for event in granted
+    )
+
+
+def test_a_denied_quorum_is_a_message_and_the_repl_goes_on(cluster: Cluster) -> None:
+    terminal = Terminal(["remove the build", "/quorum", "/help quorum"])
+    tui = alpha_tui(cluster, terminal, [shell("rm -rf build")])
+    assert tui.run_repl() == 0
+    out = terminal.text
+    assert re.search(
+        r"^  ✗ (beta denied: nothing is removed here|gamma denied: not on Fridays) \(0 of 2", out, re.M
+    )
+    assert re.search(r"^The run ended approval_denied: shell\.run was denied by (beta|gamma)", out, re.M)
+    assert "← shell.run" not in out
+    assert re.search(r"^[0-9a-f]{12} +shell\.run +denied +- +(beta|gamma)", out, re.M)
+    assert (
+        "/quorum  This session's high-risk calls: waiting, approved by whom, denied.\n" in out
+    )  # the REPL went on
+    assert out.endswith("End of input: goodbye.\n")
+
+
+def test_ctrl_c_withdraws_a_quorum_wait_and_the_run_ends_with_the_refusal(cluster: Cluster) -> None:
+    terminal = Terminal(["deploy it", "/quorum"])
+    tui = alpha_tui(cluster, terminal, [shell("make deploy")], heartbeat=1)
+
+    def press_ctrl_c() -> None:
+        terminal.wait_for("… still waiting for shell.run's quorum: 0 of 2 signed (nobody), ")
+        _thread.interrupt_main()
+
+    presser = in_background(press_ctrl_c)
+    started = time.monotonic()
+    assert tui.run_repl() == 0
+    finish(presser)
+    out = terminal.text
+    assert time.monotonic() - started < 60  # not the quorum's 120 seconds
+    assert re.search(
+        r"^… still waiting for shell\.run's quorum: 0 of 2 signed \(nobody\), 1m \d\ds left$", out, re.M
+    )
+    withdrawn = (
+        r"^Withdrawn: shell\.run will not run; the run ends with the refusal\. \(The relay takes no "
+        r"withdrawal yet: peers may still see request [0-9a-f]{12} until it expires, in 1m \d\ds\.\)$"
+    )
+    assert re.search(withdrawn, out, re.M)
+    assert (
+        "The run ended approval_denied: shell.run was not run: the wait for its quorum was stopped.\n" in out
+    )
+    assert re.search(r"^[0-9a-f]{12} +shell\.run +withdrawn +- +- +2 of 2 ", out, re.M)
+    assert "← shell.run" not in out
+
+
+def test_a_peers_request_is_approved_and_another_denied_from_the_inbox(cluster: Cluster) -> None:
+    beta = cluster.nodes["beta"]
+    sent: list[str] = []
+
+    def send(command: str) -> str:
+        request = beta.request(arguments={"command": command}, call_id=f"c-{command.split()[0]}")
+        with RelayClient(beta.url, token=beta.token) as relay:
+            relay.submit_request(request, sign_request(request, beta.key))
+        sent.append(request["request_id"])
+        # Wait until alpha's approver holds it, as an operator would before typing /inbox.
+        deadline = time.monotonic() + WAIT
+        with cluster.approver("alpha") as client:
+            while True:
+                try:
+                    client.get_request(request["request_id"])
+                    return str(request["request_id"])
+                except RelayError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+
+    first = send("make release")
+    second = send("make mess")
+    terminal = Terminal(
+        ["/inbox", lambda: f"/approve {first[:8]}", lambda: f"/deny {second} not today", "/inbox"]
+    )
+    tui = alpha_tui(cluster, terminal, [])
+    assert tui.run_repl() == 0
+    out = terminal.text
+    assert re.search(
+        rf"^{first} +beta +shell\.run +\d+m \d\ds +ask \(no rule\) +\{{\"command\": \"make release\"\}}$",
+        out,
+        re.M,
+    )
+    assert re.search(rf"^{second} +beta +shell\.run ", out, re.M)
+    assert re.search(
+        rf"^alpha approved request {first} of beta: signed by \S.* with key SHA256:\S+\.$", out, re.M
+    )
+    assert re.search(rf"^alpha denied request {second} of beta \(not today\): signed by ", out, re.M)
+    assert out.endswith("› /inbox\nNo pending requests for alpha.\n› \nEnd of input: goodbye.\n")
+    # beta, the origin, counts alpha's signed decisions.
+    with RelayClient(beta.url, token=beta.token) as relay:
+        approved = relay.wait_outcome(first, 10)
+        denied = relay.wait_outcome(second, 10)
+    assert (approved.state, approved.signers) == ("approved", ("alpha",))
+    assert (denied.state, denied.denied_by, dict(denied.denial_reasons)) == (
+        "denied",
+        ("alpha",),
+        {"alpha": "not today"},
+    )
