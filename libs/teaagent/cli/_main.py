@@ -18,6 +18,7 @@ from teaagent.cli import (
     _demo,
     _init,
     _keys,
+    _mcp,
     _peers,
     _quorum,
     _relay,
@@ -43,6 +44,7 @@ app.add_typer(_approvals.app, name="approvals")
 app.add_typer(_approver.app, name="approver")
 app.add_typer(_audit.app, name="audit")
 app.add_typer(_keys.app, name="keys")
+app.add_typer(_mcp.app, name="mcp")
 app.add_typer(_peers.app, name="peers")
 app.add_typer(_peers.operators_app, name="operators")
 app.add_typer(_quorum.app, name="quorum")

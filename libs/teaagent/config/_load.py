@@ -18,12 +18,15 @@ from teaagent.config._model import (
     DEFAULT_AGENT_PORT,
     DEFAULT_APPROVER_PORT,
     DEFAULT_PROVIDER,
+    MCP_UPSTREAM_NAME_PATTERN,
     MIN_TOKEN_CHARS,
     MODEL_NAME_PATTERN,
     AgentSettings,
     ApproverRule,
     ApproverSettings,
     Decision,
+    McpSettings,
+    McpUpstream,
     ModelSettings,
     NodeConfig,
     NotifyFormat,
@@ -69,8 +72,11 @@ ROOT_KEYS: Final = (
     "approver",
     "models",
     "tls",
+    "mcp",
 )
 TLS_KEYS: Final = ("cert", "key", "ca")
+MCP_KEYS: Final = ("upstreams",)
+MCP_UPSTREAM_KEYS: Final = ("command", "env", "url")
 AGENT_KEYS: Final = ("permission_mode", "provider", "model", "base_url", "port", "host", "rate_limits")
 MODEL_KEYS: Final = (
     "model",
@@ -620,6 +626,51 @@ def _approver(table: _Table | None, base: Path, agent_id: str) -> ApproverSettin
     )
 
 
+def _mcp(table: _Table | None) -> McpSettings:
+    """``[mcp.upstreams.NAME]``: a stdio ``command`` (with its ``env``) or a streamable HTTP ``url``."""
+    if table is None:
+        return McpSettings()
+    upstreams_table = table.table("upstreams")
+    table.finish()
+    if upstreams_table is None:
+        return McpSettings()
+    upstreams: dict[str, McpUpstream] = {}
+    for name in list(upstreams_table.data):
+        if MCP_UPSTREAM_NAME_PATTERN.fullmatch(name) is None:
+            raise ConfigError(
+                f"{upstreams_table.label}: mcp.upstreams.{name} is not a usable upstream name: use 1 to "
+                "64 letters, digits, '_' or '-', starting with a letter or digit (no '.': its tools "
+                "are named NAME.TOOL)."
+            )
+        entry = upstreams_table.table(name, MCP_UPSTREAM_KEYS)
+        if entry is None:  # pragma: no cover - table() only returns None for a missing key
+            continue
+        command = entry.string_list("command")
+        url = entry.string("url")
+        env_table = entry.table("env")
+        env: dict[str, str] = {}
+        if env_table is not None:
+            for variable in list(env_table.data):
+                value = env_table.string(variable, required=True)
+                assert value is not None
+                env[variable] = value
+        if ("command" in entry.data) == (url is not None):
+            raise ConfigError(
+                f"{entry.label}: mcp.upstreams.{name} needs exactly one of command (a stdio server) "
+                "and url (a streamable HTTP server)."
+            )
+        if url is not None:
+            url = _check_http_url(entry, "url", url.strip())
+            if env:
+                raise entry.error("env", "only applies to a command, not to a url")
+        elif not command or not command[0].strip():
+            raise entry.error("command", 'must name a program to run, as in ["python", "server.py"]')
+        entry.finish()
+        upstreams[name] = McpUpstream(name=name, command=tuple(command), env=env, url=url)
+    upstreams_table.finish()
+    return McpSettings(upstreams=upstreams)
+
+
 def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     """Load and check a node configuration file (ARCHITECTURE.md, Node configuration).
 
@@ -724,6 +775,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     approver = _approver(root.table("approver", APPROVER_KEYS), base, agent_id)
     models = _models(root.table("models"))
     tls = _tls(root.table("tls", TLS_KEYS), base, relay_url)
+    mcp = _mcp(root.table("mcp", MCP_KEYS))
     # Key identity, not the exact blob: the same key in its sk- form is still this node's. A key
     # of this node (its own or an operator's) listed for a peer would count this node as a peer.
     own = {own_key.identity: "this node's own key"} if own_key is not None else {}
@@ -754,4 +806,5 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         approver=approver,
         models=models,
         tls=tls,
+        mcp=mcp,
     )

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_AGENT_PORT",
     "DEFAULT_APPROVER_PORT",
     "DEFAULT_PROVIDER",
+    "MCP_UPSTREAM_NAME_PATTERN",
     "MIN_TOKEN_CHARS",
     "MODEL_NAME_PATTERN",
     "TOKEN_FILE_NAME",
@@ -41,6 +42,8 @@ __all__ = [
     "ApproverRule",
     "ApproverSettings",
     "Decision",
+    "McpSettings",
+    "McpUpstream",
     "ModelSettings",
     "NodeConfig",
     "NotifyFormat",
@@ -57,6 +60,8 @@ DEFAULT_AGENT_PORT: Final = 8700
 DEFAULT_AGENT_HOST: Final = "127.0.0.1"  # the agent runs tools: loopback unless the file says otherwise
 #: A ``[models.NAME]`` name: it is a path segment of the agent service's ``/models/{name}``.
 MODEL_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+#: An ``[mcp.upstreams.NAME]`` name: the prefix of its tools' names, so it holds no ``.``.
+MCP_UPSTREAM_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 DEFAULT_APPROVER_PORT: Final = 8703
 DEFAULT_PROVIDER: Final = "scripted"  # runs without any API key, so a fresh node works offline
 MIN_TOKEN_CHARS: Final = 16  # a shorter bearer token is within reach of guessing
@@ -278,6 +283,37 @@ class ApproverSettings:
         return "ask" if rule is None else rule.decision
 
 
+@dataclass(frozen=True, kw_only=True)
+class McpUpstream:
+    """One ``[mcp.upstreams.NAME]`` table: an MCP server that ``teaagent mcp gateway`` fronts.
+
+    Exactly one of ``command`` and ``url`` is set.
+
+    Attributes:
+        name: The table's name; the gateway lists the upstream's tools as ``NAME.TOOL``.
+        command: The program and its arguments, started as a stdio MCP server; empty with ``url``.
+        env: Variables set for ``command`` on top of the SDK's minimal environment (left out of
+            the repr: they may hold API keys).
+        url: The upstream's streamable HTTP endpoint, or None with ``command``.
+    """
+
+    name: str
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    url: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpSettings:
+    """The ``[mcp]`` table.
+
+    Attributes:
+        upstreams: The ``[mcp.upstreams.*]`` tables, by name, in file order.
+    """
+
+    upstreams: Mapping[str, McpUpstream] = field(default_factory=dict)
+
+
 def read_public_key_of_private_key_file(path: Path) -> SSHPublicKey | None:
     """Read the public half stored in the clear in an OpenSSH private key file.
 
@@ -338,6 +374,7 @@ class NodeConfig:
         approver: The ``[approver]`` table.
         models: The ``[models.*]`` tables, by name, in file order.
         tls: The ``[tls]`` table (no certificate, public CAs when absent).
+        mcp: The ``[mcp]`` table (no upstreams when absent).
     """
 
     path: Path
@@ -356,6 +393,7 @@ class NodeConfig:
     approver: ApproverSettings
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
     tls: TlsSettings = field(default_factory=TlsSettings)
+    mcp: McpSettings = field(default_factory=McpSettings)
 
     @property
     def uses_embedded_redis(self) -> bool:

@@ -1,4 +1,8 @@
-"""MCP server internals: the workspace registry that lets one process at a time work in a workspace.
+"""The node's MCP server (``teaagent mcp serve``), and the workspace registry: one process per workspace.
+
+:class:`GatedToolServer` serves a tool registry over MCP with every call through the node's full
+policy gate (see :mod:`teaagent.mcp_server._gated`); :func:`serve_stdio` and :func:`http_app`
+put it on stdio or streamable HTTP.
 
 A lock is an exclusive ``flock`` on ``<workspace>/.teaagent/workspace.lock`` (or on a file per
 workspace in the registry's ``state_dir``), held for as long as the holder keeps it; the file
@@ -11,6 +15,7 @@ taken over ("zombie cleanup") by exactly one of the processes that want it. See
 from __future__ import annotations
 
 from teaagent.errors import WorkspaceLockConflictError
+from teaagent.mcp_server._gated import GatedToolServer, ToolCallFailed
 from teaagent.mcp_server._locks import (
     ACQUIRE_ATTEMPTS,
     LOCK_FILE_NAME,
@@ -21,17 +26,23 @@ from teaagent.mcp_server._locks import (
     WorkspaceRegistry,
 )
 from teaagent.mcp_server._process import Liveness, liveness, process_start_time
+from teaagent.mcp_server._transport import MCP_PATH, http_app, serve_stdio
 
 __all__ = [
     "ACQUIRE_ATTEMPTS",
     "LOCKS_DIR_NAME",
     "LOCK_FILE_NAME",
+    "MCP_PATH",
     "SETTLE_SECONDS",
     "STATE_DIR_NAME",
+    "GatedToolServer",
     "Liveness",
+    "ToolCallFailed",
     "WorkspaceLock",
     "WorkspaceLockConflictError",
     "WorkspaceRegistry",
+    "http_app",
     "liveness",
     "process_start_time",
+    "serve_stdio",
 ]
