@@ -1494,6 +1494,8 @@ class TeaAgentTUI:
             self._waiting = _Wait("model", f"turn {data['iteration']}", time.monotonic())
         elif kind == "model_delta":
             if depth == 0 and self.stream:
+                # The reply is arriving: no "thinking" line to redraw between its pieces.
+                self._waiting = None
                 if not self._streamed:
                     self._screen.status(None)
                 self._streamed = True
