@@ -90,3 +90,15 @@ def test_a_broken_upstream_is_one_sentence_naming_the_key(
 ) -> None:
     with pytest.raises(ConfigError, match=sentence):
         load_config(write(table))
+
+
+def test_a_gateway_without_upstreams_is_a_usage_error(
+    write: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from teaagent.cli._main import run
+
+    path = write("")
+    assert run(["mcp", "gateway", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"teaagent: {path} has no [mcp.upstreams.NAME] table, so the gateway has nothing to serve.\n"
+    )

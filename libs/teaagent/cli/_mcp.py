@@ -24,7 +24,7 @@ from teaagent.cli._exit import bad_usage
 from teaagent.cli._serve import serve_app
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import WorkspaceLockConflictError
-from teaagent.mcp_server import GatedToolServer, WorkspaceRegistry
+from teaagent.mcp_server import GatedToolServer, Gateway, WorkspaceRegistry
 from teaagent.mcp_server._transport import MCP_PATH, http_app, serve_stdio
 from teaagent.runner._node import node_registry
 
@@ -40,7 +40,9 @@ _HTTP_HELP = f"Serve streamable HTTP on this port (at {MCP_PATH}, behind the nod
 def _logging(level: str) -> None:
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="teaagent mcp: %(message)s")
     # One line per relay poll is noise: the gate's own lines say what the quorum does.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+    quiet = max(logging.WARNING, logging.getLogger().level)
+    for name in ("httpx", "httpx2", "mcp.client"):
+        logging.getLogger(name).setLevel(quiet)
 
 
 def _serve(
@@ -85,3 +87,19 @@ def serve(
         _serve(server, node, http, host, f"the MCP server of {node.agent_id}", log_level)
     finally:
         locks.release_lock(node.workspace)
+
+
+@app.command("gateway")
+def gateway(
+    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    http: Annotated[int | None, typer.Option("--http", metavar="PORT", help=_HTTP_HELP)] = None,
+    host: Annotated[str, typer.Option(help="The address --http listens on.")] = "127.0.0.1",
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "warning",
+) -> None:
+    """Serve the tools of the [mcp.upstreams.*] servers as NAME.TOOL, behind the node's gate and quorum."""
+    _logging(log_level)
+    node = load_config(config)
+    if not node.mcp.upstreams:
+        bad_usage(f"{node.path} has no [mcp.upstreams.NAME] table, so the gateway has nothing to serve.")
+    gateway = Gateway(node)
+    _serve(gateway.tools, node, http, host, f"the MCP gateway of {node.agent_id}", log_level)

@@ -2,7 +2,8 @@
 
 :class:`GatedToolServer` serves a tool registry over MCP with every call through the node's full
 policy gate (see :mod:`teaagent.mcp_server._gated`); :func:`serve_stdio` and :func:`http_app`
-put it on stdio or streamable HTTP.
+put it on stdio or streamable HTTP. :class:`Gateway` (``teaagent mcp gateway``) serves the tools
+of the ``[mcp.upstreams.*]`` MCP servers behind the same gate.
 
 A lock is an exclusive ``flock`` on ``<workspace>/.teaagent/workspace.lock`` (or on a file per
 workspace in the registry's ``state_dir``), held for as long as the holder keeps it; the file
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from teaagent.errors import WorkspaceLockConflictError
 from teaagent.mcp_server._gated import GatedToolServer, ToolCallFailed
+from teaagent.mcp_server._gateway import Gateway, Upstream
 from teaagent.mcp_server._locks import (
     ACQUIRE_ATTEMPTS,
     LOCK_FILE_NAME,
@@ -36,8 +38,10 @@ __all__ = [
     "SETTLE_SECONDS",
     "STATE_DIR_NAME",
     "GatedToolServer",
+    "Gateway",
     "Liveness",
     "ToolCallFailed",
+    "Upstream",
     "WorkspaceLock",
     "WorkspaceLockConflictError",
     "WorkspaceRegistry",

@@ -1,0 +1,292 @@
+"""``teaagent mcp gateway``: a real upstream MCP server (written below with the SDK) behind alpha's gate.
+
+The upstream is this file run as a program: an ``MCPServer`` with a read-only ``echo``, a ``pid``,
+a ``merge_pr`` that records each merge in a file, and a ``fail`` that raises. alpha's gateway
+fronts it twice: as ``github`` (a stdio command) and as ``web`` (the same server on streamable
+HTTP). ``github.merge_*`` is high risk in alpha's ``[quorum]``: 2 of beta, gamma and delta, each
+with its relay and its real approver service; beta's rules approve merges, gamma's leave them to
+an operator, delta's approver never decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+import redis
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from relay_support import ApproverProcess, Node, free_port, served, write_cluster
+
+from teaagent.audit import verify_log_or_raise
+
+pytestmark = pytest.mark.slow
+
+READY = 20.0
+MERGE_RULES = """
+[[approver.rules]]
+tool = "github.merge_*"
+decision = "approve"
+"""
+
+
+def upstream(transport: str, port: int, merges: str) -> None:
+    """The upstream MCP server: stdio, or streamable HTTP on ``port``."""
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server = MCPServer("fake-github")
+
+    @server.tool(annotations=types.ToolAnnotations(read_only_hint=True))
+    def echo(text: str) -> str:
+        """Say it back."""
+        return f"echo: {text}"
+
+    @server.tool(annotations=types.ToolAnnotations(read_only_hint=True))
+    def pid() -> int:
+        """This server's process id."""
+        return os.getpid()
+
+    @server.tool(annotations=types.ToolAnnotations(destructive_hint=True))
+    def merge_pr(number: int) -> str:
+        """Merge a pull request."""
+        with open(merges, "a") as handle:
+            handle.write(f"{number}\n")
+        return f"merged #{number}"
+
+    @server.tool()
+    def fail() -> str:
+        """Always fails."""
+        raise ToolError("the upstream says no")
+
+    if transport == "stdio":
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=port)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("mcp-gateway")
+    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    nodes = write_cluster(
+        folder,
+        ["alpha", "beta", "gamma", "delta"],
+        redis_url=redis_server,
+        prefix=prefix,
+        required=2,
+        timeout_seconds=60,
+        peers_of={
+            "alpha": ["beta", "gamma", "delta"],
+            "beta": ["alpha"],
+            "gamma": ["alpha"],
+            "delta": ["alpha"],
+        },
+        rules={"beta": MERGE_RULES},
+    )
+    alpha = nodes["alpha"]
+    merges = folder / "merges.txt"
+    web_port = free_port()
+    me = str(Path(__file__).resolve())
+    config = alpha.config_path.read_text().replace(
+        'high_risk_patterns = ["shell.*", "fs.delete"]',
+        'high_risk_patterns = ["github.merge_*", "*.delete*"]',
+    )
+    config += (
+        '\n[agent]\npermission_mode = "danger-full-access"\n'
+        f'\n[mcp.upstreams.github]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(me)}, "stdio", "0", '
+        f"{json.dumps(str(merges))}]\n"
+        f"env = {{ PYTHONPATH = {json.dumps(os.environ.get('PYTHONPATH', ''))} }}\n"
+        f'\n[mcp.upstreams.web]\nurl = "http://127.0.0.1:{web_port}/mcp"\n'
+    )
+    alpha.config_path.write_text(config)
+    (folder / "workspace-alpha").mkdir()
+    web_log = (folder / "web.log").open("wb")
+    web = subprocess.Popen(
+        [sys.executable, me, "http", str(web_port), str(folder / "web-merges.txt")],
+        stdout=web_log,
+        stderr=subprocess.STDOUT,
+    )
+    with ExitStack() as stack:
+        stack.callback(web.wait, 15)
+        stack.callback(web.terminate)
+        stack.enter_context(served(*nodes.values()))
+        approvers = [
+            ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma", "delta")
+        ]
+        for approver in approvers:
+            stack.callback(approver.stop)
+        for approver in approvers:
+            approver.wait_ready()
+        deadline = time.monotonic() + READY
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{web_port}/mcp", timeout=0.5)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, (folder / "web.log").read_text()
+                time.sleep(0.05)
+        yield {"nodes": nodes, "merges": merges}
+    web_log.close()
+    client = redis.Redis.from_url(redis_server)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@asynccontextmanager
+async def gateway_session(alpha: Node) -> AsyncIterator[ClientSession]:
+    parameters = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "teaagent", "mcp", "gateway", "--config", str(alpha.config_path), "--log-level", "info"],
+        env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
+    async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+def approvals(node: Node, *args: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-m", "teaagent", "approvals", *args, "--config", str(node.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def audit(alpha: Node) -> list[dict[str, Any]]:
+    path = alpha.data_dir / "audit" / "alpha.jsonl"
+    verify_log_or_raise(path)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_upstream_tools_are_listed_under_their_prefix_and_low_risk_calls_forwarded(
+    cluster: dict[str, Any],
+) -> None:
+    alpha = cluster["nodes"]["alpha"]
+
+    async def main() -> None:
+        async with gateway_session(alpha) as session:
+            listing = await session.list_tools()
+            tools = {tool.name: tool for tool in listing.tools}
+            echo = await session.call_tool("github.echo", {"text": "hi"})
+            web_echo = await session.call_tool("web.echo", {"text": "over http"})
+            failed = await session.call_tool("github.fail", {})
+            bad = await session.call_tool("github.echo", {"txt": "typo"})
+        names = {"echo", "pid", "merge_pr", "fail"}
+        assert set(tools) == {f"{prefix}.{name}" for prefix in ("github", "web") for name in names}
+        assert tools["github.merge_pr"].meta["teaagent/high_risk"] is True
+        assert tools["web.merge_pr"].meta["teaagent/high_risk"] is False  # the pattern names github only
+        assert tools["github.echo"].annotations.read_only_hint is True
+        assert tools["github.echo"].input_schema["required"] == ["text"]
+        assert echo.is_error is False
+        assert text(echo) == "echo: hi"
+        assert echo.structured_content == {"result": "echo: hi"}
+        assert text(web_echo) == "echo: over http"
+        # The upstream's own error result, handed back as it sent it.
+        assert failed.is_error is True
+        assert "the upstream says no" in text(failed)
+        # The gate checks the upstream's schema before anything is forwarded.
+        assert bad.is_error is True
+        assert text(bad).startswith("github.echo: arguments are invalid")
+
+    anyio.run(main)
+    records = audit(alpha)
+    results = [r["payload"]["tool_name"] for r in records if r["event_type"] == "tool_result"]
+    assert results[-2:] == ["github.echo", "web.echo"]
+
+
+def test_a_high_risk_call_is_held_until_the_quorum_approves(cluster: dict[str, Any]) -> None:
+    alpha, gamma = cluster["nodes"]["alpha"], cluster["nodes"]["gamma"]
+    merges: Path = cluster["merges"]
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def main() -> types.CallToolResult:
+        async with gateway_session(alpha) as session, anyio.create_task_group() as tasks:
+            outcome: list[types.CallToolResult] = []
+
+            async def merge() -> None:
+                outcome.append(
+                    await session.call_tool("github.merge_pr", {"number": 7}, progress_callback=on_progress)
+                )
+
+            tasks.start_soon(merge)
+            # beta's rule approves at once; gamma's approver waits for its operator.
+            with anyio.fail_after(30):
+                while not any("(beta)" in line for line in progress):
+                    await anyio.sleep(0.05)
+            assert not merges.exists()  # held: nothing was forwarded yet
+            listed = json.loads(await anyio.to_thread.run_sync(approvals, gamma, "list", "--json"))
+            [item] = [entry for entry in listed if entry["tool_name"] == "github.merge_pr"]
+            assert item["arguments"] == {"number": 7}
+            await anyio.to_thread.run_sync(approvals, gamma, "approve", item["request_id"])
+            with anyio.fail_after(30):
+                while not outcome:
+                    await anyio.sleep(0.05)
+            return outcome[0]
+
+    result = anyio.run(main)
+    assert result.is_error is False, text(result)
+    assert text(result) == "merged #7"
+    assert merges.read_text() == "7\n"
+    [granted] = [
+        r for r in audit(alpha) if r["event_type"] == "approval_granted" and "certificate" in r["payload"]
+    ]
+    certificate = granted["payload"]["certificate"]
+    assert certificate["request"]["tool_name"] == "github.merge_pr"
+    assert sorted(a["statement"]["signer"] for a in certificate["approvals"]) == ["beta", "gamma"]
+
+
+def test_an_upstream_that_dies_is_an_error_result_and_is_restarted_on_the_next_call(
+    cluster: dict[str, Any],
+) -> None:
+    alpha = cluster["nodes"]["alpha"]
+
+    async def main() -> None:
+        async with gateway_session(alpha) as session:
+            first = await session.call_tool("github.pid", {})
+            pid = int(text(first))
+            os.kill(pid, signal.SIGKILL)
+            with anyio.fail_after(30):
+                died = await session.call_tool("github.echo", {"text": "anyone?"})
+            other = await session.call_tool("web.echo", {"text": "still here"})
+            again = await session.call_tool("github.pid", {})
+            echoed = await session.call_tool("github.echo", {"text": "back"})
+        assert died.is_error is True
+        assert text(died).startswith("the upstream github failed during github.echo: ")
+        assert text(died).endswith("; it is started again on the next call.")
+        assert text(other) == "echo: still here"  # the other upstream kept serving
+        assert again.is_error is False
+        assert int(text(again)) != pid
+        assert text(echoed) == "echo: back"
+
+    anyio.run(main)
+
+
+if __name__ == "__main__":
+    upstream(sys.argv[1], int(sys.argv[2]), sys.argv[3])
