@@ -18,11 +18,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, served, write_cluster
+from relay_support import ApproverProcess, Node, served, signer, write_cluster
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -32,6 +33,7 @@ from teaagent.errors import RelayError
 from teaagent.policy import PermissionMode
 from teaagent.quorum import sign_request
 from teaagent.relay_client import RelayClient
+from teaagent.signing import fingerprint
 from teaagent.tui import TeaAgentTUI
 
 pytestmark = pytest.mark.slow
@@ -86,6 +88,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iter
         required=2,
         peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
         rules={"beta": BETA_RULES, "gamma": GAMMA_RULES},
+        operators={"alpha": ["alpha-operator"]},
     )
     (folder / "workspace-alpha").mkdir()
     logs = folder / "logs"
@@ -154,6 +157,19 @@ def finish(thread: threading.Thread) -> None:
     failures = thread.failures  # type: ignore[attr-defined]
     if failures:
         raise failures[0]
+
+
+def pending_for_origin(cluster: Cluster, name: str, request_id: str) -> str:
+    """Wait until ``name``'s approver holds the request; return its id."""
+    deadline = time.monotonic() + WAIT
+    with cluster.approver(name) as client:
+        while True:
+            try:
+                return client.get_request(request_id).request_id
+            except RelayError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
 
 def pending_for(cluster: Cluster, name: str, tool_name: str, command: str) -> str:
@@ -305,3 +321,77 @@ def test_a_peers_request_is_approved_and_another_denied_from_the_inbox(cluster: 
         ("alpha",),
         {"alpha": "not today"},
     )
+
+
+def test_an_operator_key_signs_the_decision_instead_of_the_node_key(cluster: Cluster) -> None:
+    beta = cluster.nodes["beta"]
+    request = beta.request(arguments={"command": "make docs"}, call_id="c-operator")
+    with RelayClient(beta.url, token=beta.token) as relay:
+        relay.submit_request(request, sign_request(request, beta.key))
+    request_id = pending_for_origin(cluster, "alpha", request["request_id"])
+    operator = signer("alpha-operator")
+    terminal = Terminal(["/inbox", f"/approve {request_id}"])
+    tui = alpha_tui(cluster, terminal, [], operator_signer=operator)
+    assert tui.run_repl() == 0
+    out = terminal.text
+    assert re.search(
+        rf"^alpha approved request {request_id} of beta: signed by \S.* "
+        rf"with key {re.escape(fingerprint(operator.public_key))}\.$",
+        out,
+        re.M,
+    ), out
+    with RelayClient(beta.url, token=beta.token) as relay:
+        outcome = relay.wait_outcome(request_id, 10)
+    assert (outcome.state, outcome.signers) == ("approved", ("alpha",))  # the operator signs for alpha
+
+
+def test_an_expired_quorum_is_shown_as_expired(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        required=1,
+        timeout_seconds=2,
+        peers_of={"alpha": ["beta"], "beta": ["alpha"]},
+    )
+    (tmp_path / "workspace-alpha").mkdir()
+    terminal = Terminal(["wait for nobody", "/quorum"])
+    adapter = scripted([shell("make wait")])
+    tui = TeaAgentTUI(
+        node=load_config(nodes["alpha"].config_path),
+        input_fn=terminal.input,
+        output_fn=terminal.print,
+        adapter_factory=lambda provider, model: adapter,
+        permission_mode=PermissionMode.DANGER_FULL_ACCESS,
+    )
+    with served(*nodes.values()):  # beta's relay takes the request; nobody decides it
+        assert tui.run_repl() == 0
+    out = terminal.text
+    assert re.search(r"^The run ended approval_denied: .*expired", out, re.M), out
+    assert re.search(r"^[0-9a-f]{12} +shell\.run +expired +- +- +1 of 1 ", out, re.M), out
+
+
+def test_a_relay_that_is_down_is_one_sentence_and_the_repl_goes_on(tmp_path: Path) -> None:
+    nodes = write_cluster(
+        tmp_path, ["alpha", "beta"], redis_url="redis://127.0.0.1:1/0", prefix="unused", required=1
+    )
+    (tmp_path / "workspace-alpha").mkdir()
+    terminal = Terminal(["run it", "/quorum"])
+    adapter = scripted([shell("echo hi")])
+    tui = TeaAgentTUI(
+        node=load_config(nodes["alpha"].config_path),
+        input_fn=terminal.input,
+        output_fn=terminal.print,
+        adapter_factory=lambda provider, model: adapter,
+        permission_mode=PermissionMode.DANGER_FULL_ACCESS,
+    )
+    assert tui.run_repl() == 0  # no relay runs: nothing is served
+    out = terminal.text
+    denial = [
+        line for line in out.splitlines() if line.startswith("The run ended approval_denied: shell.run needs")
+    ]
+    assert len(denial) == 1, out
+    assert "no quorum could be obtained" in denial[0]
+    assert re.search(r"^[0-9a-f]{12} +shell\.run +failed +- +- +1 of 1 ", out, re.M), out
+    assert out.endswith("End of input: goodbye.\n")
