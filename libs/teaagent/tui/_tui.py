@@ -50,7 +50,7 @@ from teaagent.policy import (
     QuorumGate,
 )
 from teaagent.runner import DEFAULT_SYSTEM_PROMPT, AgentRunner, Question, RunEvent, RunResult
-from teaagent.session import MAX_LABEL_CHARS, ChatSession, SessionStore, new_session
+from teaagent.session import MAX_LABEL_CHARS, ChatSession, SessionStore, check_session_id, new_session
 from teaagent.signing import Signer
 from teaagent.tools import ToolAnnotations, ToolRegistry, workspace_registry
 from teaagent.tui._context import (
@@ -366,7 +366,6 @@ class TeaAgentTUI:
         state, problem = (None, None) if self.database is None else load_state(self.database)
         if problem is not None:
             self._notes.append((f"The saved state is ignored: {problem}.", "yellow"))
-        self._restored = state
         if state is not None and state.permission_mode and mode is PermissionMode.PROMPT:
             try:
                 mode = PermissionMode(state.permission_mode)
@@ -379,8 +378,6 @@ class TeaAgentTUI:
         # The session: asked for, else the saved one, else a new one.
         wanted = session_id if session_id is not None else (state.session_id if state is not None else None)
         if session_id is not None:
-            from teaagent.session import check_session_id
-
             check_session_id(session_id)
         self._session, how = self._open_session(wanted)
         self._session_note = how
@@ -783,13 +780,10 @@ class TeaAgentTUI:
         if slash and provider in PROVIDER_CONFIGS and rest:
             return _ModelChoice(provider, rest)
         if text in PROVIDER_CONFIGS:
-            own = node is not None and node.agent.provider == text and node.agent.model
-            return _ModelChoice(
-                text,
-                node.agent.model
-                if own and node and node.agent.model
-                else PROVIDER_CONFIGS[text].default_model,
-            )
+            # A provider alone: the node's model when it is the node's provider, else its default.
+            if node is not None and node.agent.provider == text and node.agent.model:
+                return _ModelChoice(text, node.agent.model)
+            return _ModelChoice(text, PROVIDER_CONFIGS[text].default_model)
         return _ModelChoice(self._choice.provider, text)
 
     def _cmd_model(self, argument: str) -> None:
@@ -1186,10 +1180,14 @@ class TeaAgentTUI:
                     for name, settings in self.node.models.items()
                 )
             ]
-        except (ConfigError, ValueError) as exc:
-            self._notes.append((f"route_model is off: {exc}", "yellow"))
+        except (ConfigError, ValueError) as exc:  # a broken price file: no routing, and it is said
+            self._screen.say(
+                f"route_model: no price to compare ({exc}); the turn goes to the current model.", "yellow"
+            )
             return None
-        cheaper = sorted(candidate for candidate in candidates if candidate[0] < current)
+        cheaper = sorted(
+            (candidate for candidate in candidates if candidate[0] < current), key=lambda item: item[:2]
+        )
         return cheaper[0][2] if cheaper else None
 
     # -- tools and policy ----------------------------------------------------------------------------
@@ -1569,18 +1567,25 @@ class TeaAgentTUI:
 
     # -- asking the user, from the run's threads -----------------------------------------------------
 
-    def _prompter(self, request: PromptRequest) -> PromptAnswer:
-        prompt = _Prompt("approval", request, PromptAnswer.DENY)
+    def _put_to_user(self, prompt: _Prompt) -> Any:
+        """Hand ``prompt`` to the UI thread and wait for its answer (in a run's thread).
+
+        A Ctrl-C that cancels the run answers no at once, even if it struck just as the prompt
+        was taken off the queue and before it was shown.
+        """
+        job = self._job
         self._queue.put(("prompt", prompt))
-        prompt.done.wait()
-        answer: PromptAnswer = prompt.answer
+        while not prompt.done.wait(TICK_SECONDS):
+            if job is not None and job.cancel_requested:
+                break
+        return prompt.answer
+
+    def _prompter(self, request: PromptRequest) -> PromptAnswer:
+        answer: PromptAnswer = self._put_to_user(_Prompt("approval", request, PromptAnswer.DENY))
         return answer
 
     def _ask(self, question: Question) -> str | None:
-        prompt = _Prompt("question", question, None)
-        self._queue.put(("prompt", prompt))
-        prompt.done.wait()
-        answer: str | None = prompt.answer
+        answer: str | None = self._put_to_user(_Prompt("question", question, None))
         return answer
 
     def _answer(self, prompt: _Prompt) -> None:
