@@ -60,6 +60,12 @@ def _approver(seconds: float) -> dict[str, float]:
     return bench_approver(seconds)
 
 
+def _mcp(seconds: float) -> dict[str, float]:
+    from teaagent.mcp_server._bench import bench_mcp
+
+    return bench_mcp(seconds)
+
+
 BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "core": _core,
     "signing": _signing,
@@ -67,6 +73,7 @@ BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "runner": _runner,
     "agent": _agent,
     "approver": _approver,
+    "mcp": _mcp,
 }
 
 # What each benchmark promises (key, comparison, target), printed beside the figures.
@@ -90,11 +97,14 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
     # Rule decisions signed and handed over by one approver against the relay's peer-decision
     # ceiling (`decisions_per_s` of `bench relay`), measured in the same run.
     "approver": [("ratio_to_relay", ">=", 0.5)],
+    # A low-risk call through teaagent mcp gateway against the same upstream called directly, by
+    # the same client in the same run: one more stdio hop is the floor (about 2x).
+    "mcp": [("p50_ratio", "<=", 2.5)],
 }
 
 
 def bench(
-    name: Annotated[str, typer.Argument(help="core | signing | relay | runner | agent | approver")],
+    name: Annotated[str, typer.Argument(help="core | signing | relay | runner | agent | approver | mcp")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")] = False,
     seconds: Annotated[
         float, typer.Option(help="Time budget of the benchmark, in seconds.")

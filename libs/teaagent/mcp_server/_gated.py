@@ -23,6 +23,8 @@ What a client sees:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextvars
 import json
 import logging
@@ -35,8 +37,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import anyio.from_thread
-import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
@@ -67,7 +67,9 @@ logger = logging.getLogger("teaagent.mcp_server")
 META_HIGH_RISK: Final = "teaagent/high_risk"  # a tool's _meta: a call needs the peers' quorum
 META_SECURITY_TIER: Final = "teaagent/security_tier"
 META_ERROR: Final = "teaagent/error"  # an error result's _meta: "refused", "denied" or "failed"
-PROGRESS_EVERY_SECONDS: Final = 2.0  # a progress notification at least this often while a quorum is awaited
+MAX_CALL_THREADS: Final = 64  # calls in flight at once; each holds a thread while it waits for a quorum
+PROGRESS_EVERY_SECONDS: Final = 2.0
+PROGRESS_SEND_SECONDS: Final = 10.0  # a progress notification at least this often while a quorum is awaited
 ELICITATION_TIMEOUT_SECONDS: Final = 300.0  # a user who never answers denies the call
 _PENDING_QUESTIONS: Final = 1000  # 2026-07-28 questions awaiting the client's retry, oldest dropped
 _INPUT_KEY: Final = "approval"
@@ -110,6 +112,7 @@ class _Call:
     ctx: ServerRequestContext[Any, Any]
     tool_name: str
     on_status: Callable[[_Call, RequestStatus], None]
+    loop: asyncio.AbstractEventLoop
     answer: PromptAnswer | None = None  # a 2026-07-28 retry's answer, used once
     stop: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
@@ -212,6 +215,9 @@ class GatedToolServer:
         self._count_lock = threading.Lock()
         self._active: set[_Call] = set()
         self._questions: dict[str, _Question] = {}
+        # The loop's own executor and run_coroutine_threadsafe: two thread hops per call, at about
+        # half the cost of anyio's to_thread and from_thread on a loaded machine.
+        self._threads = concurrent.futures.ThreadPoolExecutor(MAX_CALL_THREADS, thread_name_prefix="mcp-call")
         quorum_gate = _CallQuorumGate(node) if node.quorum.enabled else None
         # One policy for the server's life: a "session" answer holds until the server stops.
         self.policy = node_policy(node, prompter=self._prompt, quorum_gate=quorum_gate)
@@ -238,6 +244,7 @@ class GatedToolServer:
     def close(self) -> None:
         """Stop the calls still waiting (see :meth:`stop_calls`) and close the audit log."""
         self.stop_calls()
+        self._threads.shutdown(wait=False)
         self.audit.close()
 
     # -- listing ------------------------------------------------------------------------------
@@ -278,7 +285,8 @@ class GatedToolServer:
         arguments: dict[str, Any] = dict(params.arguments or {})
         if name not in self.registry and self._refresh is not None:
             await self._refresh(name)
-        call = _Call(ctx=ctx, tool_name=name, on_status=self.report_status)
+        loop = asyncio.get_running_loop()
+        call = _Call(ctx=ctx, tool_name=name, on_status=self.report_status, loop=loop)
         if params.request_state is not None:
             refused = self._take_answer(call, params, arguments)
             if refused is not None:
@@ -288,9 +296,8 @@ class GatedToolServer:
             call_id = f"{self.run_id}-{self._calls}"
         self._active.add(call)
         try:
-            return await anyio.to_thread.run_sync(
-                self._run, call, name, arguments, call_id, abandon_on_cancel=True
-            )
+            # A cancelled await leaves the thread to finish; the stop below ends its quorum wait.
+            return await loop.run_in_executor(self._threads, self._run, call, name, arguments, call_id)
         except _InputRequired as asked:
             return self._ask_by_returning(asked.request, arguments)
         except anyio.get_cancelled_exc_class():
@@ -332,7 +339,7 @@ class GatedToolServer:
             raise RuntimeError("the MCP client does not support elicitation, so its user cannot be asked")
         if not call.ctx.session.can_send_request:
             raise _InputRequired(request)  # 2026-07-28: the question goes back with the result
-        result = anyio.from_thread.run(self._elicit, call, request)
+        result = asyncio.run_coroutine_threadsafe(self._elicit(call, request), call.loop).result()
         return _answer_of(result)
 
     async def _elicit(self, call: _Call, request: PromptRequest) -> types.ElicitResult:
@@ -401,9 +408,9 @@ class GatedToolServer:
         if status.denied_by:
             message += f"; denied by {', '.join(status.denied_by)}"
         total = float(self.node.quorum.timeout_seconds)
-        anyio.from_thread.run(
-            call.ctx.session.report_progress, call.progress, max(total, call.progress), message
-        )
+        sent = call.ctx.session.report_progress(call.progress, max(total, call.progress), message)
+        # Bounded: a client that stopped reading must not hold the quorum's wait.
+        asyncio.run_coroutine_threadsafe(sent, call.loop).result(timeout=PROGRESS_SEND_SECONDS)
 
 
 class _CallQuorumGate:

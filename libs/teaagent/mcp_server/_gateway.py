@@ -17,6 +17,7 @@ error result and is started again on the next call or listing; the other upstrea
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -25,7 +26,6 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
-import anyio.from_thread
 import httpx2
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -80,6 +80,7 @@ class Upstream:
         self._lock = anyio.Lock()
         self._tools: dict[str, types.Tool] = {}  # by gateway name
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.restarts = 0
 
     @property
@@ -94,6 +95,7 @@ class Upstream:
     def bind(self, task_group: anyio.abc.TaskGroup | None) -> None:
         """Use this task group for the connection's task (the gateway's, for its lifetime); None: stopping."""
         self._task_group = task_group
+        self._loop = asyncio.get_running_loop() if task_group is not None else self._loop
 
     async def ensure(self) -> None:
         """Connect (start the process) and list its tools, unless connected already.
@@ -185,8 +187,10 @@ class Upstream:
 
     def _handler(self, tool: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
         def forward(arguments: dict[str, Any]) -> dict[str, Any]:
-            # The gate runs in a worker thread of the event loop that holds the connection.
-            result = anyio.from_thread.run(self.call, tool, arguments)
+            # The gate runs in a worker thread; the connection belongs to the gateway's event loop.
+            if self._loop is None:
+                raise ToolCallFailed(f"the upstream {self.name} is not running: the gateway is stopping.")
+            result = asyncio.run_coroutine_threadsafe(self.call(tool, arguments), self._loop).result()
             data: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             if result.is_error:
                 raise ToolCallFailed(f"{self.name}.{tool} failed: {_text_of(result)}", result)
