@@ -66,6 +66,13 @@ def upstream(transport: str, port: int, merges: str) -> None:
             handle.write(f"{number}\n")
         return f"merged #{number}"
 
+    @server.tool(annotations=types.ToolAnnotations(read_only_hint=True))
+    def slow(marker: str) -> str:
+        """Say that it started, then take a minute."""
+        Path(marker).write_text(str(os.getpid()))
+        time.sleep(60)
+        return "done"
+
     @server.tool()
     def fail() -> str:
         """Always fails."""
@@ -195,7 +202,7 @@ def test_upstream_tools_are_listed_under_their_prefix_and_low_risk_calls_forward
             web_echo = await session.call_tool("web.echo", {"text": "over http"})
             failed = await session.call_tool("github.fail", {})
             bad = await session.call_tool("github.echo", {"txt": "typo"})
-        names = {"echo", "pid", "merge_pr", "fail"}
+        names = {"echo", "pid", "merge_pr", "slow", "fail"}
         assert set(tools) == {f"{prefix}.{name}" for prefix in ("github", "web") for name in names}
         assert tools["github.merge_pr"].meta["teaagent/high_risk"] is True
         assert tools["web.merge_pr"].meta["teaagent/high_risk"] is False  # the pattern names github only
@@ -262,30 +269,71 @@ def test_a_high_risk_call_is_held_until_the_quorum_approves(cluster: dict[str, A
     assert sorted(a["statement"]["signer"] for a in certificate["approvals"]) == ["beta", "gamma"]
 
 
-def test_an_upstream_that_dies_is_an_error_result_and_is_restarted_on_the_next_call(
+def test_an_upstream_killed_during_a_call_is_an_error_result_and_is_restarted_on_the_next_call(
     cluster: dict[str, Any],
 ) -> None:
     alpha = cluster["nodes"]["alpha"]
+    marker = alpha.folder / "slow-started"
+    marker.unlink(missing_ok=True)
 
     async def main() -> None:
-        async with gateway_session(alpha) as session:
-            first = await session.call_tool("github.pid", {})
-            pid = int(text(first))
+        async with gateway_session(alpha) as session, anyio.create_task_group() as tasks:
+            outcome: list[types.CallToolResult] = []
+
+            async def slow() -> None:
+                outcome.append(await session.call_tool("github.slow", {"marker": str(marker)}))
+
+            tasks.start_soon(slow)
+            with anyio.fail_after(30):
+                while not marker.exists() or not marker.read_text():
+                    await anyio.sleep(0.02)
+            pid = int(marker.read_text())
             os.kill(pid, signal.SIGKILL)
             with anyio.fail_after(30):
-                died = await session.call_tool("github.echo", {"text": "anyone?"})
+                while not outcome:
+                    await anyio.sleep(0.02)
+            [died] = outcome
             other = await session.call_tool("web.echo", {"text": "still here"})
             again = await session.call_tool("github.pid", {})
             echoed = await session.call_tool("github.echo", {"text": "back"})
         assert died.is_error is True
-        assert text(died).startswith("the upstream github failed during github.echo: ")
-        assert text(died).endswith("; it is started again on the next call.")
+        assert text(died) == (
+            "the upstream github failed during github.slow: Connection closed; "
+            "it is started again on the next call."
+        )
         assert text(other) == "echo: still here"  # the other upstream kept serving
         assert again.is_error is False
         assert int(text(again)) != pid
         assert text(echoed) == "echo: back"
 
     anyio.run(main)
+
+
+def test_an_upstream_that_died_between_calls_is_started_again_by_the_next_one(
+    cluster: dict[str, Any],
+) -> None:
+    from teaagent.config import load_config
+    from teaagent.mcp_server import Gateway
+
+    gateway = Gateway(load_config(cluster["nodes"]["alpha"].config_path))
+
+    async def main() -> None:
+        async with gateway.server.lifespan(gateway.server):
+            github = gateway.upstreams["github"]
+            first = await github.call("pid", {})
+            pid = int(text(first))
+            os.kill(pid, signal.SIGKILL)
+            # The gateway sees the upstream's output end and lets the connection go by itself.
+            with anyio.fail_after(30):
+                while github.connected:
+                    await anyio.sleep(0.02)
+            second = await github.call("pid", {})
+            assert second.is_error is False
+            assert int(text(second)) != pid
+            assert github.restarts == 1
+
+    anyio.run(main)
+    gateway.tools.close()
 
 
 if __name__ == "__main__":

@@ -85,8 +85,8 @@ class Upstream:
 
     @property
     def connected(self) -> bool:
-        """Whether a connection is open (it may have died since: the next call tells)."""
-        return self._session is not None
+        """Whether a connection is open and its upstream has not been seen to end."""
+        return self._session is not None and self._closed is not None and not self._closed.is_set()
 
     def listed(self, gateway_name: str) -> types.Tool | None:
         """The upstream's own listing of a tool, by its gateway name."""
@@ -104,8 +104,11 @@ class Upstream:
             ToolCallFailed: It cannot be started, reached, initialized or listed in time.
         """
         async with self._lock:
-            if self._session is not None:
+            if self.connected:
                 return
+            if self._closed is not None:
+                self._closed.set()  # a connection seen to end: its task closes what is left of it
+            self._session = None
             if self._task_group is None:
                 raise ToolCallFailed(f"the upstream {self.name} is not running: the gateway is stopping.")
             closed = anyio.Event()
@@ -140,7 +143,9 @@ class Upstream:
                         command=program, args=arguments, env=dict(self.config.env)
                     )
                     read, write = await stack.enter_async_context(stdio_client(parameters, errlog=sys.stderr))
-                session = await stack.enter_async_context(ClientSession(read, write))
+                # Its output ending (the process exited) ends this connection at once, so the next
+                # call starts the upstream again rather than failing on a dead one.
+                session = await stack.enter_async_context(ClientSession(_Watched(read, closed.set), write))
                 await session.initialize()
                 task_status.started(session)
                 started = True
@@ -226,6 +231,39 @@ class Upstream:
             if self._closed is not None:
                 self._closed.set()
             self._session = None
+
+
+class _Watched:
+    """A transport's read stream that calls ``on_end`` once the stream has ended."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 async def _list_all(session: ClientSession) -> list[types.Tool]:
@@ -322,7 +360,8 @@ class Gateway:
     def _describe(self, tool: ToolDefinition) -> types.Tool:
         upstream = self.upstreams[tool.name.split(".", 1)[0]]
         listed = upstream.listed(tool.name)
-        assert listed is not None  # registered together
+        if listed is None:  # pragma: no cover - registered and recorded together, in the loop's thread
+            return self.tools.mcp_tool(tool)
         meta = dict(listed.meta or {})
         meta[META_HIGH_RISK] = self.node.quorum.is_high_risk(tool.name)
         return listed.model_copy(update={"name": tool.name, "meta": meta})
