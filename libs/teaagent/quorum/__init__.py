@@ -3,7 +3,8 @@
 Documents are plain JSON objects. The origin builds and signs a request
 (:func:`build_request`, :func:`sign_request`); each peer signs an approval or a denial statement
 (:func:`sign_approval`, :func:`sign_denial`, or ``ssh-keygen -Y sign -n teaagent-approval`` over
-:func:`statement_bytes` of :func:`approval_statement`); the origin's relay counts them
+:func:`statement_bytes` of :func:`approval_statement`); an origin that no longer waits withdraws
+its request (:func:`sign_withdrawal`, checked by :func:`verify_withdrawal`); the origin's relay counts them
 (:func:`evaluate`, which never raises for a bad signature) and the origin checks the resulting
 certificate (:func:`build_certificate`, :func:`verify_certificate`, which raises
 :class:`~teaagent.errors.QuorumError`) before it runs anything. :class:`Tally` is the counting
@@ -32,6 +33,8 @@ from teaagent.quorum._documents import (
     PROTOCOL_VERSION,
     REQUEST_NAMESPACE,
     REQUEST_TYPE,
+    WITHDRAWAL_NAMESPACE,
+    WITHDRAWAL_TYPE,
     approval_statement,
     build_certificate,
     build_request,
@@ -41,12 +44,16 @@ from teaagent.quorum._documents import (
     sign_approval,
     sign_denial,
     sign_request,
+    sign_withdrawal,
     signing_key,
     statement_bytes,
     validate_request,
     verify_decision,
     verify_request_signature,
+    verify_withdrawal,
     wire_signature,
+    withdrawal_problem,
+    withdrawal_statement,
 )
 from teaagent.quorum._tally import Tally, is_expired, quorum_state
 
@@ -60,6 +67,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "REQUEST_NAMESPACE",
     "REQUEST_TYPE",
+    "WITHDRAWAL_NAMESPACE",
+    "WITHDRAWAL_TYPE",
     "QuorumError",
     "QuorumOutcome",
     "QuorumState",
@@ -79,11 +88,15 @@ __all__ = [
     "sign_approval",
     "sign_denial",
     "sign_request",
+    "sign_withdrawal",
     "signing_key",
     "statement_bytes",
     "validate_request",
     "verify_certificate",
     "verify_decision",
     "verify_request_signature",
+    "verify_withdrawal",
     "wire_signature",
+    "withdrawal_problem",
+    "withdrawal_statement",
 ]

@@ -155,6 +155,8 @@ def describe_outcome(outcome: _Described) -> str:
         return f"denied by {reasons} {quorum}"
     if outcome.state == "expired":
         return f"expired before {outcome.required} of {len(outcome.peers)} peers approved"
+    if outcome.state == "withdrawn":
+        return f"withdrawn by its origin before {outcome.required} of {len(outcome.peers)} peers approved"
     return f"waiting: {len(outcome.signers)} of {outcome.required} approvals {quorum}"
 
 

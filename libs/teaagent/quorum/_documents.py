@@ -1,4 +1,4 @@
-"""The signed documents of PROTOCOL.md: request, approval and denial statements, certificate.
+"""The signed documents of PROTOCOL.md: request, approval and denial statements, withdrawal, certificate.
 
 Every builder here returns plain JSON objects (dicts of strings, integers and lists) and every
 signature covers the canonical bytes of such an object, built once by :func:`request_statement` or
@@ -32,6 +32,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "REQUEST_NAMESPACE",
     "REQUEST_TYPE",
+    "WITHDRAWAL_NAMESPACE",
+    "WITHDRAWAL_TYPE",
     "approval_statement",
     "build_certificate",
     "build_request",
@@ -41,12 +43,16 @@ __all__ = [
     "sign_approval",
     "sign_denial",
     "sign_request",
+    "sign_withdrawal",
     "signing_key",
     "statement_bytes",
     "validate_request",
     "verify_decision",
     "verify_request_signature",
+    "verify_withdrawal",
     "wire_signature",
+    "withdrawal_problem",
+    "withdrawal_statement",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -56,6 +62,8 @@ DENIAL_TYPE: Final = "teaagent.denial"
 REQUEST_NAMESPACE: Final = "teaagent-request"
 APPROVAL_NAMESPACE: Final = "teaagent-approval"
 DENIAL_NAMESPACE: Final = "teaagent-denial"
+WITHDRAWAL_TYPE: Final = "teaagent.withdrawal"
+WITHDRAWAL_NAMESPACE: Final = "teaagent-withdrawal"
 
 REQUEST_ID_PATTERN: Final = re.compile(r"[0-9a-f]{32}")
 DIGEST_PATTERN: Final = re.compile(r"sha256:[0-9a-f]{64}")
@@ -611,3 +619,132 @@ def build_certificate(
         "request_signature": wire_signature(request_signature),
         "approvals": carried,
     }
+
+
+def withdrawal_statement(request: Mapping[str, Any], withdrawn_at: int) -> dict[str, Any]:
+    """Build the withdrawal the origin signs when it no longer waits for a request (PROTOCOL.md, Withdrawal).
+
+    Every field but ``withdrawn_at`` is copied from the request, so a receiver rebuilds the
+    statement from the request it holds and compares it with the carried one.
+
+    Args:
+        request: The request document (assumed well formed; see :func:`validate_request`).
+        withdrawn_at: The time of the withdrawal, integer Unix seconds.
+
+    Returns:
+        ``{"v", "type": "teaagent.withdrawal", "request_id", "origin", "payload_digest",
+        "expires_at", "withdrawn_at"}``; its signed bytes are :func:`statement_bytes` of it.
+
+    Raises:
+        ValueError: ``withdrawn_at`` is not an integer Unix time.
+    """
+    if not _is_time(withdrawn_at):
+        raise ValueError(f"withdrawn_at {withdrawn_at!r} is not an integer Unix time")
+    return {
+        "v": PROTOCOL_VERSION,
+        "type": WITHDRAWAL_TYPE,
+        "request_id": request["request_id"],
+        "origin": request["origin"],
+        "payload_digest": request["payload_digest"],
+        "expires_at": request["expires_at"],
+        "withdrawn_at": withdrawn_at,
+    }
+
+
+def sign_withdrawal(
+    request: Mapping[str, Any], key: Signer, withdrawn_at: int | None = None
+) -> dict[str, Any]:
+    """Withdraw a request as its origin: sign its withdrawal, namespace ``teaagent-withdrawal``.
+
+    Args:
+        request: The request document the origin signed.
+        key: The origin's signing key (the key that signed the request).
+        withdrawn_at: The time of the withdrawal in integer Unix seconds; the clock when None.
+
+    Returns:
+        ``{"statement": <withdrawal>, "signature": <bare base64>}``.
+
+    Raises:
+        QuorumError: The request is malformed.
+        ValueError: ``withdrawn_at`` is malformed.
+        SignatureError: The key cannot sign.
+    """
+    validate_request(request)
+    statement = withdrawal_statement(request, _signing_time(withdrawn_at))
+    signature = sshsig_sign(statement_bytes(statement), key, WITHDRAWAL_NAMESPACE)
+    return {"statement": statement, "signature": wire_signature(signature)}
+
+
+def withdrawal_problem(request: Mapping[str, Any], statement: object) -> str | None:
+    """Return why ``statement`` is not a withdrawal of ``request``, or None when it is one.
+
+    The statement is rebuilt from the request with the carried ``withdrawn_at`` and compared
+    field by field, types included (``1 == True == 1.0`` in Python, not in a signed document).
+
+    Args:
+        request: The request as this node stores it (well formed).
+        statement: The carried withdrawal, as parsed from JSON.
+
+    Returns:
+        One clause naming the first problem, or None.
+    """
+    if not isinstance(statement, Mapping):
+        return "the withdrawal is not a JSON object"
+    if statement.get("type") != WITHDRAWAL_TYPE:
+        return f"the statement's type is not {WITHDRAWAL_TYPE}"
+    withdrawn_at = statement.get("withdrawn_at")
+    if not _is_time(withdrawn_at):
+        return "the withdrawal's withdrawn_at is not an integer Unix time"
+    assert isinstance(withdrawn_at, int)
+    rebuilt = withdrawal_statement(request, withdrawn_at)
+    for name in sorted(set(statement) | set(rebuilt)):
+        if name not in rebuilt:
+            return f"the withdrawal has the unknown field {name}"
+        if name not in statement:
+            return f"the withdrawal lacks the field {name}"
+        mine, theirs = rebuilt[name], statement[name]
+        if type(mine) is not type(theirs) or mine != theirs:
+            return f"the withdrawal's {name} does not match request {request['request_id']}"
+    return None
+
+
+def verify_withdrawal(
+    request: Mapping[str, Any], statement: Mapping[str, Any], signature: str, keys: Sequence[SignerKey]
+) -> dict[str, Any]:
+    """Check a withdrawal of ``request`` signed by its origin; return the statement rebuilt from the request.
+
+    Steps (PROTOCOL.md, Withdrawal):
+
+    1. the carried statement equals the withdrawal rebuilt from the request (every field, its type);
+    2. the signature is an SSHSIG in namespace ``teaagent-withdrawal`` made by one of ``keys``
+       (the origin's keys in the verifier's own configuration), allowed to sign then, over the
+       rebuilt statement's canonical bytes.
+
+    Args:
+        request: The request as the verifier stores it (well formed).
+        statement: The carried withdrawal.
+        signature: The SSHSIG over its canonical bytes, bare base64 or armored.
+        keys: The keys that may sign for the request's origin.
+
+    Returns:
+        The rebuilt statement (what the signature covers; keep it, not the carried one).
+
+    Raises:
+        QuorumError: The statement is not a withdrawal of this request.
+        SignatureError: The signature is malformed, by another key, or does not verify.
+    """
+    problem = withdrawal_problem(request, statement)
+    if problem is not None:
+        raise QuorumError(problem[0].upper() + problem[1:] + ".")
+    rebuilt = withdrawal_statement(request, statement["withdrawn_at"])
+    if not isinstance(signature, str):
+        raise SignatureError("the signature is not a string.")
+    signing_key(
+        statement_bytes(rebuilt),
+        signature,
+        keys,
+        WITHDRAWAL_NAMESPACE,
+        rebuilt["withdrawn_at"],
+        whose=f"the keys of {request['origin']}",
+    )
+    return rebuilt
