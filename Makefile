@@ -32,7 +32,7 @@ quick: $(STAMP)
 	$(BIN)/pytest -m "not slow" -q
 
 bench: $(STAMP)
-	@for name in core signing relay runner agent approver mcp; do echo "== teaagent bench $$name"; $(BIN)/teaagent bench $$name || exit 1; done
+	@for name in core signing relay runner agent approver mcp quorum; do echo "== teaagent bench $$name"; $(BIN)/teaagent bench $$name || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -66,6 +66,12 @@ def _mcp(seconds: float) -> dict[str, float]:
     return bench_mcp(seconds)
 
 
+def _quorum(seconds: float) -> dict[str, float]:
+    from teaagent.relay_client._quorum_bench import bench_quorum
+
+    return bench_quorum(seconds)
+
+
 BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "core": _core,
     "signing": _signing,
@@ -74,6 +80,7 @@ BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "agent": _agent,
     "approver": _approver,
     "mcp": _mcp,
+    "quorum": _quorum,
 }
 
 # What each benchmark promises (key, comparison, target), printed beside the figures.
@@ -100,11 +107,22 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
     # A low-risk call through teaagent mcp gateway against the same upstream called directly, by
     # the same client in the same run: one more stdio hop is the floor (about 2x).
     "mcp": [("p50_ratio", "<=", 2.5)],
+    # 2 of 3, rule approvers, every node on this machine, against the same signatures,
+    # verifications, Redis round trips and HTTP hops done raw in the same run. The ratios judge;
+    # the absolute figures are a guide for a 2-core machine.
+    "quorum": [
+        ("floor_ratio", "<=", 3.0),
+        ("floor_throughput_ratio_c64", "<=", 3.0),
+        ("p50_ms_c1", "<=", 15.0),
+        ("throughput_c64", ">=", 200.0),
+    ],
 }
 
 
 def bench(
-    name: Annotated[str, typer.Argument(help="core | signing | relay | runner | agent | approver | mcp")],
+    name: Annotated[
+        str, typer.Argument(help="core | signing | relay | runner | agent | approver | mcp | quorum")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else.")] = False,
     seconds: Annotated[
         float, typer.Option(help="Time budget of the benchmark, in seconds.")

@@ -1,0 +1,46 @@
+"""``teaagent bench quorum``: 2-of-3 quorums end to end against their floor, in the same run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from teaagent.cli._bench import TARGETS
+from teaagent.cli._main import run
+from teaagent.relay_client._quorum_bench import CONCURRENCIES, FLOOR_CLIENT_HOPS
+
+pytestmark = pytest.mark.slow
+
+ISSUE_KEYS = {"p50_ms_c1", "p99_ms_c1", "throughput_c16", "throughput_c64", "floor_p50_ms_c1", "floor_ratio"}
+
+
+def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(["bench", "quorum", "--json", "--seconds", "0.2"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert set(figures) >= ISSUE_KEYS
+    assert {key for key, _op, _target in TARGETS["quorum"]} <= set(figures)
+    for concurrency in CONCURRENCIES:
+        suffix = f"c{concurrency}"
+        assert 0 < figures[f"p50_ms_{suffix}"] <= figures[f"p99_ms_{suffix}"]
+        assert 0 < figures[f"floor_p50_ms_{suffix}"] <= figures[f"floor_p99_ms_{suffix}"]
+        assert figures[f"throughput_{suffix}"] > 0
+        assert figures[f"floor_throughput_{suffix}"] > 0
+        # Every quorum went through the cluster: the agent's submission and long-poll, a delivery
+        # to each peer, each approver's decision and the decisions back, and Redis writes.
+        assert figures[f"http_hops_{suffix}"] >= FLOOR_CLIENT_HOPS + 6
+        assert figures[f"redis_writes_{suffix}"] >= 1
+        assert figures[f"redis_reads_{suffix}"] >= 0
+        assert figures[f"cluster_cpu_ms_per_quorum_{suffix}"] >= 0
+    # One caller has one quorum in flight: its rate is about one over its latency (a short run
+    # counts a quorum begun before the window, hence the slack).
+    assert figures["throughput_c1"] * figures["p50_ms_c1"] / 1000 <= 3
+    assert figures["floor_ratio"] == pytest.approx(figures["p50_ms_c1"] / figures["floor_p50_ms_c1"])
+    assert figures["floor_throughput_ratio_c64"] == pytest.approx(
+        figures["floor_throughput_c64"] / figures["throughput_c64"]
+    )
+    for part in ("sign", "verify", "redis", "http"):
+        assert figures[f"profile_{part}_ms"] > 0
+    assert {f"profile_server_ms_{node}" for node in ("alpha", "beta", "gamma")} <= set(figures)
