@@ -1,0 +1,284 @@
+"""``teaagent demo`` as a user runs it: the story's facts, its evidence, and nothing left running.
+
+Each test runs the real command (``python -m teaagent demo``) in a process group of its own, as a
+terminal runs a foreground job, so a Ctrl-C is the terminal's: SIGINT to the whole group. Every
+process the demo starts inherits a marker in its environment; after the demo exits, no process on
+the machine may still carry it (relays, approvers, the agent, the embedded Redis, any command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from teaagent.audit import verify_log
+from teaagent.cli._main import run
+from teaagent.config import load_config
+from teaagent.quorum import verify_certificate
+from teaagent.signing import fingerprint
+
+MARK = "TEAAGENT_DEMO_TEST_MARK"
+DEADLINE = 240.0  # seconds for a whole demo on a loaded machine; it takes 20-60 s
+SERVICES = 8  # four relays and four approvers
+
+
+def marked(mark: str) -> list[int]:
+    """The processes alive now whose environment carries ``MARK=mark`` (zombies have none)."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if needle in environment.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+class Demo:
+    """``teaagent demo --dir FOLDER [ARGS]`` in its own process group, its output read as it comes."""
+
+    def __init__(self, folder: Path, *args: str) -> None:
+        self.folder = folder
+        self.mark = secrets.token_hex(8)
+        environment = {**os.environ, MARK: self.mark, "COLUMNS": "200"}
+        environment.pop("TEAAGENT_CONFIG", None)
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "teaagent", "demo", "--dir", str(folder), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environment,
+            start_new_session=True,
+            # As in a terminal, whatever ran this test: a shell's background job ignores SIGINT.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self.changed = threading.Condition()
+        self.readers = [
+            threading.Thread(target=self._read, args=(self.process.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._read, args=(self.process.stderr, self.errors), daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, stream: object, into: list[str]) -> None:
+        for raw in stream:  # type: ignore[attr-defined]
+            with self.changed:
+                into.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    @property
+    def out(self) -> str:
+        with self.changed:
+            return "\n".join(self.lines)
+
+    @property
+    def err(self) -> str:
+        with self.changed:
+            return "\n".join(self.errors)
+
+    def wait_for(self, text: str, timeout: float = DEADLINE) -> None:
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not any(text in line for line in self.lines):
+                if self.process.poll() is not None and not self.readers[0].is_alive():
+                    raise AssertionError(f"the demo exited before {text!r}:\n{self.out}\n{self.err}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no {text!r} in the demo's output within {timeout} s:\n{self.out}")
+                self.changed.wait(min(left, 1.0))
+
+    def ctrl_c(self) -> None:
+        """What a terminal does on Ctrl-C: SIGINT to every process of the foreground group."""
+        os.killpg(self.process.pid, signal.SIGINT)
+
+    def finish(self, timeout: float = DEADLINE) -> int:
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            raise AssertionError(
+                f"the demo did not end within {timeout} s:\n{self.out}\n{self.err}"
+            ) from None
+        for reader in self.readers:
+            reader.join(timeout=10)
+        self.seconds = time.monotonic() - self.started
+        return code
+
+
+def approver_decisions(folder: Path, node: str) -> list[tuple[str, str, str, str]]:
+    lines = (folder / node / "data" / "approver-audit.jsonl").read_text().splitlines()
+    payloads = [json.loads(line)["payload"] for line in lines]
+    return [(p["tool_name"], p["decision"], p["by"], p["key_fingerprint"]) for p in payloads]
+
+
+@pytest.mark.slow
+def test_the_demo_tells_the_four_outcomes_and_its_evidence_verifies(tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    demo = Demo(folder)
+    code = demo.finish()
+    out = demo.out
+
+    assert code == 0, f"{out}\n{demo.err}"
+    assert marked(demo.mark) == []
+    key = {name: fingerprint((folder / "keys" / f"{name}.pub").read_text()) for name in ("beta", "gamma")}
+    operator = fingerprint((folder / "keys" / "delta-operator.pub").read_text())
+    # The story as it happened: who decided, by which rule or by whom, with which key.
+    assert f"beta (rule 2) approves fs.delete; signed with beta's node key {key['beta']}" in out
+    assert f"gamma (rule 2) approves fs.delete; signed with gamma's node key {key['gamma']}" in out
+    assert f"beta (rule 3) approves shell.run; signed with beta's node key {key['beta']}" in out
+    assert "gamma (rule 3 says ask): left to gamma's operators" in out
+    assert "delta (no rule matches): request" in out
+    assert (
+        "a forged approval claiming to be delta (signed with mallory's key) is refused by alpha's relay"
+        in out
+    )
+    assert "$ teaagent approvals statement " in out
+    assert "$ ssh-keygen -Y sign -n teaagent-approval -f keys/delta-operator " in out
+    assert "$ teaagent approvals submit " in out
+    assert f"delta (operator) approves shell.run; signed with delta's operator's own key {operator}" in out
+    assert "beta (rule 1) denies shell.run: beta signs one plain command at a time" in out
+    assert "gamma (rule 1) denies shell.run: gamma's hosts download nothing from the internet" in out
+    # How long each step took: every line stamped, each quorum's wait measured.
+    assert len(re.findall(r"\(\d+\.\d s after alpha asked\)", out)) == 3
+    assert re.search(r"1\. fs\.list \. +ran at once: low risk, no peer was asked", out)
+    assert re.search(r"2\. fs\.delete build/app\.log +approved by beta \(rule 2\), gamma \(rule 2\) in ", out)
+    assert re.search(
+        r"3\. shell\.run tar czf release\.tar\.gz src +approved by beta \(rule 3\), delta \(operator\)", out
+    )
+    assert re.search(r"4\. shell\.run curl .*\| sh +denied by beta \(rule 1\), gamma \(rule 1\) in ", out)
+    assert "the story is told in " in out
+
+    # What the calls did: the deletion and the archive ran, the installer did not.
+    workspace = folder / "alpha" / "workspace"
+    assert not (workspace / "build" / "app.log").exists()
+    with tarfile.open(workspace / "release.tar.gz") as archive:
+        assert archive.getnames() == ["src", "src/main.py"]
+    records = [
+        json.loads(line) for line in (folder / "alpha/data/audit/alpha.jsonl").read_text().splitlines()
+    ]
+    asked = [r["payload"]["tool_name"] for r in records if r["event_type"] == "approval_request"]
+    assert asked == ["fs.delete", "shell.run", "shell.run"]  # fs.list never asked anyone
+    ran = [r["payload"]["tool_name"] for r in records if r["event_type"] == "tool_result"]
+    assert ran == ["fs.list", "fs.delete", "shell.run"]
+    assert [r["payload"]["status"] for r in records if r["event_type"] == "run_end"] == ["approval_denied"]
+
+    # The certificates verify here too, with the signers the story named.
+    alpha = load_config(folder / "alpha.toml")
+    certificates = sorted((folder / "certificates").iterdir())
+    assert [path.name for path in certificates] == ["1-fs.delete.json", "2-shell.run.json"]
+    signers = [
+        verify_certificate(
+            json.loads(path.read_text()), alpha.quorum, origin_public_key=alpha.own_public_key().to_line()
+        ).signers
+        for path in certificates
+    ]
+    assert signers == [("beta", "gamma"), ("beta", "delta")]
+    # statement, ssh-keygen and submit; two certificates and four audit logs; the tampered copy
+    assert len(re.findall(r"^ *\d+\.\ds +exit 0, ", out, re.M)) == 3 + 2 + 4
+    assert len(re.findall(r"^ *\d+\.\ds +exit 1, ", out, re.M)) == 1
+    # Every audit log verifies (hash chain and HMAC); the tampered copy does not.
+    logs = [folder / "alpha/data/audit/alpha.jsonl"] + [
+        folder / node / "data" / "approver-audit.jsonl" for node in ("beta", "gamma", "delta")
+    ]
+    for log in logs:
+        report = verify_log(log)
+        assert report.ok, report.message
+        assert report.hmac_checked
+    assert not verify_log(folder / "alpha/data/audit/tampered.jsonl").ok
+    assert re.search(r"tampered\.jsonl: line \d+: event_hash does not match the record", out)
+    # Each peer's approver audited exactly its own decisions, with the key that signed each.
+    assert approver_decisions(folder, "beta") == [
+        ("fs.delete", "approval", "rule 2", key["beta"]),
+        ("shell.run", "approval", "rule 3", key["beta"]),
+        ("shell.run", "denial", "rule 1", key["beta"]),
+    ]
+    assert approver_decisions(folder, "gamma") == [
+        ("fs.delete", "approval", "rule 2", key["gamma"]),
+        ("shell.run", "denial", "rule 1", key["gamma"]),
+    ]
+    assert approver_decisions(folder, "delta") == [("shell.run", "approval", "operator", operator)]
+    print(f"teaagent demo: {demo.seconds:.1f} s wall")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_middle_of_the_demo_stops_every_process_it_started(tmp_path: Path) -> None:
+    demo = Demo(tmp_path / "demo")
+    try:
+        # The moment with the most running: eight services, Redis, and the agent waiting for delta.
+        demo.wait_for("waits in delta's inbox")
+        alive = marked(demo.mark)
+        assert len(alive) >= SERVICES + 2, alive
+        demo.ctrl_c()
+        code = demo.finish()
+    finally:
+        if demo.process.poll() is None:
+            os.killpg(demo.process.pid, signal.SIGKILL)
+
+    assert marked(demo.mark) == []
+    assert code == 130, f"{demo.out}\n{demo.err}"
+    assert "Interrupted: stopping every process the demo started." in demo.out, demo.out[-2000:]
+    assert "Traceback" not in demo.err
+
+
+@pytest.mark.slow
+def test_keep_leaves_the_cluster_running_until_ctrl_c(tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    demo = Demo(folder, "--keep")
+    try:
+        demo.wait_for("The cluster runs until Ctrl-C.")
+        assert "teaagent approvals list --config delta.toml" in demo.out
+        assert "teaagent tools call --config alpha.toml shell.run" in demo.out
+        # The cluster answers the commands it suggests: delta never decided two of alpha's requests.
+        listing = subprocess.run(
+            [sys.executable, "-m", "teaagent", "approvals", "list", "--json", "--config", "delta.toml"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert listing.returncode == 0, listing.stderr
+        assert sorted(item["tool_name"] for item in json.loads(listing.stdout)) == ["fs.delete", "shell.run"]
+        assert len(marked(demo.mark)) >= SERVICES + 1  # and the embedded Redis
+        assert demo.process.poll() is None
+        demo.ctrl_c()
+        code = demo.finish()
+    finally:
+        if demo.process.poll() is None:
+            os.killpg(demo.process.pid, signal.SIGKILL)
+
+    assert code == 0, f"{demo.out}\n{demo.err}"
+    assert "Stopping every process the demo started." in demo.out
+    assert marked(demo.mark) == []
+
+
+def test_the_demo_refuses_a_folder_that_is_not_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "something").write_text("x")
+
+    assert run(["demo", "--dir", str(tmp_path)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"teaagent: the demo folder {tmp_path} is not empty; give an empty or new one.\n"
+    )
