@@ -238,6 +238,61 @@ def test_the_nodes_key_is_needed_only_by_a_high_risk_call(
     assert not (tmp_path / "workspace" / "made").exists()
 
 
+@pytest.mark.parametrize(
+    ("tool", "arguments", "target", "sentence"),
+    [
+        (
+            "fs.read",
+            '{"path": "notes.txt"}',
+            "cert.json",
+            "fs.read needs no quorum on this node, so there is no certificate to save.",
+        ),
+        (
+            "shell.run",
+            '{"command": "touch made"}',
+            "missing/cert.json",
+            "the folder {folder}/missing does not exist.",
+        ),
+        (
+            "shell.run",
+            '{"command": "touch made"}',
+            "workspace",
+            "{folder}/workspace is a folder, not a file.",
+        ),
+    ],
+)
+def test_a_certificate_out_that_cannot_be_saved_exits_2_before_anything_is_asked(
+    tmp_path: Path,
+    ssh_key_factory: Callable[..., Any],
+    capsys: pytest.CaptureFixture[str],
+    tool: str,
+    arguments: str,
+    target: str,
+    sentence: str,
+) -> None:
+    config = write_node(tmp_path, ssh_key_factory, mode="danger-full-access", quorum=True)
+
+    code = run(
+        [
+            "tools",
+            "call",
+            "--config",
+            str(config),
+            tool,
+            arguments,
+            "--certificate-out",
+            str(tmp_path / target),
+        ]
+    )
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert captured.err == f"teaagent: --certificate-out: {sentence.format(folder=tmp_path)}\n"
+    assert not (tmp_path / "workspace" / "made").exists()
+    assert not (tmp_path / "cert.json").exists()
+
+
 # -- rate limits shared through the node's Redis -------------------------------------------------------
 
 

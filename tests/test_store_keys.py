@@ -38,6 +38,7 @@ def test_request_keys_carry_the_request_id_as_their_only_hash_tag() -> None:
         f"ta:alpha:req:{{{REQUEST_ID}}}:outcome",
         f"ta:alpha:req:{{{REQUEST_ID}}}:decisions",
         f"ta:alpha:req:{{{REQUEST_ID}}}:events",
+        f"ta:alpha:req:{{{REQUEST_ID}}}:deliveries",
     )
     assert {slot(key) for key in keys.all()} == {slot(REQUEST_ID)}
 

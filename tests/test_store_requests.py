@@ -830,3 +830,99 @@ def test_an_inbox_item_is_marked_queued_once_stored_and_an_unknown_one_gets_no_k
         assert await store.client.exists(store.keys.inbox_item("alpha", unknown).outcome) == 0
 
     in_store(scenario)
+
+
+# Delivery states -------------------------------------------------------------------------------------
+
+
+def test_a_delivery_state_is_kept_per_peer_on_the_requests_own_keys_with_its_expiry(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store)
+        assert (await store.requests.get(request_id)).deliveries == {}  # type: ignore[union-attr]
+        assert await store.requests.record_delivery(request_id, "beta", state="pending", attempts=0, now=NOW)
+        assert await store.requests.record_delivery(
+            request_id, "gamma", state="failing", attempts=1, error="gamma's relay\n is  down", now=NOW + 1
+        )
+        assert await store.requests.record_delivery(
+            request_id, "beta", state="delivered", attempts=1, now=NOW
+        )
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert {peer: (d.state, d.attempts, d.error) for peer, d in stored.deliveries.items()} == {
+            "beta": ("delivered", 1, None),
+            "gamma": ("failing", 1, "gamma's relay is down"),
+        }
+        assert stored.deliveries["gamma"].to_dict() == {
+            "state": "failing",
+            "attempts": 1,
+            "error": "gamma's relay is down",
+            "at": float(NOW + 1),
+        }
+        keys = store.keys.request(request_id)
+        assert 0 < await store.client.pttl(keys.deliveries) <= await store.client.pttl(keys.outcome) + 1000
+        waited = await store.requests.wait_outcome(request_id, 0)
+        assert set(waited.deliveries) == {"beta", "gamma"}
+
+    in_store(scenario)
+
+
+def test_delivered_is_final_and_pending_never_hides_what_an_attempt_found(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store)
+        record = store.requests.record_delivery
+        assert await record(request_id, "beta", state="failing", attempts=1, error="refused")
+        assert not await record(request_id, "beta", state="pending", attempts=0)  # queued again
+        assert await record(request_id, "beta", state="given_up", attempts=2, error="gone")
+        assert await record(request_id, "beta", state="delivered", attempts=3)
+        assert not await record(request_id, "beta", state="failing", attempts=1, error="a repeat failed")
+        assert not await record(request_id, "beta", state="given_up", attempts=1, error="a repeat gave up")
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert (stored.deliveries["beta"].state, stored.deliveries["beta"].attempts) == ("delivered", 3)
+
+    in_store(scenario)
+
+
+def test_no_delivery_state_is_written_for_a_request_not_stored(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        assert not await store.requests.record_delivery(request_id, "beta", state="delivered", attempts=1)
+        assert not await store.client.exists(store.keys.request(request_id).deliveries)
+
+    in_store(scenario)
+
+
+@pytest.mark.parametrize(
+    ("peer", "state", "attempts", "message"),
+    [
+        ("Beta", "delivered", 1, "peer 'Beta' is not a valid agent id"),
+        (
+            "beta",
+            "lost",
+            1,
+            "delivery state must be one of pending, delivered, failing, given_up, not 'lost'",
+        ),
+        ("beta", "failing", -1, "attempts must be >= 0, not -1"),
+    ],
+)
+def test_a_malformed_delivery_state_is_refused(
+    in_store: Run, peer: str, state: Any, attempts: int, message: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store)
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            await store.requests.record_delivery(request_id, peer, state=state, attempts=attempts)
+
+    in_store(scenario)
+
+
+def test_a_delivery_record_that_cannot_be_read_is_left_out(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store)
+        await store.requests.record_delivery(request_id, "beta", state="delivered", attempts=1)
+        await store.client.hset(store.keys.request(request_id).deliveries, "gamma", b"not json")
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert list(stored.deliveries) == ["beta"]
+
+    in_store(scenario)

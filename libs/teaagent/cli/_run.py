@@ -290,7 +290,10 @@ def run(
     registry = node_registry(node)
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
     display = _Display(console)
-    quorum_gate = node_quorum_gate(node, on_progress=display.note)
+    from teaagent.cli._watch import QuorumWatch
+
+    # Who received each quorum request, each decision as it arrives, and why one expired.
+    quorum_gate = node_quorum_gate(node, on_progress=display.note, on_status=QuorumWatch(display.note))
     policy = node_policy(node, prompter=terminal_prompter(console), quorum_gate=quorum_gate)
     store, session = _session(node, session_id, task)
     run_id = secrets.token_hex(16)

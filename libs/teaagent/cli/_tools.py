@@ -5,6 +5,11 @@ presets, the peers' quorum for a high-risk call, rate limit, audit log in ``<dat
 and prints the tool's result as JSON on stdout and nothing else; progress goes to stderr.
 Exit codes: 0 the tool ran; 1 it failed; 2 bad usage, JSON or configuration; 3 the call was denied
 or its approval expired.
+
+While a quorum is awaited, stderr says which peers' relays received the request and which could
+not be reached, each approval and denial as it arrives, and on expiry who never answered.
+``--certificate-out FILE`` saves the verified certificate of an approved high-risk call
+(``teaagent quorum verify FILE`` checks it again offline).
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import Annotated, Any
 
 import typer
 
+from teaagent._files import atomic_write
 from teaagent.audit import AuditLogger
 from teaagent.config import load_config
 from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
+from teaagent.policy import QuorumGate
 from teaagent.runner._gate import ToolGate
 from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate, node_registry
 from teaagent.tools import ToolRegistry
@@ -92,6 +99,51 @@ def parse_arguments(text: str) -> dict[str, Any]:
     return arguments
 
 
+class _KeptCertificate:
+    """A quorum gate that keeps the last certificate it handed to the policy (``--certificate-out``)."""
+
+    def __init__(self, gate: QuorumGate) -> None:
+        self._gate = gate
+        self.certificate: dict[str, Any] | None = None
+
+    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
+        certificate = self._gate.obtain(request)
+        self.certificate = certificate
+        return certificate
+
+
+def _check_certificate_out(path: Path, tool: str, quorum: MultiSigQuorumConfig) -> None:
+    """Refuse ``--certificate-out`` before anything is asked when no certificate could be saved.
+
+    Raises:
+        ConfigError: The call needs no quorum, or the file's folder does not exist.
+    """
+    if not quorum.enabled or not quorum.is_high_risk(tool):
+        raise ConfigError(
+            f"--certificate-out: {tool} needs no quorum on this node, so there is no certificate to save."
+        )
+    if path.is_dir():
+        raise ConfigError(f"--certificate-out: {path} is a folder, not a file.")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--certificate-out: the folder {path.parent} does not exist.")
+
+
+def _save_certificate(path: Path, certificate: dict[str, Any]) -> None:
+    """Write the certificate as JSON, atomically (a reader never sees half of it).
+
+    Raises:
+        _Failed: The file could not be written (the call ran already).
+    """
+    data = (json.dumps(certificate, indent=2, ensure_ascii=False, sort_keys=True) + "\n").encode()
+    try:
+        atomic_write(path, data, mode=0o644)  # signed public documents, nothing secret
+    except OSError as exc:
+        raise _Failed(
+            f"The call ran, but its certificate could not be saved to {path}: {exc.strerror or exc}."
+        ) from None
+    _progress(f"the quorum certificate is saved in {path}.")
+
+
 def _progress(line: str) -> None:
     # stdout carries the result alone; what the call waits for goes to stderr.
     sys.stderr.write(f"teaagent: {line}\n")
@@ -104,10 +156,20 @@ def call_tool(
     arguments: Annotated[str, typer.Argument(help="Its arguments as one JSON object.")] = "{}",
     config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
     reason: Annotated[str, typer.Option("--reason", help="Why the call is made; shown to approvers.")] = "",
+    certificate_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--certificate-out",
+            metavar="FILE",
+            help="Save the approved call's quorum certificate here (JSON, for teaagent quorum verify).",
+        ),
+    ] = None,
 ) -> None:
     """Make one tool call through the full policy gate and print its result as JSON."""
     parsed = parse_arguments(arguments)
     node = load_config(config)
+    if certificate_out is not None:
+        _check_certificate_out(certificate_out, tool, node.quorum)
     registry = node_registry(node)
     try:
         # A mistake in the command line (an unknown tool, arguments its schema refuses) is a usage
@@ -116,9 +178,11 @@ def call_tool(
     except (ToolNotFoundError, SchemaValidationError) as exc:
         raise ConfigError(str(exc)) from None
     from teaagent.cli._run import terminal_prompter
+    from teaagent.cli._watch import QuorumWatch
 
-    quorum_gate = node_quorum_gate(node, on_progress=_progress)
-    policy = node_policy(node, prompter=terminal_prompter(), quorum_gate=quorum_gate)
+    quorum_gate = node_quorum_gate(node, on_progress=_progress, on_status=QuorumWatch(_progress))
+    kept = _KeptCertificate(quorum_gate) if quorum_gate is not None else None
+    policy = node_policy(node, prompter=terminal_prompter(), quorum_gate=kept or quorum_gate)
     run_id = f"cli-{secrets.token_hex(8)}"
     audit = AuditLogger(node_audit_path(node), run_id=run_id)
     if audit.disk_error is not None:
@@ -129,11 +193,28 @@ def call_tool(
     try:
         result = gate.call(tool, parsed, call_id=f"{run_id}-1", reason=reason or "teaagent tools call")
     except ToolError as exc:
+        _keep(certificate_out, kept)
         raise _Failed(str(exc)) from None
     except TeaAgentError:
+        raise  # a denial (a certificate the policy refused included): nothing is saved
         raise
     except Exception as exc:  # the tool's own failure: exit 1 with its sentence, not an internal error
+        _keep(certificate_out, kept)
         raise _Failed(f"{tool} failed: {type(exc).__name__}: {exc}") from None
     finally:
         audit.close()
     typer.echo(json.dumps(result, ensure_ascii=False))
+    _keep(certificate_out, kept)
+
+
+def _keep(path: Path | None, kept: _KeptCertificate | None) -> None:
+    """Save the certificate of a call the policy let through (it verified it before the tool ran).
+
+    Called only once the gate passed the policy: the tool ran, or failed after it was approved.
+    """
+    if path is None:
+        return
+    if kept is None or kept.certificate is None:
+        _progress(f"no quorum certificate was issued for this call; {path} is not written.")
+        return
+    _save_certificate(path, kept.certificate)

@@ -16,6 +16,7 @@ from teaagent.relay_client._client import (
     DecisionReceipt,
     InboxDecision,
     InboxItem,
+    PeerDelivery,
     RelayClient,
     RequestStatus,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "DecisionReceipt",
     "InboxDecision",
     "InboxItem",
+    "PeerDelivery",
     "RelayClient",
     "RelayError",
     "RelayQuorumGate",

@@ -25,6 +25,7 @@ __all__ = [
     "DecisionReceipt",
     "InboxDecision",
     "InboxItem",
+    "PeerDelivery",
     "RelayClient",
     "RequestStatus",
 ]
@@ -35,6 +36,51 @@ _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, s
 
 State = Literal["pending", "approved", "denied", "expired"]
 InboxState = Literal["pending", "approved", "denied", "expired", "all"]
+DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
+_DELIVERY_STATES: Final = ("pending", "delivered", "failing", "given_up")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerDelivery:
+    """How the relay's delivery of a request to one peer's relay went (the relay's word, for display).
+
+    Attributes:
+        state: ``pending`` (not tried yet), ``delivered`` (the peer's relay took it), ``failing``
+            (the last attempt failed, another is scheduled) or ``given_up`` (refused for good, or
+            no attempt is left before the request expires).
+        attempts: Attempts made so far.
+        error: The last failure's sentence, or None.
+    """
+
+    state: DeliveryStateName
+    attempts: int = 0
+    error: str | None = None
+
+    @property
+    def unreachable(self) -> bool:
+        """True when the last attempt failed (``failing`` or ``given_up``)."""
+        return self.state in ("failing", "given_up")
+
+
+def _deliveries(raw: object) -> dict[str, PeerDelivery]:
+    """Read ``deliveries`` leniently: an entry this client cannot read is left out (display only)."""
+    out: dict[str, PeerDelivery] = {}
+    if not isinstance(raw, Mapping):
+        return out
+    for peer, entry in raw.items():
+        if not isinstance(entry, Mapping):
+            continue
+        state = entry.get("state")
+        if state not in _DELIVERY_STATES:
+            continue
+        error = entry.get("error")
+        attempts = entry.get("attempts")
+        out[str(peer)] = PeerDelivery(
+            state=state,
+            attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
+            error=str(error) if error is not None else None,
+        )
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +101,10 @@ class RequestStatus:
         certificate: The quorum certificate once approved (verify it: the relay is not trusted).
         denials: The signed denials ``{"statement", "signature"}`` the relay counted, so that the
             origin can check who really denied (the relay's ``denied_by`` is only its word).
+        approvals: The signed approvals ``{"statement", "signature"}`` the relay counted so far
+            (empty from a relay that does not send them).
+        deliveries: Per peer, how the relay's delivery of the request went: who received it, who
+            could not be reached (empty from a relay that does not report it).
     """
 
     request_id: str
@@ -69,6 +119,8 @@ class RequestStatus:
     decided_at: int | None
     certificate: dict[str, Any] | None
     denials: tuple[dict[str, Any], ...] = ()
+    approvals: tuple[dict[str, Any], ...] = ()
+    deliveries: Mapping[str, PeerDelivery] = field(default_factory=dict)
 
     @property
     def decided(self) -> bool:
@@ -96,6 +148,9 @@ class RequestStatus:
                 raise ValueError("its certificate is not a JSON object")
             if not all(isinstance(denial, dict) for denial in denials):
                 raise ValueError("its denials are not JSON objects")
+            approvals = data.get("approvals") or ()
+            if not all(isinstance(approval, dict) for approval in approvals):
+                raise ValueError("its approvals are not JSON objects")
             return cls(
                 request_id=str(data["request_id"]),
                 state=state,
@@ -109,6 +164,8 @@ class RequestStatus:
                 decided_at=data.get("decided_at"),
                 certificate=certificate,
                 denials=tuple(denials),
+                approvals=tuple(approvals),
+                deliveries=_deliveries(data.get("deliveries")),
             )
         except KeyError as exc:
             raise ValueError(f"it has no field {exc.args[0]!r}") from None

@@ -7,7 +7,9 @@ Layout (``P`` is the node's prefix, ``ta:<agent_id>`` by default)::
                                       (an inbox item's also "queued": its approver queue entry id)
     P:req:{<id>}:decisions    HASH    "approval:<signer>" / "denial:<signer>" -> verified decision bytes
     P:req:{<id>}:events       STREAM  accepted / decision / outcome events; waiters XREAD it
-    P:in:{<origin>/<id>}:...  the same four keys for a request received from peer <origin>
+    P:req:{<id>}:deliveries   HASH    peer -> JSON {state, attempts, error, at}: how the request's
+                                      delivery to that peer's relay went (the delivery worker's word)
+    P:in:{<origin>/<id>}:...  the same keys for a request received from peer <origin>
     P:req:index, P:in:index   ZSET    refs by expires_at, for listings
     P:req:pending, P:in:pending  ZSET  the pending ones' refs only, by expires_at: a pending
                               listing never pages through decided requests
@@ -25,7 +27,7 @@ The approver's keys carry the inbox item's own tag (``{<origin>/<id>}``), so the
 the request they decide.
 
 Why the hash tags sit where they do: Redis Cluster hashes only the first ``{...}`` of a key, so a key
-can carry exactly one tag. Each Lua script touches the keys of exactly one tag (one request's four
+can carry exactly one tag. Each Lua script touches the keys of exactly one tag (one request's
 keys, or one queue's three keys, or one window), so every script runs on Redis Cluster unchanged while
 requests still spread over the cluster's slots. Putting the node's id in the tag instead
 (``ta:{alpha}:...``) would pin a whole node to one slot. The price of per-request tags: storing a
@@ -77,16 +79,17 @@ def node_prefix(agent_id: str) -> str:
 
 @dataclass(frozen=True)
 class RequestKeys:
-    """The four keys of one stored request; they share one hash tag."""
+    """The keys of one stored request; they share one hash tag."""
 
     doc: str
     outcome: str
     decisions: str
     events: str
+    deliveries: str
 
-    def all(self) -> tuple[str, str, str, str]:
-        """Return the four keys in a fixed order."""
-        return (self.doc, self.outcome, self.decisions, self.events)
+    def all(self) -> tuple[str, str, str, str, str]:
+        """Return the five keys in a fixed order."""
+        return (self.doc, self.outcome, self.decisions, self.events, self.deliveries)
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,7 @@ class Keys:
             outcome=f"{base}:outcome",
             decisions=f"{base}:decisions",
             events=f"{base}:events",
+            deliveries=f"{base}:deliveries",
         )
 
 

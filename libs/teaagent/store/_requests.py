@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +29,8 @@ __all__ = [
     "DecisionKind",
     "DecisionResult",
     "DecisionToCount",
+    "DeliveryState",
+    "DeliveryStateName",
     "InboxBook",
     "RequestBook",
     "RequestState",
@@ -35,6 +39,7 @@ __all__ = [
 
 RequestState = Literal["pending", "approved", "denied", "expired"]
 DecisionKind = Literal["approval", "denial"]
+DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 
 MAX_DOCUMENT_BYTES = (
     1024 * 1024
@@ -43,6 +48,8 @@ MAX_EVENTS = 1000  # a request sees one event per decision plus two; the bound o
 MAX_LISTED = 1000  # one listing call returns at most this many requests
 _DECISION_KINDS = ("approval", "denial")
 _STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired")
+_DELIVERY_STATES: tuple[DeliveryStateName, ...] = ("pending", "delivered", "failing", "given_up")
+MAX_DELIVERY_ERROR_CHARS = 500  # the last error is one sentence, not a traceback
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +90,44 @@ class DecisionToCount:
 
 
 @dataclass(frozen=True)
+class DeliveryState:
+    """How the delivery of one own request to one peer's relay went, as the delivery worker saw it.
+
+    ``state`` is ``pending`` (queued, not tried yet), ``delivered`` (the peer's relay answered
+    2xx), ``failing`` (the last attempt failed; another is scheduled) or ``given_up`` (refused
+    for good, or the request expires before another attempt). ``attempts`` counts the attempts
+    made; ``error`` is the last failure's sentence, or None; ``at`` the Unix time of the record.
+    """
+
+    state: DeliveryStateName
+    attempts: int
+    error: str | None
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``GET /v1/requests/{id}``'s ``deliveries`` values)."""
+        return {"state": self.state, "attempts": self.attempts, "error": self.error, "at": self.at}
+
+
+def _delivery_state(raw: bytes) -> DeliveryState | None:
+    """Read a stored delivery record; None when it is not one (it is display, never a failure)."""
+    try:
+        data = json.loads(raw)
+        state = data["state"]
+        if state not in _DELIVERY_STATES:
+            return None
+        error = data.get("error")
+        return DeliveryState(
+            state=state,
+            attempts=int(data.get("attempts", 0)),
+            error=str(error) if error is not None else None,
+            at=float(data.get("at", 0)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
 class StoredRequest:
     """A stored request with its counting state and the decisions counted for it, bytes verbatim."""
 
@@ -98,6 +143,8 @@ class StoredRequest:
     approvals: dict[str, bytes] = field(default_factory=dict)  # signer -> bytes; never one that denied
     denials: dict[str, bytes] = field(default_factory=dict)
     queued: bool = False  # an inbox item queued for the approver (InboxBook.mark_queued)
+    # peer -> how the request's delivery to its relay went (own requests, RequestBook.get only)
+    deliveries: dict[str, DeliveryState] = field(default_factory=dict)
 
     @property
     def decided(self) -> bool:
@@ -269,14 +316,26 @@ class _Book:
         )
         return replies
 
-    async def _get(self, keys: RequestKeys, request_id: str, origin: str | None) -> StoredRequest | None:
+    async def _get(
+        self, keys: RequestKeys, request_id: str, origin: str | None, *, deliveries: bool = False
+    ) -> StoredRequest | None:
         with converting(self._url):
             async with self._client.pipeline(transaction=True) as pipe:
                 pipe.get(keys.doc)
                 pipe.hgetall(keys.outcome)
                 pipe.hgetall(keys.decisions)
-                document, outcome, decisions = await pipe.execute()
-        return _stored(request_id, origin, document, outcome, decisions)
+                if deliveries:
+                    pipe.hgetall(keys.deliveries)
+                document, outcome, decisions, *delivered = await pipe.execute()
+        stored = _stored(request_id, origin, document, outcome, decisions)
+        if stored is None or not delivered or not delivered[0]:
+            return stored
+        states = {}
+        for peer, raw in sorted(delivered[0].items()):
+            state = _delivery_state(raw)
+            if state is not None:
+                states[_name(peer)] = state
+        return dataclasses.replace(stored, deliveries=states)
 
     async def _wait(
         self,
@@ -594,7 +653,7 @@ class RequestBook(_Book):
             StoreError: Redis is unreachable or failed.
             ValueError: ``request_id`` is malformed.
         """
-        return await self._get(self._keys.request(request_id), request_id, None)
+        return await self._get(self._keys.request(request_id), request_id, None, deliveries=True)
 
     async def record_decision(
         self,
@@ -671,6 +730,47 @@ class RequestBook(_Book):
                 answers[slot] = exc
         return answers
 
+    async def record_delivery(
+        self,
+        request_id: str,
+        peer: str,
+        *,
+        state: DeliveryStateName,
+        attempts: int,
+        error: str | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Note how the delivery of a stored request to ``peer``'s relay went (``StoredRequest.deliveries``).
+
+        One script on the request's own keys (its hash tag), living as long as the request.
+        ``delivered`` is final (a later failure of a repeated delivery never hides it), and
+        ``pending`` is written only when nothing is known yet.
+
+        Returns:
+            True when written; False when kept as it was, or no such request is stored.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed id, peer or state, or negative attempts.
+        """
+        keys = self._keys.request(request_id)
+        if not AGENT_ID_PATTERN.fullmatch(peer):
+            raise ValueError(f"peer {peer!r} is not a valid agent id")
+        if state not in _DELIVERY_STATES:
+            raise ValueError(f"delivery state must be one of {', '.join(_DELIVERY_STATES)}, not {state!r}")
+        if attempts < 0:
+            raise ValueError(f"attempts must be >= 0, not {attempts}")
+        text = " ".join(error.split())[:MAX_DELIVERY_ERROR_CHARS] if error else None
+        at = time.time() if now is None else now
+        record = json.dumps(
+            {"state": state, "attempts": attempts, "error": text, "at": round(at, 3)}, separators=(",", ":")
+        )
+        with converting(self._url):
+            written = await self._scripts.run(
+                "record_delivery", [keys.outcome, keys.deliveries], [peer, state, record]
+            )
+        return bool(written)
+
     async def settle_expiry(self, request_id: str, *, now: int | None = None) -> DecisionResult:
         """Mark the request expired if ``now`` is past its expiry and nothing settled it before.
 
@@ -706,7 +806,7 @@ class RequestBook(_Book):
         keys = self._keys.request(request_id)
         label = f"request {request_id}"
         await self._wait(keys, request_id, timeout, clock, label)
-        stored = await self._get(keys, request_id, None)
+        stored = await self._get(keys, request_id, None, deliveries=True)
         if stored is None:
             raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
         return stored

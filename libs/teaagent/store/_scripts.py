@@ -36,6 +36,7 @@ SCRIPT_NAMES = (
     "retry_later",
     "prune_consumers",
     "mark_queued",
+    "record_delivery",
 )
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DecisionReceiptOut",
+    "DeliveryOut",
     "HealthOut",
     "InboxAcceptedOut",
     "InboxDecisionOut",
@@ -45,6 +46,19 @@ class SignedDecisionIn(BaseModel):
     signature: str = Field(description="The signer's SSHSIG over the statement's canonical JSON.")
 
 
+class DeliveryOut(BaseModel):
+    """How the delivery of a request to one peer's relay went (this relay's delivery worker's word)."""
+
+    state: Literal["pending", "delivered", "failing", "given_up"] = Field(
+        description="pending: not tried yet; delivered: the peer's relay took it; failing: the last "
+        "attempt failed and another is scheduled; given_up: refused for good, or no attempt is left "
+        "before the request expires."
+    )
+    attempts: int = Field(description="Attempts made so far.")
+    error: str | None = Field(description="Why the last attempt failed, one sentence; None if none did.")
+    at: float | None = Field(description="Unix seconds of the last attempt; None before the first.")
+
+
 class RequestStatusOut(BaseModel):
     """One of this node's own requests: its counting state, and the certificate once approved."""
 
@@ -65,6 +79,16 @@ class RequestStatusOut(BaseModel):
         default_factory=list,
         description="The counted denials as signed ({statement, signature}), so that the origin can "
         "verify who denied rather than take this relay's word for it.",
+    )
+    approvals: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The counted approvals as signed ({statement, signature}), as they arrive "
+        "(the certificate carries them once approved).",
+    )
+    deliveries: dict[str, DeliveryOut] = Field(
+        default_factory=dict,
+        description="Per peer, how the request's delivery to its relay went: who received it, "
+        "who could not be reached and why.",
     )
 
 

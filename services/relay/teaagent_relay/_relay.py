@@ -98,6 +98,19 @@ def _not_found(request_id: str) -> ApiError:
     )
 
 
+def _deliveries(peers: tuple[str, ...], stored: StoredRequest) -> dict[str, dict[str, Any]]:
+    """How the request's delivery to each counted peer went; a peer not tried yet is ``pending``."""
+    out: dict[str, dict[str, Any]] = {}
+    for peer in peers:
+        known = stored.deliveries.get(peer)
+        out[peer] = (
+            known.to_dict()
+            if known is not None
+            else {"state": "pending", "attempts": 0, "error": None, "at": None}
+        )
+    return out
+
+
 def _payload(path: str, body: dict[str, Any]) -> bytes:
     return json.dumps({"path": path, "body": body}, separators=(",", ":")).encode()
 
@@ -302,6 +315,8 @@ class Relay:
             "decided_at": stored.decided_at,
             "certificate": certificate,
             "denials": list(denials.values()),
+            "approvals": approvals,
+            "deliveries": _deliveries(peers, stored),
         }
 
     async def count(

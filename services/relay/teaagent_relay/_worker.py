@@ -20,7 +20,7 @@ import httpx
 
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
-from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery
+from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery, DeliveryStateName
 from teaagent_relay._relay import Relay
 
 __all__ = ["CLAIM_BATCH", "DeliveryWorker", "consumer_name"]
@@ -147,6 +147,10 @@ class DeliveryWorker:
     async def deliver(self, delivery: Delivery) -> None:
         """POST one delivery, then ack it, schedule a retry, or dead-letter it.
 
+        A delivery of one of this node's own requests to a peer's relay is also noted on the
+        request (``RequestBook.record_delivery``), so that its origin's user sees who received it
+        and who could not be reached (``GET /v1/requests/{id}``).
+
         Raises:
             StoreError: Redis failed (the entry stays pending and is taken over later).
         """
@@ -162,33 +166,60 @@ class DeliveryWorker:
         except (ValueError, KeyError, TypeError):
             await self._dead(delivery, "the queued delivery is not a JSON object with path and body")
             return
+        own = _is_own_request(payload, self.relay.agent_id)
         try:
             response = await self.client.post(url, json=body)
         except httpx.HTTPError as exc:
             await self._retry(
-                delivery, f"{delivery.target}'s relay at {url} is unreachable: {exc or type(exc).__name__}"
+                delivery,
+                f"{delivery.target}'s relay at {url} is unreachable: {exc or type(exc).__name__}",
+                own=own,
             )
             return
         if response.is_success:
             await self.relay.deliveries.ack(delivery)
             metrics.deliveries.labels("ok").inc()
+            if own:
+                await self._note(delivery, "delivered", None)
             return
         error = f"{delivery.target}'s relay at {url} answered {response.status_code} {_refusal(response)}"
         if response.status_code >= 500 or response.status_code in _TEMPORARY:
-            await self._retry(delivery, error)
+            await self._retry(delivery, error, own=own)
         else:
-            await self._dead(delivery, error)
+            await self._dead(delivery, error, own=own)
 
-    async def _retry(self, delivery: Delivery, error: str) -> None:
+    async def _retry(self, delivery: Delivery, error: str, *, own: bool = False) -> None:
         result = await self.relay.deliveries.retry_later(delivery, error)
         if result.action == "retry":
             self.relay.metrics.retries.inc()
         elif result.action == "dead":
             self.relay.metrics.deliveries.labels("dead").inc()
             logger.warning("delivery %s to %s given up: %s", delivery.entry_id, delivery.target, error)
+        if own and result.action != "gone":
+            await self._note(delivery, "failing" if result.action == "retry" else "given_up", error)
 
-    async def _dead(self, delivery: Delivery, error: str) -> None:
+    async def _dead(self, delivery: Delivery, error: str, *, own: bool = False) -> None:
         logger.warning("delivery %s to %s refused for good: %s", delivery.entry_id, delivery.target, error)
         result = await self.relay.dead_letters.retry_later(delivery, error)
         if result.action == "dead":
             self.relay.metrics.deliveries.labels("dead").inc()
+        if own and result.action != "gone":
+            await self._note(delivery, "given_up", error)
+
+    async def _note(self, delivery: Delivery, state: DeliveryStateName, error: str | None) -> None:
+        """Record the attempt on the request; a failure here is logged, never the delivery's."""
+        try:
+            await self.relay.store.requests.record_delivery(
+                delivery.request_id, delivery.target, state=state, attempts=delivery.attempts + 1, error=error
+            )
+        except (StoreError, ValueError) as exc:
+            logger.warning("the delivery state of request %s is not recorded: %s", delivery.request_id, exc)
+
+
+def _is_own_request(payload: dict[str, object], agent_id: str) -> bool:
+    """True for the fan-out of one of this node's own requests (not a decision sent to an origin)."""
+    body = payload.get("body")
+    request = body.get("request") if isinstance(body, dict) else None
+    return (
+        payload.get("path") == "/v1/inbox" and isinstance(request, dict) and request.get("origin") == agent_id
+    )
