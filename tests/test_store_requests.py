@@ -832,6 +832,102 @@ def test_an_inbox_item_is_marked_queued_once_stored_and_an_unknown_one_gets_no_k
     in_store(scenario)
 
 
+# Withdrawal ----------------------------------------------------------------------------------------
+
+WITHDRAWAL = b'{"statement":{"type":"teaagent.withdrawal"},"signature":"AAAA"}'
+
+
+def test_a_withdrawal_is_final_wakes_the_waiter_leaves_the_pending_set_and_repeats_harmlessly(
+    in_store: Run,
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = await accepted(store, required=2, peers=2, expires_at=int(time.time()) + 60)
+        await store.requests.record_decision(request_id, kind="approval", signer="beta", decision=b"yes")
+        waiter = asyncio.create_task(store.requests.wait_outcome(request_id, 10))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        first = await store.requests.withdraw(request_id, withdrawal=WITHDRAWAL)
+        assert (first.state, first.withdrawn) == ("withdrawn", True)
+        stored = await asyncio.wait_for(waiter, 5)
+        assert (stored.state, stored.withdrawal, stored.decided) == ("withdrawn", WITHDRAWAL, True)
+        assert stored.decided_at is not None
+        # A repeat changes nothing; a decision after it is not counted and the state stays.
+        again = await store.requests.withdraw(request_id, withdrawal=b'{"other":1}')
+        assert (again.state, again.withdrawn) == ("withdrawn", False)
+        late = await store.requests.record_decision(
+            request_id, kind="approval", signer="gamma", decision=b"y"
+        )
+        assert (late.state, late.counted, late.decided, late.approvals) == ("withdrawn", False, False, 1)
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert (stored.state, stored.withdrawal, set(stored.approvals)) == ("withdrawn", WITHDRAWAL, {"beta"})
+        assert len(outcome_events(await events(store, request_id))) == 1
+        assert await store.client.zscore(store.keys.request_pending(), request_id) is None
+        assert await store.requests.list_requests(state="pending") == []
+        assert [item.request_id for item in await store.requests.list_requests(state="withdrawn")] == [
+            request_id
+        ]
+        # Every key still has its TTL: the script wrote into existing keys only.
+        for key in store.keys.request(request_id).all()[:4]:
+            assert await store.client.pttl(key) > 0
+
+    in_store(scenario)
+
+
+def test_a_decided_or_expired_request_is_not_withdrawn_and_an_unknown_one_is_not_found(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        approved = await accepted(store, required=1, peers=1, expires_at=int(time.time()) + 60)
+        await store.requests.record_decision(approved, kind="approval", signer="beta", decision=b"yes")
+        result = await store.requests.withdraw(approved, withdrawal=WITHDRAWAL)
+        assert (result.state, result.withdrawn) == ("approved", False)
+        stored = await store.requests.get(approved)
+        assert stored is not None
+        assert (stored.state, stored.withdrawal) == ("approved", None)
+        # Past its expiry, a withdrawal settles it expired instead: an expiry is never hidden.
+        late = await accepted(store, required=1, peers=1, expires_at=NOW + 10)
+        result = await store.requests.withdraw(late, withdrawal=WITHDRAWAL, now=NOW + 11)
+        assert (result.state, result.withdrawn) == ("expired", False)
+        at_expiry = await accepted(store, required=1, peers=1, expires_at=NOW + 10)
+        result = await store.requests.withdraw(at_expiry, withdrawal=WITHDRAWAL, now=NOW + 10)
+        assert (result.state, result.withdrawn) == ("withdrawn", True)
+        unknown = new_id()
+        with pytest.raises(RequestNotFoundError, match=f"request {unknown} is not stored here"):
+            await store.requests.withdraw(unknown, withdrawal=WITHDRAWAL)
+        assert await store.client.exists(*store.keys.request(unknown).all()) == 0
+        with pytest.raises(TypeError, match="withdrawal must be non-empty bytes"):
+            await store.requests.withdraw(approved, withdrawal=b"")
+
+    in_store(scenario)
+
+
+def test_a_withdrawn_inbox_item_leaves_the_pending_listing_and_its_decision_is_not_recorded(
+    in_store: Run,
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        expires = int(time.time()) + 60
+        await store.inbox.accept("alpha", request_id, DOC, expires_at=expires)
+        other = new_id()
+        await store.inbox.accept("alpha", other, DOC, expires_at=expires)
+        result = await store.inbox.withdraw("alpha", request_id, withdrawal=WITHDRAWAL)
+        assert (result.state, result.withdrawn) == ("withdrawn", True)
+        assert [item.request_id for item in await store.inbox.list_requests(state="pending")] == [other]
+        listed = await store.inbox.list_requests(state=None)
+        assert [(item.request_id, item.state) for item in listed] == [
+            (other, "pending"),
+            (request_id, "withdrawn"),
+        ]
+        decided = await store.inbox.record_decision(
+            "alpha", request_id, kind="approval", signer="beta", decision=APPROVAL
+        )
+        assert (decided.state, decided.counted) == ("withdrawn", False)
+        stored = await store.inbox.get("alpha", request_id)
+        assert stored is not None
+        assert (stored.state, stored.approvals, stored.withdrawal) == ("withdrawn", {}, WITHDRAWAL)
+
+    in_store(scenario)
+
+
 # Delivery states -------------------------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ from teaagent.store._requests import (
     RequestBook,
     RequestState,
     StoredRequest,
+    WithdrawResult,
 )
 from teaagent.store._store import Store, SyncStore, connect, connect_sync, open_node_store, open_store
 from teaagent.tools import RateDecision  # the tools' answer type, re-exported: one class
@@ -75,6 +76,7 @@ __all__ = [
     "StoreOptions",
     "StoredRequest",
     "SyncStore",
+    "WithdrawResult",
     "backoff_delay",
     "connect",
     "connect_sync",

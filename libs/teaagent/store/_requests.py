@@ -35,9 +35,11 @@ __all__ = [
     "RequestBook",
     "RequestState",
     "StoredRequest",
+    "WithdrawResult",
 ]
 
-RequestState = Literal["pending", "approved", "denied", "expired"]
+# withdrawn: the origin withdrew it (PROTOCOL.md, Withdrawal); final, as the other decided states are
+RequestState = Literal["pending", "approved", "denied", "expired", "withdrawn"]
 DecisionKind = Literal["approval", "denial"]
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 
@@ -47,7 +49,7 @@ MAX_DOCUMENT_BYTES = (
 MAX_EVENTS = 1000  # a request sees one event per decision plus two; the bound only guards against abuse
 MAX_LISTED = 1000  # one listing call returns at most this many requests
 _DECISION_KINDS = ("approval", "denial")
-_STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired")
+_STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired", "withdrawn")
 _DELIVERY_STATES: tuple[DeliveryStateName, ...] = ("pending", "delivered", "failing", "given_up")
 MAX_DELIVERY_ERROR_CHARS = 500  # the last error is one sentence, not a traceback
 
@@ -76,6 +78,18 @@ class DecisionResult:
     denials: int
     counted: bool
     decided: bool
+
+
+@dataclass(frozen=True)
+class WithdrawResult:
+    """What a withdrawal did: ``withdrawn`` is True when this very call withdrew the request.
+
+    ``state`` is the request's state after it: ``withdrawn`` (by this call, or before: a repeat),
+    or the final state it had reached first (``approved``, ``denied``, ``expired``).
+    """
+
+    state: RequestState
+    withdrawn: bool
 
 
 @dataclass(frozen=True)
@@ -143,6 +157,7 @@ class StoredRequest:
     approvals: dict[str, bytes] = field(default_factory=dict)  # signer -> bytes; never one that denied
     denials: dict[str, bytes] = field(default_factory=dict)
     queued: bool = False  # an inbox item queued for the approver (InboxBook.mark_queued)
+    withdrawal: bytes | None = None  # the origin's verified withdrawal, verbatim, once withdrawn
     # peer -> how the request's delivery to its relay went (own requests, RequestBook.get only)
     deliveries: dict[str, DeliveryState] = field(default_factory=dict)
 
@@ -255,6 +270,21 @@ class _Book:
         if result.decided:
             await self._unlist_pending([member])
         return result
+
+    async def _withdraw(
+        self, keys: RequestKeys, member: str, *, withdrawal: bytes, now: int | None, label: str
+    ) -> WithdrawResult:
+        _check_document("withdrawal", withdrawal)
+        with converting(self._url):
+            state, changed = await self._scripts.run(
+                "withdraw", [keys.outcome, keys.events], [withdrawal, _now(now), MAX_EVENTS]
+            )
+        if state == b"unknown":
+            raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
+        result = _state(state)
+        if changed:
+            await self._unlist_pending([member])
+        return WithdrawResult(state=result, withdrawn=bool(changed) and result == "withdrawn")
 
     async def _unlist_pending(self, members: list[str]) -> None:
         """Remove settled requests from the pending set: a step after the script, not inside it.
@@ -541,6 +571,7 @@ def _stored(
         approvals=approvals,
         denials=denials,
         queued=b"queued" in outcome,
+        withdrawal=outcome.get(b"withdrawal"),
     )
 
 
@@ -771,6 +802,33 @@ class RequestBook(_Book):
             )
         return bool(written)
 
+    async def withdraw(self, request_id: str, *, withdrawal: bytes, now: int | None = None) -> WithdrawResult:
+        """Mark a pending request ``withdrawn``, a final state, keeping its verified withdrawal.
+
+        One script: a decision recorded afterwards is not counted (the state stays withdrawn), a
+        repeat changes nothing (``withdrawn`` False, state ``withdrawn``), a request decided or
+        expired first keeps that state (an expiry due is settled here). The request leaves the
+        pending listing.
+
+        Args:
+            request_id: The request's id.
+            withdrawal: The origin's withdrawal ``{"statement", "signature"}``, verified, as bytes.
+            now: Unix seconds, the caller's clock (default: the system clock).
+
+        Raises:
+            RequestNotFoundError: no request is stored under ``request_id``.
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed id, or a withdrawal too large.
+            TypeError: ``withdrawal`` is not bytes.
+        """
+        return await self._withdraw(
+            self._keys.request(request_id),
+            request_id,
+            withdrawal=withdrawal,
+            now=now,
+            label=f"request {request_id}",
+        )
+
     async def settle_expiry(self, request_id: str, *, now: int | None = None) -> DecisionResult:
         """Mark the request expired if ``now`` is past its expiry and nothing settled it before.
 
@@ -943,6 +1001,27 @@ class InboxBook(_Book):
             kind=kind,
             signer=signer,
             decision=decision,
+            now=now,
+            label=f"request {request_id} from {origin}",
+        )
+
+    async def withdraw(
+        self, origin: str, request_id: str, *, withdrawal: bytes, now: int | None = None
+    ) -> WithdrawResult:
+        """Mark a received request ``withdrawn`` by its origin (see :meth:`RequestBook.withdraw`).
+
+        An item this node decided first keeps its decision (``approved``/``denied``).
+
+        Raises:
+            RequestNotFoundError: no such request was received (or it expired and was removed).
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin or id, or a withdrawal too large.
+            TypeError: ``withdrawal`` is not bytes.
+        """
+        return await self._withdraw(
+            self._keys.inbox_item(origin, request_id),
+            f"{origin}/{request_id}",
+            withdrawal=withdrawal,
             now=now,
             label=f"request {request_id} from {origin}",
         )

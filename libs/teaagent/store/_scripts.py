@@ -37,6 +37,7 @@ SCRIPT_NAMES = (
     "prune_consumers",
     "mark_queued",
     "record_delivery",
+    "withdraw",
 )
 
 
