@@ -34,8 +34,9 @@ DEFAULT_TIMEOUT: Final = 10.0  # seconds for one call; a relay answers in millis
 MAX_WAIT_SECONDS: Final = 60.0  # the relay's cap on one long-poll; longer waits are several polls
 _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the relay answers first
 
-State = Literal["pending", "approved", "denied", "expired"]
-InboxState = Literal["pending", "approved", "denied", "expired", "all"]
+State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
+InboxState = Literal["pending", "approved", "denied", "expired", "withdrawn", "all"]
+_REQUEST_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 _DELIVERY_STATES: Final = ("pending", "delivered", "failing", "given_up")
 
@@ -105,6 +106,7 @@ class RequestStatus:
             (empty from a relay that does not send them).
         deliveries: Per peer, how the relay's delivery of the request went: who received it, who
             could not be reached (empty from a relay that does not report it).
+        withdrawal: The origin's signed withdrawal ``{"statement", "signature"}`` once withdrawn.
     """
 
     request_id: str
@@ -121,6 +123,7 @@ class RequestStatus:
     denials: tuple[dict[str, Any], ...] = ()
     approvals: tuple[dict[str, Any], ...] = ()
     deliveries: Mapping[str, PeerDelivery] = field(default_factory=dict)
+    withdrawal: dict[str, Any] | None = None
 
     @property
     def decided(self) -> bool:
@@ -140,7 +143,7 @@ class RequestStatus:
         """
         try:
             state = data["state"]
-            if state not in ("pending", "approved", "denied", "expired"):
+            if state not in _REQUEST_STATES:
                 raise ValueError(f"its state {state!r} is not a request state")
             certificate = data.get("certificate")
             denials = data.get("denials") or ()
@@ -148,6 +151,9 @@ class RequestStatus:
                 raise ValueError("its certificate is not a JSON object")
             if not all(isinstance(denial, dict) for denial in denials):
                 raise ValueError("its denials are not JSON objects")
+            withdrawal = data.get("withdrawal")
+            if withdrawal is not None and not isinstance(withdrawal, dict):
+                raise ValueError("its withdrawal is not a JSON object")
             approvals = data.get("approvals") or ()
             if not all(isinstance(approval, dict) for approval in approvals):
                 raise ValueError("its approvals are not JSON objects")
@@ -166,6 +172,7 @@ class RequestStatus:
                 denials=tuple(denials),
                 approvals=tuple(approvals),
                 deliveries=_deliveries(data.get("deliveries")),
+                withdrawal=withdrawal,
             )
         except KeyError as exc:
             raise ValueError(f"it has no field {exc.args[0]!r}") from None
@@ -190,7 +197,8 @@ class InboxItem:
         peers: Every peer asked.
         created_at: Unix seconds.
         expires_at: Unix seconds.
-        state: ``pending``, ``approved``/``denied`` (by this node), or ``expired``.
+        state: ``pending``, ``approved``/``denied`` (by this node), ``expired``, or ``withdrawn``
+            (by its origin: it is never to be signed).
         request: The request document (build the statement to sign from it).
         signature: The origin's signature over it.
         decision: This node's signed decision ``{"statement", "signature"}``, once given.
@@ -456,6 +464,30 @@ class _Calls:
         )
 
     @staticmethod
+    def withdraw(
+        request_id: str, statement: Mapping[str, Any], signature: str, timeout: float | None
+    ) -> _Call:
+        body = {"statement": dict(statement), "signature": signature}
+        return _Call(
+            "POST",
+            f"/v1/requests/{request_id}/withdrawal",
+            f"the withdrawal of request {request_id}",
+            body=body,
+            timeout=timeout,
+        )
+
+    @staticmethod
+    def deliver_withdrawal(request_id: str, statement: Mapping[str, Any], signature: str) -> _Call:
+        body = {"statement": dict(statement), "signature": signature}
+        return _Call(
+            "POST",
+            f"/v1/inbox/{request_id}/withdrawal",
+            f"the withdrawal of request {request_id}",
+            body=body,
+            token=False,
+        )
+
+    @staticmethod
     def deliver_request(request: Mapping[str, Any], signature: str) -> _Call:
         body = {"request": dict(request), "signature": signature}
         return _Call("POST", "/v1/inbox", f"request {request.get('request_id')}", body=body, token=False)
@@ -618,6 +650,37 @@ class RelayClient:
         """
         return InboxDecision.from_json(self._send(_Calls.submit_decision(request_id, statement, signature)))
 
+    def withdraw(
+        self, request_id: str, statement: Mapping[str, Any], signature: str, *, timeout: float | None = None
+    ) -> RequestStatus:
+        """Withdraw one of this node's requests (signed by this node's key); the relay tells every peer.
+
+        Args:
+            request_id: The request.
+            statement: The withdrawal (:func:`teaagent.quorum.withdrawal_statement`).
+            signature: This node's signature over it (:func:`teaagent.quorum.sign_withdrawal`).
+            timeout: Seconds for this call instead of the client's timeout.
+
+        Returns:
+            The request's status, ``withdrawn`` (also for a repeat).
+
+        Raises:
+            RelayError: The relay refused it (``already_decided`` when approved, denied or expired
+                first; ``bad_signature``; ``not_found``) or is unreachable.
+        """
+        call = _Calls.withdraw(request_id, statement, signature, timeout)
+        return _status(self._send(call), self.base_url, call)
+
+    def deliver_withdrawal(
+        self, request_id: str, statement: Mapping[str, Any], signature: str
+    ) -> dict[str, Any]:
+        """As a peer relay: deliver an origin's signed withdrawal of a request in this relay's inbox.
+
+        Raises:
+            RelayError: Refused (unknown origin or request, bad signature...) or unreachable.
+        """
+        return dict(self._send(_Calls.deliver_withdrawal(request_id, statement, signature)))
+
     def deliver_request(self, request: Mapping[str, Any], signature: str) -> dict[str, Any]:
         """As a peer relay: deliver a signed request to this relay's inbox.
 
@@ -765,6 +828,27 @@ class AsyncRelayClient:
         return InboxDecision.from_json(
             await self._send(_Calls.submit_decision(request_id, statement, signature))
         )
+
+    async def withdraw(
+        self, request_id: str, statement: Mapping[str, Any], signature: str, *, timeout: float | None = None
+    ) -> RequestStatus:
+        """See :meth:`RelayClient.withdraw`.
+
+        Raises:
+            RelayError: The relay refused it or is unreachable.
+        """
+        call = _Calls.withdraw(request_id, statement, signature, timeout)
+        return _status(await self._send(call), self.base_url, call)
+
+    async def deliver_withdrawal(
+        self, request_id: str, statement: Mapping[str, Any], signature: str
+    ) -> dict[str, Any]:
+        """See :meth:`RelayClient.deliver_withdrawal`.
+
+        Raises:
+            RelayError: Refused or unreachable.
+        """
+        return dict(await self._send(_Calls.deliver_withdrawal(request_id, statement, signature)))
 
     async def deliver_request(self, request: Mapping[str, Any], signature: str) -> dict[str, Any]:
         """See :meth:`RelayClient.deliver_request`.

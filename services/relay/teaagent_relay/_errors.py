@@ -12,6 +12,8 @@ code                    status  meaning
 ``not_found``           404     no such request (never arrived, or expired and removed)
 ``method_not_allowed``  405     the path exists, the method does not
 ``conflict``            409     another document holds that id, or the signer decided otherwise
+``already_decided``     409     a withdrawal of a request approved, denied or expired first
+``withdrawn``           409     a decision on a request its origin withdrew
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
 ``rate_limited``        429     the origin's window is full; ``Retry-After`` says when to retry
 ``unavailable``         503     Redis is unreachable

@@ -65,7 +65,8 @@ class RelayMetrics:
         )
         self.deliveries = Counter(
             "teaagent_relay_deliveries",
-            "Deliveries to peer relays that ended: ok (2xx) or dead (refused for good, or expired).",
+            "Deliveries to peer relays that ended: ok (2xx), dead (refused for good, or expired), or "
+            "withdrawn (a request withdrawn before it reached a peer out of reach).",
             ["result"],
             registry=self.registry,
         )

@@ -21,9 +21,11 @@ __all__ = [
     "RequestStatusOut",
     "SignedDecisionIn",
     "SignedRequestIn",
+    "SignedWithdrawalIn",
+    "WithdrawalReceiptOut",
 ]
 
-State = Literal["pending", "approved", "denied", "expired"]
+State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
 
 
 class SignedRequestIn(BaseModel):
@@ -44,6 +46,31 @@ class SignedDecisionIn(BaseModel):
 
     statement: dict[str, Any] = Field(description="The approval or denial statement, exactly as signed.")
     signature: str = Field(description="The signer's SSHSIG over the statement's canonical JSON.")
+
+
+class SignedWithdrawalIn(BaseModel):
+    """The origin's withdrawal of one of its requests and its signature (PROTOCOL.md, Withdrawal)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    statement: dict[str, Any] = Field(
+        description="The withdrawal {v, type: teaagent.withdrawal, request_id, origin, payload_digest, "
+        "expires_at, withdrawn_at}, exactly as signed."
+    )
+    signature: str = Field(
+        description="The origin's SSHSIG (namespace teaagent-withdrawal) over the canonical withdrawal."
+    )
+
+
+class WithdrawalReceiptOut(BaseModel):
+    """What a peer's relay did with the origin's withdrawal of a request in its inbox."""
+
+    request_id: str
+    origin: str
+    state: State = Field(
+        description="The inbox item's state after it: withdrawn, or the decision or expiry that came first."
+    )
+    withdrawn: bool = Field(description="True when this very call withdrew it (False for a repeat).")
 
 
 class DeliveryOut(BaseModel):
@@ -79,6 +106,10 @@ class RequestStatusOut(BaseModel):
         default_factory=list,
         description="The counted denials as signed ({statement, signature}), so that the origin can "
         "verify who denied rather than take this relay's word for it.",
+    )
+    withdrawal: dict[str, Any] | None = Field(
+        default=None,
+        description="The origin's signed withdrawal ({statement, signature}) once withdrawn, else None.",
     )
     approvals: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -116,7 +147,9 @@ class InboxItemOut(BaseModel):
     peers: list[str]
     created_at: int
     expires_at: int
-    state: State = Field(description="pending, approved or denied (by this node), or expired.")
+    state: State = Field(
+        description="pending, approved or denied (by this node), expired, or withdrawn (by its origin)."
+    )
     request: dict[str, Any] = Field(description="The request document, to build the statement to sign.")
     signature: str = Field(description="The origin's signature over the request.")
     decision: dict[str, Any] | None = Field(description="This node's signed decision, once given.")

@@ -11,7 +11,10 @@ Stored forms (all in the node's store, ``teaagent.store``):
   ``{"path": "/v1/...", "body": {...}}``; the worker looks the peer's relay URL up in the node
   configuration when it delivers;
 - an inbox entry (queue ``inbox``, target ``approver``) carries ``{"origin", "request_id"}`` for the
-  node's approver, which may also list ``GET /v1/inbox``.
+  node's approver, which may also list ``GET /v1/inbox``;
+- a withdrawal (own request or received one) is ``{"statement": <rebuilt from the request>,
+  "signature": <wire>}`` on the request's outcome, stored only after it verified; it is queued for
+  every peer's relay (``/v1/inbox/{id}/withdrawal``) as a decision is queued for its origin.
 """
 
 from __future__ import annotations
@@ -29,12 +32,28 @@ from typing import Any, Final
 
 from teaagent._canonical import canonical
 from teaagent.config import NodeConfig
-from teaagent.errors import RequestConflictError, StoreError
-from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, build_certificate, is_expired, request_problem
+from teaagent.errors import (
+    QuorumError,
+    RequestConflictError,
+    RequestNotFoundError,
+    SignatureError,
+    StoreError,
+)
+from teaagent.quorum import (
+    MAX_CLOCK_SKEW_SECONDS,
+    build_certificate,
+    is_expired,
+    request_problem,
+    verify_withdrawal,
+    wire_signature,
+    withdrawal_problem,
+)
 from teaagent.store import REDIS_ERRORS, DecisionResult, RequestState, Store, StoredRequest
+from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._protocol import (
+    DEV_SIGNATURE_PREFIX,
     check_request_signature,
     check_statement,
     decision_bytes,
@@ -109,6 +128,10 @@ def _deliveries(peers: tuple[str, ...], stored: StoredRequest) -> dict[str, dict
             else {"state": "pending", "attempts": 0, "error": None, "at": None}
         )
     return out
+
+
+def _withdrawal_path(request_id: str) -> str:
+    return f"/v1/inbox/{request_id}/withdrawal"
 
 
 def _payload(path: str, body: dict[str, Any]) -> bytes:
@@ -315,6 +338,7 @@ class Relay:
             "decided_at": stored.decided_at,
             "certificate": certificate,
             "denials": list(denials.values()),
+            "withdrawal": json.loads(stored.withdrawal) if stored.withdrawal is not None else None,
             "approvals": approvals,
             "deliveries": _deliveries(peers, stored),
         }
@@ -393,6 +417,176 @@ class Relay:
             "decided": result.decided,
             "approvals": result.approvals,
             "denials": result.denials,
+        }
+
+    # -- withdrawals -----------------------------------------------------------------------------
+
+    def _verified_withdrawal(
+        self,
+        request: dict[str, Any],
+        statement: dict[str, Any],
+        signature: str,
+        key: SignerKey,
+        *,
+        whose: str,
+        now: float,
+    ) -> bytes:
+        """Check a withdrawal of ``request`` (PROTOCOL.md, Withdrawal); return its stored form.
+
+        1. the carried statement is the withdrawal rebuilt from the request, types included;
+        2. it is not dated beyond the clock skew in this node's future;
+        3. its signature verifies with ``key``, the key the origin's requests verify with here.
+
+        Raises:
+            ApiError: 422 ``invalid`` (not a withdrawal of this request, dated in the future), 403
+                ``bad_signature`` (it does not verify with ``key``).
+        """
+        problem = withdrawal_problem(request, statement)
+        if problem is not None:
+            raise ApiError(422, "invalid", sentence(problem))
+        withdrawn_at = statement["withdrawn_at"]
+        if withdrawn_at > now + MAX_CLOCK_SKEW_SECONDS:
+            raise ApiError(
+                422,
+                "invalid",
+                f"The withdrawal is dated {withdrawn_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
+                "in the future.",
+            )
+        if not isinstance(signature, str) or signature.startswith(DEV_SIGNATURE_PREFIX):
+            # A development signature stands for a signer's vote in experiments, never for an origin.
+            raise ApiError(403, "bad_signature", f"The withdrawal is not signed with {whose}.")
+        try:
+            rebuilt = verify_withdrawal(request, statement, signature, (key,))
+        except QuorumError as exc:  # withdrawal_problem said None: not reached, but never a 500
+            raise ApiError(422, "invalid", str(exc)) from exc
+        except (SignatureError, ValueError, TypeError) as exc:
+            raise ApiError(
+                403,
+                "bad_signature",
+                sentence(f"the withdrawal does not verify with {whose}: {str(exc).strip().rstrip('.')}"),
+            ) from exc
+        return decision_bytes(rebuilt, wire_signature(signature))
+
+    async def withdraw(self, request_id: str, statement: dict[str, Any], signature: str) -> dict[str, Any]:
+        """Withdraw one of this node's own requests, signed by this node's key, and tell every peer.
+
+        The request becomes ``withdrawn``, a final state: decisions arriving later are answered
+        with that state and not counted, and the outcome long-poll returns it. A repeat is
+        harmless (the first withdrawal stays, and is queued for the peers again, in case the
+        relay died before queueing it).
+
+        Raises:
+            ApiError: 404 unknown request; 403 not this node's withdrawal, or a bad signature; 422
+                not a withdrawal of this request; 409 ``already_decided`` when it was approved,
+                denied or expired first.
+            StoreError: Redis failed.
+        """
+        known = await self.known_request(request_id)
+        request = known.request
+        origin = statement.get("origin")
+        if origin != self.agent_id:
+            raise ApiError(
+                403,
+                "forbidden",
+                sentence(f"the withdrawal's origin {origin!r} is not this node ({self.agent_id})"),
+            )
+        now = time.time()
+        own = SignerKey(line=self.own_key.to_line(), source="this node's key")
+        data = self._verified_withdrawal(
+            request, statement, signature, own, whose="this node's own key", now=now
+        )
+        try:
+            result = await self.store.requests.withdraw(request_id, withdrawal=data, now=math.ceil(now))
+        except RequestNotFoundError:
+            raise _not_found(request_id) from None
+        if result.state != "withdrawn":
+            if result.state == "expired":
+                self.metrics.outcomes.labels("expired").inc()
+            raise ApiError(
+                409,
+                "already_decided",
+                f"Request {request_id} is already {result.state}; it can no longer be withdrawn.",
+            )
+        if result.withdrawn:
+            self.metrics.outcomes.labels("withdrawn").inc()
+            logger.info("request %s withdrawn by this node", request_id)
+        stored = await self.store.requests.get(request_id)
+        if stored is None:
+            raise _not_found(request_id)
+        # The stored withdrawal, not this one: a repeat signed anew (ECDSA) sends the first again.
+        body = json.loads(stored.withdrawal) if stored.withdrawal is not None else json.loads(data)
+        payload = _payload(_withdrawal_path(request_id), body)
+        await asyncio.gather(
+            *(
+                self.deliveries.enqueue(peer, request_id, payload, request["expires_at"])
+                for peer in known.peers
+            )
+        )
+        return self._status(stored)
+
+    async def withdrawn_here(self, request_id: str) -> bool:
+        """True when one of this node's own requests is withdrawn (one HGET: its fan-out need not leave).
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        with _redis(self.store):
+            state = await self.store.client.hget(self.store.keys.request(request_id).outcome, "state")
+        return state == b"withdrawn"
+
+    async def receive_withdrawal(
+        self, request_id: str, statement: dict[str, Any], signature: str
+    ) -> dict[str, Any]:
+        """Mark a received request ``withdrawn`` on its origin's signed word.
+
+        Checked before anything is written: the origin is a configured peer, the request is in the
+        inbox, the statement is its withdrawal, and the signature verifies with the key the
+        origin's requests verify with here. An item this node already decided keeps its decision
+        (its decision is on its way; the origin counts nothing any more); an expired one stays
+        expired. Both answer 200 with that state, so the origin's delivery ends.
+
+        Raises:
+            ApiError: 422 malformed or not a withdrawal of that request; 403 unknown origin or bad
+                signature; 404 no such request from that origin.
+            StoreError: Redis failed.
+        """
+        origin = statement.get("origin")
+        if not isinstance(origin, str):
+            raise ApiError(422, "invalid", "The withdrawal's origin is not a string.")
+        if origin not in self.config.peers:
+            raise ApiError(403, "forbidden", sentence(f"{origin!r} is not a configured peer of this node"))
+        if statement.get("request_id") != request_id:
+            raise ApiError(422, "invalid", "The withdrawal's request_id is not the request in the path.")
+        stored = await self.store.inbox.get(origin, request_id)
+        if stored is None:
+            raise ApiError(
+                404, "not_found", f"No request {request_id} from {origin} is in this node's inbox."
+            )
+        request, _signature = _envelope(stored.document)
+        origin_key = self._peer_keys[origin][0]  # the key its requests verify with (``public_key``)
+        data = self._verified_withdrawal(
+            request,
+            statement,
+            signature,
+            origin_key,
+            whose=f"the key configured for {origin}",
+            now=time.time(),
+        )
+        try:
+            result = await self.store.inbox.withdraw(
+                origin, request_id, withdrawal=data, now=int(time.time())
+            )
+        except RequestNotFoundError:
+            raise ApiError(
+                404, "not_found", f"No request {request_id} from {origin} is in this node's inbox."
+            ) from None
+        if result.withdrawn:
+            logger.info("request %s of %s withdrawn by its origin", request_id, origin)
+        return {
+            "request_id": request_id,
+            "origin": origin,
+            "state": result.state,
+            "withdrawn": result.withdrawn,
         }
 
     # -- the inbox -------------------------------------------------------------------------------
@@ -498,6 +692,14 @@ class Relay:
         if canonical(_envelope(stored.document)[0]) != canonical(request):
             raise self._clash(origin, request["request_id"])
         return await self._received(origin, request, created=False, state=stored.state, queued=stored.queued)
+
+    @staticmethod
+    def _withdrawn(request_id: str, origin: str) -> ApiError:
+        return ApiError(
+            409,
+            "withdrawn",
+            f"Request {request_id} was withdrawn by its origin {origin}; no decision on it counts any more.",
+        )
 
     @staticmethod
     def _clash(origin: str, request_id: str) -> ApiError:
@@ -663,7 +865,9 @@ class Relay:
         origin = statement.get("origin")
         if not isinstance(origin, str):
             raise ApiError(422, "invalid", "The statement's origin is not a string.")
-        stored = await self._find_inbox(request_id, origin)
+        stored = await self._find_inbox(request_id, origin)  # one coalesced read, origin given
+        if stored.state == "withdrawn":
+            raise self._withdrawn(request_id, origin)
         request, _signature = _envelope(stored.document)
         signer = statement.get("signer")
         if signer != self.agent_id:
@@ -698,6 +902,8 @@ class Relay:
         result = await self.store.inbox.record_decision(
             origin, request_id, kind=kind, signer=signer, decision=data, now=int(now)
         )
+        if result.state == "withdrawn" and not result.counted:
+            raise self._withdrawn(request_id, origin)  # withdrawn between the read above and here
         if not result.counted:
             self._refuse_another(await self.store.inbox.get(origin, request_id), signer, data, request_id)
         self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()

@@ -26,6 +26,8 @@ from teaagent_relay._models import (
     RequestStatusOut,
     SignedDecisionIn,
     SignedRequestIn,
+    SignedWithdrawalIn,
+    WithdrawalReceiptOut,
 )
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
@@ -140,6 +142,24 @@ async def wait_outcome(request_id: RequestId, relay: RelayDep, _auth: Authorized
 
 
 @requests_router.post(
+    "/{request_id}/withdrawal",
+    response_model=RequestStatusOut,
+    responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
+    summary="Withdraw one of this node's requests and tell every peer's relay",
+)
+async def withdraw_request(
+    request_id: RequestId, body: SignedWithdrawalIn, relay: RelayDep, _auth: Authorized
+) -> Any:
+    """Mark the request ``withdrawn`` (final) and queue the signed withdrawal for every peer's relay.
+
+    The withdrawal must verify with this node's own key (namespace ``teaagent-withdrawal``) and
+    match the stored request. A repeat answers 200 again; a request already approved, denied or
+    expired answers 409 ``already_decided`` naming that state.
+    """
+    return await relay.withdraw(request_id, body.statement, body.signature)
+
+
+@requests_router.post(
     "/{request_id}/decisions",
     response_model=DecisionReceiptOut,
     responses=_errors(400, 403, 404, 409, 413, 422, 503),
@@ -211,7 +231,7 @@ async def receive_request(body: SignedRequestIn, relay: RelayDep, response: Resp
 async def list_inbox(
     relay: RelayDep,
     _auth: Authorized,
-    state: Literal["pending", "approved", "denied", "expired", "all"] = "pending",
+    state: Literal["pending", "approved", "denied", "expired", "withdrawn", "all"] = "pending",
     limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100,
     wait: Wait = 0.0,
 ) -> Any:
@@ -249,6 +269,23 @@ async def decide(request_id: RequestId, body: SignedDecisionIn, relay: RelayDep,
     different one is 409.
     """
     return await relay.decide(request_id, body.statement, body.signature)
+
+
+@inbox_router.post(
+    "/{request_id}/withdrawal",
+    response_model=WithdrawalReceiptOut,
+    responses=_errors(400, 403, 404, 413, 422, 503),
+    summary="A peer relay delivers its origin's signed withdrawal of a request in this inbox",
+)
+async def receive_withdrawal(request_id: RequestId, body: SignedWithdrawalIn, relay: RelayDep) -> Any:
+    """Mark the inbox item ``withdrawn``: it leaves the pending listing, and this node's decision
+    on it is refused (409 ``withdrawn``).
+
+    No token: the signature is the authentication, verified with the key configured for the
+    origin. An item this node decided (or that expired) first keeps that state (200, ``withdrawn``
+    false).
+    """
+    return await relay.receive_withdrawal(request_id, body.statement, body.signature)
 
 
 deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])

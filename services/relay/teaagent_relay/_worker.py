@@ -167,6 +167,13 @@ class DeliveryWorker:
             await self._dead(delivery, "the queued delivery is not a JSON object with path and body")
             return
         own = _is_own_request(payload, self.relay.agent_id)
+        if own and delivery.attempts and await self.relay.withdrawn_here(delivery.request_id):
+            # Withdrawn while this peer was out of reach: it never needs the request (and its
+            # withdrawal, queued after, is answered 404 there, harmlessly). Only retries ask: a first
+            # attempt leaves right after the submission, before any withdrawal.
+            await self.relay.deliveries.ack(delivery)
+            metrics.deliveries.labels("withdrawn").inc()
+            return
         try:
             response = await self.client.post(url, json=body)
         except httpx.HTTPError as exc:
