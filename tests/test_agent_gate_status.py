@@ -117,7 +117,9 @@ def test_stop_ends_the_wait_within_a_poll_with_a_denial(nodes: dict[str, Node]) 
         threading.Timer(0.3, stop.set).start()
         started = time.monotonic()
         with pytest.raises(
-            ApprovalDeniedError, match=r"^shell\.run was not run: the wait for its quorum was stopped\.$"
+            ApprovalDeniedError,
+            match=r"^shell\.run was not run: the wait for its quorum was stopped\. Withdrawn: request "
+            r"[0-9a-f]{32} of shell\.run; the peers drop it\.$",
         ):
             gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r"))
         gate.close()

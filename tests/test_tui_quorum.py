@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, served, signer, write_cluster
+from relay_support import ApproverProcess, Node, served, signer, wait_until, write_cluster
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -260,13 +260,29 @@ def test_ctrl_c_withdraws_a_quorum_wait_and_the_run_ends_with_the_refusal(cluste
         r"^… still waiting for shell\.run's quorum: 0 of 2 signed \(nobody\), 1m \d\ds left$", out, re.M
     )
     withdrawn = (
-        r"^Withdrawn: shell\.run will not run; the run ends with the refusal\. \(The relay takes no "
-        r"withdrawal yet: peers may still see request [0-9a-f]{12} until it expires, in 1m \d\ds\.\)$"
+        r"^Withdrawing request ([0-9a-f]{12}): shell\.run will not run, the peers drop it, and the run "
+        r"ends with the refusal\.$"
     )
-    assert re.search(withdrawn, out, re.M)
-    assert (
-        "The run ended approval_denied: shell.run was not run: the wait for its quorum was stopped.\n" in out
+    short = re.search(withdrawn, out, re.M)
+    assert short is not None
+    ended = re.search(
+        r"^The run ended approval_denied: shell\.run was not run: the wait for its quorum was stopped\. "
+        r"Withdrawn: request ([0-9a-f]{32}) of shell\.run; the peers drop it\.$",
+        out,
+        re.M,
     )
+    assert ended is not None
+    request_id = ended.group(1)
+    assert request_id.startswith(short.group(1))
+    # Really withdrawn: alpha's relay says so, and so do its peers' inboxes once delivered.
+    with RelayClient(cluster.alpha.url, token=cluster.alpha.token) as relay:
+        assert relay.get_request(request_id).state == "withdrawn"
+    for name in ("beta", "gamma"):
+        peer = cluster.nodes[name]
+        with RelayClient(peer.url, token=peer.token) as relay:
+            assert wait_until(
+                lambda relay=relay: relay.get_inbox_item(request_id, origin="alpha").state == "withdrawn", 20
+            ), name
     assert re.search(r"^[0-9a-f]{12} +shell\.run +withdrawn +- +- +2 of 2 ", out, re.M)
     assert "← shell.run" not in out
 

@@ -182,9 +182,10 @@ def test_a_session_in_tmux_runs_a_task_shows_the_quorum_live_withdraws_approves_
     terminal.type("deploy")
     terminal.wait_for(r"shell\.run: 0 of 2 signed +\[… beta +… gamma\] +\d+m \d\ds left · Ctrl-C withdraws")
     terminal.keys("C-c")
-    terminal.wait_for(r"^Withdrawn: shell\.run will not run; the run ends with the refusal\.")
+    terminal.wait_for(r"^Withdrawing request [0-9a-f]{12}: shell\.run will not run, the peers drop it,")
     terminal.wait_for(
-        r"^The run ended approval_denied: shell\.run was not run: the wait for its quorum was stopped\.$"
+        r"^The run ended approval_denied: shell\.run was not run: the wait for its quorum was stopped\. "
+        r"Withdrawn: request [0-9a-f]{32} of shell\.run; the peers drop it\.$"
     )
     terminal.type("/quorum")
     terminal.wait_for(r"^[0-9a-f]{12} +shell\.run +withdrawn +- +- +2 of 2 ")

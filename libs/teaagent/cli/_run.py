@@ -15,6 +15,7 @@ import dataclasses
 import json
 import secrets
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -290,10 +291,14 @@ def run(
     registry = node_registry(node)
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
     display = _Display(console)
+    from teaagent.cli._interrupt import interrupted, stop_on_ctrl_c
     from teaagent.cli._watch import QuorumWatch
 
     # Who received each quorum request, each decision as it arrives, and why one expired.
-    quorum_gate = node_quorum_gate(node, on_progress=display.note, on_status=QuorumWatch(display.note))
+    stop = threading.Event()  # Ctrl-C sets it: a quorum wait (in the run's worker thread) withdraws
+    quorum_gate = node_quorum_gate(
+        node, on_progress=display.note, on_status=QuorumWatch(display.note), stop=stop
+    )
     policy = node_policy(node, prompter=terminal_prompter(console), quorum_gate=quorum_gate)
     store, session = _session(node, session_id, task)
     run_id = secrets.token_hex(16)
@@ -318,7 +323,12 @@ def run(
             label=label,
         )
         started = time.monotonic()
-        result = runner.run(task)
+        with stop_on_ctrl_c(stop):
+            result = runner.run(task)
+    except KeyboardInterrupt:
+        display._stop()
+        interrupted(quorum_gate)  # the wait withdrew its request: exit 130 with that one line
+        raise
     finally:
         display._stop()
         audit.close()

@@ -197,6 +197,10 @@ def call_tool(
         raise _Failed(str(exc)) from None
     except TeaAgentError:
         raise  # a denial (a certificate the policy refused included): nothing is saved
+    except KeyboardInterrupt:
+        from teaagent.cli._interrupt import interrupted
+
+        interrupted(quorum_gate)  # Ctrl-C in a quorum wait: the gate withdrew it; exit 130, one line
         raise
     except Exception as exc:  # the tool's own failure: exit 1 with its sentence, not an internal error
         _keep(certificate_out, kept)

@@ -12,12 +12,12 @@ from typing import Any, Final
 import httpx
 
 from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
-from teaagent.quorum import evaluate, request_problem, sign_request
+from teaagent.quorum import evaluate, request_problem, sign_request, sign_withdrawal
 from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient, RequestStatus
 from teaagent.signing import Signer
 from teaagent.trust import MultiSigQuorumConfig
 
-__all__ = ["EXPIRY_GRACE_SECONDS", "STATUS_POLL_SECONDS", "RelayQuorumGate"]
+__all__ = ["EXPIRY_GRACE_SECONDS", "STATUS_POLL_SECONDS", "WITHDRAW_TIMEOUT_SECONDS", "RelayQuorumGate"]
 
 logger = logging.getLogger("teaagent.relay_client")
 
@@ -29,6 +29,9 @@ RETRY_CAP_SECONDS: Final = 5.0
 # returns only once decided, so each counted decision is reported (and a stop noticed) within it.
 STATUS_POLL_SECONDS: Final = 0.5
 _TRANSIENT_STATUSES: Final = frozenset({502, 503, 504})  # a proxy or the relay's Redis, briefly away
+# An interrupted wait withdraws its request at once or not at all: a user who pressed Ctrl-C is not
+# kept waiting on a relay that does not answer (the request then simply expires at the peers).
+WITHDRAW_TIMEOUT_SECONDS: Final = 3.0
 
 
 def _transient(exc: RelayError) -> bool:
@@ -54,6 +57,12 @@ class RelayQuorumGate:
     before waiting on: the same signed request is one request, and sending it again makes the
     relay queue its deliveries again, in case it died before queueing them. A relay that nobody
     runs fails the first call at once.
+
+    A wait that ends without a decision because it was interrupted (``KeyboardInterrupt`` in
+    the waiting thread, or ``stop`` set: a cancelled run) withdraws the request: the gate signs a
+    withdrawal with the node's key and posts it to the relay, which tells every peer, within
+    :data:`WITHDRAW_TIMEOUT_SECONDS` and best effort. The ``KeyboardInterrupt`` is then raised
+    again as it was; :attr:`last_withdrawal` says in one sentence what became of the request.
     """
 
     def __init__(
@@ -113,6 +122,15 @@ class RelayQuorumGate:
         self._on_status = on_status
         self._stop = stop
         self._poll = STATUS_POLL_SECONDS if on_status is not None or stop is not None else MAX_WAIT_SECONDS
+        self._last_withdrawal: str | None = None
+
+    @property
+    def last_withdrawal(self) -> str | None:
+        """The sentence of the last interrupted wait (``Withdrawn: request ... of shell.run; ...``).
+
+        None until a wait was interrupted; a command line prints it as its last line.
+        """
+        return self._last_withdrawal
 
     def __repr__(self) -> str:
         return f"RelayQuorumGate(origin={self._origin!r}, relay={self._client.base_url!r})"
@@ -134,7 +152,9 @@ class RelayQuorumGate:
 
         Raises:
             ApprovalDeniedError: The peers denied the call (``... denied by delta: reason``), the
-                request expired before the quorum was reached, or ``stop`` was set.
+                request expired before the quorum was reached, or ``stop`` was set (the request
+                is then withdrawn).
+            KeyboardInterrupt: The wait was interrupted; the request was withdrawn first.
             TimeoutError: The outcome was still pending when ``timeout`` ran out.
             RelayError: The relay refused the request or is unreachable.
             ValueError: The request is malformed or is not this node's.
@@ -147,6 +167,33 @@ class RelayQuorumGate:
         tool_name = request["tool_name"]
         request_id = request["request_id"]
         signature = sign_request(request, self._signer)
+        try:
+            status = self._wait(request, signature)
+        except KeyboardInterrupt:
+            # Best effort, never instead of the interruption: it is raised again as it was.
+            self._withdraw(request)
+            raise
+        if status.state == "approved":
+            if status.certificate is None:
+                raise RelayError(f"The relay approved request {request_id} but sent no certificate.")
+            self._progress(f"request {request_id}: {status.describe()}.")
+            return status.certificate
+        if status.state == "denied":
+            raise ApprovalDeniedError(self._denial(request, status))
+        if status.state == "withdrawn":
+            raise ApprovalDeniedError(f"{tool_name} was not run: request {request_id} was withdrawn.")
+        raise ApprovalDeniedError(f"The request for {tool_name} {status.describe()}.")
+
+    def _wait(self, request: dict[str, Any], signature: str) -> RequestStatus:
+        """Send the signed request and wait until the relay reports it decided; return that status.
+
+        Raises:
+            ApprovalDeniedError: ``stop`` was set (the request is withdrawn first).
+            TimeoutError: The outcome was still pending when ``timeout`` ran out.
+            RelayError: The relay refused the request or is unreachable.
+        """
+        tool_name = request["tool_name"]
+        request_id = request["request_id"]
         deadline = time.monotonic() + self._timeout
         failures, last_error = 0, None
         seen: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
@@ -168,7 +215,10 @@ class RelayQuorumGate:
                 self._report(status)
         while status is None or not status.decided:
             if self._stop is not None and self._stop.is_set():
-                raise ApprovalDeniedError(f"{tool_name} was not run: the wait for its quorum was stopped.")
+                what = self._withdraw(request)
+                raise ApprovalDeniedError(
+                    f"{tool_name} was not run: the wait for its quorum was stopped. {what}"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if failures and last_error is not None:
@@ -203,14 +253,43 @@ class RelayQuorumGate:
             if not status.decided and (self._poll == MAX_WAIT_SECONDS or counted != seen):
                 self._progress(f"request {request_id}: {status.describe()}.")
             seen = counted
-        if status.state == "approved":
-            if status.certificate is None:
-                raise RelayError(f"The relay approved request {request_id} but sent no certificate.")
-            self._progress(f"request {request_id}: {status.describe()}.")
-            return status.certificate
-        if status.state == "denied":
-            raise ApprovalDeniedError(self._denial(request, status))
-        raise ApprovalDeniedError(f"The request for {tool_name} {status.describe()}.")
+        return status
+
+    def _withdraw(self, request: dict[str, Any]) -> str:
+        """Withdraw a request whose wait was interrupted; return (and keep) what became of it, one sentence.
+
+        Never raises: a relay that refuses, fails or does not answer within
+        :data:`WITHDRAW_TIMEOUT_SECONDS`, a key that cannot sign, even a second Ctrl-C, each
+        leaves the request to expire at the peers, and the sentence says so.
+        """
+        tool_name, request_id = request["tool_name"], request["request_id"]
+        try:
+            signed = sign_withdrawal(request, self._signer)
+            self._client.withdraw(
+                request_id, signed["statement"], signed["signature"], timeout=WITHDRAW_TIMEOUT_SECONDS
+            )
+        except RelayError as exc:
+            if exc.code == "already_decided":
+                what = (
+                    f"Not withdrawn: request {request_id} of {tool_name} was decided first; "
+                    f"{tool_name} does not run."
+                )
+            else:
+                what = (
+                    f"Not withdrawn: request {request_id} of {tool_name} stays with the peers until it "
+                    f"expires ({str(exc).rstrip('.')})."
+                )
+        except (Exception, KeyboardInterrupt) as exc:  # best effort: whatever failed is said in the sentence
+            detail = str(exc).strip().rstrip(".") or type(exc).__name__
+            what = (
+                f"Not withdrawn: request {request_id} of {tool_name} stays with the peers until it "
+                f"expires ({detail})."
+            )
+        else:
+            what = f"Withdrawn: request {request_id} of {tool_name}; the peers drop it."
+        logger.info("%s", what)
+        self._last_withdrawal = what
+        return what
 
     def _report(self, status: RequestStatus) -> None:
         if self._on_status is None:

@@ -140,7 +140,7 @@ def node_quorum_gate(
         on_progress: Called with one line per step of a quorum request (sent, still waiting...).
         on_status: Called with each status the relay reports while a request waits (the agent
             service streams each peer's decision from it); see ``RelayQuorumGate``.
-        stop: Set it to stop a wait for a quorum (the call is then denied).
+        stop: Set it to stop a wait for a quorum (the call is then denied and its request withdrawn).
 
     Returns:
         The gate; None when the quorum is disabled.
@@ -179,6 +179,14 @@ class _LazyGate:
                 self._gate = self._make()
             gate = self._gate
         return gate.obtain(request)
+
+    @property
+    def last_withdrawal(self) -> str | None:
+        """The gate's sentence of its last interrupted (withdrawn) wait, or None (``RelayQuorumGate``)."""
+        with self._lock:
+            gate = self._gate
+        withdrawal = getattr(gate, "last_withdrawal", None)
+        return withdrawal if isinstance(withdrawal, str) else None
 
 
 def node_policy(

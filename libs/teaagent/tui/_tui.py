@@ -1398,10 +1398,11 @@ class TeaAgentTUI:
             self._stop_wait.set()
             self._board.withdraw()
             self._screen.status(None)
+            # The gate sees the stop within a poll, signs the withdrawal and hands it to the relay,
+            # which tells every peer; the run then ends with the gate's sentence of how it went.
             self._screen.say(
-                f"Withdrawn: {call.tool_name} will not run; the run ends with the refusal. (The relay takes "
-                f"no withdrawal yet: peers may still see request {call.request_id[:12]} until it expires, in "
-                f"{time_left(call.expires_at - time.time())}.)",
+                f"Withdrawing request {call.request_id[:12]}: {call.tool_name} will not run, the peers drop "
+                "it, and the run ends with the refusal.",
                 "yellow",
             )
             return
