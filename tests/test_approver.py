@@ -658,3 +658,36 @@ def test_the_approvers_keys_sit_in_the_slot_of_the_inbox_item_they_decide() -> N
         keys.approver_item("Alpha", request_id)
     with pytest.raises(ValueError, match=r"^request id 'x' is not 32 lowercase hex characters$"):
         keys.approver_item("alpha", "x")
+
+
+@asynctest
+async def test_a_withdrawn_request_is_never_signed_and_listed_as_withdrawn(
+    cluster: dict[str, Node], beta_relay: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from teaagent.quorum import sign_withdrawal
+
+    alpha, beta = cluster["alpha"], beta_relay
+    # beta's rules would approve it: withdrawn first, it is signed neither by them nor by an operator.
+    request = deliver(alpha, beta, arguments={"command": "echo withdrawn"})
+    request_id = request["request_id"]
+    withdrawal = sign_withdrawal(request, signer("alpha"))
+    response = httpx.post(f"{beta.url}/v1/inbox/{request_id}/withdrawal", json=withdrawal, timeout=10)
+    assert response.json()["state"] == "withdrawn"
+    async with beta_approver(beta, poll_seconds=0.2) as client:
+        engine = client.app.state.engine  # type: ignore[attr-defined]
+        item = await engine.relay.get_inbox_item(request_id, origin="alpha")
+        assert await engine.handle([item]) == 0
+        approved = await client.post(f"/v1/requests/{request_id}/approve", json={})
+        denied = await client.post(f"/v1/requests/{request_id}/deny", json={"reason": "no"})
+        pending = await client.get("/v1/requests")
+        shown = await client.get(f"/v1/requests/{request_id}")
+        signatures = metric(client, "teaagent_approver_signatures_total")
+        skipped = metric(client, "teaagent_approver_skipped_total", reason="withdrawn")
+    sentence = f"Request {request_id} was withdrawn by its origin alpha; this node signs nothing for it."
+    assert error(approved) == (409, "withdrawn", sentence)
+    assert error(denied) == (409, "withdrawn", sentence)
+    assert pending.json()["items"] == []
+    assert shown.json()["state"] == "withdrawn"
+    assert (signatures, skipped) == (0, 1)
+    assert audit_records(beta) == []
+    assert (await relay_item(beta, request_id))["decision"] is None

@@ -44,7 +44,7 @@ from teaagent.cli import _approvals
 from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.errors import RelayError
-from teaagent.quorum import approval_statement, sign_request, statement_bytes
+from teaagent.quorum import approval_statement, sign_request, sign_withdrawal, statement_bytes
 from teaagent.relay_client import RelayClient
 
 PASSPHRASE = "correct horse battery staple"
@@ -282,7 +282,9 @@ def test_list_refuses_an_unknown_state(cluster: Cluster, capsys: pytest.CaptureF
     code, _, err = cli(capsys, "list", "--state", "maybe", "--config", cluster.config)
 
     assert code == 2
-    assert one_sentence(err) == "--state is pending, approved, denied, expired or all, not 'maybe'."
+    assert (
+        one_sentence(err) == "--state is pending, approved, denied, expired, withdrawn or all, not 'maybe'."
+    )
 
 
 @pytest.mark.slow
@@ -864,6 +866,37 @@ def test_an_expired_request_is_refused_with_exit_3(
         )
         assert code == 3, (command, err)
         assert "(409 expired)" in one_sentence(err)
+
+
+@pytest.mark.slow
+def test_a_withdrawn_request_is_listed_as_withdrawn_and_refused_with_exit_3(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # fs.delete is an ask item: nothing signs it before its origin withdraws it.
+    request = approver.deliver(cluster.request(tool_name="fs.delete", arguments={"path": "gone"}))
+    request_id = request["request_id"]
+    withdrawal = sign_withdrawal(request, signer("alpha"))
+    with RelayClient(cluster.beta.url) as relay:
+        assert relay.deliver_withdrawal(request_id, withdrawal["statement"], withdrawal["signature"])[
+            "withdrawn"
+        ]
+
+    code, out, _ = cli(capsys, "list", "--json", "--config", cluster.config)
+    assert code == 0
+    assert request_id not in [item["request_id"] for item in json.loads(out)]
+    code, out, _ = cli(capsys, "list", "--state", "withdrawn", "--json", "--config", cluster.config)
+    assert code == 0
+    assert [(item["request_id"], item["state"]) for item in json.loads(out)] == [(request_id, "withdrawn")]
+    code, out, _ = cli(capsys, "list", "--state", "withdrawn", "--config", cluster.config)
+    assert code == 0
+    assert re.search(rf"^{request_id[:12]}.* withdrawn ", out, re.M), out
+    for command in (["approve"], ["deny", "--reason", "late"], ["statement"]):
+        code, _, err = cli(capsys, command[0], request_id, *command[1:], "--config", cluster.config)
+        assert code == 3, (command, err)
+        assert one_sentence(err).endswith(
+            f"(409 withdrawn): Request {request_id} was withdrawn by its origin alpha; this node signs "
+            "nothing for it."
+        )
 
 
 @pytest.mark.slow

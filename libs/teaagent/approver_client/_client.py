@@ -35,10 +35,10 @@ DEFAULT_TIMEOUT: Final = (
 MAX_WAIT_SECONDS: Final = 60.0  # the longest single long-poll asked for; longer waits are several polls
 _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the approver answers first
 
-ItemState = Literal["pending", "approved", "denied", "expired"]
-ListState = Literal["pending", "approved", "denied", "expired", "all"]
+ItemState = Literal["pending", "approved", "denied", "expired", "withdrawn"]
+ListState = Literal["pending", "approved", "denied", "expired", "withdrawn", "all"]
 DecisionKind = Literal["approval", "denial"]
-ITEM_STATES: Final = ("pending", "approved", "denied", "expired")
+ITEM_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
 LIST_STATES: Final = (*ITEM_STATES, "all")
 
 
@@ -174,7 +174,8 @@ class ApprovalItem:
         created_at: Unix seconds.
         expires_at: Unix seconds.
         seconds_left: Seconds until it expires, when the approver answered.
-        state: This node's view: ``pending``, ``approved``/``denied`` (by this node) or ``expired``;
+        state: This node's view: ``pending``, ``approved``/``denied`` (by this node), ``expired``
+            or ``withdrawn`` (by its origin: never to be signed);
             never the request's overall outcome, which only its origin counts.
         decision: This node's own decision, or None.
         rule: The first rule that matches it, or None (an operator decides).

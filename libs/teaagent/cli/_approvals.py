@@ -71,6 +71,7 @@ _EXIT_BY_CODE: Final = {
     "forbidden": EXIT_USAGE,  # a key that may not sign for this node
     "unauthorized": EXIT_USAGE,  # the configuration's token is not the node's
     "expired": EXIT_DENIED,
+    "withdrawn": EXIT_DENIED,  # its origin withdrew it: nothing is signed, as for an expired one
 }
 
 # watch: how it follows the approver.
@@ -482,7 +483,10 @@ RequestIdArgument = Annotated[str, typer.Argument(metavar="ID", help="The reques
 def list_requests(
     config: ConfigOption = None,
     state: Annotated[
-        str, typer.Option("--state", help="pending, approved, denied, expired or all (this node's view).")
+        str,
+        typer.Option(
+            "--state", help="pending, approved, denied, expired, withdrawn or all (this node's view)."
+        ),
     ] = "pending",
     origin: Annotated[str | None, typer.Option("--origin", help="Only this origin's requests.")] = None,
     tool: Annotated[str | None, typer.Option("--tool", help="Only calls of this tool.")] = None,
@@ -490,8 +494,8 @@ def list_requests(
     as_json: JsonOption = False,
 ) -> None:
     """List the requests that reached this node from its peers, those waiting for a decision first."""
-    if state not in ("pending", "approved", "denied", "expired", "all"):
-        bad_usage(f"--state is pending, approved, denied, expired or all, not {state!r}.")
+    if state not in ("pending", "approved", "denied", "expired", "withdrawn", "all"):
+        bad_usage(f"--state is pending, approved, denied, expired, withdrawn or all, not {state!r}.")
     node, client = _connect(config)
     with client, _answers():
         items = client.list_requests(state, origin=origin, tool=tool, limit=limit)  # type: ignore[arg-type]
@@ -808,6 +812,8 @@ class Watch:
             now_item = client.get_request(item.request_id, origin=item.origin)
         except RelayError:
             return f"request {item.request_id} of {item.origin} left the queue."
+        if now_item.state == "withdrawn" and now_item.decision is None:
+            return f"request {item.request_id} of {item.origin} was withdrawn by its origin."
         if now_item.state == "expired" or now_item.decision is None:
             return f"request {item.request_id} of {item.origin} expired undecided."
         return (

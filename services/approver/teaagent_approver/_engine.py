@@ -3,8 +3,9 @@
 A decision, by a rule or by an operator (node key or a key of their own), goes the same way
 (:meth:`Engine.settle`):
 
-1. Refuse to sign what must never be signed: a request that expired, one whose origin signature
-   does not verify with ``[peers.<origin>] public_key``, one not addressed to this node.
+1. Refuse to sign what must never be signed: a request that expired, one its origin withdrew,
+   one whose origin signature does not verify with ``[peers.<origin>] public_key``, one not
+   addressed to this node.
 2. Record the decision in Redis with ``SET NX`` (:class:`~teaagent_approver._ledger.Ledger`),
    before anything is signed. A process that finds a decision recorded (another approver process,
    or its own earlier life) never signs a different one: it finishes the recorded one.
@@ -229,8 +230,16 @@ class Engine:
         """Refuse a request this node must never sign.
 
         Raises:
-            ApiError: 409 ``expired``; 422 ``invalid`` when the origin's signature does not verify.
+            ApiError: 409 ``withdrawn`` or ``expired``; 422 ``invalid`` when the origin's signature
+                does not verify.
         """
+        if item.state == "withdrawn":
+            raise ApiError(
+                409,
+                "withdrawn",
+                f"Request {item.request_id} was withdrawn by its origin {item.origin}; this node signs "
+                "nothing for it.",
+            )
         if now > item.expires_at:
             raise ApiError(
                 409,
@@ -464,7 +473,9 @@ class Engine:
                 return False
             self.metrics.forwards.labels("refused").inc()
             status = exc.status_code if exc.status_code in _RELAY_CODES else 409
-            raise ApiError(status, _RELAY_CODES.get(status, "conflict"), sentence(str(exc))) from exc
+            # Withdrawn between the listing and here: said as such (its signature counts nowhere).
+            code = "withdrawn" if exc.code == "withdrawn" else _RELAY_CODES.get(status, "conflict")
+            raise ApiError(status, code, sentence(str(exc))) from exc
         self.metrics.forwards.labels("ok").inc()
         return True
 
@@ -551,6 +562,10 @@ class Engine:
 
     async def _by_rule(self, item: InboxItem) -> int:
         ref = (item.origin, item.request_id)
+        if item.state == "withdrawn":
+            self.metrics.skipped.labels("withdrawn").inc()
+            self._remember(ref, item.expires_at, None)
+            return 0
         if time.time() > item.expires_at:
             self.metrics.skipped.labels("expired").inc()
             self._remember(ref, item.expires_at, None)

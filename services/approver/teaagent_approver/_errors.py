@@ -12,6 +12,7 @@ code                    status  meaning
 ``not_found``           404     no such request in this node's inbox, or no such route
 ``method_not_allowed``  405     the path exists, the method does not
 ``expired``             409     the request expired: this node signs nothing for it any more
+``withdrawn``           409     its origin withdrew the request: this node signs nothing for it
 ``conflict``            409     this node already decided otherwise, or the id is ambiguous
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
 ``unavailable``         503     the relay or Redis is down (or the service is starting)

@@ -27,7 +27,7 @@ __all__ = [
 
 AGENT_ID = "^[a-z0-9][a-z0-9._-]{0,63}$"
 MAX_REASON_CHARS = 4096  # a sentence or a paragraph; the origin shows it to its user
-State = Literal["pending", "approved", "denied", "expired"]
+State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
 Kind = Literal["approval", "denial"]
 
 
@@ -70,7 +70,8 @@ class ItemOut(BaseModel):
     expires_at: int
     seconds_left: int = Field(description="Seconds until it expires (0 once expired).")
     state: State = Field(
-        description="This node's view: pending, approved or denied (by this node), or expired. "
+        description="This node's view: pending, approved or denied (by this node), expired, or "
+        "withdrawn (by its origin: never signed). "
         "Not the request's outcome: its origin counts that from every peer's decision."
     )
     decision: OwnDecisionOut | None = Field(description="This node's own decision, once made.")
