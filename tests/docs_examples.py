@@ -25,6 +25,8 @@ from teaagent.quorum import (
     sign_approval,
     sign_denial,
     sign_request,
+    sign_withdrawal,
+    statement_bytes,
 )
 from teaagent.signing import SSHPrivateKey, fingerprint
 
@@ -72,6 +74,7 @@ def examples() -> dict[str, str]:
     denial = sign_denial(request, "delta", keys["delta"], "not during the freeze", CREATED_AT + 5)
     blob = base64.b64decode(_wire(approval.signature))
     certificate = build_certificate(request, request_signature, [approval, gamma])
+    withdrawal = sign_withdrawal(request, keys["alpha"], CREATED_AT + 10)
     return {
         "keys": "\n".join(
             f"{name:<6} {keys[name].public_key.to_line()}\n{'':6} {fingerprint(keys[name].public_key)}"
@@ -93,6 +96,8 @@ def examples() -> dict[str, str]:
         ).decode(),
         "denial": json.dumps(denial, indent=2),
         "certificate": json.dumps(certificate, indent=2),
+        "withdrawal-bytes": statement_bytes(withdrawal["statement"]).decode(),
+        "withdrawal": json.dumps(withdrawal, indent=2),
     }
 
 
