@@ -490,14 +490,14 @@ async def test_a_decision_recorded_but_never_queued_is_sent_by_the_inbox_sweep(
         relay = client.app.state.relay  # type: ignore[attr-defined]
         request = await received(client, alpha)
 
-        async def crash(*args: Any, **kwargs: Any) -> str:
+        async def crash(*args: Any, **kwargs: Any) -> list[str]:
             raise StoreError("Redis at redis://127.0.0.1:1/0 is unreachable: the test cut it")
 
-        enqueue = relay.deliveries.enqueue
-        relay.deliveries.enqueue = crash  # the step after recording fails, as a kill -9 would stop it
+        enqueue = relay.deliveries.enqueue_many  # the relay queues its decisions many at once
+        relay.deliveries.enqueue_many = crash  # the step after recording fails, as a kill -9 would stop it
         path = f"/v1/inbox/{request['request_id']}/decision"
         failed = await client.post(path, json=approval(request, "beta"), headers=beta.headers)
-        relay.deliveries.enqueue = enqueue
+        relay.deliveries.enqueue_many = enqueue
         shown = await client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
         before = await relay.deliveries.entries()
         swept = await relay.sweep_inbox_queue()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import redis.exceptions
 
 from teaagent.errors import StoreError
-from teaagent.store._connection import AsyncClient, StoreOptions, converting
+from teaagent.store._connection import AsyncClient, StoreOptions, converting, describe_redis_error
 from teaagent.store._keys import REQUEST_ID_PATTERN, REQUEST_RETENTION_SECONDS, QueueKeys
 from teaagent.store._requests import MAX_DOCUMENT_BYTES
 from teaagent.store._scripts import AsyncScripts
@@ -207,6 +208,61 @@ class DeliveryQueue:
                 UTF-8 or is too large.
             TypeError: ``payload`` is not bytes.
         """
+        command = self._enqueue_command(target, request_id, payload, expires_at, now)
+        with converting(self._url):
+            entry_id = await self._scripts.run("enqueue", [self._keys.stream], command)
+        return self._entry_id(entry_id)
+
+    async def enqueue_many(
+        self, entries: Sequence[tuple[str, str, bytes, int]], *, now: float | None = None
+    ) -> list[str | StoreError]:
+        """:meth:`enqueue` for many ``(target, request_id, payload, expires_at)``, in one round trip.
+
+        The entries are appended in the order given (one pipeline of the ``enqueue`` script). The
+        answer for each is its entry id, or the ``StoreError`` of a full queue.
+
+        Raises:
+            StoreError: Redis is unreachable or failed (the whole pipeline; some entries may be in).
+            ValueError: an entry :meth:`enqueue` would refuse (nothing is sent then).
+            TypeError: a payload that is not bytes.
+        """
+        if not entries:
+            return []
+        commands = [self._enqueue_command(*entry, now) for entry in entries]
+        stream = self._keys.stream
+
+        async def send(chosen: list[list[Any]]) -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for args in chosen:
+                    pipe.execute_command(*self._scripts.command("enqueue", [stream], args))
+                return list(await pipe.execute(raise_on_error=False))
+
+        with converting(self._url):
+            replies = await send(commands)
+            if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
+                # A restarted or flushed server lost the script: none of the calls ran. Load, resend.
+                await self._scripts.load("enqueue", [stream])
+                replies = await send(commands)
+        answers: list[str | StoreError] = []
+        for reply in replies:
+            if isinstance(reply, redis.exceptions.RedisError):
+                raise StoreError(describe_redis_error(self._url, reply))
+            try:
+                answers.append(self._entry_id(reply))
+            except StoreError as exc:
+                answers.append(exc)
+        return answers
+
+    def _enqueue_command(
+        self, target: str, request_id: str, payload: bytes, expires_at: int, now: float | None
+    ) -> list[Any]:
+        """The ``enqueue`` script's arguments for one entry, checked.
+
+        Raises:
+            ValueError: an empty or long target, a malformed request id, or a payload that is not
+                UTF-8 or is too large.
+            TypeError: ``payload`` is not bytes.
+        """
         if not target or len(target) > MAX_TARGET_CHARS or not target.isprintable():
             raise ValueError(f"target must be 1 to {MAX_TARGET_CHARS} printable characters")
         if not REQUEST_ID_PATTERN.fullmatch(request_id):
@@ -221,14 +277,13 @@ class DeliveryQueue:
             raise ValueError("payload must be UTF-8 text (a JSON document)") from exc
         at = time.time() if now is None else now
         ttl_ms = int((max(expires_at - at, 0) + REQUEST_RETENTION_SECONDS) * 1000)
-        fields: list[str | bytes | int] = [
+        fields: list[Any] = [
             "target", target, "request_id", request_id, "payload", payload,
             "expires_at", expires_at, "attempts", 0, "enqueued_at", int(at),
         ]  # fmt: skip
-        with converting(self._url):
-            entry_id = await self._scripts.run(
-                "enqueue", [self._keys.stream], [self._group, ttl_ms, self._max_length, *fields]
-            )
+        return [self._group, ttl_ms, self._max_length, *fields]
+
+    def _entry_id(self, entry_id: Any) -> str:
         if not entry_id:
             raise StoreError(
                 f"queue {self.name} already holds {self._max_length} entries; its consumers do not keep up"

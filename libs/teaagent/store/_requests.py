@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -345,6 +346,45 @@ class _Book:
             [member for (_keys, member, _args), reply in zip(calls, replies, strict=True) if _settled(reply)]
         )
         return replies
+
+    async def _record_batch(
+        self,
+        decisions: Sequence[tuple[DecisionToCount, Callable[[], tuple[RequestKeys, str]]]],
+        label: Callable[[int], str],
+    ) -> list[DecisionResult | RequestNotFoundError | StoreError | ValueError | TypeError]:
+        """``record_decision`` for each ``(decision, its keys and pending member)``, in one pipeline.
+
+        The answer for each is its result, or the error recording it alone would have raised;
+        ``label(index)`` names the request of the decision at ``index`` in its errors.
+
+        Raises:
+            StoreError: Redis is unreachable or failed (the whole pipeline).
+        """
+        answers: list[DecisionResult | RequestNotFoundError | StoreError | ValueError | TypeError] = []
+        calls: list[tuple[RequestKeys, str, list[Any]]] = []
+        sent: list[int] = []  # the answer slot of each call
+        for item, where in decisions:
+            try:
+                _check_decision(item.kind, item.signer, item.decision)
+                keys, member = where()
+            except (ValueError, TypeError) as exc:
+                answers.append(exc)
+                continue
+            sent.append(len(answers))
+            answers.append(StoreError("not sent"))  # replaced below
+            args = [item.kind, item.signer, item.decision, _now(item.now), MAX_EVENTS]
+            calls.append((keys, member, args))
+        if not calls:
+            return answers
+        for slot, reply in zip(sent, await self._record_many(calls), strict=True):
+            if isinstance(reply, redis.exceptions.RedisError):
+                answers[slot] = StoreError(describe_redis_error(self._url, reply))
+                continue
+            try:
+                answers[slot] = _decision_result(reply, label(slot))
+            except RequestNotFoundError as exc:
+                answers[slot] = exc
+        return answers
 
     async def _get(
         self, keys: RequestKeys, request_id: str, origin: str | None, *, deliveries: bool = False
@@ -735,31 +775,14 @@ class RequestBook(_Book):
             StoreError: Redis is unreachable or failed; none, some or all of the decisions may
                 have been counted (recording them again is harmless: a repeat is not counted).
         """
-        answers: list[DecisionResult | RequestNotFoundError | StoreError | ValueError | TypeError] = []
-        calls: list[tuple[RequestKeys, str, list[Any]]] = []
-        sent: list[int] = []  # the answer slot of each call
-        for item in decisions:
-            try:
-                _check_decision(item.kind, item.signer, item.decision)
-                keys = self._keys.request(item.request_id)
-            except (ValueError, TypeError) as exc:
-                answers.append(exc)
-                continue
-            sent.append(len(answers))
-            answers.append(StoreError("not sent"))  # replaced below
-            args = [item.kind, item.signer, item.decision, _now(item.now), MAX_EVENTS]
-            calls.append((keys, item.request_id, args))
-        if not calls:
-            return answers
-        for slot, reply in zip(sent, await self._record_many(calls), strict=True):
-            if isinstance(reply, redis.exceptions.RedisError):
-                answers[slot] = StoreError(describe_redis_error(self._url, reply))
-                continue
-            try:
-                answers[slot] = _decision_result(reply, f"request {decisions[slot].request_id}")
-            except RequestNotFoundError as exc:
-                answers[slot] = exc
-        return answers
+        return await self._record_batch(
+            [(item, functools.partial(self._where, item.request_id)) for item in decisions],
+            lambda index: f"request {decisions[index].request_id}",
+        )
+
+    def _where(self, request_id: str) -> tuple[RequestKeys, str]:
+        """The keys and the pending member of an own request."""
+        return self._keys.request(request_id), request_id
 
     async def record_delivery(
         self,
@@ -1024,6 +1047,53 @@ class InboxBook(_Book):
             withdrawal=withdrawal,
             now=now,
             label=f"request {request_id} from {origin}",
+        )
+
+    def _where(self, origin: str, request_id: str) -> tuple[RequestKeys, str]:
+        """The keys and the pending member of a received request."""
+        return self._keys.inbox_item(origin, request_id), f"{origin}/{request_id}"
+
+    async def get_many(self, refs: Sequence[tuple[str, str]]) -> list[StoredRequest | None]:
+        """:meth:`get` for many ``(origin, request_id)`` in one round trip (a pipeline, in order).
+
+        Each item's document, outcome and decisions are read together, but no transaction holds
+        the batch (on a cluster, the client splits the pipeline by node): a decision recorded
+        meanwhile may show in one item's outcome and not in its decisions. The document never
+        changes, which is what the relay's own-decision path reads it for.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin or id.
+        """
+        if not refs:
+            return []
+        keys = [self._keys.inbox_item(origin, request_id) for origin, request_id in refs]
+        with converting(self._url):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for item in keys:
+                    pipe.get(item.doc)
+                    pipe.hgetall(item.outcome)
+                    pipe.hgetall(item.decisions)
+                replies = await pipe.execute()
+        return [
+            _stored(request_id, origin, *replies[3 * index : 3 * index + 3])
+            for index, (origin, request_id) in enumerate(refs)
+        ]
+
+    async def record_decisions(
+        self, decisions: Sequence[tuple[str, DecisionToCount]]
+    ) -> list[DecisionResult | RequestNotFoundError | StoreError | ValueError | TypeError]:
+        """:meth:`record_decision` for many ``(origin, decision)`` in one round trip, pipelined.
+
+        Each is recorded exactly as :meth:`record_decision` records it alone; the answer for each
+        is its result or the error it alone would have raised (see ``RequestBook.record_decisions``).
+
+        Raises:
+            StoreError: Redis is unreachable or failed (recording again is harmless).
+        """
+        return await self._record_batch(
+            [(item, functools.partial(self._where, origin, item.request_id)) for origin, item in decisions],
+            lambda index: f"request {decisions[index][1].request_id} from {decisions[index][0]}",
         )
 
     async def list_requests(

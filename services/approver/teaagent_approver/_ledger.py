@@ -12,22 +12,23 @@ one hash tag, the inbox item's own):
   both send that one, so the relay never sees two (an ECDSA key signs differently each time).
 - ``notified``: set once the request was handed to the notifier.
 
-Each command is one round trip's worth; concurrent callers share pipelines (:class:`_Batcher`), so
-the engine's batch of decisions costs two round trips, not two per decision. Every key lives until
-the request's ``expires_at`` plus ``REQUEST_RETENTION_SECONDS``, as the inbox item does.
+Each command is one round trip's worth; concurrent callers share pipelines
+(:class:`teaagent._batch.Coalescer`), so the engine's batch of decisions costs two round trips,
+not two per decision. Every key lives until the request's ``expires_at`` plus
+``REQUEST_RETENTION_SECONDS``, as the inbox item does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Literal, TypeVar
+from typing import Any, Final, Literal
 
 import redis.exceptions
 
+from teaagent._batch import Coalescer
 from teaagent.errors import StoreError
 from teaagent.store import REQUEST_RETENTION_SECONDS, Store
 
@@ -36,9 +37,6 @@ __all__ = ["MAX_BATCH", "Claim", "DecisionKind", "Ledger", "Record"]
 DecisionKind = Literal["approval", "denial"]
 MAX_BATCH: Final = 256  # commands' worth of calls per pipeline; bounds one reply and one batch's latency
 RECORD_VERSION: Final = 1
-
-_In = TypeVar("_In")
-_Out = TypeVar("_Out")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,46 +159,6 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class _Batcher(Generic[_In, _Out]):
-    """Concurrent calls that arrive while a batch is in flight go out together as the next batch.
-
-    Nothing waits for a timer: a lone call goes out at once (on the next turn of the loop, so the
-    calls made in one turn, such as a gathered batch's, share a pipeline).
-    """
-
-    def __init__(self, send: Callable[[list[_In]], Awaitable[list[_Out | Exception]]], name: str) -> None:
-        self._send = send
-        self._name = name
-        self._queue: list[tuple[_In, asyncio.Future[_Out]]] = []
-        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
-
-    async def call(self, item: _In) -> _Out:
-        future: asyncio.Future[_Out] = asyncio.get_running_loop().create_future()
-        self._queue.append((item, future))
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._flush(), name=self._name)
-        return await future
-
-    async def _flush(self) -> None:
-        await asyncio.sleep(0)  # let the callers of this turn queue theirs
-        while self._queue:
-            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-            try:
-                answers = await self._send([item for item, _future in batch])
-            except Exception as exc:  # every waiter must hear about it, whatever it was
-                for _item, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_item, future), answer in zip(batch, answers, strict=True):
-                if future.done():
-                    continue  # the caller went away (cancelled)
-                if isinstance(answer, Exception):  # that call's own failure (a malformed record)
-                    future.set_exception(answer)
-                else:
-                    future.set_result(answer)
-
-
 class Ledger:
     """The approver's records of one node's decisions, in its Redis (see the module)."""
 
@@ -208,9 +166,11 @@ class Ledger:
         self._client = store.client
         self._keys = store.keys
         self._url = store.url
-        self._claims: _Batcher[_ClaimCall, Claim] = _Batcher(self._claim_many, "teaagent-approver-claims")
-        self._attaches: _Batcher[_AttachCall, str] = _Batcher(
-            self._attach_many, "teaagent-approver-signatures"
+        self._claims: Coalescer[_ClaimCall, Claim] = Coalescer(
+            self._claim_many, "teaagent-approver-claims", max_batch=MAX_BATCH
+        )
+        self._attaches: Coalescer[_AttachCall, str] = Coalescer(
+            self._attach_many, "teaagent-approver-signatures", max_batch=MAX_BATCH
         )
 
     def _failed(self, exc: redis.exceptions.RedisError) -> StoreError:

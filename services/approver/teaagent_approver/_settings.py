@@ -35,5 +35,5 @@ class Settings(BaseSettings):
     engine: bool = True
     poll_seconds: float = Field(default=30.0, ge=0, le=60)
     takeover_seconds: float = Field(default=10.0, gt=0, le=3600)
-    concurrency: int = Field(default=64, ge=1, le=1024)
+    concurrency: int = Field(default=256, ge=1, le=1024)
     audit_fsync: bool = False

@@ -19,11 +19,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from teaagent._batch import Coalescer
 from teaagent.errors import RelayError
 
 __all__ = ["DecisionPoster"]
 
-MAX_RESPONSE_BYTES: Final = 1024 * 1024  # a decision receipt or an ErrorOut; anything larger is no relay
+MAX_RESPONSE_BYTES: Final = 1024 * 1024  # a batch's receipts or an ErrorOut; anything larger is no relay
+MAX_BATCH: Final = 64  # decisions per POST /v1/inbox/decisions: the relay's own bound
+MAX_BATCH_BYTES: Final = 60 * 1024  # under the relay's 64 KiB body limit, with room for the wrapping
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
@@ -71,19 +74,72 @@ class DecisionPoster:
         self._slots: asyncio.LifoQueue[_Connection | None] = asyncio.LifoQueue()
         for _ in range(connections):
             self._slots.put_nowait(None)
+        self._batches: Coalescer[tuple[str, bytes], Any] = Coalescer(
+            self._post_many, "teaagent-approver-decisions", max_batch=MAX_BATCH
+        )
 
     async def post(self, request_id: str, statement: Mapping[str, Any], signature: str) -> Any:
-        """Hand one signed decision to the relay; return its JSON answer.
+        """Hand one signed decision to the relay; return its JSON answer (``InboxDecisionOut``).
+
+        Concurrent calls go out together (``POST /v1/inbox/decisions``, up to ``MAX_BATCH`` and
+        ``MAX_BATCH_BYTES`` a request); each is answered as its own ``POST
+        /v1/inbox/{id}/decision`` would have been.
 
         Raises:
             RelayError: The relay refused it (its status and code) or did not answer (no status).
         """
-        what = f"the decision on request {request_id}"
         body = json.dumps(
             {"statement": dict(statement), "signature": signature}, separators=(",", ":")
         ).encode()
+        return await self._batches.call((request_id, body))
+
+    async def _post_many(self, items: list[tuple[str, bytes]]) -> list[Any]:
+        """The coalescer's send: the batch in as few requests as the body limit allows, at once."""
+        chunks: list[list[tuple[str, bytes]]] = [[]]
+        size = 0
+        for item in items:
+            if chunks[-1] and size + len(item[1]) + 1 > MAX_BATCH_BYTES:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(item)
+            size += len(item[1]) + 1
+        answers = await asyncio.gather(*(self._post_chunk(chunk) for chunk in chunks))
+        return [answer for chunk in answers for answer in chunk]
+
+    async def _post_chunk(self, chunk: list[tuple[str, bytes]]) -> list[Any]:
+        if len(chunk) == 1:
+            request_id, body = chunk[0]
+            what = f"the decision on request {request_id}"
+            try:
+                status, answer = await self._send(f"/v1/inbox/{request_id}/decision", body, what)
+                return [_answer(status, answer, self.base_url, what)]
+            except RelayError as exc:
+                return [exc]
+        what = f"{len(chunk)} decisions"
+        body = b'{"decisions":[' + b",".join(item[1] for item in chunk) + b"]}"
+        try:
+            status, answer = await self._send("/v1/inbox/decisions", body, what)
+            data = _answer(status, answer, self.base_url, what)
+        except RelayError as exc:
+            return [exc] * len(chunk)
+        results = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(results, list) or len(results) != len(chunk):
+            count = len(results) if isinstance(results, list) else "no"
+            error = RelayError(f"The relay at {self.base_url} answered {what} with {count} results.")
+            return [error] * len(chunk)
+        return [
+            _result(result, request_id, self.base_url)
+            for (request_id, _body), result in zip(chunk, results, strict=True)
+        ]
+
+    async def _send(self, path: str, body: bytes, what: str) -> tuple[int, bytes]:
+        """One POST over a kept-alive connection; the status and the body of the answer.
+
+        Raises:
+            RelayError: The relay did not answer (no status).
+        """
         message = (
-            f"POST {self._prefix}/v1/inbox/{request_id}/decision HTTP/1.1\r\n".encode("latin-1")
+            f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1")
             + self._head
             + f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1")
             + body
@@ -109,7 +165,7 @@ class DecisionPoster:
             raise
         finally:
             self._slots.put_nowait(slot)
-        return _answer(status, answer, self.base_url, what)
+        return status, answer
 
     async def _exchange(
         self, slot: _Connection | None, message: bytes
@@ -217,6 +273,23 @@ def _answer(status: int, body: bytes, base_url: str, what: str) -> Any:
         code, message = data["error"], str(data.get("message", message))
     message = message.strip().rstrip(".")
     raise RelayError(
+        f"The relay at {base_url} refused {what} ({status} {code or 'error'}): {message}.",
+        status_code=status,
+        code=code,
+    )
+
+
+def _result(result: Any, request_id: str, base_url: str) -> Any:
+    """One decision's answer within a batch: its ``InboxDecisionOut``, or its refusal as a RelayError."""
+    what = f"the decision on request {request_id}"
+    if not isinstance(result, dict) or not isinstance(result.get("status"), int):
+        return RelayError(f"The relay at {base_url} answered {what} with something that is not a result.")
+    status = result["status"]
+    if status == 200 and isinstance(result.get("decision"), dict):
+        return result["decision"]
+    code = result.get("error") if isinstance(result.get("error"), str) else None
+    message = str(result.get("message") or "no reason given").strip().rstrip(".")
+    return RelayError(
         f"The relay at {base_url} refused {what} ({status} {code or 'error'}): {message}.",
         status_code=status,
         code=code,

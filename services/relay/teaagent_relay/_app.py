@@ -25,10 +25,14 @@ from teaagent_relay._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, Metr
 from teaagent_relay._relay import Relay
 from teaagent_relay._routes import (
     DECISIONS_PATH,
+    OWN_DECISION_PATH,
+    OWN_DECISIONS_PATH,
     count_decision,
     deliveries_router,
     inbox_router,
     operations_router,
+    own_decision,
+    own_decisions,
     requests_router,
 )
 from teaagent_relay._settings import Settings
@@ -157,6 +161,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # route of the same path delegates to the same function.
     app.router.routes.insert(
         0, _PlainRoute(DECISIONS_PATH, count_decision, methods=["POST"], include_in_schema=False)
+    )
+    app.router.routes.insert(
+        0, _PlainRoute(OWN_DECISION_PATH, own_decision, methods=["POST"], include_in_schema=False)
+    )
+    app.router.routes.insert(
+        0, _PlainRoute(OWN_DECISIONS_PATH, own_decisions, methods=["POST"], include_in_schema=False)
     )
     # The last added is the outermost: metrics see every call, the body limit refuses before any route.
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)

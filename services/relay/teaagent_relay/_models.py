@@ -171,6 +171,34 @@ class InboxDecisionOut(BaseModel):
     note: str = Field(description="A reminder, in words, that the outcome is the origin's to count.")
 
 
+MAX_DECISION_BATCH = 64  # decisions per POST /v1/inbox/decisions; 64 of about 700 bytes fit the body limit
+
+
+class DecisionBatchIn(BaseModel):
+    """Several of this node's own signed decisions at once (its approver's, deciding by rule)."""
+
+    decisions: list[SignedDecisionIn] = Field(
+        min_length=1,
+        max_length=MAX_DECISION_BATCH,
+        description="Each as POST /v1/inbox/{id}/decision takes it; the request id is the statement's.",
+    )
+
+
+class DecisionBatchItemOut(BaseModel):
+    """What became of one decision of a batch: what POST /v1/inbox/{id}/decision would have answered."""
+
+    status: int = Field(description="The status that decision alone would have had (200, or an error's).")
+    decision: InboxDecisionOut | None = Field(default=None, description="This node's decision, when 200.")
+    error: str | None = Field(default=None, description="The ErrorOut code, when refused.")
+    message: str | None = Field(default=None, description="The ErrorOut sentence, when refused.")
+
+
+class DecisionBatchOut(BaseModel):
+    """One answer per decision of the batch, in its order."""
+
+    results: list[DecisionBatchItemOut]
+
+
 class DecisionReceiptOut(BaseModel):
     """What happened to one signed decision on one of this node's own requests."""
 

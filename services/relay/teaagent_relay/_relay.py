@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
+from teaagent._batch import Coalescer
 from teaagent._canonical import canonical
 from teaagent.config import NodeConfig
 from teaagent.errors import (
@@ -48,7 +49,7 @@ from teaagent.quorum import (
     wire_signature,
     withdrawal_problem,
 )
-from teaagent.store import REDIS_ERRORS, DecisionResult, RequestState, Store, StoredRequest
+from teaagent.store import REDIS_ERRORS, DecisionResult, DecisionToCount, RequestState, Store, StoredRequest
 from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 from teaagent_relay._metrics import RelayMetrics
@@ -61,7 +62,7 @@ from teaagent_relay._protocol import (
     verify_decision,
 )
 from teaagent_relay._settings import Settings
-from teaagent_relay._writer import DecisionWriter
+from teaagent_relay._writer import DecisionWriter, store_error
 
 __all__ = ["APPROVER_TARGET", "MAX_WAIT_SECONDS", "KnownRequest", "Relay"]
 
@@ -181,6 +182,19 @@ class Relay:
         self._known: OrderedDict[str, KnownRequest] = OrderedDict()
         self._sweep_cursor: str | None = None  # where the next inbox sweep goes on
         self.writer = DecisionWriter(store)
+        # This node's own decisions (its approver's, many at once): the reads, the records and the
+        # queued deliveries of concurrent calls each share one round trip.
+        self._inbox_reads: Coalescer[tuple[str, str], StoredRequest | None] = Coalescer(
+            self._read_inbox, "teaagent-relay-inbox-reads", wrap=store_error
+        )
+        self._inbox_writes: Coalescer[tuple[str, DecisionToCount], DecisionResult] = Coalescer(
+            store.inbox.record_decisions,  # type: ignore[arg-type]
+            "teaagent-relay-own-decisions",
+            wrap=store_error,
+        )
+        self._enqueues: Coalescer[tuple[str, str, bytes, int], str] = Coalescer(
+            self._enqueue_deliveries, "teaagent-relay-enqueues", wrap=store_error
+        )
         # Parsed once: a key line costs more to parse than one Ed25519 verification.
         self._peer_keys = {name: peer.keys for name, peer in config.peers.items()}
         # Who may sign this node's own decisions: its node key and its operators' keys.
@@ -831,6 +845,25 @@ class Relay:
         stored = await self._find_inbox(request_id, origin)
         return self._inbox_item(stored, time.time())
 
+    async def _read_inbox(self, refs: list[tuple[str, str]]) -> list[StoredRequest | Exception | None]:
+        """``InboxBook.get`` of each ``(origin, request_id)``, one pipeline (the coalescer's send)."""
+        answers: list[StoredRequest | Exception | None] = []
+        valid: list[tuple[str, str]] = []
+        for origin, request_id in refs:
+            try:
+                self.store.keys.inbox_item(origin, request_id)
+            except ValueError as exc:
+                answers.append(exc)
+                continue
+            answers.append(None)
+            valid.append((origin, request_id))
+        found = iter(await self.store.inbox.get_many(valid))
+        return [answer if isinstance(answer, Exception) else next(found) for answer in answers]
+
+    async def _enqueue_deliveries(self, entries: list[tuple[str, str, bytes, int]]) -> list[str | Exception]:
+        """``DeliveryQueue.enqueue`` of each entry, one pipeline (the coalescer's send)."""
+        return list(await self.deliveries.enqueue_many(entries))
+
     async def _find_inbox(self, request_id: str, origin: str | None) -> StoredRequest:
         origins = [origin] if origin is not None else list(self.config.peers)
         if origin is not None and origin not in self.config.peers:
@@ -839,7 +872,7 @@ class Relay:
             )
         found = [
             item
-            for item in await asyncio.gather(*(self.store.inbox.get(o, request_id) for o in origins))
+            for item in await asyncio.gather(*(self._inbox_reads.call((o, request_id)) for o in origins))
             if item
         ]
         if not found:
@@ -899,8 +932,8 @@ class Relay:
             )
         data = decision_bytes(rebuilt, wire)
         # Recorded first, queued only once it is this node's decision: a contrary one never leaves.
-        result = await self.store.inbox.record_decision(
-            origin, request_id, kind=kind, signer=signer, decision=data, now=int(now)
+        result = await self._inbox_writes.call(
+            (origin, DecisionToCount(request_id, kind, signer, data, int(now)))
         )
         if result.state == "withdrawn" and not result.counted:
             raise self._withdrawn(request_id, origin)  # withdrawn between the read above and here
@@ -925,8 +958,8 @@ class Relay:
     ) -> None:
         body = {"statement": statement, "signature": wire}
         path = f"/v1/requests/{request['request_id']}/decisions"
-        await self.deliveries.enqueue(
-            origin, request["request_id"], _payload(path, body), request["expires_at"]
+        await self._enqueues.call(
+            (origin, request["request_id"], _payload(path, body), request["expires_at"])
         )
 
     @staticmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import re
@@ -17,7 +18,10 @@ import teaagent
 from teaagent.errors import StoreError
 from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
 from teaagent_relay._models import (
+    MAX_DECISION_BATCH,
     DeadLetterOut,
+    DecisionBatchIn,
+    DecisionBatchOut,
     DecisionReceiptOut,
     HealthOut,
     InboxAcceptedOut,
@@ -29,14 +33,19 @@ from teaagent_relay._models import (
     SignedWithdrawalIn,
     WithdrawalReceiptOut,
 )
+from teaagent_relay._protocol import sentence
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
 __all__ = [
     "DECISIONS_PATH",
+    "OWN_DECISIONS_PATH",
+    "OWN_DECISION_PATH",
     "count_decision",
     "deliveries_router",
     "inbox_router",
     "operations_router",
+    "own_decision",
+    "own_decisions",
     "requests_router",
 ]
 
@@ -61,7 +70,11 @@ _bearer = HTTPBearer(
 async def _require_token(
     relay: RelayDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    given = credentials.credentials.encode() if credentials is not None else b""
+    _check_token(relay, credentials.credentials if credentials is not None else "")
+
+
+def _check_token(relay: Relay, given_text: str) -> None:
+    given = given_text.encode()
     if not given or not hmac.compare_digest(given, relay.token.encode()):
         raise ApiError(
             401,
@@ -260,15 +273,78 @@ async def get_inbox_item(
     response_model=InboxDecisionOut,
     responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
     summary="This node's signed approval or denial, forwarded to the origin's relay",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SignedDecisionIn"}}},
+        }
+    },
 )
-async def decide(request_id: RequestId, body: SignedDecisionIn, relay: RelayDep, _auth: Authorized) -> Any:
+async def decide(request_id: RequestId, request: Request, _auth: Authorized) -> Any:
     """Verify the decision with one of this node's keys, record it, and queue it for the origin.
 
     The answer is this node's own decision (``this_node``), never the request's outcome, which the
     origin's relay counts. Repeating the same decision is harmless (200, ``counted: false``); a
-    different one is 409.
+    different one is 409. Served by :func:`own_decision`, matched first.
     """
-    return await relay.decide(request_id, body.statement, body.signature)
+    return await own_decision(request)
+
+
+async def own_decision(request: Request) -> Response:
+    """The approver's hot path, a plain Starlette route ahead of the documented one (as
+    :func:`count_decision`): the same token check, body check and answer, without FastAPI's
+    dependency solving and response validation."""
+    relay = await _relay(request)
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    _check_token(relay, credentials.strip() if scheme.lower() == "bearer" else "")
+    request_id = request.path_params["request_id"]
+    if not _REQUEST_ID.fullmatch(request_id):
+        raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
+    body = await _read(request, SignedDecisionIn)
+    return JSONResponse(await relay.decide(request_id, body.statement, body.signature))
+
+
+OWN_DECISION_PATH = "/v1/inbox/{request_id}/decision"
+
+
+@inbox_router.post(
+    "/decisions",
+    response_model=DecisionBatchOut,
+    responses=_errors(400, 401, 413, 422, 503),
+    summary=f"Up to {MAX_DECISION_BATCH} of this node's signed decisions at once, each as the route above",
+)
+async def decide_many(_body: DecisionBatchIn, request: Request, _auth: Authorized) -> Any:
+    """Each decision is verified, recorded and queued exactly as ``POST /v1/inbox/{id}/decision``
+    does it alone (the id is its statement's ``request_id``), and answered in ``results`` with
+    the status it alone would have had: one refused decision refuses no other. Served by
+    :func:`own_decisions`, matched first."""
+    return await own_decisions(request)
+
+
+async def own_decisions(request: Request) -> Response:
+    """The approver's batches: concurrent decisions share each Redis round trip (see ``Relay``)."""
+    relay = await _relay(request)
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    _check_token(relay, credentials.strip() if scheme.lower() == "bearer" else "")
+    batch = await _read(request, DecisionBatchIn)
+
+    async def one(item: SignedDecisionIn) -> dict[str, Any]:
+        request_id = item.statement.get("request_id")
+        try:
+            if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+                raise ApiError(
+                    422, "invalid", "The statement's request_id is not 32 lowercase hex characters."
+                )
+            return {"status": 200, "decision": await relay.decide(request_id, item.statement, item.signature)}
+        except ApiError as exc:
+            return {"status": exc.status_code, "error": exc.code, "message": exc.message}
+        except StoreError as exc:
+            return {"status": 503, "error": "unavailable", "message": sentence(str(exc))}
+
+    return JSONResponse({"results": await asyncio.gather(*(one(item) for item in batch.decisions))})
+
+
+OWN_DECISIONS_PATH = "/v1/inbox/decisions"
 
 
 @inbox_router.post(

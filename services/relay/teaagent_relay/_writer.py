@@ -12,10 +12,9 @@ Nothing waits for a timer: a lone decision goes out at once.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
 from typing import Final
 
+from teaagent._batch import Coalescer
 from teaagent.errors import StoreError
 from teaagent.store import DecisionKind, DecisionResult, DecisionToCount, Store
 
@@ -24,20 +23,21 @@ __all__ = ["MAX_BATCH", "DecisionWriter"]
 MAX_BATCH: Final = 256  # script calls per pipeline; bounds one reply's size and one batch's latency
 
 
-@dataclass
-class _Pending:
-    decision: DecisionToCount
-    future: asyncio.Future[DecisionResult]
+def store_error(exc: Exception) -> StoreError:
+    """A batch's failure as the store's error (what a caller of one call expects)."""
+    return exc if isinstance(exc, StoreError) else StoreError(f"counting failed: {exc}")
 
 
 class DecisionWriter:
     """Counts verified decisions on this node's requests, batching concurrent calls."""
 
     def __init__(self, store: Store) -> None:
-        self._requests = store.requests
-        self._queue: list[_Pending] = []
-        self._flushing = False
-        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
+        self._batches: Coalescer[DecisionToCount, DecisionResult] = Coalescer(
+            store.requests.record_decisions,  # type: ignore[arg-type]
+            "teaagent-relay-decisions",
+            max_batch=MAX_BATCH,
+            wrap=store_error,
+        )
 
     async def record(
         self, request_id: str, *, kind: DecisionKind, signer: str, decision: bytes, now: int
@@ -49,33 +49,4 @@ class DecisionWriter:
             StoreError: Redis is unreachable or failed.
             ValueError: a malformed id, kind or signer, or a decision too large.
         """
-        future: asyncio.Future[DecisionResult] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(DecisionToCount(request_id, kind, signer, decision, now), future))
-        if not self._flushing:
-            self._flushing = True
-            self._task = asyncio.get_running_loop().create_task(
-                self._flush(), name="teaagent-relay-decisions"
-            )
-        return await future
-
-    async def _flush(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-                try:
-                    answers = await self._requests.record_decisions([pending.decision for pending in batch])
-                except Exception as exc:  # every waiter must hear about it, whatever it was
-                    error = exc if isinstance(exc, StoreError) else StoreError(f"counting failed: {exc}")
-                    for pending in batch:
-                        if not pending.future.done():
-                            pending.future.set_exception(error)
-                    continue
-                for pending, answer in zip(batch, answers, strict=True):
-                    if pending.future.done():
-                        continue  # the caller went away (cancelled)
-                    if isinstance(answer, DecisionResult):
-                        pending.future.set_result(answer)
-                    else:
-                        pending.future.set_exception(answer)
-        finally:
-            self._flushing = False
+        return await self._batches.call(DecisionToCount(request_id, kind, signer, decision, now))
