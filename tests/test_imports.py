@@ -40,3 +40,22 @@ def test_every_name_in_all_exists(module: str) -> None:
     names = getattr(imported, "__all__", [])
     missing = [name for name in names if not hasattr(imported, name)]
     assert missing == []
+
+
+def test_the_command_line_loads_neither_the_mcp_sdk_nor_fastapi_until_a_command_needs_them() -> None:
+    """Every service and CLI call is a process: the MCP SDK (about a second) and FastAPI load only
+    in the commands that serve them (``mcp serve``/``gateway``, the services' apps)."""
+    code = (
+        "import sys, teaagent.cli; "
+        "print(sorted(name for name in ('mcp', 'fastapi', 'teaagent.mcp_server') if name in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_the_cli_names_the_mcp_servers_http_path_as_the_server_serves_it() -> None:
+    from teaagent.cli import _mcp
+    from teaagent.mcp_server._transport import MCP_PATH
+
+    assert _mcp.MCP_PATH == MCP_PATH
+    assert MCP_PATH in _mcp._HTTP_HELP

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
@@ -24,9 +24,14 @@ from teaagent.cli._exit import bad_usage
 from teaagent.cli._serve import serve_app
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import WorkspaceLockConflictError
-from teaagent.mcp_server import GatedToolServer, Gateway, WorkspaceRegistry
-from teaagent.mcp_server._transport import MCP_PATH, http_app, serve_stdio
 from teaagent.runner._node import node_registry
+
+if TYPE_CHECKING:
+    from teaagent.mcp_server import GatedToolServer
+
+# The MCP SDK takes about a second to import: only `mcp serve` and `mcp gateway` load it, not
+# every teaagent command (each service and CLI call starts a process).
+MCP_PATH = "/mcp"  # teaagent.mcp_server._transport.MCP_PATH (checked by a test)
 
 app = typer.Typer(
     help="The node's tools over MCP, and a quorum-gated gateway in front of MCP servers.",
@@ -48,6 +53,8 @@ def _logging(level: str) -> None:
 def _serve(
     server: GatedToolServer, node: NodeConfig, http: int | None, host: str, what: str, level: str
 ) -> None:
+    from teaagent.mcp_server._transport import http_app, serve_stdio
+
     if http is None:
         anyio.run(serve_stdio, server)
         return
@@ -63,6 +70,8 @@ def serve(
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "warning",
 ) -> None:
     """Serve the node's tools over MCP, every call through its policy gate and quorum."""
+    from teaagent.mcp_server import GatedToolServer, WorkspaceRegistry
+
     _logging(log_level)
     node = load_config(config)
     registry = node_registry(node)
@@ -97,6 +106,8 @@ def gateway(
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "warning",
 ) -> None:
     """Serve the tools of the [mcp.upstreams.*] servers as NAME.TOOL, behind the node's gate and quorum."""
+    from teaagent.mcp_server import Gateway
+
     _logging(log_level)
     node = load_config(config)
     if not node.mcp.upstreams:

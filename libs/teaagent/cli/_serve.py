@@ -24,13 +24,15 @@ import ssl
 import threading
 from collections.abc import Generator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import typer
 import uvicorn
-from fastapi import FastAPI
 
 from teaagent.cli._exit import EXIT_FAILED, bad_usage, fail
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 __all__ = ["STOP_GRACE_SECONDS", "serve_app"]
 
