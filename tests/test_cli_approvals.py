@@ -17,6 +17,7 @@ import os
 import pty
 import queue
 import re
+import secrets
 import select
 import shutil
 import signal
@@ -843,6 +844,34 @@ def test_an_unknown_request_id_is_a_usage_error(
         )
         assert "(404 not_found)" in sentence
         assert "f" * 32 in sentence
+
+
+@pytest.mark.slow
+def test_an_id_two_origins_sent_is_a_usage_error_until_origin_names_one(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request_id = secrets.token_hex(16)
+    ours = approver.deliver(cluster.request(arguments={"command": "rm -rf dist"}, request_id=request_id))
+    theirs = cluster.nodes["gamma"].request(arguments={"command": "rm -rf dist"}, request_id=request_id)
+    with RelayClient(cluster.beta.url) as relay:
+        relay.deliver_request(theirs, sign_request(theirs, signer("gamma")))
+
+    results = [
+        cli(capsys, command, request_id, "--config", cluster.config) for command in ("show", "approve")
+    ]
+    code, out, err = cli(
+        capsys, "show", request_id, "--origin", "alpha", "--json", "--config", cluster.config
+    )
+
+    for refused_code, _out, refused_err in results:
+        assert refused_code == 2
+        sentence = one_sentence(refused_err)
+        assert "(409 ambiguous)" in sentence
+        assert "--origin" in sentence
+    assert (code, err) == (0, "")
+    assert json.loads(out)["origin"] == "alpha"
+    assert json.loads(out)["request_id"] == ours["request_id"]
+    assert json.loads(out)["state"] == "pending"  # the refused approve decided nothing
 
 
 @pytest.mark.slow

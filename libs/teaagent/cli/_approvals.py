@@ -67,6 +67,7 @@ _PASSPHRASE_NEEDED: Final = "is protected by a passphrase"  # noqa: S105 - load_
 # What each refusal of the approver means for the exit code; every other failure is 1.
 _EXIT_BY_CODE: Final = {
     "not_found": EXIT_USAGE,  # the id names no request that reached this node
+    "ambiguous": EXIT_USAGE,  # several origins used the id: --origin names one
     "invalid": EXIT_USAGE,  # a statement that does not match, a malformed call
     "forbidden": EXIT_USAGE,  # a key that may not sign for this node
     "unauthorized": EXIT_USAGE,  # the configuration's token is not the node's

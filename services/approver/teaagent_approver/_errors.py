@@ -13,7 +13,8 @@ code                    status  meaning
 ``method_not_allowed``  405     the path exists, the method does not
 ``expired``             409     the request expired: this node signs nothing for it any more
 ``withdrawn``           409     its origin withdrew the request: this node signs nothing for it
-``conflict``            409     this node already decided otherwise, or the id is ambiguous
+``ambiguous``           409     several origins sent a request of this id: name the origin
+``conflict``            409     this node already decided otherwise
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
 ``unavailable``         503     the relay or Redis is down (or the service is starting)
 ``internal``            500     a bug; the message says no more than that

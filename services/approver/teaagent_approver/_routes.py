@@ -109,8 +109,9 @@ def _relay_refusal(exc: RelayError, request_id: str, origin: str | None) -> ApiE
     if exc.status_code == 409:
         return ApiError(
             409,
-            "conflict",
-            f"Several origins sent a request {request_id}; name one with origin.",
+            "ambiguous",
+            f"Several origins sent a request {request_id}; name one with origin (--origin in teaagent "
+            "approvals).",
         )
     return ApiError(422, "invalid", sentence(str(exc)))
 
