@@ -119,6 +119,90 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
 }
 
 
+# What each judged figure means, and its floor (what it is measured against in the same run).
+MEANINGS: dict[str, str] = {
+    "gate_overhead_us_median": "the policy gate's own time per read-only call (median)",
+    "audit_appends_per_s": "audit records appended per second, HMAC chain included",
+    "gate_floor_ratio": "a read-only call through the whole gate against a bare audit append (the floor)",
+    "api_floor_ratio": "the public API's call path against the same bare audit append (the floor)",
+    "sshsig_verify_ratio": "teaagent's SSHSIG verification rate against the raw Ed25519 verify (the floor)",
+    "evaluate_2of3_over_two_raw": "counting a 2-of-3 certificate against two raw verifications (the floor)",
+    "decisions_per_s": "peers' decisions a relay verifies and counts per second",
+    "ratio_to_raw_evalsha": "the relay's decision rate against bare EVALSHA round trips (the floor)",
+    "ratio_to_limits": "the relay's decision rate against its rate-limit script alone",
+    "iteration_overhead_ms_median": "the runner's own time per agent loop iteration (median)",
+    "first_event_floor_ratio": "time to a run's first SSE event against a bare uvicorn SSE endpoint (floor)",
+    "events_floor_ratio": "SSE events per second against the bare endpoint's (the floor)",
+    "ratio_to_relay": "rule decisions one approver signs and hands over per second, against the relay's "
+    "own ceiling on decisions (the floor)",
+    "p50_ratio": "a low-risk call through the MCP gateway against the same upstream called directly (p50)",
+    "floor_ratio": "a 2-of-3 quorum's p50 at concurrency 1 against the same crypto, Redis round trips and "
+    "HTTP hops done raw (the floor)",
+    "floor_throughput_ratio_c64": "the floor's throughput at concurrency 64 against the quorum's",
+    "p50_ms_c1": "a 2-of-3 quorum end to end at concurrency 1 (median)",
+    "throughput_c64": "approved 2-of-3 quorums per second with 64 callers",
+}
+
+# Units by how a key ends (first match); a key that matches none is a plain number.
+_UNITS: tuple[tuple[str, str], ...] = (
+    ("_per_s", "per s"),
+    ("_ms_per_decision", "ms CPU"),
+    ("_cpu_ms", "ms CPU"),
+    ("_us_median", "µs"),
+    ("_ms_median", "ms"),
+    ("_ratio", "x"),
+    ("_us", "µs"),
+    ("_ms", "ms"),
+    ("_s", "s"),
+)
+
+
+def unit(key: str) -> str:
+    """The unit a figure is printed with, read from its name (``x`` for a ratio)."""
+    if key.startswith(("ratio_", "floor_ratio", "p50_ratio", "p99_ratio")) or "_ratio_" in key:
+        return "x"
+    if key.startswith("throughput") or key.startswith("floor_throughput_c"):
+        return "per s"
+    if "_ms_" in key and key.startswith(("p50", "p99", "floor_p50", "floor_p99")):
+        return "ms"
+    for suffix, name in _UNITS:
+        if key.endswith(suffix):
+            return name
+    return ""
+
+
+def report(name: str, figures: dict[str, float]) -> tuple[list[str], list[str]]:
+    """The lines ``teaagent bench NAME`` prints, and the keys whose target is not met.
+
+    Every figure with its unit; each judged one with its target, met or NOT MET, and what it means
+    (its floor); a last line that counts the targets met, so a miss cannot scroll by unseen.
+    """
+    targets = {key: (op, target) for key, op, target in TARGETS.get(name, [])}
+    lines: list[str] = []
+    missed: list[str] = []
+    for key in sorted(figures):
+        value = figures[key]
+        line = f"{key:32} {value:14,.3f} {unit(key):6}"
+        if key in targets:
+            op, target = targets[key]
+            met = value <= target if op == "<=" else value >= target
+            if not met:
+                missed.append(key)
+            line += f"  target {op} {target:,g}: {'met' if met else 'NOT MET'}"
+            if key in MEANINGS:
+                line += f" ({MEANINGS[key]})"
+        lines.append(line.rstrip())
+    absent = [key for key in targets if key not in figures]
+    missed.extend(absent)
+    judged = len(targets)
+    if judged:
+        verdict = f"{judged - len(missed)} of {judged} targets met"
+        if missed:
+            verdict += f"; NOT MET: {', '.join(missed)}"
+        lines.append(verdict)
+    return lines, missed
+
+
 def bench(
     name: Annotated[
         str, typer.Argument(help="core | signing | relay | runner | agent | approver | mcp | quorum")
@@ -139,12 +223,6 @@ def bench(
     if as_json:
         typer.echo(json.dumps(figures, sort_keys=True))
         return
-    targets = {key: (op, target) for key, op, target in TARGETS.get(name, [])}
-    for key in sorted(figures):
-        value = figures[key]
-        line = f"{key:32} {value:14,.3f}"
-        if key in targets:
-            op, target = targets[key]
-            met = value <= target if op == "<=" else value >= target
-            line += f"   target {op} {target:,g}: {'met' if met else 'NOT MET'}"
+    lines, _missed = report(name, figures)
+    for line in lines:
         typer.echo(line)
