@@ -29,8 +29,10 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
         assert figures[f"throughput_{suffix}"] > 0
         assert figures[f"floor_throughput_{suffix}"] > 0
         # Every quorum went through the cluster: the agent's submission and long-poll, a delivery
-        # to each peer, each approver's decision and the decisions back, and Redis writes.
-        assert figures[f"http_hops_{suffix}"] >= FLOOR_CLIENT_HOPS + 6
+        # to each peer and each decision back; alone, each approver's listing and decision too
+        # (with callers in parallel, approvers list and send many decisions per request).
+        per_request = FLOOR_CLIENT_HOPS + 4
+        assert figures[f"http_hops_{suffix}"] >= (per_request + 2 if suffix == "c1" else per_request)
         assert figures[f"redis_writes_{suffix}"] >= 1
         assert figures[f"redis_reads_{suffix}"] >= 0
         assert figures[f"cluster_cpu_ms_per_quorum_{suffix}"] >= 0
