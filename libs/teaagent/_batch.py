@@ -10,7 +10,7 @@ loop (so the calls made in one turn, such as a gathered batch's, share one send)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Generic, TypeVar
 
 __all__ = ["DEFAULT_MAX_BATCH", "Coalescer"]
@@ -31,7 +31,7 @@ class Coalescer(Generic[_In, _Out]):
 
     def __init__(
         self,
-        send: Callable[[list[_In]], Awaitable[list[_Out | Exception]]],
+        send: Callable[[list[_In]], Awaitable[Sequence[_Out | Exception]]],
         name: str,
         *,
         max_batch: int = DEFAULT_MAX_BATCH,

@@ -188,7 +188,7 @@ class Relay:
             self._read_inbox, "teaagent-relay-inbox-reads", wrap=store_error
         )
         self._inbox_writes: Coalescer[tuple[str, DecisionToCount], DecisionResult] = Coalescer(
-            store.inbox.record_decisions,  # type: ignore[arg-type]
+            store.inbox.record_decisions,
             "teaagent-relay-own-decisions",
             wrap=store_error,
         )

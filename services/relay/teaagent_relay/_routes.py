@@ -73,6 +73,12 @@ async def _require_token(
     _check_token(relay, credentials.credentials if credentials is not None else "")
 
 
+def _bearer_token(request: Request) -> str:
+    """The token of an ``Authorization: Bearer`` header (the scheme in any case), or ""."""
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
+
+
 def _check_token(relay: Relay, given_text: str) -> None:
     given = given_text.encode()
     if not given or not hmac.compare_digest(given, relay.token.encode()):
@@ -295,8 +301,7 @@ async def own_decision(request: Request) -> Response:
     :func:`count_decision`): the same token check, body check and answer, without FastAPI's
     dependency solving and response validation."""
     relay = await _relay(request)
-    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    _check_token(relay, credentials.strip() if scheme.lower() == "bearer" else "")
+    _check_token(relay, _bearer_token(request))
     request_id = request.path_params["request_id"]
     if not _REQUEST_ID.fullmatch(request_id):
         raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
@@ -324,8 +329,7 @@ async def decide_many(_body: DecisionBatchIn, request: Request, _auth: Authorize
 async def own_decisions(request: Request) -> Response:
     """The approver's batches: concurrent decisions share each Redis round trip (see ``Relay``)."""
     relay = await _relay(request)
-    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    _check_token(relay, credentials.strip() if scheme.lower() == "bearer" else "")
+    _check_token(relay, _bearer_token(request))
     batch = await _read(request, DecisionBatchIn)
 
     async def one(item: SignedDecisionIn) -> dict[str, Any]:

@@ -33,7 +33,7 @@ class DecisionWriter:
 
     def __init__(self, store: Store) -> None:
         self._batches: Coalescer[DecisionToCount, DecisionResult] = Coalescer(
-            store.requests.record_decisions,  # type: ignore[arg-type]
+            store.requests.record_decisions,
             "teaagent-relay-decisions",
             max_batch=MAX_BATCH,
             wrap=store_error,
