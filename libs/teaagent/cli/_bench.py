@@ -143,32 +143,19 @@ MEANINGS: dict[str, str] = {
     "throughput_c64": "approved 2-of-3 quorums per second with 64 callers",
 }
 
-# Units by how a key ends (first match); a key that matches none is a plain number.
-_UNITS: tuple[tuple[str, str], ...] = (
-    ("_per_s", "per s"),
-    ("_ms_per_decision", "ms CPU"),
-    ("_cpu_ms", "ms CPU"),
-    ("_us_median", "µs"),
-    ("_ms_median", "ms"),
-    ("_ratio", "x"),
-    ("_us", "µs"),
-    ("_ms", "ms"),
-    ("_s", "s"),
-)
-
-
 def unit(key: str) -> str:
-    """The unit a figure is printed with, read from its name (``x`` for a ratio)."""
-    if key.startswith(("ratio_", "floor_ratio", "p50_ratio", "p99_ratio")) or "_ratio_" in key:
+    """The unit a figure is printed with, read from the words of its name (``x`` for a ratio)."""
+    words = key.split("_")
+    if "ratio" in words or "over" in words:
         return "x"
-    if key.startswith("throughput") or key.startswith("floor_throughput_c"):
+    if key.endswith("per_s") or "throughput" in words:
         return "per s"
-    if "_ms_" in key and key.startswith(("p50", "p99", "floor_p50", "floor_p99")):
-        return "ms"
-    for suffix, name in _UNITS:
-        if key.endswith(suffix):
+    if "cpu" in words and "ms" in words:
+        return "ms CPU"
+    for word, name in (("ms", "ms"), ("us", "µs")):
+        if word in words:
             return name
-    return ""
+    return "s" if words[-1] == "s" else ""
 
 
 def report(name: str, figures: dict[str, float]) -> tuple[list[str], list[str]]:
