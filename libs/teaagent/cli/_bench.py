@@ -143,6 +143,7 @@ MEANINGS: dict[str, str] = {
     "throughput_c64": "approved 2-of-3 quorums per second with 64 callers",
 }
 
+
 def unit(key: str) -> str:
     """The unit a figure is printed with, read from the words of its name (``x`` for a ratio)."""
     words = key.split("_")
