@@ -204,12 +204,15 @@ async def test_concurrent_own_decisions_are_each_recorded_and_queued_once(nodes:
 
         relay.deliveries.enqueue_many = counted
 
-        def decision(index: int, request: dict[str, Any]) -> dict[str, Any]:
-            return approval(request, "beta") if index % 3 else denial(request, "beta", "not today")
+        # Signed once: a repeat is the same document (signed a second later, it would be another).
+        decisions = [
+            approval(request, "beta") if index % 3 else denial(request, "beta", "not today")
+            for index, request in enumerate(requests)
+        ]
 
         async def post(index: int, request: dict[str, Any]) -> httpx.Response:
             path = f"/v1/inbox/{request['request_id']}/decision"
-            return await client.post(path, json=decision(index, request), headers=beta.headers)
+            return await client.post(path, json=decisions[index], headers=beta.headers)
 
         answers = await asyncio.gather(*(post(index, request) for index, request in enumerate(requests)))
         repeats = await asyncio.gather(*(post(index, request) for index, request in enumerate(requests[:4])))
