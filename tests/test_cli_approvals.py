@@ -49,6 +49,7 @@ from teaagent.quorum import approval_statement, sign_request, sign_withdrawal, s
 from teaagent.relay_client import RelayClient
 
 PASSPHRASE = "correct horse battery staple"
+STOP_SECONDS = 30.0  # for a watch to exit once told to quit, on a loaded host
 DEADLINE = 30.0  # seconds for anything a test waits on (a loaded two-core host)
 
 
@@ -1175,7 +1176,18 @@ def test_watch_on_a_terminal_shows_a_live_table_and_takes_keystrokes(
         os.write(terminal, b"\r")
         wait_for(f"beta approved request {request['request_id']} of alpha")
         os.write(terminal, b"q\r")
-        _, status = os.waitpid(pid, 0)
+        # Keep reading the terminal until the watch exits: a pty nobody reads fills up, and the
+        # watch's last redraws then block it in a write (seen on a loaded machine).
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline + STOP_SECONDS:
+                raise AssertionError(f"the watch did not exit after q: {ANSI.sub(b'', seen)[-1000:]!r}")
+            ready, _, _ = select.select([terminal], [], [], 0.2)
+            if ready:
+                with contextlib.suppress(OSError):  # EIO once the child closed its side
+                    seen += os.read(terminal, 65536)
     finally:
         with contextlib.suppress(OSError):
             os.close(terminal)
