@@ -8,6 +8,8 @@ and interrupts it with SIGINT.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from relay_support import (
     Node,
@@ -35,6 +38,7 @@ from relay_support import (
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import sign_withdrawal
 from teaagent.relay_client import RelayClient, RelayQuorumGate, RequestStatus
+from teaagent_relay._worker import DeliveryWorker
 
 WAIT = 20.0
 PROCESS_WAIT = 90.0  # a command's Python start-up on a loaded two-core host comes first
@@ -297,7 +301,10 @@ def test_the_gate_withdraws_its_request_on_keyboard_interrupt(nodes: dict[str, N
 
         def interrupt_once_it_waits() -> None:
             # Ctrl-C as the terminal sends it: SIGINT to this process, KeyboardInterrupt in the main thread.
-            wait_until(lambda: inbox_state(beta, request_id) == "pending", WAIT)
+            # Once both peers hold it: a withdrawal overtaking its request is the tests' below.
+            wait_until(
+                lambda: inbox_state(beta, request_id) == inbox_state(gamma, request_id) == "pending", WAIT
+            )
             os.kill(os.getpid(), signal.SIGINT)
 
         threading.Thread(target=interrupt_once_it_waits, daemon=True).start()
@@ -454,3 +461,125 @@ def test_a_request_withdrawn_while_a_peer_was_down_never_reaches_it(
                     with pytest.raises(RelayError, match=r"\(404 not_found\)"):
                         peer.get_inbox_item(request_id, origin="alpha")
                     assert peer.list_inbox("all") == []
+
+
+# -- a withdrawal and its request on their way to one peer ------------------------------------------
+
+
+def pair(tmp_path: Path, redis_url: str, redis_prefix: str) -> tuple[Node, Node]:
+    """alpha asks gamma alone (1 of 1): one peer, so one worker's transport reaches every target."""
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "gamma"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        required=1,
+        peers_of={"alpha": ["gamma"], "gamma": ["alpha"]},
+    )
+    return nodes["alpha"], nodes["gamma"]
+
+
+async def deliver_until_done(worker: DeliveryWorker) -> None:
+    """Run the worker's rounds (retries included) until alpha's queue holds nothing waiting."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        await worker.run_once(block_ms=100)
+        stats = await worker.relay.deliveries.stats()
+        if stats.length == 0 and stats.scheduled == 0:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"alpha's deliveries still wait after {WAIT} s")
+
+
+async def gamma_state(gamma_client: httpx.AsyncClient, gamma: Node, request_id: str) -> str | None:
+    answer = await gamma_client.get(
+        f"/v1/inbox/{request_id}", params={"origin": "alpha"}, headers=gamma.headers
+    )
+    return answer.json()["state"] if answer.status_code == 200 else None
+
+
+@asynctest
+async def test_a_withdrawal_that_overtakes_its_request_is_retried_until_the_peer_drops_it(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    # Both leave at once; a slow peer may store the request after it refused the withdrawal (404).
+    # Refused for good, the peer would then offer its operators a request nobody waits for.
+    alpha, gamma = pair(tmp_path, redis_url, redis_prefix)
+    async with (
+        in_process(gamma, deliver=False) as gamma_client,
+        in_process(alpha, deliver=False, delivery_retry_base_seconds=0.05) as alpha_client,
+    ):
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        request = alpha.request()
+        request_id = request["request_id"]
+        await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        withdrawal = sign_withdrawal(request, alpha.key)
+        withdrawn = await alpha_client.post(
+            f"/v1/requests/{request_id}/withdrawal", json=withdrawal, headers=alpha.headers
+        )
+        worker = DeliveryWorker(
+            relay,
+            min_idle_seconds=10,
+            transport=httpx.ASGITransport(app=gamma_client.app),  # type: ignore[attr-defined]
+        )
+        try:
+            batch = await relay.deliveries.claim(worker.consumer, 10, 0)
+            by_path = {json.loads(delivery.payload)["path"]: delivery for delivery in batch}
+            await worker.deliver(by_path[f"/v1/inbox/{request_id}/withdrawal"])  # overtakes...
+            await worker.deliver(by_path["/v1/inbox"])  # ...its request
+            between = await gamma_state(gamma_client, gamma, request_id)
+            await deliver_until_done(worker)
+        finally:
+            await worker.aclose()
+        final = await gamma_state(gamma_client, gamma, request_id)
+        dead = await relay.deliveries.dead_letters()
+
+    assert withdrawn.status_code == 200
+    assert sorted(by_path) == ["/v1/inbox", f"/v1/inbox/{request_id}/withdrawal"]
+    assert between == "pending"
+    assert final == "withdrawn"
+    assert dead == []
+
+
+@asynctest
+async def test_a_withdrawal_of_a_request_that_never_reached_the_peer_ends_without_a_dead_letter(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    alpha, gamma = pair(tmp_path, redis_url, redis_prefix)
+    async with (
+        in_process(gamma, deliver=False) as gamma_client,
+        in_process(alpha, deliver=False, delivery_retry_base_seconds=0.05) as alpha_client,
+    ):
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        request = alpha.request()
+        request_id = request["request_id"]
+        await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        # gamma's port has nobody listening (its app runs over ASGI only): the first attempt fails.
+        down = DeliveryWorker(relay, min_idle_seconds=10)
+        try:
+            assert await down.run_once(block_ms=0) == 1
+        finally:
+            await down.aclose()
+        withdrawal = sign_withdrawal(request, alpha.key)
+        await alpha_client.post(
+            f"/v1/requests/{request_id}/withdrawal", json=withdrawal, headers=alpha.headers
+        )
+        up = DeliveryWorker(
+            relay,
+            min_idle_seconds=10,
+            transport=httpx.ASGITransport(app=gamma_client.app),  # type: ignore[attr-defined]
+        )
+        try:
+            await deliver_until_done(up)
+        finally:
+            await up.aclose()
+        final = await gamma_state(gamma_client, gamma, request_id)
+        dead = await relay.deliveries.dead_letters()
+        stored = await relay.store.requests.get(request_id)
+
+    # The request's retry is dropped (withdrawn), so its withdrawal, refused 404, ends too: acked.
+    assert final is None
+    assert dead == []
+    assert stored is not None
+    assert stored.deliveries["gamma"].state == "given_up"
+    assert stored.deliveries["gamma"].error == "withdrawn before it reached gamma"

@@ -168,11 +168,12 @@ class DeliveryWorker:
             return
         own = _is_own_request(payload, self.relay.agent_id)
         if own and delivery.attempts and await self.relay.withdrawn_here(delivery.request_id):
-            # Withdrawn while this peer was out of reach: it never needs the request (and its
-            # withdrawal, queued after, is answered 404 there, harmlessly). Only retries ask: a first
-            # attempt leaves right after the submission, before any withdrawal.
+            # Withdrawn while this peer was out of reach: it never needs the request. Noted as given
+            # up, so that its withdrawal, answered 404 there, ends too (below). Only retries ask: a
+            # first attempt leaves right after the submission, before any withdrawal.
             await self.relay.deliveries.ack(delivery)
             metrics.deliveries.labels("withdrawn").inc()
+            await self._note(delivery, "given_up", f"withdrawn before it reached {delivery.target}")
             return
         try:
             response = await self.client.post(url, json=body)
@@ -190,10 +191,32 @@ class DeliveryWorker:
                 await self._note(delivery, "delivered", None)
             return
         error = f"{delivery.target}'s relay at {url} answered {response.status_code} {_refusal(response)}"
-        if response.status_code >= 500 or response.status_code in _TEMPORARY:
+        if response.status_code == 404 and _is_own_withdrawal(payload, self.relay.agent_id):
+            await self._unknown_withdrawn(delivery, error)
+        elif response.status_code >= 500 or response.status_code in _TEMPORARY:
             await self._retry(delivery, error, own=own)
         else:
             await self._dead(delivery, error, own=own)
+
+    async def _unknown_withdrawn(self, delivery: Delivery, error: str) -> None:
+        """A peer answered 404 to the withdrawal of one of this node's requests.
+
+        Either the withdrawal overtook its request (both are delivered concurrently, and a slow
+        peer may store the request after the withdrawal was refused), or the request never
+        reached that peer. The first must not leave the peer offering a request nobody waits for,
+        so the withdrawal is retried until the request's own delivery to that peer is known to
+        have ended without reaching it (given up, or dropped once withdrawn), or it expires.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        stored = await self.relay.store.requests.get(delivery.request_id)
+        state = stored.deliveries.get(delivery.target) if stored is not None else None
+        if stored is None or (state is not None and state.state == "given_up"):
+            await self.relay.deliveries.ack(delivery)  # the peer never had it: nothing to withdraw there
+            self.relay.metrics.deliveries.labels("withdrawn").inc()
+            return
+        await self._retry(delivery, f"{error} (the request may still be on its way there)")
 
     async def _retry(self, delivery: Delivery, error: str, *, own: bool = False) -> None:
         result = await self.relay.deliveries.retry_later(delivery, error)
@@ -229,4 +252,18 @@ def _is_own_request(payload: dict[str, object], agent_id: str) -> bool:
     request = body.get("request") if isinstance(body, dict) else None
     return (
         payload.get("path") == "/v1/inbox" and isinstance(request, dict) and request.get("origin") == agent_id
+    )
+
+
+def _is_own_withdrawal(payload: dict[str, object], agent_id: str) -> bool:
+    """True for the withdrawal of one of this node's own requests, sent to a peer's relay."""
+    body = payload.get("body")
+    statement = body.get("statement") if isinstance(body, dict) else None
+    path = payload.get("path")
+    return (
+        isinstance(path, str)
+        and path.startswith("/v1/inbox/")
+        and path.endswith("/withdrawal")
+        and isinstance(statement, dict)
+        and statement.get("origin") == agent_id
     )
