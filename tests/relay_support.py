@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import secrets
 import signal
 import socket
@@ -191,6 +192,18 @@ def approval(request: Mapping[str, Any], name: str, signed_at: int | None = None
 
 def denial(request: Mapping[str, Any], name: str, reason: str = "not today") -> dict[str, Any]:
     return sign_denial(request, name, signer(name), reason)
+
+
+def long_polls(node: Node, kind: str) -> float:
+    """The relay's own count of the long-polls of ``kind`` (inbox, outcome) it answers now (its metrics).
+
+    Counting blocked XREADs on a shared Redis instead would also see, and then lose, a long-poll an
+    earlier test left behind (a killed call's outcome wait goes on to its end).
+    """
+    text = httpx.get(f"{node.url}/metrics", headers=node.headers, timeout=10).text
+    pattern = rf'^teaagent_relay_long_polls_waiting\{{kind="{kind}"\}} (\S+)$'
+    found = re.search(pattern, text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
 
 
 def write_cluster(

@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, RelayProcess, public_line, write_cluster
+from relay_support import ApproverProcess, Node, RelayProcess, long_polls, public_line, write_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -501,16 +501,7 @@ def test_bad_usage_is_exit_2_and_one_sentence(cluster: Cluster, args: list[str],
 # -- stopping -------------------------------------------------------------------------------------
 
 
-def _blocked_reads(client: redis.Redis) -> int:
-    """Connections blocked in XREAD now: the relays' long-polls (delivery workers use XREADGROUP)."""
-    return sum(
-        1 for entry in client.client_list() if entry.get("cmd") == "xread" and "b" in entry.get("flags", "")
-    )
-
-
-def test_sigterm_stops_every_service_answering_its_long_polls_and_leaves_no_process(
-    cluster: Cluster, redis_server: str
-) -> None:
+def test_sigterm_stops_every_service_answering_its_long_polls_and_leaves_no_process(cluster: Cluster) -> None:
     assert len(cluster.services()) == 2 * len(NAMES)
     assert len(marked(cluster.mark)) >= 2 * len(NAMES)
     # The approvers first (they long-poll their relays themselves): each exits 0.
@@ -537,15 +528,14 @@ def test_sigterm_stops_every_service_answering_its_long_polls_and_leaves_no_proc
         except Exception as exc:  # recorded, so the test names what failed
             results[node.name] = exc
 
+    # Each relay counts the long-polls it answers (not the shared Redis's blocked XREADs: see long_polls).
     threads = [threading.Thread(target=poll, args=(cluster.nodes[name],)) for name in NAMES]
-    with redis.Redis.from_url(redis_server) as client:
-        baseline = _blocked_reads(client)
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + DEADLINE
-        while _blocked_reads(client) < baseline + len(NAMES):
-            assert time.monotonic() < deadline, f"the long-polls never blocked: {results}"
-            time.sleep(0.02)
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + DEADLINE
+    while waiting := [name for name in NAMES if long_polls(cluster.nodes[name], "inbox") < 1]:
+        assert time.monotonic() < deadline, f"the long-polls of {waiting} never started: {results}"
+        time.sleep(0.02)
 
     signalled = time.monotonic()
     for relay in cluster.relays.values():

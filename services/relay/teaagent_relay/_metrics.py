@@ -94,6 +94,12 @@ class RelayMetrics:
             ["queue", "kind"],
             registry=self.registry,
         )
+        self.long_polls = Gauge(
+            "teaagent_relay_long_polls_waiting",
+            "Long-polls being answered now: inbox (GET /v1/inbox with wait) or outcome (GET with wait).",
+            ["kind"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         """Return the metrics in the Prometheus text format."""

@@ -26,7 +26,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -316,11 +316,13 @@ class Relay:
             StoreError: Redis failed.
         """
         deadline = time.monotonic() + min(wait, MAX_WAIT_SECONDS)
-        while True:
-            remaining = max(0.0, deadline - time.monotonic())
-            stored = await self.store.requests.wait_outcome(request_id, min(remaining, OUTCOME_WAKE_SECONDS))
-            if stored.state != "pending" or remaining <= OUTCOME_WAKE_SECONDS or self.stopping.is_set():
-                return self._status(stored)
+        with self.metrics.long_polls.labels("outcome").track_inprogress():
+            while True:
+                remaining = max(0.0, deadline - time.monotonic())
+                block = min(remaining, OUTCOME_WAKE_SECONDS)
+                stored = await self.store.requests.wait_outcome(request_id, block)
+                if stored.state != "pending" or remaining <= OUTCOME_WAKE_SECONDS or self.stopping.is_set():
+                    return self._status(stored)
 
     async def _settle(self, request_id: str, now: int | None = None) -> DecisionResult:
         result = await self.store.requests.settle_expiry(request_id, now=now)
@@ -819,6 +821,13 @@ class Relay:
         """
         deadline = time.monotonic() + min(wait, MAX_WAIT_SECONDS)
         stream = self.store.keys.queue(self.store.inbox_queue.name).stream
+        waiting = self.metrics.long_polls.labels("inbox").track_inprogress() if wait > 0 else nullcontext()
+        with waiting:
+            return await self._wait_inbox(stream, state, limit, deadline)
+
+    async def _wait_inbox(
+        self, stream: str, state: RequestState | None, limit: int, deadline: float
+    ) -> list[dict[str, Any]]:
         while True:
             # The stream's last id first: an item queued after it wakes the block below.
             with _redis(self.store):
