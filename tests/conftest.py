@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,12 @@ import pytest
 # Cluster's (redis_cluster, cluster_prefix), started only for the tests that ask for it.
 from redis_cluster_fixture import fixture_cluster_prefix, fixture_redis_cluster  # noqa: F401
 from redis_fixture import fixture_redis_prefix, fixture_redis_server, fixture_redis_url  # noqa: F401
+
+# Started in the background by a shell without job control (`make test &`, nohup), the suite would
+# inherit SIGINT ignored, and with it every process it starts: the Ctrl-C tests would then wait in
+# vain. Python's own handler here puts the default back for the children too (exec resets a handler).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
