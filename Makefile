@@ -23,8 +23,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two workers (a test file stays on one, so a module's cluster starts once): most tests wait on
+# processes, sockets and Redis, so two keep two cores busy. TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= 2
+
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
 test: lint typecheck pytest
 
