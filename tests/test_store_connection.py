@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -141,7 +142,13 @@ def test_redact_url_hides_only_the_password(url: str, shown: str) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"socket_timeout": 0}, {"connect_timeout": -1}, {"retries": -1}, {"max_connections": 0}],
+    [
+        {"socket_timeout": 0},
+        {"connect_timeout": -1},
+        {"retries": -1},
+        {"max_connections": 0},
+        {"blocking_connections": 0},
+    ],
 )
 def test_store_options_refuse_impossible_values(options: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be"):
@@ -150,3 +157,39 @@ def test_store_options_refuse_impossible_values(options: dict[str, float]) -> No
 
 def test_blocking_reads_stay_under_the_socket_timeout() -> None:
     assert StoreOptions(socket_timeout=4.0).max_block_seconds < 4.0
+
+
+def _blocked_xreads(redis_url: str) -> int:
+    with redis.Redis.from_url(redis_url) as client:
+        entries = client.client_list()
+    return sum(1 for entry in entries if entry.get("cmd") == "xread" and "b" in entry.get("flags", ""))
+
+
+def test_long_polls_waiting_in_redis_leave_the_commands_their_connections(
+    redis_url: str, redis_prefix: str
+) -> None:
+    # Two connections for commands, six outcome long-polls blocking (XREAD BLOCK, 20 s at a time):
+    # on one shared pool the look-up below would find no free connection and fail after its wait.
+    options = StoreOptions(max_connections=2, socket_timeout=40.0)
+
+    async def scenario() -> tuple[bool, int]:
+        async with connect(redis_url, prefix=redis_prefix, options=options) as store:
+            request_id = "c0ffee" * 5 + "00"
+            now = int(time.time())
+            await store.requests.accept(
+                request_id, b"{}", required_approvals=1, peers=1, expires_at=now + 600, now=now
+            )
+            waits = [asyncio.create_task(store.requests.wait_outcome(request_id, 30)) for _ in range(6)]
+            deadline = time.monotonic() + 30
+            while _blocked_xreads(redis_url) < 6:
+                assert time.monotonic() < deadline, "the long-polls never blocked"
+                await asyncio.sleep(0.02)
+            found = await store.requests.get(request_id)
+            answered_while_blocked = not any(wait.done() for wait in waits)
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+            assert found is not None
+            return answered_while_blocked, len(found.document)
+
+    assert asyncio.run(scenario()) == (True, 2)

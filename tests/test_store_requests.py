@@ -569,6 +569,8 @@ def test_wait_outcome_blocks_on_the_stream_instead_of_polling(in_store: Run) -> 
             stats = await store.client.info("all")
             return stats.get("cmdstat_xread", {}).get("calls", 0), stats["total_commands_processed"]
 
+        # Once first, so that the blocking reads' own pool has connected (its handshake is no wait).
+        await store.requests.wait_outcome(request_id, 0.01)
         xreads_before, commands_before = await counts()
         started = time.monotonic()
         stored = await store.requests.wait_outcome(request_id, 0.8)

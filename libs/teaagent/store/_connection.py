@@ -7,6 +7,7 @@ store's code is the same on both. ``AsyncClient`` and ``SyncClient`` name either
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -48,7 +49,10 @@ HEALTH_CHECK_INTERVAL = 30  # PING a pooled connection idle this long first: NAT
 RETRIES = 3  # a restart or failover of Redis takes a moment; three backed-off retries ride it out
 BACKOFF_BASE = 0.05  # seconds before the first retry
 BACKOFF_CAP = 1.0  # seconds, the longest wait between two retries
-MAX_CONNECTIONS = 64  # per async client; every long-poll holds one connection while it blocks
+MAX_CONNECTIONS = 64  # per async client, for commands that answer at once
+# Per async store, for blocking reads (long-polls, queue claims) on a pool of their own: each holds
+# a connection while it blocks, and sharing one pool let 64 waiting long-polls starve every command.
+BLOCKING_CONNECTIONS = 1024
 POOL_WAIT_TIMEOUT = 10.0  # seconds a caller waits for a free pooled connection before failing
 
 AsyncClient: TypeAlias = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
@@ -70,12 +74,19 @@ class StoreOptions:
     health_check_interval: int = HEALTH_CHECK_INTERVAL
     retries: int = RETRIES
     max_connections: int = MAX_CONNECTIONS
+    blocking_connections: int = BLOCKING_CONNECTIONS
 
     def __post_init__(self) -> None:
         if self.socket_timeout <= 0 or self.connect_timeout <= 0:
             raise ValueError("socket_timeout and connect_timeout must be positive")
         if self.retries < 0 or self.max_connections < 1 or self.health_check_interval < 0:
             raise ValueError("retries and health_check_interval must be >= 0 and max_connections >= 1")
+        if self.blocking_connections < 1:
+            raise ValueError("blocking_connections must be >= 1")
+
+    def for_blocking(self) -> StoreOptions:
+        """These options with the blocking reads' pool size as the pool's (``make_async_client``)."""
+        return dataclasses.replace(self, max_connections=self.blocking_connections)
 
     @property
     def max_block_seconds(self) -> float:

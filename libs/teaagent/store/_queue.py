@@ -169,10 +169,12 @@ class DeliveryQueue:
         retry_cap_seconds: float = RETRY_CAP_SECONDS,
         max_length: int = MAX_QUEUE_LENGTH,
         rng: random.Random | None = None,
+        blocking: AsyncClient | None = None,
     ) -> None:
         if min_idle_seconds <= 0 or (max_attempts is not None and max_attempts < 1) or max_length < 1:
             raise ValueError("min_idle_seconds must be positive, max_attempts and max_length at least 1")
         self._client = client
+        self._blocking = blocking or client  # the claim's XREADGROUP BLOCK waits on its own pool
         self._scripts = scripts
         self._keys = keys
         self._url = url
@@ -334,7 +336,7 @@ class DeliveryQueue:
                         wait_ms = min(wait_ms, max(0, int(next_due) - now_ms))
                     block = wait_ms if wait_ms >= 1 else None  # BLOCK 0 would wait forever
                 try:
-                    reply = await self._client.xreadgroup(
+                    reply = await (self._blocking if block else self._client).xreadgroup(
                         self._group, consumer, {stream: ">"}, count=count - len(entries), block=block
                     )
                 except redis.exceptions.ResponseError as exc:

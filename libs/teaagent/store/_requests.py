@@ -199,8 +199,10 @@ class _Book:
         index_key: str,
         pending_key: str,
         options: StoreOptions,
+        blocking: AsyncClient | None = None,
     ) -> None:
         self._client = client
+        self._blocking = blocking or client  # the outcome waits' XREAD BLOCK, on a pool of its own
         self._scripts = scripts
         self._url = url
         self._index_key = index_key
@@ -441,7 +443,7 @@ class _Book:
                     break
                 # Wake just after expiry to settle it; never block longer than the socket allows.
                 block = min(remaining, self._options.max_block_seconds, expires_at + 1 - now)
-                reply = await self._client.xread(
+                reply = await self._blocking.xread(
                     {keys.events: last_id}, count=64, block=max(1, int(block * 1000))
                 )
                 for _stream, entries in _stream_entries(reply):
@@ -666,6 +668,7 @@ class RequestBook(_Book):
         keys: Keys,
         url: str,
         options: StoreOptions,
+        blocking: AsyncClient | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -674,6 +677,7 @@ class RequestBook(_Book):
             index_key=keys.request_index(),
             pending_key=keys.request_pending(),
             options=options,
+            blocking=blocking,
         )
         self._keys = keys
 

@@ -43,6 +43,9 @@ class Store:
     Attributes:
         client: the redis-py client: a ``Redis``, or a ``RedisCluster`` when ``cluster``. A command
             sent on it directly must name keys of one slot (one hash tag), and a transaction too.
+        blocking: the client for blocking reads (XREAD/XREADGROUP with BLOCK), on a pool of its
+            own (``StoreOptions.blocking_connections``): however many long-polls wait, the
+            commands on ``client`` find a connection. ``client`` itself when built without one.
         cluster: True when the store is a Redis Cluster (``redis_cluster = true``).
         keys: every key name under this store's prefix.
         requests: this node's own requests (accept, count decisions, wait for the outcome).
@@ -52,15 +55,26 @@ class Store:
         rate_limiter: GCRA buckets (per peer origin, per tool) shared through Redis.
     """
 
-    def __init__(self, client: AsyncClient, *, url: str, prefix: str, options: StoreOptions) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        url: str,
+        prefix: str,
+        options: StoreOptions,
+        blocking: AsyncClient | None = None,
+    ) -> None:
         self.client = client
+        self.blocking = blocking or client
         self.cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self.url = redact_url(url)
         self.keys = Keys(prefix)
         self.options = options
         self._raw_url = url
         self._scripts = AsyncScripts(client)
-        self.requests = RequestBook(client, self._scripts, keys=self.keys, url=url, options=options)
+        self.requests = RequestBook(
+            client, self._scripts, keys=self.keys, url=url, options=options, blocking=self.blocking
+        )
         self.inbox = InboxBook(client, self._scripts, keys=self.keys, url=url, options=options)
         self.deliveries = self.queue("deliveries")
         self.inbox_queue = self.queue("inbox")
@@ -82,6 +96,7 @@ class Store:
             keys=self.keys.queue(name),
             url=self._raw_url,
             options=self.options,
+            blocking=self.blocking,
             **settings,
         )
 
@@ -101,8 +116,10 @@ class Store:
         return time.perf_counter() - started
 
     async def aclose(self) -> None:
-        """Close the client and its connection pool."""
+        """Close the clients and their connection pools."""
         await self.client.aclose()
+        if self.blocking is not self.client:
+            await self.blocking.aclose()
 
     async def __aenter__(self) -> Store:
         return self
@@ -185,7 +202,8 @@ def connect(
     options = options or StoreOptions()
     Keys(prefix)  # refuse a bad prefix before building a pool
     client = make_async_client(redis_url, options, cluster=cluster)
-    return Store(client, url=redis_url, prefix=prefix, options=options)
+    blocking = make_async_client(redis_url, options.for_blocking(), cluster=cluster)
+    return Store(client, url=redis_url, prefix=prefix, options=options, blocking=blocking)
 
 
 def connect_sync(

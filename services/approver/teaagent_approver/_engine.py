@@ -686,7 +686,7 @@ class Engine:
         while (remaining := deadline - time.monotonic()) > 0:
             block = max(1, int(min(remaining, WAKE_BLOCK_SECONDS) * 1000))
             try:
-                news = await self.store.client.xread({stream: last_id}, count=1, block=block)
+                news = await self.store.blocking.xread({stream: last_id}, count=1, block=block)
             except redis.exceptions.RedisError as exc:
                 raise StoreError(f"Redis at {self.store.url} failed: {exc}") from exc
             if news:

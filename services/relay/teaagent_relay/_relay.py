@@ -840,7 +840,7 @@ class Relay:
             if items or remaining <= 0 or self.stopping.is_set():
                 return items
             with _redis(self.store):
-                await self.store.client.xread(
+                await self.store.blocking.xread(
                     {stream: last_id}, count=1, block=max(1, int(min(remaining, INBOX_WAKE_SECONDS) * 1000))
                 )
 
