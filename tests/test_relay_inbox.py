@@ -29,6 +29,7 @@ from relay_support import (
 )
 from test_store_requests import decided_in_inbox
 
+from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
 from teaagent.quorum import approval_statement, build_request, sign_request
 from teaagent_relay import MAX_BODY_BYTES
@@ -823,3 +824,65 @@ async def test_a_delivery_claimed_by_a_crashed_relay_is_taken_over(
     assert (too_soon, taken_over) == (0, 1)
     assert item.status_code == 200
     assert (stats.length, stats.pending) == (0, 0)
+
+
+class _HoldingOne(httpx.AsyncBaseTransport):
+    """Routes to ``inner``, except that calls to ``port`` never answer (a peer that hangs)."""
+
+    def __init__(self, port: int, inner: httpx.AsyncBaseTransport) -> None:
+        self.port = port
+        self.inner = inner
+        self.hanging = 0  # calls to the hanging peer waiting now
+        self.ended = 0  # of those, how many ended (cancelled, or timed out)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.port != self.port:
+            return await self.inner.handle_async_request(request)
+        self.hanging += 1
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.hanging -= 1
+            self.ended += 1
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.slow
+@asynctest
+async def test_a_peer_that_hangs_holds_up_no_delivery_to_the_others(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(
+        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
+    )
+    alpha, beta, gamma = nodes["alpha"], nodes["beta"], nodes["gamma"]
+    async with (
+        in_process(gamma, deliver=False) as gamma_client,
+        in_process(alpha, deliver=False) as alpha_client,
+    ):
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        routes = _HoldingOne(beta.port, httpx.ASGITransport(app=gamma_client.app))  # type: ignore[attr-defined]
+        worker = DeliveryWorker(relay, min_idle_seconds=120, transport=routes)
+        running = asyncio.get_running_loop().create_task(worker.run())
+        seen: list[str] = []
+        try:
+            for call in ("call-1", "call-2"):
+                request = alpha.request(call_id=call)
+                submitted = await alpha_client.post(
+                    "/v1/requests", json=alpha.signed(request), headers=alpha.headers
+                )
+                assert submitted.status_code == 201, submitted.text
+                deadline = time.monotonic() + 30
+                while request["request_id"] not in seen:
+                    assert time.monotonic() < deadline, f"gamma never received {call}: {seen}"
+                    await asyncio.sleep(0.02)
+                    listed = await gamma_client.get("/v1/inbox", headers=gamma.headers)
+                    seen = [item["request"]["request_id"] for item in listed.json()]
+            hanging, ended = routes.hanging, routes.ended
+        finally:
+            await cancel_and_wait(running)
+            await worker.aclose()
+
+    # Both requests reached gamma while the first POST to beta still hung: it held up no claim.
+    assert len(seen) == 2
+    assert (hanging, ended) == (2, 0)

@@ -27,7 +27,10 @@ __all__ = ["CLAIM_BATCH", "DeliveryWorker", "consumer_name"]
 
 logger = logging.getLogger("teaagent.relay")
 
-CLAIM_BATCH: Final = 32  # deliveries claimed and sent at once; a burst of requests fans out in parallel
+CLAIM_BATCH: Final = 32  # deliveries claimed at once; a burst of requests fans out in parallel
+# Deliveries in flight at once in a running worker: a claim goes out as soon as there is room,
+# not once a whole batch has ended (a batch waited for its slowest peer while the queue grew).
+MAX_IN_FLIGHT: Final = 128
 CLAIM_BLOCK_MS: Final = 2000  # one blocking read; the store caps it under its socket timeout anyway
 MAX_DELIVERY_TIMEOUT: Final = 10.0  # seconds for one POST; a peer relay answers in milliseconds
 STORE_BACKOFF_START: Final = 0.25  # seconds to wait after Redis failed, doubling per failure
@@ -94,19 +97,59 @@ class DeliveryWorker:
 
     async def _deliver_forever(self) -> None:
         failures = 0
-        while True:
-            try:
-                await self.run_once()
-                failures = 0
-            except Exception as exc:  # Redis down, or a bug: the worker must outlive both
-                failures += 1
-                delay = min(STORE_BACKOFF_CAP, STORE_BACKOFF_START * 2 ** min(failures - 1, 10))
-                if failures == 1:
-                    if isinstance(exc, StoreError):
-                        logger.warning("delivery worker: %s; retrying", exc)
-                    else:
-                        logger.exception("delivery worker failed; retrying")
-                await asyncio.sleep(delay)
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    await self._claim_into(in_flight)
+                    failures = 0
+                except Exception as exc:  # Redis down, or a bug: the worker must outlive both
+                    failures += 1
+                    delay = min(STORE_BACKOFF_CAP, STORE_BACKOFF_START * 2 ** min(failures - 1, 10))
+                    if failures == 1:
+                        if isinstance(exc, StoreError):
+                            logger.warning("delivery worker: %s; retrying", exc)
+                        else:
+                            logger.exception("delivery worker failed; retrying")
+                    await asyncio.sleep(delay)
+        finally:
+            for task in list(in_flight):
+                await cancel_and_wait(task)
+
+    async def _claim_into(self, in_flight: set[asyncio.Task[None]]) -> None:
+        """Claim as many deliveries as there is room for and start each; wait for room when full.
+
+        Raises:
+            StoreError: Redis failed (the claim).
+        """
+        room = MAX_IN_FLIGHT - len(in_flight)
+        if room <= 0:
+            await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            return
+        batch = await self.relay.deliveries.claim(self.consumer, min(CLAIM_BATCH, room), CLAIM_BLOCK_MS)
+        loop = asyncio.get_running_loop()
+        for delivery in batch:
+            task = loop.create_task(
+                self._deliver_alone(delivery), name=f"teaagent-delivery-{delivery.entry_id}"
+            )
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+
+    async def _deliver_alone(self, delivery: Delivery) -> None:
+        """``deliver`` in a task of its own: a failure is logged, and the entry stays pending.
+
+        Its entry is then taken over by the next claim once idle ``delivery_min_idle_seconds``.
+        """
+        try:
+            await self.deliver(delivery)
+        except StoreError as exc:
+            logger.warning(
+                "delivery %s to %s: %s; it is taken over later", delivery.entry_id, delivery.target, exc
+            )
+        except Exception:
+            logger.exception(
+                "delivery %s to %s failed; it is taken over later", delivery.entry_id, delivery.target
+            )
 
     async def _housekeep(self) -> None:
         next_prune = next_sweep = 0.0
@@ -131,7 +174,10 @@ class DeliveryWorker:
             await asyncio.sleep(max(0.0, min(next_prune, next_sweep) - time.monotonic()))
 
     async def run_once(self, block_ms: int = CLAIM_BLOCK_MS) -> int:
-        """Claim one batch (blocking up to ``block_ms`` when none is ready) and deliver it.
+        """Claim one batch (blocking up to ``block_ms`` when none is ready) and deliver it, all of it.
+
+        A step for tests and tools; ``run`` instead keeps up to ``MAX_IN_FLIGHT`` deliveries
+        going and claims more as each ends.
 
         Returns:
             How many deliveries were handled.
