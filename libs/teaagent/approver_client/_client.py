@@ -15,6 +15,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from teaagent._http import client_verify
 from teaagent.errors import RelayError
 
 __all__ = [
@@ -560,7 +561,9 @@ class ApproverClient(_Base):
             ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
         """
         super().__init__(base_url, token=token, timeout=timeout, start_command=start_command)
-        self._client = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._client = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, verify=client_verify()
+        )
 
     def __repr__(self) -> str:
         return f"ApproverClient({self.base_url!r})"
@@ -703,7 +706,9 @@ class AsyncApproverClient(_Base):
             ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
         """
         super().__init__(base_url, token=token, timeout=timeout, start_command=start_command)
-        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout, transport=transport, verify=client_verify()
+        )
 
     def __repr__(self) -> str:
         return f"AsyncApproverClient({self.base_url!r})"

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from teaagent._http import client_verify
 from teaagent.errors import RelayError
 from teaagent.quorum import describe_outcome
 
@@ -534,7 +535,7 @@ class RelayClient:
         self._token = token
         self._timeout = timeout
         self._client = httpx.Client(
-            base_url=self.base_url, timeout=timeout, transport=transport, verify=verify
+            base_url=self.base_url, timeout=timeout, transport=transport, verify=client_verify(verify)
         )
 
     def __repr__(self) -> str:
@@ -730,7 +731,7 @@ class AsyncRelayClient:
             timeout=timeout,
             transport=transport,
             limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            verify=verify,
+            verify=client_verify(verify),
         )
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from typing import Final
 
 import httpx
 
+from teaagent._http import client_verify
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
 from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery, DeliveryStateName
@@ -72,7 +73,7 @@ class DeliveryWorker:
         timeout = min(MAX_DELIVERY_TIMEOUT, min_idle_seconds / 2)
         # Peers' https:// relays are verified against [tls] ca when set, else the public CAs.
         self.client = httpx.AsyncClient(
-            timeout=timeout, transport=transport, verify=relay.config.tls.client_verify()
+            timeout=timeout, transport=transport, verify=client_verify(relay.config.tls.client_verify())
         )
 
     async def aclose(self) -> None:

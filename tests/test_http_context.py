@@ -1,0 +1,53 @@
+"""The library's HTTP clients share one default SSL context per process (httpx builds one per client)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+import httpx
+import httpx._transports.default as httpx_transports
+import pytest
+
+from teaagent import _http
+from teaagent._http import client_verify
+from teaagent.approver_client import ApproverClient, AsyncApproverClient
+from teaagent.relay_client import AsyncRelayClient, RelayClient
+
+
+def test_true_is_the_one_default_context_and_the_rest_pass_through() -> None:
+    private = ssl.create_default_context()
+    assert isinstance(client_verify(), ssl.SSLContext)
+    assert client_verify(True) is client_verify()
+    assert client_verify(private) is private
+    assert client_verify(False) is False
+
+
+def test_forty_clients_build_the_default_context_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[Any] = []
+    original = httpx.create_ssl_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        verify = kwargs.get("verify", args[0] if args else True)
+        if not isinstance(verify, ssl.SSLContext):  # given a context, httpx hands it back as it is
+            built.append(verify)
+        return original(*args, **kwargs)
+
+    # Where httpx's transports build a client's context, and where the library builds its own.
+    monkeypatch.setattr(httpx_transports, "create_ssl_context", counting)
+    monkeypatch.setattr(httpx, "create_ssl_context", counting)
+    _http._default_context.cache_clear()
+
+    async def make_async() -> None:
+        for _ in range(10):
+            await AsyncRelayClient("http://127.0.0.1:9", token="t").aclose()
+            await AsyncApproverClient("http://127.0.0.1:9").aclose()
+
+    for _ in range(10):
+        RelayClient("https://relay.example:8443", token="t").close()
+        ApproverClient("http://127.0.0.1:9").close()
+    asyncio.run(make_async())
+
+    # Each client passed the shared context, which httpx uses as it is (it builds none itself).
+    assert len(built) == 1
