@@ -1,20 +1,35 @@
-"""What every httpx client of the library verifies TLS servers with.
+"""HTTP plumbing shared by the library's clients and the services.
 
-httpx builds an SSL context for each client it makes (for ``http://`` URLs too), loading the CA
-bundle each time: about 30 ms of CPU per client, more than a hundred of the calls it then makes.
-Gates, command-line calls and services make clients often, so the default context is built once
-per process and shared (an ``SSLContext`` may serve many connections and threads at once). The
-CA bundle and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are read when the first client is made.
+**One default SSL context.** httpx builds an SSL context for each client it makes (for
+``http://`` URLs too), loading the CA bundle each time: about 30 ms of CPU per client, more than a
+hundred of the calls it then makes. Gates, command-line calls and services make clients often, so
+the default context is built once per process and shared (an ``SSLContext`` may serve many
+connections and threads at once). The CA bundle and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are read
+when the first client is made.
+
+**Kept-alive HTTP/1.1 POSTs** (:class:`KeptAlive`), for the hot paths between a node's services
+(an approver's decisions to its relay, a relay's deliveries to its peers): httpx costs more CPU per
+call than the server spends answering it (its pool, anyio and header models), so these go out on
+plain asyncio streams: one request written in one piece, the answer read by its
+``Content-Length`` (or chunks). Only for receivers that are idempotent: a connection the server
+closed while idle is replaced and the call sent once more.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ssl
+from collections.abc import Mapping
+from typing import Final
+from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["client_verify"]
+__all__ = ["MAX_RESPONSE_BYTES", "KeptAlive", "NoAnswer", "client_verify"]
+
+MAX_RESPONSE_BYTES: Final = 1024 * 1024  # an answer of a node's service; anything larger is no such service
+_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @functools.cache
@@ -25,3 +40,188 @@ def _default_context() -> ssl.SSLContext:
 def client_verify(verify: ssl.SSLContext | bool = True) -> ssl.SSLContext | bool:
     """httpx's ``verify=`` for ``verify``: the process's one default context in place of True."""
     return _default_context() if verify is True else verify
+
+
+class NoAnswer(Exception):
+    """The server did not answer: unreachable, the connection broke, or ``timed_out``."""
+
+    def __init__(self, detail: str, *, timed_out: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.timed_out = timed_out
+
+
+class _Unanswered(Exception):
+    """The connection failed before any byte of an answer arrived (it may be resent)."""
+
+
+class KeptAlive:
+    """POSTs to one HTTP/1.1 server over at most ``connections`` kept-alive connections."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        connections: int = 32,
+        timeout: float = 10.0,
+        ssl_context: ssl.SSLContext | bool = True,
+    ) -> None:
+        """Connect nothing yet.
+
+        ``headers`` go with every call (beside Host, Content-Type, Accept and Content-Length);
+        ``ssl_context`` verifies an ``https://`` server: True for the public CAs, or a context.
+
+        Raises:
+            ValueError: ``base_url`` is not an http or https URL with a host, or a limit is not positive.
+        """
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the URL {base_url!r} is not an http or https URL")
+        if connections < 1 or timeout <= 0:
+            raise ValueError("connections and timeout must be positive")
+        self.base_url = base_url.rstrip("/")
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._ssl = _context(ssl_context) if parts.scheme == "https" else None
+        self._prefix = parts.path.rstrip("/")
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        lines = [f"Host: {host}:{self._port}", "Content-Type: application/json", "Accept: application/json"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        self._timeout = timeout
+        # Last in, first out: the warmest connection is used again, the others idle out.
+        self._slots: asyncio.LifoQueue[_Connection | None] = asyncio.LifoQueue()
+        for _ in range(connections):
+            self._slots.put_nowait(None)
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST ``body`` (JSON) to ``path`` under the base URL; return the answer's status and body.
+
+        Raises:
+            NoAnswer: The server did not answer (its ``timed_out`` says whether in time).
+        """
+        message = (
+            f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1")
+            + self._head
+            + f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1")
+            + body
+        )
+        slot = await self._slots.get()
+        try:
+            try:
+                status, answer, slot = await asyncio.wait_for(self._exchange(slot, message), self._timeout)
+            except _Unanswered:
+                if slot is None:
+                    raise
+                # A kept-alive connection the server closed meanwhile: once more on a fresh one.
+                slot = None
+                status, answer, slot = await asyncio.wait_for(self._exchange(None, message), self._timeout)
+        except (_Unanswered, OSError, asyncio.IncompleteReadError, ValueError, TimeoutError) as exc:
+            slot = None  # closed by the exchange
+            if isinstance(exc, TimeoutError):
+                raise NoAnswer("no answer in time", timed_out=True) from exc
+            raise NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__) from exc
+        except BaseException:
+            slot = None
+            raise
+        finally:
+            self._slots.put_nowait(slot)
+        return status, answer
+
+    async def _exchange(
+        self, slot: _Connection | None, message: bytes
+    ) -> tuple[int, bytes, _Connection | None]:
+        """Send one request and read its answer; the connection is closed on any failure.
+
+        Raises:
+            _Unanswered: The connection failed before the answer's first line.
+            ValueError: The answer is not HTTP/1.1, or too large.
+            OSError: Connecting failed.
+            asyncio.IncompleteReadError: The answer was cut short.
+        """
+        try:
+            connection = slot or await asyncio.open_connection(self._host, self._port, ssl=self._ssl)
+        except OSError as exc:
+            raise _Unanswered(str(exc) or type(exc).__name__) from exc
+        try:
+            return await self._over(connection, message)
+        except BaseException:
+            _drop(connection)
+            raise
+
+    async def _over(self, connection: _Connection, message: bytes) -> tuple[int, bytes, _Connection | None]:
+        reader, writer = connection
+        try:
+            writer.write(message)
+            await writer.drain()
+            status_line = await reader.readline()
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise _Unanswered(str(exc) or type(exc).__name__) from exc
+        if not status_line:
+            raise _Unanswered("the connection was closed")
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise ValueError("the answer is not HTTP/1.1")
+        status = int(parts[1])
+        length: int | None = None
+        chunked, keep = False, True
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value
+            elif name == b"connection":
+                keep = value != b"close"
+        if chunked:
+            body = await _read_chunks(reader)
+        elif length is not None:
+            if length > MAX_RESPONSE_BYTES:
+                raise ValueError("the answer is too large")
+            body = await reader.readexactly(length)
+        else:
+            body, keep = await reader.read(MAX_RESPONSE_BYTES), False
+        if not keep:
+            _drop(connection)
+            return status, body, None
+        return status, body, connection
+
+    async def aclose(self) -> None:
+        """Close the idle connections."""
+        while not self._slots.empty():
+            _drop(self._slots.get_nowait())
+
+
+def _context(verify: ssl.SSLContext | bool) -> ssl.SSLContext:
+    """The context of ``verify`` (as httpx's ``verify=``): False checks no certificate at all."""
+    context = client_verify(verify)
+    if isinstance(context, ssl.SSLContext):
+        return context
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    return unverified
+
+
+def _drop(connection: _Connection | None) -> None:
+    if connection is not None:
+        connection[1].close()
+
+
+async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    while True:
+        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return bytes(body)
+        if len(body) + size > MAX_RESPONSE_BYTES:
+            raise ValueError("the answer is too large")
+        body += await reader.readexactly(size)
+        await reader.readline()

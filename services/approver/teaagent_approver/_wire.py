@@ -1,9 +1,8 @@
 """Signed decisions to the node's relay: ``POST /v1/inbox/{id}/decision`` over kept-alive HTTP/1.1.
 
-The engine sends one decision per request it decides, so this call is the approver's hot path.
-httpx costs more CPU per call than the relay spends answering it (its pool, anyio and header
-models), so decisions go out on plain asyncio streams: one request written in one piece, the
-answer read by its ``Content-Length`` (or chunks). Everything else (listings, look-ups) uses
+The engine sends one decision per request it decides, so this call is the approver's hot path:
+it goes out on :class:`teaagent._http.KeptAlive` (plain asyncio streams, not httpx, which costs
+more CPU per call than the relay spends answering it). Everything else (listings, look-ups) uses
 :class:`teaagent.relay_client.AsyncRelayClient`. Failures are :class:`~teaagent.errors.RelayError`
 exactly as that client raises them: the relay's status and ``ErrorOut`` code, or no status when it
 did not answer. A connection the relay closed while idle is replaced and the call sent once more
@@ -17,21 +16,15 @@ import json
 import ssl
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from teaagent._batch import Coalescer
+from teaagent._http import KeptAlive, NoAnswer
 from teaagent.errors import RelayError
 
 __all__ = ["DecisionPoster"]
 
-MAX_RESPONSE_BYTES: Final = 1024 * 1024  # a batch's receipts or an ErrorOut; anything larger is no relay
 MAX_BATCH: Final = 64  # decisions per POST /v1/inbox/decisions: the relay's own bound
 MAX_BATCH_BYTES: Final = 60 * 1024  # under the relay's 64 KiB body limit, with room for the wrapping
-_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-class _Unanswered(Exception):
-    """The connection failed before any byte of an answer arrived (it may be resent)."""
 
 
 class DecisionPoster:
@@ -54,26 +47,14 @@ class DecisionPoster:
         Raises:
             ValueError: ``base_url`` is not an http or https URL with a host, or a limit is not positive.
         """
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"the relay URL {base_url!r} is not an http or https URL")
-        if connections < 1 or timeout <= 0:
-            raise ValueError("connections and timeout must be positive")
-        self.base_url = base_url.rstrip("/")
-        self._host = parts.hostname
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._ssl = (ssl_context or ssl.create_default_context()) if parts.scheme == "https" else None
-        self._prefix = parts.path.rstrip("/")
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        self._head = (
-            f"Host: {host}:{self._port}\r\nAuthorization: Bearer {token}\r\n"
-            "Content-Type: application/json\r\nAccept: application/json\r\n"
-        ).encode("latin-1")
-        self._timeout = timeout
-        # Last in, first out: the warmest connection is used again, the others idle out.
-        self._slots: asyncio.LifoQueue[_Connection | None] = asyncio.LifoQueue()
-        for _ in range(connections):
-            self._slots.put_nowait(None)
+        self._http = KeptAlive(
+            base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            connections=connections,
+            timeout=timeout,
+            ssl_context=ssl_context or True,
+        )
+        self.base_url = self._http.base_url
         self._batches: Coalescer[tuple[str, bytes], Any] = Coalescer(
             self._post_many, "teaagent-approver-decisions", max_batch=MAX_BATCH
         )
@@ -138,120 +119,16 @@ class DecisionPoster:
         Raises:
             RelayError: The relay did not answer (no status).
         """
-        message = (
-            f"POST {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1")
-            + self._head
-            + f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1")
-            + body
-        )
-        slot = await self._slots.get()
         try:
-            try:
-                status, answer, slot = await asyncio.wait_for(self._exchange(slot, message), self._timeout)
-            except _Unanswered:
-                if slot is None:
-                    raise
-                # A kept-alive connection the relay closed meanwhile: once more on a fresh one.
-                slot = None
-                status, answer, slot = await asyncio.wait_for(self._exchange(None, message), self._timeout)
-        except (_Unanswered, OSError, asyncio.IncompleteReadError, ValueError, TimeoutError) as exc:
-            slot = None  # closed by the exchange
-            if isinstance(exc, TimeoutError):
+            return await self._http.post(path, body)
+        except NoAnswer as exc:
+            if exc.timed_out:
                 raise RelayError(f"The relay at {self.base_url} did not answer {what} in time.") from exc
-            detail = str(exc).strip().rstrip(".") or type(exc).__name__
-            raise RelayError(f"The relay at {self.base_url} is unreachable ({what}): {detail}.") from exc
-        except BaseException:
-            slot = None
-            raise
-        finally:
-            self._slots.put_nowait(slot)
-        return status, answer
-
-    async def _exchange(
-        self, slot: _Connection | None, message: bytes
-    ) -> tuple[int, bytes, _Connection | None]:
-        """Send one request and read its answer; the connection is closed on any failure.
-
-        Raises:
-            _Unanswered: The connection failed before the answer's first line.
-            ValueError: The answer is not HTTP/1.1, or too large.
-            OSError: Connecting failed.
-            asyncio.IncompleteReadError: The answer was cut short.
-        """
-        try:
-            connection = slot or await asyncio.open_connection(self._host, self._port, ssl=self._ssl)
-        except OSError as exc:
-            raise _Unanswered(str(exc) or type(exc).__name__) from exc
-        try:
-            return await self._over(connection, message)
-        except BaseException:
-            self._drop(connection)
-            raise
-
-    async def _over(self, connection: _Connection, message: bytes) -> tuple[int, bytes, _Connection | None]:
-        reader, writer = connection
-        try:
-            writer.write(message)
-            await writer.drain()
-            status_line = await reader.readline()
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            raise _Unanswered(str(exc) or type(exc).__name__) from exc
-        if not status_line:
-            raise _Unanswered("the connection was closed")
-        parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise ValueError("the answer is not HTTP/1.1")
-        status = int(parts[1])
-        length: int | None = None
-        chunked, keep = False, True
-        while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = b"chunked" in value
-            elif name == b"connection":
-                keep = value != b"close"
-        if chunked:
-            body = await _read_chunks(reader)
-        elif length is not None:
-            if length > MAX_RESPONSE_BYTES:
-                raise ValueError("the answer is too large")
-            body = await reader.readexactly(length)
-        else:
-            body, keep = await reader.read(MAX_RESPONSE_BYTES), False
-        if not keep:
-            self._drop(connection)
-            return status, body, None
-        return status, body, connection
-
-    @staticmethod
-    def _drop(connection: _Connection | None) -> None:
-        if connection is not None:
-            connection[1].close()
+            raise RelayError(f"The relay at {self.base_url} is unreachable ({what}): {exc.detail}.") from exc
 
     async def aclose(self) -> None:
         """Close the idle connections."""
-        while not self._slots.empty():
-            self._drop(self._slots.get_nowait())
-
-
-async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
-    body = bytearray()
-    while True:
-        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-        if size == 0:
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return bytes(body)
-        if len(body) + size > MAX_RESPONSE_BYTES:
-            raise ValueError("the answer is too large")
-        body += await reader.readexactly(size)
-        await reader.readline()
+        await self._http.aclose()
 
 
 def _answer(status: int, body: bytes, base_url: str, what: str) -> Any:

@@ -14,11 +14,12 @@ import logging
 import os
 import socket
 import time
+from http import HTTPStatus
 from typing import Final
 
 import httpx
 
-from teaagent._http import client_verify
+from teaagent._http import KeptAlive, NoAnswer, client_verify
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
 from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery, DeliveryStateName
@@ -46,12 +47,16 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _refusal(response: httpx.Response) -> str:
+def _refusal(status: int, answer: bytes) -> str:
     try:
-        body = response.json()
+        body = json.loads(answer)
         return f"{body['error']}: {body['message']}"
     except (ValueError, KeyError, TypeError):
-        return response.text[:200] or response.reason_phrase
+        text = answer[:200].decode("utf-8", "replace")
+        try:
+            return text or HTTPStatus(status).phrase
+        except ValueError:
+            return "no reason given"
 
 
 class DeliveryWorker:
@@ -71,14 +76,52 @@ class DeliveryWorker:
         self.consumer_retention_seconds = consumer_retention_seconds
         # Under the min-idle time, so a live worker's entry is never taken over while it delivers it.
         timeout = min(MAX_DELIVERY_TIMEOUT, min_idle_seconds / 2)
+        self._timeout = timeout
         # Peers' https:// relays are verified against [tls] ca when set, else the public CAs.
-        self.client = httpx.AsyncClient(
-            timeout=timeout, transport=transport, verify=client_verify(relay.config.tls.client_verify())
+        self._verify = relay.config.tls.client_verify()
+        # Deliveries go out on kept-alive HTTP/1.1 streams, one pool per peer relay (httpx cost
+        # more CPU per call than the peer spent answering it); through httpx only when a test
+        # hands in a transport (an app in the same process).
+        self._peers: dict[str, KeptAlive] = {}
+        self.client = (
+            httpx.AsyncClient(timeout=timeout, transport=transport, verify=client_verify(self._verify))
+            if transport is not None
+            else None
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self.client.aclose()
+        """Close the connections to the peers."""
+        if self.client is not None:
+            await self.client.aclose()
+        for peer in self._peers.values():
+            await peer.aclose()
+        self._peers.clear()
+
+    async def _post(self, base_url: str, path: str, body: object) -> tuple[int, bytes]:
+        """POST ``body`` as JSON to a peer relay; its status and answer.
+
+        Raises:
+            NoAnswer: The peer's relay did not answer.
+        """
+        data = json.dumps(body, separators=(",", ":")).encode()
+        if self.client is not None:
+            try:
+                response = await self.client.post(
+                    base_url.rstrip("/") + path, content=data, headers={"Content-Type": "application/json"}
+                )
+            except httpx.HTTPError as exc:
+                raise NoAnswer(str(exc) or type(exc).__name__) from exc
+            return response.status_code, response.content
+        peer = self._peers.get(base_url)
+        if peer is None:
+            peer = self._peers[base_url] = KeptAlive(
+                base_url,
+                headers={"User-Agent": "teaagent-relay"},
+                connections=MAX_IN_FLIGHT,  # a delivery never waits for a connection
+                timeout=self._timeout,
+                ssl_context=self._verify,
+            )
+        return await peer.post(path, data)
 
     async def run(self) -> None:
         """Claim and deliver until cancelled; failures (Redis down) are waited out with a backoff.
@@ -208,8 +251,8 @@ class DeliveryWorker:
             return
         try:
             payload = json.loads(delivery.payload)
-            url = peer.relay_url.rstrip("/") + payload["path"]
-            body = payload["body"]
+            path, body = payload["path"], payload["body"]
+            url = peer.relay_url.rstrip("/") + path
         except (ValueError, KeyError, TypeError):
             await self._dead(delivery, "the queued delivery is not a JSON object with path and body")
             return
@@ -223,24 +266,22 @@ class DeliveryWorker:
             await self._note(delivery, "given_up", f"withdrawn before it reached {delivery.target}")
             return
         try:
-            response = await self.client.post(url, json=body)
-        except httpx.HTTPError as exc:
+            status, answer = await self._post(peer.relay_url, path, body)
+        except NoAnswer as exc:
             await self._retry(
-                delivery,
-                f"{delivery.target}'s relay at {url} is unreachable: {exc or type(exc).__name__}",
-                own=own,
+                delivery, f"{delivery.target}'s relay at {url} is unreachable: {exc.detail}", own=own
             )
             return
-        if response.is_success:
+        if 200 <= status < 300:
             await self.relay.deliveries.ack(delivery)
             metrics.deliveries.labels("ok").inc()
             if own:
                 await self._note(delivery, "delivered", None)
             return
-        error = f"{delivery.target}'s relay at {url} answered {response.status_code} {_refusal(response)}"
-        if response.status_code == 404 and _is_own_withdrawal(payload, self.relay.agent_id):
+        error = f"{delivery.target}'s relay at {url} answered {status} {_refusal(status, answer)}"
+        if status == 404 and _is_own_withdrawal(payload, self.relay.agent_id):
             await self._unknown_withdrawn(delivery, error)
-        elif response.status_code >= 500 or response.status_code in _TEMPORARY:
+        elif status >= 500 or status in _TEMPORARY:
             await self._retry(delivery, error, own=own)
         else:
             await self._dead(delivery, error, own=own)
