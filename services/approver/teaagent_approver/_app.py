@@ -14,6 +14,7 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 import teaagent
+from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError, StoreError
 from teaagent.relay_client import AsyncRelayClient
@@ -155,9 +156,9 @@ def _lifespan(
             finally:
                 app.state.engine = None
                 if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    # Cancelled again while it runs on: a cancellation lost inside a Redis call
+                    # (Python 3.11) left the engine's loop running and this shutdown waiting forever.
+                    await cancel_and_wait(task)
 
     return lifespan
 
