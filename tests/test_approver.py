@@ -691,3 +691,43 @@ async def test_a_withdrawn_request_is_never_signed_and_listed_as_withdrawn(
     assert (signatures, skipped) == (0, 1)
     assert audit_records(beta) == []
     assert (await relay_item(beta, request_id))["decision"] is None
+
+
+@asynctest
+async def test_the_engine_meeting_an_operator_mid_decision_audits_that_decision_once(
+    cluster: dict[str, Node], beta_relay: Node
+) -> None:
+    # The operator's decision is claimed in the ledger and held before its signature is attached;
+    # meanwhile the engine sees the item (no rule matches it: asked) and finds that claim.
+    from teaagent_approver._engine import Proposal
+
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta, engine=False) as client:
+        engine = client.app.state.engine  # type: ignore[attr-defined]
+        request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
+        [item] = await engine.relay.list_inbox("pending", limit=10)
+        assert item.request_id == request_id
+        attach, held, release = engine.ledger.attach, asyncio.Event(), asyncio.Event()
+        calls = 0
+
+        async def held_attach(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the operator's: held until the engine has had its go
+                held.set()
+                await release.wait()
+            return await attach(*args, **kwargs)
+
+        engine.ledger.attach = held_attach
+        operator = asyncio.ensure_future(
+            engine.settle(item, Proposal(kind="approval", reason="looks fine", by="operator"))
+        )
+        await asyncio.wait_for(held.wait(), WAIT)
+        engines_go = asyncio.ensure_future(engine._asked_item(item))
+        await asyncio.sleep(0.2)  # the engine's go, as far as it gets on its own
+        release.set()
+        outcome = await asyncio.wait_for(operator, WAIT)
+        await asyncio.wait_for(engines_go, WAIT)
+
+    assert outcome.won
+    assert [record["by"] for record in audit_records(beta)] == ["operator"]

@@ -626,17 +626,20 @@ class Engine:
             return 0
         # First sight in this process: an operator may have decided it through an approver whose
         # relay did not answer, and that process died since; then the decision is finished here.
-        [(record, signature)] = await self.ledger.read([ref])
-        if record is not None:
-            try:
-                outcome = await self._finish(item, record, signature, won=False)
-            except ApiError as exc:
-                logger.warning(
-                    "request %s of %s is left undecided: %s", item.request_id, item.origin, exc.message
-                )
-                self._remember(ref, item.expires_at, None)
-                return 0
-            return self._after(ref, item.expires_at, outcome)
+        # Under the request's lock: an operator deciding it in this process right now has claimed
+        # it but not yet audited it, and finishing it beside them would audit it twice.
+        async with self._one_at_a_time(ref):
+            [(record, signature)] = await self.ledger.read([ref])
+            if record is not None:
+                try:
+                    outcome = await self._finish(item, record, signature, won=False)
+                except ApiError as exc:
+                    logger.warning(
+                        "request %s of %s is left undecided: %s", item.request_id, item.origin, exc.message
+                    )
+                    self._remember(ref, item.expires_at, None)
+                    return 0
+                return self._after(ref, item.expires_at, outcome)
         self._asked[ref] = item.expires_at
         self._remember(ref, item.expires_at, None)
         self.metrics.skipped.labels("ask").inc()
