@@ -724,7 +724,10 @@ async def test_the_engine_meeting_an_operator_mid_decision_audits_that_decision_
         )
         await asyncio.wait_for(held.wait(), WAIT)
         engines_go = asyncio.ensure_future(engine._asked_item(item))
-        await asyncio.sleep(0.2)  # the engine's go, as far as it gets on its own
+        # The engine's go, as far as it gets on its own: it ends, or it waits behind the operator
+        # for the request's lock (a second user of it).
+        ref = (item.origin, item.request_id)
+        assert await until(lambda: engines_go.done() or engine._busy.get(ref, (None, 0))[1] >= 2)
         release.set()
         outcome = await asyncio.wait_for(operator, WAIT)
         await asyncio.wait_for(engines_go, WAIT)
