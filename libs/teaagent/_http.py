@@ -65,12 +65,13 @@ class KeptAlive:
         headers: Mapping[str, str] | None = None,
         connections: int = 32,
         timeout: float = 10.0,
-        ssl_context: ssl.SSLContext | bool = True,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """Connect nothing yet.
 
         ``headers`` go with every call (beside Host, Content-Type, Accept and Content-Length);
-        ``ssl_context`` verifies an ``https://`` server: True for the public CAs, or a context.
+        ``ssl_context`` verifies an ``https://`` server: the public CAs (the process's default
+        context) when None.
 
         Raises:
             ValueError: ``base_url`` is not an http or https URL with a host, or a limit is not positive.
@@ -83,7 +84,7 @@ class KeptAlive:
         self.base_url = base_url.rstrip("/")
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._ssl = _context(ssl_context) if parts.scheme == "https" else None
+        self._ssl = (ssl_context or _default_context()) if parts.scheme == "https" else None
         self._prefix = parts.path.rstrip("/")
         host = f"[{self._host}]" if ":" in self._host else self._host
         lines = [f"Host: {host}:{self._port}", "Content-Type: application/json", "Accept: application/json"]
@@ -195,17 +196,6 @@ class KeptAlive:
         """Close the idle connections."""
         while not self._slots.empty():
             _drop(self._slots.get_nowait())
-
-
-def _context(verify: ssl.SSLContext | bool) -> ssl.SSLContext:
-    """The context of ``verify`` (as httpx's ``verify=``): False checks no certificate at all."""
-    context = client_verify(verify)
-    if isinstance(context, ssl.SSLContext):
-        return context
-    unverified = ssl.create_default_context()
-    unverified.check_hostname = False
-    unverified.verify_mode = ssl.CERT_NONE
-    return unverified
 
 
 def _drop(connection: _Connection | None) -> None:

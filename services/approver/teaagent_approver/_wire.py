@@ -52,7 +52,7 @@ class DecisionPoster:
             headers={"Authorization": f"Bearer {token}"},
             connections=connections,
             timeout=timeout,
-            ssl_context=ssl_context or True,
+            ssl_context=ssl_context,
         )
         self.base_url = self._http.base_url
         self._batches: Coalescer[tuple[str, bytes], Any] = Coalescer(

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from http import HTTPStatus
 from typing import Final
@@ -119,7 +120,7 @@ class DeliveryWorker:
                 headers={"User-Agent": "teaagent-relay"},
                 connections=MAX_IN_FLIGHT,  # a delivery never waits for a connection
                 timeout=self._timeout,
-                ssl_context=self._verify,
+                ssl_context=self._verify if isinstance(self._verify, ssl.SSLContext) else None,
             )
         return await peer.post(path, data)
 
