@@ -309,6 +309,40 @@ def test_an_upstream_killed_during_a_call_is_an_error_result_and_is_restarted_on
     anyio.run(main)
 
 
+def test_a_low_risk_call_the_client_cancels_is_on_record_at_once_and_the_gateway_goes_on(
+    cluster: dict[str, Any],
+) -> None:
+    # A low-risk call takes the gate in the gateway's event loop, not a worker thread: the
+    # client's cancellation reaches it, and its tool_error record is written then, not when
+    # the upstream's minute is up.
+    alpha = cluster["nodes"]["alpha"]
+    marker = alpha.folder / "slow-cancelled"
+    marker.unlink(missing_ok=True)
+
+    def of_the_call() -> list[dict[str, Any]]:
+        return [r for r in audit(alpha) if r["payload"].get("arguments") == {"marker": str(marker)}]
+
+    async def main() -> None:
+        async with gateway_session(alpha) as session:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(session.call_tool, "github.slow", {"marker": str(marker)})
+                with anyio.fail_after(30):
+                    while not marker.exists() or not marker.read_text():
+                        await anyio.sleep(0.02)
+                tasks.cancel_scope.cancel()
+            with anyio.fail_after(30):
+                while not of_the_call():
+                    await anyio.sleep(0.05)
+            echoed = await session.call_tool("web.echo", {"text": "after the cancel"})
+        assert text(echoed) == "echo: after the cancel"
+
+    anyio.run(main)
+    [record] = of_the_call()
+    assert record["event_type"] == "tool_error"
+    assert record["payload"]["tool_name"] == "github.slow"
+    assert record["payload"]["error_type"] == "CancelledError"
+
+
 def test_an_upstream_that_died_between_calls_is_started_again_by_the_next_one(
     cluster: dict[str, Any],
 ) -> None:

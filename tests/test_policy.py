@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from teaagent._canonical import payload_digest
 from teaagent.errors import ApprovalDeniedError, TeaAgentError
@@ -161,6 +163,59 @@ def test_mode_kind_source_table(workspace: Path, mode: PermissionMode, kind: str
         source in PROMPTS and want is not MODE and mode in (PermissionMode.PROMPT, PermissionMode.ALLOW)
     )
     assert asked == (1 if should_ask else 0)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("mode", list(PermissionMode))
+def test_at_once_settles_what_the_mode_settles_and_leaves_the_rest_untouched(
+    workspace: Path, mode: PermissionMode, kind: str, source: str
+) -> None:
+    policy, prompter = build(mode, KINDS[kind], source, workspace)
+    tool, arguments, annotations = KINDS[kind]
+    want = expected(mode, kind, source)
+    denied_by_mode = mode is PermissionMode.READ_ONLY and kind != "read-only"
+    if denied_by_mode:
+        with pytest.raises(ApprovalDeniedError, match=rf"^{re.escape(tool)}"):
+            policy.authorize_at_once(
+                tool, "c1", annotations["destructive"], arguments, read_only=annotations["read_only"]
+            )
+    else:
+        got = policy.authorize_at_once(
+            tool, "c1", annotations["destructive"], arguments, read_only=annotations["read_only"]
+        )
+        # The mode's own allowance is decided here; any other source needs someone (or something used up).
+        assert (got.source if got is not None else None) is (MODE if want is MODE else None)
+    # Nothing was asked or used up: the full check still decides exactly as the table says.
+    assert prompter is None or prompter.asked == []
+    if want is None:
+        with pytest.raises(ApprovalDeniedError):
+            authorize(policy, KINDS[kind])
+    else:
+        assert authorize(policy, KINDS[kind]).source is want
+
+
+def test_at_once_leaves_a_high_risk_call_to_the_quorum(workspace: Path) -> None:
+    quorum = MultiSigQuorumConfig(
+        enabled=True,
+        required_approvals=1,
+        peer_agent_ids=["beta"],
+        peer_public_keys={
+            "beta": Ed25519PrivateKey.generate()
+            .public_key()
+            .public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH)
+            .decode()
+        },
+        peer_relay_urls={"beta": "http://127.0.0.1:9001"},
+        local_relay_base_url="http://127.0.0.1:9000",
+        high_risk_patterns=["fs.read"],
+    )
+    policy = ApprovalPolicy.for_workspace(
+        workspace, mode=PermissionMode.DANGER_FULL_ACCESS, use_presets=False, multi_sig_config=quorum
+    )
+    tool, arguments, _ = READ
+    assert policy.authorize_at_once(tool, "c1", False, arguments, read_only=True) is None
+    assert policy.authorize_at_once("fs.list", "c2", False, {}, read_only=True) is not None
 
 
 # -- the denial sentences ---------------------------------------------------------------------------

@@ -216,3 +216,79 @@ def test_calls_that_are_not_high_risk_do_not_need_the_quorum(workspace: Path, tm
     gate, _ = make_gate(workspace, tmp_path, multi_sig_config=quorum())
 
     assert gate.call("fs.read", {"path": "a.txt"}, call_id="c1")["content"] == "x"
+
+
+# -- admit / finished / failed: the gate's steps for a caller that runs the tool itself --------------
+
+
+def test_an_admitted_call_is_recorded_as_gate_call_records_it(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "notes.txt").write_text("hello")
+    gate, audit_path = make_gate(workspace, tmp_path)
+
+    read = gate.admit("fs.read", {"path": "notes.txt"}, call_id="c1", reason="look", at_once=True)
+    assert read is not None
+    gate.finished(read, {"content": "hello"})
+    write = gate.admit(
+        "fs.write", {"path": "a.txt", "content": "x"}, call_id="c2", reason="save", at_once=True
+    )
+    assert write is not None
+    gate.failed(write, OSError("disk full"))
+
+    assert kinds(audit_path) == ["tool_result", "tool_call", "tool_error"]
+    done, call, failed = (record["payload"] for record in records(audit_path))
+    assert done == {
+        "tool_name": "fs.read",
+        "call_id": "c1",
+        "arguments": {"path": "notes.txt"},
+        "result": {"content": "hello"},
+    }
+    assert call["arguments"] == {"path": "a.txt", "content": "x"}
+    assert failed == {
+        "tool_name": "fs.write",
+        "call_id": "c2",
+        "error": "disk full",
+        "error_type": "OSError",
+        "stage": "call",
+    }
+    assert verify_log(audit_path).ok
+
+
+def test_at_once_leaves_what_must_wait_unrecorded_and_refuses_what_the_mode_refuses(
+    workspace: Path, tmp_path: Path
+) -> None:
+    asked: list[Any] = []
+
+    def prompter(request: Any) -> PromptAnswer:
+        asked.append(request)
+        return PromptAnswer.ONCE
+
+    gate, audit_path = make_gate(
+        workspace, tmp_path, mode=PermissionMode.PROMPT, prompter=prompter, multi_sig_config=quorum()
+    )
+    definition = gate.registry.lookup("fs.list")
+    assert definition is not None
+    gate.registry.register(
+        "fs.list",
+        definition.description,
+        definition.input_schema,
+        definition.output_schema,
+        definition.annotations,
+        definition.handler,
+        rate_limit=ToolRateLimit(max_calls=2, window_seconds=60),
+        allow_override=True,
+    )
+
+    # A prompt, the quorum, a rate-limit window: each is left to gate.call, with nothing recorded.
+    assert gate.admit("fs.write", {"path": "a.txt", "content": "x"}, call_id="c1", at_once=True) is None
+    assert gate.admit("shell.run", {"command": "ls"}, call_id="c2", at_once=True) is None
+    assert gate.admit("fs.list", {}, call_id="c3", at_once=True) is None
+    assert asked == []
+    assert not audit_path.exists() or kinds(audit_path) == []
+    # What needs nobody is decided at once, refusals included, and recorded as gate.call would.
+    with pytest.raises(SchemaValidationError):
+        gate.admit("fs.write", {"path": "a.txt"}, call_id="c4", at_once=True)
+    read_only_gate, read_only_audit = make_gate(workspace, tmp_path / "ro", mode=PermissionMode.READ_ONLY)
+    with pytest.raises(ApprovalDeniedError, match=r"^fs\.write is not read-only"):
+        read_only_gate.admit("fs.write", {"path": "a.txt", "content": "x"}, call_id="c5", at_once=True)
+    assert kinds(audit_path) == ["tool_error"]
+    assert kinds(read_only_audit) == ["approval_denied"]

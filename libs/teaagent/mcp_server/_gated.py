@@ -190,6 +190,10 @@ class GatedToolServer:
             content when None.
         lifespan: The MCP server's lifespan (entered once per stdio run, once by the HTTP app).
         instructions: The server's instructions for the client's model.
+        run_at_once: Runs a tool in the event loop (a gateway awaiting its upstream). Given, a
+            call that the permission mode settles alone (no approval, quorum or rate-limit window
+            to wait for) takes the gate in the loop rather than in a worker thread: the same
+            checks and records, without the two thread hops each way.
     """
 
     def __init__(
@@ -204,8 +208,10 @@ class GatedToolServer:
         to_result: Callable[[dict[str, Any]], types.CallToolResult] | None = None,
         lifespan: Callable[[Server[Any]], AbstractAsyncContextManager[Any]] | None = None,
         instructions: str | None = None,
+        run_at_once: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
         self.node = node
+        self._run_at_once = run_at_once
         self.registry = registry
         self.run_id = f"{run_prefix}-{secrets.token_hex(8)}"
         self._refresh = refresh
@@ -294,6 +300,10 @@ class GatedToolServer:
         with self._count_lock:
             self._calls += 1
             call_id = f"{self.run_id}-{self._calls}"
+        if self._run_at_once is not None and call.answer is None:
+            settled = await self._call_at_once(self._run_at_once, ctx, name, arguments, call_id)
+            if settled is not None:
+                return settled
         self._active.add(call)
         try:
             # A cancelled await leaves the thread to finish; the stop below ends its quorum wait.
@@ -313,17 +323,38 @@ class GatedToolServer:
         reason = f"MCP call from {_client_name(call.ctx)}"
         try:
             result = self.gate.call(name, arguments, call_id=call_id, reason=reason)
-        except ApprovalDeniedError as exc:
-            return error_result(str(exc), "denied")
-        except ToolCallFailed as exc:
-            if exc.result is not None:
-                return exc.result
-            return error_result(str(exc), "failed")
-        except ToolError as exc:  # unknown tool, bad arguments, a full rate-limit window
-            return error_result(str(exc), "refused")
-        except Exception as exc:  # the tool's own failure (or its store's): one sentence, no crash
-            return error_result(f"{name} failed: {type(exc).__name__}: {exc}", "failed")
+        except Exception as exc:
+            return _error_of(name, exc)
         return self._to_result(result)
+
+    async def _call_at_once(
+        self,
+        run: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]],
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        arguments: dict[str, Any],
+        call_id: str,
+    ) -> types.CallToolResult | None:
+        """The gate in the event loop, for a call that waits for nobody; None: it must take a thread.
+
+        The checks and records are the gate's own (:meth:`ToolGate.admit`, ``finished``,
+        ``failed``); only the tool is run by ``run`` instead of the registry's handler. The audit
+        records are appended in the loop, as a logging handler would (no fsync by default).
+        """
+        reason = f"MCP call from {_client_name(ctx)}"
+        try:
+            admitted = self.gate.admit(name, arguments, call_id=call_id, reason=reason, at_once=True)
+            if admitted is None:
+                return None
+            try:
+                result = await run(name, arguments)
+                self.registry.validate_result(name, result)
+            except BaseException as exc:  # a cancelled call is on record too, then cancelled
+                self.gate.failed(admitted, exc)
+                raise
+            return self._to_result(self.gate.finished(admitted, result))
+        except Exception as exc:
+            return _error_of(name, exc)
 
     # -- asking the client's user ---------------------------------------------------------------
 
@@ -436,6 +467,18 @@ class _CallQuorumGate:
         )
         assert gate is not None  # made only when the quorum is enabled
         return gate.obtain(request)
+
+
+def _error_of(name: str, exc: Exception) -> types.CallToolResult:
+    """The error result of a call that the gate refused or that failed."""
+    if isinstance(exc, ApprovalDeniedError):
+        return error_result(str(exc), "denied")
+    if isinstance(exc, ToolCallFailed):
+        return exc.result if exc.result is not None else error_result(str(exc), "failed")
+    if isinstance(exc, ToolError):  # unknown tool, bad arguments, a full rate-limit window
+        return error_result(str(exc), "refused")
+    # The tool's own failure (or its store's): one sentence, no crash.
+    return error_result(f"{name} failed: {type(exc).__name__}: {exc}", "failed")
 
 
 def _success(result: dict[str, Any]) -> types.CallToolResult:

@@ -195,13 +195,22 @@ class Upstream:
             # The gate runs in a worker thread; the connection belongs to the gateway's event loop.
             if self._loop is None:
                 raise ToolCallFailed(f"the upstream {self.name} is not running: the gateway is stopping.")
-            result = asyncio.run_coroutine_threadsafe(self.call(tool, arguments), self._loop).result()
-            data: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            if result.is_error:
-                raise ToolCallFailed(f"{self.name}.{tool} failed: {_text_of(result)}", result)
-            return data
+            return asyncio.run_coroutine_threadsafe(self.run(tool, arguments), self._loop).result()
 
         return forward
+
+    async def run(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Forward one call for the gate: the upstream's result as JSON, its error result raised.
+
+        Raises:
+            ToolCallFailed: The upstream failed (see :meth:`call`) or returned an error result,
+                which the exception carries so that the client gets it as it was.
+        """
+        result = await self.call(tool, arguments)
+        data: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if result.is_error:
+            raise ToolCallFailed(f"{self.name}.{tool} failed: {_text_of(result)}", result)
+        return data
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Forward one call; an upstream that died fails it and is restarted on the next one.
@@ -313,6 +322,7 @@ class Gateway:
             describe=self._describe,
             to_result=types.CallToolResult.model_validate,
             lifespan=self._lifespan,
+            run_at_once=self._run_at_once,
             instructions=(
                 "Tools of other MCP servers, named SERVER.TOOL. A high-risk call waits for the "
                 f"signed approval of {node.quorum.describe_quorum()}."
@@ -356,6 +366,11 @@ class Gateway:
         async with anyio.create_task_group() as task_group:
             for upstream in targets:
                 task_group.start_soon(one, upstream)
+
+    async def _run_at_once(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Forward a call the gate admitted in the event loop (no thread hop to reach the upstream)."""
+        upstream_name, tool = name.split(".", 1)
+        return await self.upstreams[upstream_name].run(tool, arguments)
 
     def _describe(self, tool: ToolDefinition) -> types.Tool:
         upstream = self.upstreams[tool.name.split(".", 1)[0]]

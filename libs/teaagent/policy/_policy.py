@@ -353,18 +353,66 @@ class ApprovalPolicy:
                 source gives and nobody can be asked; the person asked denied it; or it is high
                 risk and no verified quorum certificate for exactly this call was obtained.
         """
+        authorization = self._authorize(
+            tool_name, call_id, destructive, arguments, read_only, reason, run_id, wait=True
+        )
+        assert authorization is not None  # with wait=True it decides or raises
+        return authorization
+
+    def authorize_at_once(
+        self,
+        tool_name: str,
+        call_id: str,
+        destructive: bool,
+        arguments: dict[str, Any],
+        *,
+        read_only: bool = False,
+        reason: str = "",
+        run_id: str | None = None,
+    ) -> Authorization | None:
+        """Decide a call as :meth:`authorize` does where nobody needs to be asked, or return None.
+
+        None means the decision needs someone else: a local approval (the JIT state, presets,
+        the prompt) or, for a high-risk call, the peers' quorum. Nothing is consumed or asked
+        then, so the caller goes on with :meth:`authorize` (in a thread: it may wait). A call
+        the permission mode settles alone is allowed or denied here exactly as there.
+
+        Raises:
+            ApprovalDeniedError: The permission mode or a path argument refuses the call.
+        """
+        return self._authorize(
+            tool_name, call_id, destructive, arguments, read_only, reason, run_id, wait=False
+        )
+
+    def _authorize(
+        self,
+        tool_name: str,
+        call_id: str,
+        destructive: bool,
+        arguments: Mapping[str, Any],
+        read_only: bool,
+        reason: str,
+        run_id: str | None,
+        *,
+        wait: bool,
+    ) -> Authorization | None:
         # Anything but an explicit False is destructive, and only an explicit True is read-only.
         destructive = destructive is not False
         if not isinstance(tool_name, str) or not tool_name:
             _deny(f"a tool call without a tool name ({tool_name!r}) is denied.")
         if not isinstance(arguments, Mapping):
             _deny(f"{tool_name} was called with arguments that are not an object.")
+        local: Authorization | None
         if read_only is True and not destructive:
             local = _BY_MODE
         else:
-            local = self._check_local(tool_name, call_id, destructive, arguments, reason, run_id)
+            local = self._check_local(tool_name, call_id, destructive, arguments, reason, run_id, wait=wait)
+        if local is None:
+            return None
         if not self.multi_sig_config.is_high_risk(tool_name):
             return local
+        if not wait:
+            return None
         certificate = self._obtain_quorum(tool_name, call_id, arguments, reason, run_id)
         return Authorization(source=local.source, preset=local.preset, certificate=certificate)
 
@@ -378,7 +426,9 @@ class ApprovalPolicy:
         arguments: Mapping[str, Any],
         reason: str,
         run_id: str | None,
-    ) -> Authorization:
+        *,
+        wait: bool = True,
+    ) -> Authorization | None:
         mode = self.permission_mode
         if mode is PermissionMode.DANGER_FULL_ACCESS:
             return _BY_MODE
@@ -387,6 +437,8 @@ class ApprovalPolicy:
         self._check_paths(tool_name, arguments, confine=mode is PermissionMode.WORKSPACE_WRITE)
         if not destructive and mode in (PermissionMode.WORKSPACE_WRITE, PermissionMode.ALLOW):
             return _BY_MODE
+        if not wait:
+            return None  # the approvals below may be used up, and the prompt waits for a person
         approved = self._approved(tool_name, call_id, destructive, arguments, run_id)
         if approved is not None:
             return approved

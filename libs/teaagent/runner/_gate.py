@@ -21,6 +21,7 @@ therefore leaves exactly one ``tool_result`` or ``tool_error`` record with its a
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 from teaagent.audit import AuditLogger
@@ -29,7 +30,7 @@ from teaagent.policy import ApprovalPolicy
 from teaagent.policy._policy import ApprovalSource, Authorization
 from teaagent.tools import ToolRegistry
 
-__all__ = ["ToolGate"]
+__all__ = ["Admitted", "ToolGate"]
 
 
 class ToolGate:
@@ -71,6 +72,47 @@ class ToolGate:
             ToolRateLimitError: The tool's rate-limit window is full.
             Exception: Whatever the tool's handler raised.
         """
+        admitted = self.admit(tool_name, arguments, call_id=call_id, reason=reason)
+        assert admitted is not None  # it waits for whatever the policy needs
+        try:
+            result = self.registry.call(tool_name, arguments)
+        except Exception as exc:
+            self.failed(admitted, exc)
+            raise
+        return self.finished(admitted, result)
+
+    def admit(
+        self,
+        tool_name: str,
+        arguments: dict[str, Any],
+        *,
+        call_id: str,
+        reason: str = "",
+        at_once: bool = False,
+    ) -> Admitted | None:
+        """Steps 1 to 3 of a call: check it, authorize it and put it on record before it runs.
+
+        The caller then runs the tool and reports how it ended with :meth:`finished` or
+        :meth:`failed`; :meth:`call` is exactly that, with the registry's own handler.
+
+        Args:
+            tool_name: The registered tool's name.
+            arguments: The call's arguments.
+            call_id: The call's id, unique within the run.
+            reason: Why the model (or operator) wants the call; shown to approvers.
+            at_once: Decide only what needs nobody to be asked and nothing to be waited for
+                (:meth:`~teaagent.policy.ApprovalPolicy.authorize_at_once`): an event loop's
+                shortcut for a call it may make without a worker thread.
+
+        Returns:
+            The admitted call; with ``at_once``, None when the call needs an approval, the quorum
+            or a rate-limit window (nothing was recorded or used up: call :meth:`call` instead).
+
+        Raises:
+            ToolNotFoundError: No tool of that name.
+            SchemaValidationError: The arguments do not match the tool's input schema.
+            ApprovalDeniedError: The policy or the quorum refused the call.
+        """
         # The gate's run, not the logger's: one audit log may carry several runs.
         log = functools.partial(self.audit.log, run_id=self.run_id)
         base: dict[str, Any] = {"tool_name": tool_name, "call_id": call_id}
@@ -79,9 +121,12 @@ class ToolGate:
         except ToolError as exc:
             log("tool_error", {**base, "arguments": arguments, "error": str(exc), "stage": "arguments"})
             raise
+        if at_once and definition.rate_limit is not None:
+            return None  # its window may live in Redis: a round trip an event loop must not block on
         annotations = definition.annotations
+        authorize = self.policy.authorize_at_once if at_once else self.policy.authorize
         try:
-            authorization = self.policy.authorize(
+            authorization = authorize(
                 tool_name,
                 call_id,
                 annotations.destructive,
@@ -93,19 +138,42 @@ class ToolGate:
         except ApprovalDeniedError as exc:
             log("approval_denied", {**base, "arguments": arguments, "reason": str(exc)})
             raise
+        if authorization is None:
+            return None
         if authorization.source is not ApprovalSource.PERMISSION_MODE or authorization.certificate:
             log("approval_granted", {**base, **_granted(authorization)})
         if annotations.read_only:
             base["arguments"] = arguments
         else:
             log("tool_call", {**base, "arguments": arguments, "reason": reason})
-        try:
-            result = self.registry.call(tool_name, arguments)
-        except Exception as exc:
-            log("tool_error", {**base, "error": str(exc), "error_type": type(exc).__name__, "stage": "call"})
-            raise
-        log("tool_result", {**base, "result": result})
+        return Admitted(tool_name=tool_name, record=base)
+
+    def finished(self, admitted: Admitted, result: dict[str, Any]) -> dict[str, Any]:
+        """Step 4's record of an admitted call that returned ``result``; returns ``result``."""
+        self.audit.log("tool_result", {**admitted.record, "result": result}, run_id=self.run_id)
         return result
+
+    def failed(self, admitted: Admitted, exc: BaseException) -> None:
+        """Step 4's record of an admitted call that raised ``exc`` (or was cancelled)."""
+        self.audit.log(
+            "tool_error",
+            {**admitted.record, "error": str(exc), "error_type": type(exc).__name__, "stage": "call"},
+            run_id=self.run_id,
+        )
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A call the gate let through and recorded; its end is recorded by :meth:`ToolGate.finished`.
+
+    Attributes:
+        tool_name: The tool's name.
+        record: What each of its audit records carries (name, call id, and the arguments of a
+            read-only call, recorded once at its end).
+    """
+
+    tool_name: str
+    record: dict[str, Any]
 
 
 def _granted(authorization: Authorization) -> dict[str, Any]:

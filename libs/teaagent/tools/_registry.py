@@ -203,17 +203,31 @@ class ToolRegistry:
                     f"retry in {decision.retry_after:.1f} s"
                 )
         result = definition.handler(arguments)
-        if not (isinstance(result, dict) and entry.result.is_valid(result)):
-            raise SchemaValidationError(
-                f"{tool_name}: the tool's result is invalid{_why(entry.result, result)}"
-            )
+        self._check_result(entry, result)
         return result
+
+    def validate_result(self, tool_name: str, result: Any) -> None:
+        """Check a result against the tool's output schema, as :meth:`call` does with its handler's.
+
+        For a caller that ran the tool another way (an MCP gateway awaiting its upstream).
+
+        Raises:
+            ToolNotFoundError: tool_name not registered.
+            SchemaValidationError: The result is not an object that matches the output schema.
+        """
+        self._check_result(self._entry(tool_name), result)
 
     def _entry(self, tool_name: str) -> _Entry:
         entry = self._entries.get(tool_name)
         if entry is None:
             raise ToolNotFoundError(f"no tool named {tool_name!r} is registered")
         return entry
+
+    @staticmethod
+    def _check_result(entry: _Entry, result: Any) -> None:
+        if not (isinstance(result, dict) and entry.result.is_valid(result)):
+            name = entry.definition.name
+            raise SchemaValidationError(f"{name}: the tool's result is invalid{_why(entry.result, result)}")
 
     @staticmethod
     def _check_arguments(entry: _Entry, arguments: dict[str, Any]) -> None:
