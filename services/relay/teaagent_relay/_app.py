@@ -20,6 +20,7 @@ from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, StoreError
 from teaagent.store import Keys, Store, node_prefix, open_node_store
 from teaagent_relay._errors import install_error_handlers
+from teaagent_relay._fast import RelayApp, hot_middlewares
 from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, MetricsMiddleware
 from teaagent_relay._relay import Relay
@@ -112,7 +113,7 @@ def _lifespan(
     return lifespan
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None) -> RelayApp:
     """Build the relay service's application.
 
     The node configuration is loaded here, so a broken file fails before the server starts; the
@@ -140,7 +141,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     except ValueError as exc:
         raise ConfigError(f"TEAAGENT_RELAY_REDIS_PREFIX is not usable: {exc}.") from exc
     metrics = RelayMetrics()
-    app = FastAPI(
+    app = RelayApp(
         title="teaagent relay",
         version=teaagent.__version__,
         description=DESCRIPTION,
@@ -171,4 +172,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The last added is the outermost: metrics see every call, the body limit refuses before any route.
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    # The quorum's hot calls skip FastAPI's stack; the same middlewares' kinds wrap them (_fast.py).
+    app.use_middlewares(hot_middlewares(metrics, MAX_BODY_BYTES))
     return app

@@ -45,6 +45,7 @@ __all__ = [
     "ErrorOut",
     "error_response",
     "install_error_handlers",
+    "response_of",
     "validation_message",
 ]
 
@@ -123,20 +124,11 @@ def validation_message(errors: Sequence[Any]) -> tuple[int, str]:
     return 422, _sentence(f"{where}: {first.get('msg', 'is invalid')}")
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Make every failure of ``app`` an ``ErrorOut``; never a 500 for a client's mistake."""
-
-    @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+def response_of(exc: Exception, method: str, path: str) -> JSONResponse:
+    """Return the ``ErrorOut`` response of an exception a route raised (logged when it is a bug)."""
+    if isinstance(exc, ApiError):
         return error_response(exc.status_code, exc.code, exc.message, dict(exc.headers or {}))
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, message = validation_message(exc.errors())
-        return error_response(status, "invalid", message)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc, StarletteHTTPException):
         code = CODES_BY_STATUS.get(exc.status_code, "internal" if exc.status_code >= 500 else "invalid")
         detail = exc.detail if isinstance(exc.detail, str) else "The request was refused."
         if exc.status_code == 404:
@@ -144,21 +136,34 @@ def install_error_handlers(app: FastAPI) -> None:
         elif exc.status_code == 400:
             detail = "The request body could not be read as JSON."
         return error_response(exc.status_code, code, _sentence(detail), dict(exc.headers or {}))
-
-    @app.exception_handler(RequestNotFoundError)
-    async def _not_found(_request: Request, exc: RequestNotFoundError) -> JSONResponse:
+    if isinstance(exc, RequestNotFoundError):
         return error_response(404, "not_found", _sentence(str(exc)))
-
-    @app.exception_handler(RequestConflictError)
-    async def _conflict(_request: Request, exc: RequestConflictError) -> JSONResponse:
+    if isinstance(exc, RequestConflictError):
         return error_response(409, "conflict", _sentence(str(exc)))
-
-    @app.exception_handler(StoreError)
-    async def _unavailable(_request: Request, exc: StoreError) -> JSONResponse:
+    if isinstance(exc, StoreError):
         logger.warning("store unavailable: %s", exc)
         return error_response(503, "unavailable", _sentence(str(exc)), {"Retry-After": "1"})
+    logger.error("internal error on %s %s", method, path, exc_info=exc)
+    return error_response(500, "internal", "The relay failed on this call; its log says why.")
 
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        logger.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(500, "internal", "The relay failed on this call; its log says why.")
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Make every failure of ``app`` an ``ErrorOut``; never a 500 for a client's mistake."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = validation_message(exc.errors())
+        return error_response(status, "invalid", message)
+
+    async def _any(request: Request, exc: Exception) -> JSONResponse:
+        return response_of(exc, request.method, request.url.path)
+
+    for kind in (
+        ApiError,
+        StarletteHTTPException,
+        RequestNotFoundError,
+        RequestConflictError,
+        StoreError,
+        Exception,
+    ):
+        app.add_exception_handler(kind, _any)

@@ -1,0 +1,252 @@
+"""The relay's hot routes, answered ahead of FastAPI's stack.
+
+Every quorum passes through the same few calls: the agent's submission and its outcome long-poll,
+the peers' deliveries into the inbox, the approver's listing and its decisions, and the decisions
+sent back to the origin. On a small host FastAPI's middleware stack (its telemetry reads the
+environment on every call), dependency solving and response validation cost as much as the
+calls' own work (the signature checks and the Redis round trips), so :class:`RelayApp` answers
+them directly: the same metrics and body limit (the relay's own middlewares), the same token
+check, body check and answer, and the same ``ErrorOut`` for every failure
+(:func:`~teaagent_relay._errors.response_of`).
+
+A call is taken here only when it is one these handlers read exactly as the documented route
+does: its method and path, a JSON body (``Content-Type: application/json``) and query
+parameters that are present at most once and valid. Anything else (another content type, a
+query parameter out of range, a request id that is not 32 hex characters) goes on to the
+documented FastAPI route, so that its refusal is the documented one. The documented routes stay
+what the OpenAPI schema describes; the tests hold both paths to the same answers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from teaagent_relay._errors import ApiError, response_of, validation_message
+from teaagent_relay._middleware import BodyLimitMiddleware, MetricsMiddleware
+from teaagent_relay._models import SignedRequestIn
+from teaagent_relay._relay import MAX_WAIT_SECONDS
+from teaagent_relay._routes import (
+    MAX_LISTED,
+    _bearer_token,
+    _check_token,
+    _relay,
+    count_decision,
+    own_decision,
+    own_decisions,
+)
+
+__all__ = ["RelayApp"]
+
+Endpoint = Callable[..., Awaitable[Response]]
+_STATES: Final = frozenset({"pending", "approved", "denied", "expired", "withdrawn", "all"})
+_HEX32: Final = "[0-9a-f]{32}"
+
+
+async def submit(request: Request) -> Response:
+    """``POST /v1/requests``, as ``submit_request`` answers it."""
+    relay = await _relay(request)
+    _check_token(relay, _bearer_token(request))
+    body = await _read_request(request)
+    created, status = await relay.submit(body.request, body.signature)
+    return JSONResponse(status, status_code=201 if created else 200)
+
+
+async def outcome(request: Request, wait: float = 0.0) -> Response:
+    """``GET /v1/requests/{id}/outcome``, as ``wait_outcome`` answers it."""
+    relay = await _relay(request)
+    _check_token(relay, _bearer_token(request))
+    return JSONResponse(await relay.wait(request.path_params["request_id"], wait))
+
+
+async def receive(request: Request) -> Response:
+    """``POST /v1/inbox``, as ``receive_request`` answers it (no token: the signature is the proof)."""
+    relay = await _relay(request)
+    body = await _read_request(request)
+    created, accepted = await relay.receive(body.request, body.signature)
+    return JSONResponse(accepted, status_code=201 if created else 200)
+
+
+async def inbox(request: Request, state: str = "pending", limit: int = 100, wait: float = 0.0) -> Response:
+    """``GET /v1/inbox``, as ``list_inbox`` answers it."""
+    relay = await _relay(request)
+    _check_token(relay, _bearer_token(request))
+    return JSONResponse(await relay.inbox(None if state == "all" else state, limit, wait))  # type: ignore[arg-type]
+
+
+async def _read_request(request: Request) -> SignedRequestIn:
+    """The body as the documented routes read it, refused with their sentences.
+
+    pydantic-core parses and checks it in one step; only a refused body is read again the way
+    FastAPI reads it (``json.loads``, then the model), whose error wording the routes document.
+    """
+    raw = await request.body()
+    try:
+        return SignedRequestIn.model_validate_json(raw)
+    except ValidationError:
+        pass
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        errors: list[Any] = [{"type": "json_invalid", "loc": ("body",), "ctx": {"error": why}}]
+    else:
+        try:
+            # As FastAPI validates a body (attributes allowed: its wording for a non-object).
+            return SignedRequestIn.model_validate(data, from_attributes=True)  # pragma: no cover
+        except ValidationError as exc:
+            errors = exc.errors()
+    status, message = validation_message(errors)
+    raise ApiError(status, "invalid", message)
+
+
+def _wait(value: str) -> float | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= MAX_WAIT_SECONDS else None
+
+
+def _limit(value: str) -> int | None:
+    if not (value.isascii() and value.isdigit()):
+        return None
+    number = int(value)
+    return number if 1 <= number <= MAX_LISTED else None
+
+
+def _state(value: str) -> str | None:
+    return value if value in _STATES else None
+
+
+_READERS: Final[dict[str, Callable[[str], Any]]] = {"wait": _wait, "limit": _limit, "state": _state}
+
+
+@dataclass(frozen=True)
+class _Route:
+    """One hot route; ``path`` is its template, the label the metrics count it under."""
+
+    method: str
+    path: str
+    pattern: re.Pattern[str]
+    endpoint: Endpoint
+    query: frozenset[str] = frozenset()  # the parameters it reads (any other sends the call on)
+    json_body: bool = False  # only a body declared as JSON is taken here
+
+    def parameters(self, query: bytes) -> dict[str, Any] | None:
+        """The endpoint's keyword arguments from the query string, or None: not one to take here."""
+        if not query:
+            return {}
+        try:
+            pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True, strict_parsing=True)
+        except (UnicodeDecodeError, ValueError):
+            return None
+        found: dict[str, Any] = {}
+        for name, value in pairs:
+            if name not in self.query or name in found:
+                return None
+            parsed = _READERS[name](value)
+            if parsed is None:
+                return None
+            found[name] = parsed
+        return found
+
+
+def _route(method: str, path: str, endpoint: Endpoint, *, request_id: str = _HEX32, **extra: Any) -> _Route:
+    regex = re.escape(path).replace(re.escape("{request_id}"), f"(?P<request_id>{request_id})")
+    return _Route(method, path, re.compile(regex), endpoint, **extra)
+
+
+# The decisions' routes took any id segment before (their handlers refuse a malformed one with
+# their own sentence), so they still do; the others leave a malformed id to the documented route.
+ROUTES: Final = (
+    _route("POST", "/v1/requests", submit, json_body=True),
+    _route("GET", "/v1/requests/{request_id}/outcome", outcome, query=frozenset({"wait"})),
+    _route("POST", "/v1/requests/{request_id}/decisions", count_decision, request_id="[^/]+"),
+    _route("POST", "/v1/inbox", receive, json_body=True),
+    _route("GET", "/v1/inbox", inbox, query=frozenset({"state", "limit", "wait"})),
+    _route("POST", "/v1/inbox/decisions", own_decisions),
+    _route("POST", "/v1/inbox/{request_id}/decision", own_decision, request_id="[^/]+"),
+)
+
+
+def _json_declared(scope: Scope) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            media_type = value.split(b";", 1)[0].strip().lower()
+            return bool(media_type == b"application/json")
+    return False
+
+
+class RelayApp(FastAPI):
+    """The relay's FastAPI application, with :data:`ROUTES` answered ahead of its stack.
+
+    ``hot_routes`` (False) sends every call through FastAPI: the tests compare the two paths.
+    """
+
+    hot_routes: bool = True
+    _hot_app: ASGIApp | None = None
+
+    def use_middlewares(self, wrap: Callable[[ASGIApp], ASGIApp]) -> None:
+        """Wrap the hot routes in the relay's own middlewares (the same instances' kinds as FastAPI's)."""
+        self._hot_app = wrap(self._dispatch)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.hot_routes and self._hot_app is not None:
+            taken = _match(scope)
+            if taken is not None:
+                route, params, request_id = taken
+                scope["app"] = self
+                scope["route"] = route
+                scope["path_params"] = {} if request_id is None else {"request_id": request_id}
+                scope["teaagent.parameters"] = params
+                await self._hot_app(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route: _Route = scope["route"]
+        request = Request(scope, receive)
+        try:
+            response = await route.endpoint(request, **scope["teaagent.parameters"])
+        except Exception as exc:
+            response = response_of(exc, route.method, scope.get("path", ""))
+        await response(scope, receive, send)
+
+
+def _match(scope: Scope) -> tuple[_Route, dict[str, Any], str | None] | None:
+    method = scope.get("method")
+    path = scope.get("path", "")
+    for route in ROUTES:
+        if route.method != method:
+            continue
+        found = route.pattern.fullmatch(path)
+        if found is None:
+            continue
+        if route.json_body and not _json_declared(scope):
+            return None
+        params = route.parameters(scope.get("query_string", b""))
+        if params is None:
+            return None
+        return route, params, found.groupdict().get("request_id")
+    return None
+
+
+def hot_middlewares(metrics: Any, limit: int) -> Callable[[ASGIApp], ASGIApp]:
+    """The relay's own middlewares around the hot routes: the body limit inside, metrics outside."""
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        return MetricsMiddleware(BodyLimitMiddleware(app, limit=limit), metrics=metrics)
+
+    return wrap

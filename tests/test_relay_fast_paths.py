@@ -1,0 +1,180 @@
+"""The relay's hot routes (``teaagent_relay._fast``) answer exactly as the documented FastAPI routes.
+
+Each call below is made twice on the same relay and state: once taken by the hot route, once with
+``hot_routes`` off, so that FastAPI's documented route answers it. Both answers must be the same
+status and the same JSON. A call the hot route does not read exactly as the documented one (a
+query parameter out of range, another content type) must reach FastAPI's stack, which a counting
+middleware shows; the calls the hot routes take must not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from relay_support import (
+    Node,
+    approval,
+    asynctest,
+    fixture_nodes,  # noqa: F401 - the nodes fixture
+    in_process,
+)
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+class _Seen:
+    """Counts the calls that reach FastAPI's middleware stack."""
+
+    def __init__(self, app: ASGIApp, *, paths: list[str]) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.paths.append(f"{scope['method']} {scope['path']}")
+        await self.app(scope, receive, send)
+
+
+async def both(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> tuple[Any, Any]:
+    """The call's (status, JSON) taken by the hot route, then by the documented route."""
+    app = client.app  # type: ignore[attr-defined]
+    answers = []
+    for hot in (True, False):
+        app.hot_routes = hot
+        try:
+            response = await client.request(method, path, **kwargs)
+        finally:
+            app.hot_routes = True
+        answers.append((response.status_code, response.json(), response.headers.get("www-authenticate")))
+    return answers[0], answers[1]
+
+
+@asynctest
+async def test_the_origins_hot_calls_answer_as_the_documented_routes(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        seen: list[str] = []
+        client.app.add_middleware(_Seen, paths=seen)  # type: ignore[attr-defined]
+        request = alpha.request()
+        rid = request["request_id"]
+        first = await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        counted = await client.post(f"/v1/requests/{rid}/decisions", json=approval(request, "beta"))
+        assert (first.status_code, counted.json()["counted"]) == (201, True)
+        pairs = {
+            "repeat": await both(
+                client, "POST", "/v1/requests", json=alpha.signed(request), headers=alpha.headers
+            ),
+            "no token": await both(client, "POST", "/v1/requests", json=alpha.signed(request)),
+            "forged": await both(
+                client,
+                "POST",
+                "/v1/requests",
+                json={
+                    **alpha.signed(request),
+                    "signature": alpha.signed(alpha.request(call_id="x"))["signature"],
+                },
+                headers=alpha.headers,
+            ),
+            "not an object": await both(client, "POST", "/v1/requests", json=[1], headers=alpha.headers),
+            "not JSON": await both(
+                client,
+                "POST",
+                "/v1/requests",
+                content=b'{"request": {',
+                headers={**alpha.headers, "Content-Type": "application/json"},
+            ),
+            "outcome": await both(client, "GET", f"/v1/requests/{rid}/outcome", headers=alpha.headers),
+            "outcome, no wait": await both(
+                client, "GET", f"/v1/requests/{rid}/outcome?wait=0", headers=alpha.headers
+            ),
+            "outcome, unknown": await both(
+                client, "GET", f"/v1/requests/{'0' * 32}/outcome?wait=0", headers=alpha.headers
+            ),
+            "outcome, no token": await both(client, "GET", f"/v1/requests/{rid}/outcome"),
+            "beta's approval again": await both(
+                client, "POST", f"/v1/requests/{rid}/decisions", json=approval(request, "beta")
+            ),
+            "decision on a bad id": await both(
+                client, "POST", "/v1/requests/nothex/decisions", json=approval(request, "beta")
+            ),
+        }
+        hot_seen = [path for path in seen if "/v1/" in path]
+        seen.clear()
+        declined = {
+            "a wait out of range": await both(
+                client, "GET", f"/v1/requests/{rid}/outcome?wait=-1", headers=alpha.headers
+            ),
+            "a parameter twice": await both(
+                client, "GET", f"/v1/requests/{rid}/outcome?wait=0&wait=1", headers=alpha.headers
+            ),
+            "a bad id": await both(client, "GET", "/v1/requests/XYZ/outcome", headers=alpha.headers),
+            "no content type": await both(
+                client, "POST", "/v1/requests", content=b"{}", headers={**alpha.headers, "Content-Type": ""}
+            ),
+        }
+
+    for name, (hot, documented) in {**pairs, **declined}.items():
+        assert hot == documented, name
+    assert pairs["repeat"][0][0] == 200
+    assert pairs["no token"][0][0] == 401
+    assert pairs["forged"][0][0] == 403
+    assert pairs["not an object"][0][0] == 422
+    assert pairs["not JSON"][0][0] == 400
+    assert pairs["outcome"][0][1]["request_id"] == rid
+    assert pairs["outcome, unknown"][0][0] == 404
+    assert pairs["beta's approval again"][0][:2] == (200, {**counted.json(), "counted": False})
+    assert pairs["decision on a bad id"][0][0] == 422
+    assert declined["a wait out of range"][0][0] == 422
+    assert declined["no content type"][0][0] == 422
+    # The hot routes kept their calls from FastAPI's stack (every pair's second call reached it);
+    # what they decline, both times.
+    assert len(hot_seen) == len(pairs)
+    assert len(seen) == 2 * len(declined)
+
+
+@asynctest
+async def test_a_peers_hot_calls_answer_as_the_documented_routes(nodes: dict[str, Node]) -> None:
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        seen: list[str] = []
+        client.app.add_middleware(_Seen, paths=seen)  # type: ignore[attr-defined]
+        request = alpha.request()
+        first = await client.post("/v1/inbox", json=alpha.signed(request))
+        assert first.status_code == 201
+        pairs = {
+            "repeat": await both(client, "POST", "/v1/inbox", json=alpha.signed(request)),
+            "not an object": await both(client, "POST", "/v1/inbox", json=[1, 2]),
+            "forged": await both(
+                client,
+                "POST",
+                "/v1/inbox",
+                json={
+                    **alpha.signed(request),
+                    "signature": alpha.signed(alpha.request(call_id="y"))["signature"],
+                },
+            ),
+            "listing": await both(client, "GET", "/v1/inbox", headers=beta.headers),
+            "listing, all": await both(
+                client, "GET", "/v1/inbox?state=all&limit=5&wait=0", headers=beta.headers
+            ),
+            "listing, no token": await both(client, "GET", "/v1/inbox"),
+        }
+        hot_seen = [path for path in seen if "/v1/" in path]
+        seen.clear()
+        declined = {
+            "an unknown state": await both(client, "GET", "/v1/inbox?state=maybe", headers=beta.headers),
+            "a limit of 0": await both(client, "GET", "/v1/inbox?limit=0", headers=beta.headers),
+            "an unknown parameter": await both(client, "GET", "/v1/inbox?colour=red", headers=beta.headers),
+        }
+
+    for name, (hot, documented) in {**pairs, **declined}.items():
+        assert hot == documented, name
+    assert pairs["repeat"][0][0] == 200
+    assert pairs["forged"][0][0] == 403
+    [listed] = pairs["listing"][0][1]
+    assert listed["request_id"] == request["request_id"]
+    assert pairs["listing, no token"][0][0] == 401
+    assert declined["an unknown state"][0][0] == 422
+    assert declined["an unknown parameter"][0][0] == 200  # ignored, as FastAPI ignores it
+    assert len(hot_seen) == len(pairs)
+    assert len(seen) == 2 * len(declined)
