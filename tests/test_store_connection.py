@@ -193,3 +193,49 @@ def test_long_polls_waiting_in_redis_leave_the_commands_their_connections(
             return answered_while_blocked, len(found.document)
 
     assert asyncio.run(scenario()) == (True, 2)
+
+
+def test_the_async_pool_takes_an_idle_connection_at_once_and_waits_its_turn_when_all_are_busy(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis.asyncio import BlockingConnectionPool
+
+    from teaagent.store._connection import QuickBlockingPool, make_async_client
+
+    slow_path: list[int] = []
+    original = BlockingConnectionPool.get_connection
+
+    async def counted(self: BlockingConnectionPool, *args: object, **kwargs: object) -> object:
+        slow_path.append(1)
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BlockingConnectionPool, "get_connection", counted)
+
+    async def main() -> None:
+        client = make_async_client(redis_url, StoreOptions(max_connections=2))
+        pool = client.connection_pool
+        assert isinstance(pool, QuickBlockingPool)
+        try:
+            await client.ping()  # the first connection is made by the pool's own way
+            made = len(slow_path)
+            for _ in range(20):
+                await client.ping()  # idle connection, nobody waiting: taken at once
+            assert len(slow_path) == made
+            # Both connections held by blocking reads: a third command waits for one (the
+            # pool's own way), and runs once one is free, the bound of 2 kept throughout.
+            reads = [asyncio.create_task(client.blpop([f"nothing-{n}"], timeout=2)) for n in range(2)]
+            deadline = time.monotonic() + 30
+            while len(pool._in_use_connections) < 2:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            before = len(slow_path)
+            third = asyncio.create_task(client.ping())
+            assert await asyncio.wait_for(third, 30) is True
+            assert reads[0].done() or reads[1].done()  # it ran on a connection a read gave back
+            assert await asyncio.gather(*reads) == [None, None]
+            assert len(pool._in_use_connections) + len(pool._available_connections) <= 2
+            assert len(slow_path) == before + 1
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
