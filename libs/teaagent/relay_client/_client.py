@@ -6,16 +6,19 @@ Both clients speak the same calls and return the same frozen dataclasses; every 
 
 from __future__ import annotations
 
+import json
 import ssl
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-from teaagent._http import client_verify
+from teaagent._http import KeptAlive, NoAnswer, client_verify
 from teaagent.errors import RelayError
 from teaagent.quorum import describe_outcome
 
@@ -33,6 +36,8 @@ __all__ = [
 
 DEFAULT_TIMEOUT: Final = 10.0  # seconds for one call; a relay answers in milliseconds, long-polls excepted
 MAX_WAIT_SECONDS: Final = 60.0  # the relay's cap on one long-poll; longer waits are several polls
+# The largest answer taken: an inbox listing of 1000 items, each a request under the relay's 64 KiB.
+_MAX_ANSWER_BYTES: Final = 1000 * 80 * 1024
 _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the relay answers first
 
 State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
@@ -365,26 +370,31 @@ def _check_base_url(base_url: str) -> str:
 
 
 def _json(response: httpx.Response, base_url: str, call: _Call) -> Any:
-    if response.is_success:
+    return _answer(response.status_code, response.content, response.reason_phrase, base_url, call)
+
+
+def _answer(status: int, content: bytes, reason: str, base_url: str, call: _Call) -> Any:
+    """The JSON of a 2xx answer; any other answer is the relay's refusal, in one sentence."""
+    if 200 <= status < 300:
         try:
-            return response.json()
+            return json.loads(content)
         except ValueError as exc:
             raise RelayError(
                 f"The relay at {base_url} answered {call.what} with something that is not JSON.",
-                status_code=response.status_code,
+                status_code=status,
             ) from exc
     code: str | None = None
-    message = response.reason_phrase or "no reason given"
+    message = reason or "no reason given"
     try:
-        body = response.json()
+        body = json.loads(content)
         if isinstance(body, dict) and isinstance(body.get("error"), str):
             code, message = body["error"], str(body.get("message", message))
     except ValueError:
         pass
     message = message.strip().rstrip(".")
     raise RelayError(
-        f"The relay at {base_url} refused {call.what} ({response.status_code} {code or 'error'}): {message}.",
-        status_code=response.status_code,
+        f"The relay at {base_url} refused {call.what} ({status} {code or 'error'}): {message}.",
+        status_code=status,
         code=code,
     )
 
@@ -404,11 +414,27 @@ def _status(data: Any, base_url: str, call: _Call) -> RequestStatus:
         ) from None
 
 
-def _unreachable(base_url: str, call: _Call, exc: httpx.HTTPError) -> RelayError:
+def _unreachable(base_url: str, call: _Call, exc: httpx.HTTPError | NoAnswer) -> RelayError:
     detail = str(exc).strip().rstrip(".") or type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx.TimeoutException) or (isinstance(exc, NoAnswer) and exc.timed_out):
         return RelayError(f"The relay at {base_url} did not answer {call.what} in time: {detail}.")
     return RelayError(f"The relay at {base_url} is unreachable ({call.what}): {detail}.")
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _proxied(base_url: str) -> bool:
+    """Whether the environment sends calls to ``base_url`` through a proxy (as httpx would)."""
+    parts = urlsplit(base_url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.netloc)
 
 
 class _Calls:
@@ -704,7 +730,12 @@ class RelayClient:
 
 
 class AsyncRelayClient:
-    """The asyncio twin of :class:`RelayClient` (the approver service, benchmarks); same calls."""
+    """The asyncio twin of :class:`RelayClient` (the approver service, benchmarks); same calls.
+
+    Its calls go out on kept-alive HTTP/1.1 streams (``teaagent._http.KeptAlive``: about half
+    of httpx's CPU a call), with the same answers and errors; with a ``transport`` (tests),
+    ``verify=False`` or a proxy in the environment (``HTTP_PROXY``...) they go through httpx.
+    """
 
     def __init__(
         self,
@@ -726,19 +757,30 @@ class AsyncRelayClient:
         self.base_url = _check_base_url(base_url)
         self._token = token
         self._timeout = timeout
+        limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        verified = client_verify(verify)
         self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=timeout,
-            transport=transport,
-            limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            verify=client_verify(verify),
+            base_url=self.base_url, timeout=timeout, transport=transport, limits=limits, verify=verified
         )
+        # The calls go out on kept-alive streams (teaagent._http), unless a test hands in a
+        # transport, TLS is not verified, or the environment names a proxy: those stay httpx's.
+        self._raw: KeptAlive | None = None
+        if transport is None and not isinstance(verified, bool) and not _proxied(self.base_url):
+            self._raw = KeptAlive(
+                self.base_url,
+                connections=limits.max_connections or 100,
+                timeout=timeout,
+                ssl_context=verified,
+                max_response_bytes=_MAX_ANSWER_BYTES,
+            )
 
     def __repr__(self) -> str:
         return f"AsyncRelayClient({self.base_url!r})"
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
+        if self._raw is not None:
+            await self._raw.aclose()
         await self._client.aclose()
 
     async def __aenter__(self) -> AsyncRelayClient:
@@ -751,6 +793,20 @@ class AsyncRelayClient:
 
     async def _send(self, call: _Call) -> Any:
         headers = {"Authorization": f"Bearer {self._token}"} if call.token and self._token else None
+        if self._raw is not None:
+            path = f"{call.path}?{urlencode(call.params)}" if call.params else call.path
+            body = json.dumps(call.body).encode() if call.body is not None else None
+            try:
+                status, content = await self._raw.request(
+                    call.method,
+                    path,
+                    body,
+                    headers=headers,
+                    timeout=call.timeout if call.timeout is not None else self._timeout,
+                )
+            except NoAnswer as exc:
+                raise _unreachable(self.base_url, call, exc) from exc
+            return _answer(status, content, _reason(status), self.base_url, call)
         try:
             response = await self._client.request(
                 call.method,

@@ -7,7 +7,7 @@ approver serve``); the approvers' one rule approves ``shell.*``. Alpha's request
 peers and needs both approvals: 2 of the cluster's 3 nodes besides the origin's own say-so.
 
 Alpha's side runs in this process, through the real asking path, as ``RelayQuorumGate`` does it,
-on the library's :class:`~teaagent.relay_client.AsyncRelayClient` (httpx; one client per caller,
+on the library's :class:`~teaagent.relay_client.AsyncRelayClient` (kept-alive calls; one client per caller,
 as each gate holds its own): build the request (not timed), then, timed, sign it
 (``sign_request``), ``POST /v1/requests``, long-poll ``GET /v1/requests/{id}/outcome`` until
 decided, check that the certificate's request is the one signed and verify the certificate with
