@@ -48,6 +48,8 @@ def test_bench_decisions_reports_every_figure() -> None:
 
     for name in ("decisions_per_s", "decisions_per_s_httpx", "relay_cpu_ms_per_decision"):
         assert figures[name] > 0, name
+    # The floor's verification, in the same run: part of what the relay spends on each decision.
+    assert 0 < figures["verify_ms_per_decision"] < figures["relay_cpu_ms_per_decision"]
     assert figures["decisions"] == 150
     assert figures["decision_latency_ms_median"] <= figures["decision_latency_ms_p99"]
     json.dumps(figures)  # the --json output is one JSON object

@@ -18,6 +18,11 @@ verification) and counted in Redis (the atomic ``record_decision`` script) befor
 only 2xx answers count, and every decision must be answered 2xx. ``relay_cpu_ms_per_decision`` is
 the relay process's CPU time (user and system) per decision during the first run: its rate on a
 core of its own is about ``1000 / relay_cpu_ms_per_decision``.
+
+Its floor, measured in the same ``teaagent bench relay``: one SSHSIG verification of the same
+approvals (``verify_ms_per_decision``, this process's CPU over a few hundred of them) plus the
+client CPU of one raw EVALSHA round trip (``raw_evalsha_client_cpu_us``);
+``relay_ratio_to_floor`` is the relay's CPU per decision over their sum.
 """
 
 from __future__ import annotations
@@ -40,8 +45,17 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from teaagent.quorum import approval_statement, build_request, sign_approval, sign_denial, sign_request
-from teaagent.signing import SSHPrivateKey
+from teaagent.quorum import (
+    APPROVAL_NAMESPACE,
+    APPROVAL_TYPE,
+    approval_statement,
+    build_request,
+    sign_approval,
+    sign_denial,
+    sign_request,
+    statement_bytes,
+)
+from teaagent.signing import SSHPrivateKey, sshsig_verify
 from teaagent.store import EmbeddedRedis
 from teaagent.trust import MultiSigQuorumConfig
 
@@ -210,6 +224,20 @@ def _work(count: int, keys: dict[str, SSHPrivateKey], tag: str) -> tuple[list[_I
     return submissions, decisions
 
 
+def _verify_ms(decisions: list[_Item], keys: dict[str, SSHPrivateKey], samples: int = 300) -> float:
+    """CPU milliseconds of one SSHSIG verification of the bench's approvals, raw."""
+    documents = [json.loads(body) for _path, body in decisions]
+    approvals = [d for d in documents if d["statement"].get("type") == APPROVAL_TYPE][:samples]
+    work = [
+        (statement_bytes(d["statement"]), d["signature"], keys[d["statement"]["signer"]].public_key)
+        for d in approvals
+    ]
+    started = time.process_time()
+    for data, signature, key in work:
+        sshsig_verify(data, signature, key, APPROVAL_NAMESPACE)
+    return (time.process_time() - started) / max(1, len(work)) * 1000
+
+
 def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
     """Measure one relay process accepting and counting signed decisions (see the module docstring).
 
@@ -267,6 +295,7 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
                         f"the relay accepted {accepted} of {len(decisions)} valid decisions ({name})"
                     )
                 if name == "raw":
+                    figures["verify_ms_per_decision"] = _verify_ms(decisions, keys)
                     figures["decisions_per_s"] = accepted / elapsed
                     figures["relay_cpu_ms_per_decision"] = (
                         (_process_cpu_seconds(process.pid) - cpu) / accepted * 1000
@@ -321,4 +350,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     figures["ratelimit_fsync_always_per_s"] = shipped["ratelimit_per_s"]
     figures["ratio_to_raw_evalsha_fsync_always"] = shipped["ratio_to_raw_evalsha"]
     figures.update(bench_decisions(seconds))
+    floor = figures["verify_ms_per_decision"] + figures["raw_evalsha_client_cpu_us"] / 1000
+    figures["relay_floor_ms_per_decision"] = floor
+    figures["relay_ratio_to_floor"] = figures["relay_cpu_ms_per_decision"] / floor
     return figures
