@@ -914,3 +914,36 @@ def test_evaluate_and_certificate_agree() -> None:
     assert verified.signers == outcome.signers == ("beta", "delta")
     assert [entry["statement"]["signer"] for entry in cert["approvals"]] == ["beta", "delta"]
     assert json.loads(json.dumps(cert)) == cert
+
+
+_JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+_JSON = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(value=_JSON)
+def test_canonical_equals_rfc8785_for_any_json_value(value: Any) -> None:
+    try:
+        expected = rfc8785.dumps(value)
+    except Exception:  # a lone surrogate, an integer beyond I-JSON: refused by both
+        with pytest.raises(ValueError, match="cannot be written as canonical JSON"):
+            canonical(value)
+        return
+    assert canonical(value) == expected
+
+
+def test_canonical_sorts_keys_by_utf16_code_units_where_code_points_differ() -> None:
+    # U+1F600 sorts after U+FF61 by code point, before it by UTF-16 code unit (D83D < FF61),
+    # which is RFC 8785's order (3.2.3): such keys take the full encoder.
+    value = {"\uff61": 2, "\U0001f600": 1, "a": [1, "é", None, True]}
+    assert canonical(value) == rfc8785.dumps(value)
+    assert canonical(value).index("\U0001f600".encode()) < canonical(value).index("\uff61".encode())

@@ -7,13 +7,35 @@ can both use it without importing each other; :mod:`teaagent.quorum` re-exports 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import json
+from typing import Any, Final
 
 import rfc8785
 
 __all__ = ["DIGEST_PREFIX", "canonical", "payload_digest"]
 
 DIGEST_PREFIX = "sha256:"
+_SAFE: Final = 2**53 - 1  # I-JSON's exact integers; rfc8785 refuses any beyond
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only what RFC 8785 writes as the compact, key-sorted ``json.dumps``.
+
+    That is: dicts with ASCII string keys (sorted alike by UTF-16 code units and by code
+    points), lists, strings (both write them as UTF-8 with the same escapes: quote, backslash
+    and the control characters), integers of I-JSON's exact range, booleans and None. Floats,
+    tuples, subclasses and everything else are left to the full encoder.
+    """
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-_SAFE <= value <= _SAFE)
+    if kind is dict:
+        return all(type(key) is str and key.isascii() and _plain(item) for key, item in value.items())
+    if kind is list:
+        return all(_plain(item) for item in value)
+    return False
 
 
 def canonical(obj: Any) -> bytes:
@@ -29,6 +51,13 @@ def canonical(obj: Any) -> bytes:
         ValueError: ``obj`` holds something JSON cannot carry (a NaN, an integer beyond
             the I-JSON range, a non-string key, a set...).
     """
+    if _plain(obj):
+        # The common case (no floats), about three times faster than the full encoder.
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        try:
+            return text.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 for it
+            raise ValueError(f"the value cannot be written as canonical JSON: {exc}") from exc
     try:
         return rfc8785.dumps(obj)
     except (rfc8785.CanonicalizationError, TypeError) as exc:
