@@ -39,7 +39,46 @@ from teaagent.store import Keys
 READY_TIMEOUT = 20.0  # seconds for a relay process to answer /health (Python start-up on a loaded host)
 
 
+_HANDED_OUT: set[int] = set()
+_LOWEST_PORT = 10_000
+
+
+def _port_slice() -> range | None:
+    """This test process's own ports: below the kernel's ephemeral range, one slice per xdist worker.
+
+    A port from ``bind(0)`` is an ephemeral one: between its test closing the probe and a
+    service binding it, an outgoing connection of any process (or another worker's probe) may
+    take it, and the service then fails to start, or another worker's service answers there.
+    Below the ephemeral range no outgoing connection is ever given a port, and the slices keep
+    the workers apart.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    size = (low - _LOWEST_PORT) // workers
+    if size < 500:
+        return None
+    start = _LOWEST_PORT + worker * size
+    return range(start, start + size)
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on, never handed out twice in this process (see _port_slice)."""
+    ports = _port_slice()
+    if ports is not None:
+        for port in ports:
+            if port in _HANDED_OUT:
+                continue
+            _HANDED_OUT.add(port)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # something of this machine's own holds it
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -1,0 +1,27 @@
+"""The tests' own port picker: no port twice, none that an outgoing connection could be given."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from relay_support import free_port
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(50)]
+
+    assert len(set(ports)) == len(ports)
+    assert all(port < low for port in ports)
+    for port in ports[:5]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # nothing holds it
+
+
+def test_a_port_something_holds_is_skipped() -> None:
+    nxt = free_port() + 1
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", nxt))
+        holder.listen()
+        assert free_port() != nxt
