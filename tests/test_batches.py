@@ -95,12 +95,71 @@ def test_a_failed_send_reaches_every_caller_of_its_batch_as_the_wrapped_error() 
     assert after == "C"  # the next batch goes out as usual
 
 
+def test_with_two_in_flight_a_full_batch_goes_out_while_the_first_is_answered() -> None:
+    out: list[list[int]] = []
+    most = 0
+    release = asyncio.Event()
+
+    async def send(items: list[int]) -> list[int | Exception]:
+        nonlocal most
+        out.append(items)
+        most = max(most, len(out) - len(answered))
+        await release.wait()
+        answered.append(items)
+        return [item + 100 for item in items]
+
+    answered: list[list[int]] = []
+
+    async def main() -> tuple[list[int], list[list[int]]]:
+        batches: Coalescer[int, int] = Coalescer(send, "test", max_batch=4, in_flight=2)
+        calls = [asyncio.ensure_future(batches.call(n)) for n in range(10)]
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(out) < 2:  # the first batch, and the full second one beside it
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.001)
+        sent_before_release = [list(batch) for batch in out]
+        release.set()
+        return list(await asyncio.gather(*calls)), sent_before_release
+
+    answers, before = asyncio.run(main())
+
+    assert before == [[0, 1, 2, 3], [4, 5, 6, 7]]  # two out at once, never a third
+    assert most == 2
+    assert out[2:] == [[8, 9]]
+    assert answers == [n + 100 for n in range(10)]
+
+
+def test_a_partial_batch_waits_for_the_one_in_flight() -> None:
+    out: list[list[int]] = []
+    release = asyncio.Event()
+
+    async def send(items: list[int]) -> list[int | Exception]:
+        out.append(items)
+        await release.wait()
+        return list(items)
+
+    async def main() -> list[int]:
+        batches: Coalescer[int, int] = Coalescer(send, "test", max_batch=4, in_flight=2)
+        first = [asyncio.ensure_future(batches.call(n)) for n in range(4)]
+        await asyncio.sleep(0.01)
+        later = [asyncio.ensure_future(batches.call(n)) for n in (4, 5)]  # less than a batch
+        await asyncio.sleep(0.01)
+        assert out == [[0, 1, 2, 3]]  # no second sender for two calls: they join the next batch
+        release.set()
+        return list(await asyncio.gather(*first, *later))
+
+    assert asyncio.run(main()) == [0, 1, 2, 3, 4, 5]
+    assert out == [[0, 1, 2, 3], [4, 5]]
+
+
 def test_a_coalescer_refuses_an_empty_batch_size() -> None:
     async def send(items: list[int]) -> list[int | Exception]:
         return list(items)
 
     with pytest.raises(ValueError, match="max_batch must be at least 1"):
         Coalescer(send, "test", max_batch=0)
+    with pytest.raises(ValueError, match="in_flight must be at least 1"):
+        Coalescer(send, "test", in_flight=0)
 
 
 # -- the store's batch calls -----------------------------------------------------------------------

