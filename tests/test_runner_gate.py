@@ -42,6 +42,22 @@ def make_gate(workspace: Path, tmp_path: Path, **policy: Any) -> tuple[ToolGate,
     return gate, audit_path
 
 
+def limit_fs_list(gate: ToolGate) -> None:
+    """Give ``fs.list`` a window of 2 calls a minute."""
+    definition = gate.registry.lookup("fs.list")
+    assert definition is not None
+    gate.registry.register(
+        "fs.list",
+        definition.description,
+        definition.input_schema,
+        definition.output_schema,
+        definition.annotations,
+        definition.handler,
+        rate_limit=ToolRateLimit(max_calls=2, window_seconds=60),
+        allow_override=True,
+    )
+
+
 def quorum(required: int = 2) -> MultiSigQuorumConfig:
     peers = ["beta", "delta", "gamma"]
     keys = {
@@ -151,18 +167,7 @@ def test_unknown_tools_and_handler_failures_are_recorded_as_tool_errors(
 
 def test_a_full_rate_limit_window_refuses_the_call(workspace: Path, tmp_path: Path) -> None:
     gate, audit_path = make_gate(workspace, tmp_path)
-    definition = gate.registry.lookup("fs.list")
-    assert definition is not None
-    gate.registry.register(
-        "fs.list",
-        definition.description,
-        definition.input_schema,
-        definition.output_schema,
-        definition.annotations,
-        definition.handler,
-        rate_limit=ToolRateLimit(max_calls=2, window_seconds=60),
-        allow_override=True,
-    )
+    limit_fs_list(gate)
 
     gate.call("fs.list", {}, call_id="c1")
     gate.call("fs.list", {}, call_id="c2")
@@ -265,18 +270,7 @@ def test_at_once_leaves_what_must_wait_unrecorded_and_refuses_what_the_mode_refu
     gate, audit_path = make_gate(
         workspace, tmp_path, mode=PermissionMode.PROMPT, prompter=prompter, multi_sig_config=quorum()
     )
-    definition = gate.registry.lookup("fs.list")
-    assert definition is not None
-    gate.registry.register(
-        "fs.list",
-        definition.description,
-        definition.input_schema,
-        definition.output_schema,
-        definition.annotations,
-        definition.handler,
-        rate_limit=ToolRateLimit(max_calls=2, window_seconds=60),
-        allow_override=True,
-    )
+    limit_fs_list(gate)
 
     # A prompt, the quorum, a rate-limit window: each is left to gate.call, with nothing recorded.
     assert gate.admit("fs.write", {"path": "a.txt", "content": "x"}, call_id="c1", at_once=True) is None
