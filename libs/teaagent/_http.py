@@ -131,7 +131,11 @@ class KeptAlive:
         else:
             message = head + b"\r\n"
         seconds = self._timeout if timeout is None else timeout
-        slot = await self._slots.get()
+        try:
+            # Every connection busy (long-polls, say) for the whole timeout: no answer in time.
+            slot = await asyncio.wait_for(self._slots.get(), seconds)
+        except TimeoutError as exc:
+            raise NoAnswer("no connection was free in time", timed_out=True) from exc
         try:
             try:
                 status, answer, slot = await asyncio.wait_for(self._exchange(slot, message), seconds)
