@@ -14,7 +14,9 @@ does: its method and path, a JSON body (``Content-Type: application/json``) and 
 parameters that are present at most once and valid. Anything else (another content type, a
 query parameter out of range, a request id that is not 32 hex characters) goes on to the
 documented FastAPI route, so that its refusal is the documented one. The documented routes stay
-what the OpenAPI schema describes; the tests hold both paths to the same answers.
+what the OpenAPI schema describes; the tests hold both paths to the same answers. One order
+differs on purpose: the token is checked before the body is read, so a call without the token
+and with a malformed body is 401 here where FastAPI, which reads the body first, says 400.
 """
 
 from __future__ import annotations
