@@ -35,6 +35,13 @@ class _Seen:
         await self.app(scope, receive, send)
 
 
+def fastapi_calls(client: httpx.AsyncClient) -> list[str]:
+    """The calls that will reach the relay's FastAPI stack, as "METHOD path" (before its first call)."""
+    seen: list[str] = []
+    client.app.add_middleware(_Seen, paths=seen)  # type: ignore[attr-defined]
+    return seen
+
+
 async def both(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> tuple[Any, Any]:
     """The call's (status, JSON) taken by the hot route, then by the documented route."""
     app = client.app  # type: ignore[attr-defined]
@@ -49,12 +56,20 @@ async def both(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any)
     return answers[0], answers[1]
 
 
+def assert_taken(
+    pairs: dict[str, Any], hot_seen: list[str], declined: dict[str, Any], seen: list[str]
+) -> None:
+    """The hot routes kept their calls from FastAPI's stack (only each pair's second call reached
+    it); the calls they declined reached it both times."""
+    assert len(hot_seen) == len(pairs)
+    assert len(seen) == 2 * len(declined)
+
+
 @asynctest
 async def test_the_origins_hot_calls_answer_as_the_documented_routes(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
-        seen: list[str] = []
-        client.app.add_middleware(_Seen, paths=seen)  # type: ignore[attr-defined]
+        seen = fastapi_calls(client)
         request = alpha.request()
         rid = request["request_id"]
         first = await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
@@ -126,22 +141,34 @@ async def test_the_origins_hot_calls_answer_as_the_documented_routes(nodes: dict
     assert pairs["decision on a bad id"][0][0] == 422
     assert declined["a wait out of range"][0][0] == 422
     assert declined["no content type"][0][0] == 422
-    # The hot routes kept their calls from FastAPI's stack (every pair's second call reached it);
-    # what they decline, both times.
-    assert len(hot_seen) == len(pairs)
-    assert len(seen) == 2 * len(declined)
+    assert_taken(pairs, hot_seen, declined, seen)
 
 
 @asynctest
 async def test_a_peers_hot_calls_answer_as_the_documented_routes(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
-        seen: list[str] = []
-        client.app.add_middleware(_Seen, paths=seen)  # type: ignore[attr-defined]
+        seen = fastapi_calls(client)
         request = alpha.request()
         first = await client.post("/v1/inbox", json=alpha.signed(request))
-        assert first.status_code == 201
+        own = approval(request, "beta")
+        decided = await client.post(
+            f"/v1/inbox/{request['request_id']}/decision", json=own, headers=beta.headers
+        )
+        assert (first.status_code, decided.json()["counted"]) == (201, True)
         pairs = {
+            "own decision again": await both(
+                client, "POST", f"/v1/inbox/{request['request_id']}/decision", json=own, headers=beta.headers
+            ),
+            "own decision on a bad id": await both(
+                client, "POST", "/v1/inbox/nothex/decision", json=own, headers=beta.headers
+            ),
+            "own decision, no token": await both(
+                client, "POST", f"/v1/inbox/{request['request_id']}/decision", json=own
+            ),
+            "own decisions in a batch": await both(
+                client, "POST", "/v1/inbox/decisions", json={"decisions": [own, own]}, headers=beta.headers
+            ),
             "repeat": await both(client, "POST", "/v1/inbox", json=alpha.signed(request)),
             "not an object": await both(client, "POST", "/v1/inbox", json=[1, 2]),
             "forged": await both(
@@ -171,10 +198,14 @@ async def test_a_peers_hot_calls_answer_as_the_documented_routes(nodes: dict[str
         assert hot == documented, name
     assert pairs["repeat"][0][0] == 200
     assert pairs["forged"][0][0] == 403
-    [listed] = pairs["listing"][0][1]
-    assert listed["request_id"] == request["request_id"]
+    assert pairs["listing"][0][1] == []  # decided: no longer pending
+    [listed] = pairs["listing, all"][0][1]
+    assert (listed["request_id"], listed["state"]) == (request["request_id"], "approved")
     assert pairs["listing, no token"][0][0] == 401
+    assert pairs["own decision again"][0][:2] == (200, {**decided.json(), "counted": False})
+    assert pairs["own decision on a bad id"][0][0] == 422
+    assert pairs["own decision, no token"][0][0] == 401
+    assert [item["status"] for item in pairs["own decisions in a batch"][0][1]["results"]] == [200, 200]
     assert declined["an unknown state"][0][0] == 422
     assert declined["an unknown parameter"][0][0] == 200  # ignored, as FastAPI ignores it
-    assert len(hot_seen) == len(pairs)
-    assert len(seen) == 2 * len(declined)
+    assert_taken(pairs, hot_seen, declined, seen)

@@ -146,7 +146,7 @@ class ToolGate:
             base["arguments"] = arguments
         else:
             log("tool_call", {**base, "arguments": arguments, "reason": reason})
-        return Admitted(tool_name=tool_name, record=base)
+        return Admitted(record=base)
 
     def finished(self, admitted: Admitted, result: dict[str, Any]) -> dict[str, Any]:
         """Step 4's record of an admitted call that returned ``result``; returns ``result``."""
@@ -167,12 +167,10 @@ class Admitted:
     """A call the gate let through and recorded; its end is recorded by :meth:`ToolGate.finished`.
 
     Attributes:
-        tool_name: The tool's name.
         record: What each of its audit records carries (name, call id, and the arguments of a
             read-only call, recorded once at its end).
     """
 
-    tool_name: str
     record: dict[str, Any]
 
 

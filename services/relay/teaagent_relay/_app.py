@@ -11,8 +11,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
 from fastapi import FastAPI
-from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 import teaagent
 from teaagent._tasks import cancel_and_wait
@@ -20,22 +18,11 @@ from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, StoreError
 from teaagent.store import Keys, Store, node_prefix, open_node_store
 from teaagent_relay._errors import install_error_handlers
-from teaagent_relay._fast import RelayApp, hot_middlewares
+from teaagent_relay._fast import RelayApp
 from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, MetricsMiddleware
 from teaagent_relay._relay import Relay
-from teaagent_relay._routes import (
-    DECISIONS_PATH,
-    OWN_DECISION_PATH,
-    OWN_DECISIONS_PATH,
-    count_decision,
-    deliveries_router,
-    inbox_router,
-    operations_router,
-    own_decision,
-    own_decisions,
-    requests_router,
-)
+from teaagent_relay._routes import deliveries_router, inbox_router, operations_router, requests_router
 from teaagent_relay._settings import Settings
 from teaagent_relay._worker import DeliveryWorker
 
@@ -57,14 +44,6 @@ calls of peer relays (`POST /v1/inbox`, `POST /v1/requests/{{id}}/decisions`) ca
 send is signed and verified against this node's configuration. Bodies are limited to
 {MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`.
 """
-
-
-class _PlainRoute(Route):
-    """A Starlette route that names itself in the scope, as FastAPI's routes do (for the metrics)."""
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["route"] = self
-        await super().handle(scope, receive, send)
 
 
 async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) -> Store:
@@ -158,20 +137,9 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     app.include_router(inbox_router)
     app.include_router(deliveries_router)
     app.include_router(operations_router)
-    # The peers' decisions, served by Starlette directly (matched first); the documented FastAPI
-    # route of the same path delegates to the same function.
-    app.router.routes.insert(
-        0, _PlainRoute(DECISIONS_PATH, count_decision, methods=["POST"], include_in_schema=False)
-    )
-    app.router.routes.insert(
-        0, _PlainRoute(OWN_DECISION_PATH, own_decision, methods=["POST"], include_in_schema=False)
-    )
-    app.router.routes.insert(
-        0, _PlainRoute(OWN_DECISIONS_PATH, own_decisions, methods=["POST"], include_in_schema=False)
-    )
     # The last added is the outermost: metrics see every call, the body limit refuses before any route.
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    # The quorum's hot calls skip FastAPI's stack; the same middlewares' kinds wrap them (_fast.py).
-    app.use_middlewares(hot_middlewares(metrics, MAX_BODY_BYTES))
+    # The quorum's hot calls (the decisions among them) skip FastAPI's stack (_fast.py).
+    app.serve_hot_routes(metrics, limit=MAX_BODY_BYTES)
     return app

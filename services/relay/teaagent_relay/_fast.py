@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from teaagent_relay._errors import ApiError, response_of, validation_message
+from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._middleware import BodyLimitMiddleware, MetricsMiddleware
 from teaagent_relay._models import SignedRequestIn
 from teaagent_relay._relay import MAX_WAIT_SECONDS
@@ -200,9 +201,10 @@ class RelayApp(FastAPI):
     hot_routes: bool = True
     _hot_app: ASGIApp | None = None
 
-    def use_middlewares(self, wrap: Callable[[ASGIApp], ASGIApp]) -> None:
-        """Wrap the hot routes in the relay's own middlewares (the same instances' kinds as FastAPI's)."""
-        self._hot_app = wrap(self._dispatch)
+    def serve_hot_routes(self, metrics: RelayMetrics, *, limit: int) -> None:
+        """Answer :data:`ROUTES` from now on, inside the relay's own middlewares (as FastAPI's
+        stack has them): the body limit inside, the metrics outside."""
+        self._hot_app = MetricsMiddleware(BodyLimitMiddleware(self._dispatch, limit=limit), metrics=metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.hot_routes and self._hot_app is not None:
@@ -243,12 +245,3 @@ def _match(scope: Scope) -> tuple[_Route, dict[str, Any], str | None] | None:
             return None
         return route, params, found.groupdict().get("request_id")
     return None
-
-
-def hot_middlewares(metrics: Any, limit: int) -> Callable[[ASGIApp], ASGIApp]:
-    """The relay's own middlewares around the hot routes: the body limit inside, metrics outside."""
-
-    def wrap(app: ASGIApp) -> ASGIApp:
-        return MetricsMiddleware(BodyLimitMiddleware(app, limit=limit), metrics=metrics)
-
-    return wrap

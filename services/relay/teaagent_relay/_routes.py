@@ -37,9 +37,6 @@ from teaagent_relay._protocol import sentence
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
 __all__ = [
-    "DECISIONS_PATH",
-    "OWN_DECISIONS_PATH",
-    "OWN_DECISION_PATH",
     "count_decision",
     "deliveries_router",
     "inbox_router",
@@ -200,7 +197,7 @@ async def post_decision(request_id: str, request: Request) -> Any:
 
 
 async def count_decision(request: Request) -> Response:
-    """The hot path of a relay, also mounted as a plain Starlette route ahead of the documented one.
+    """The hot path of a relay, answered by ``_fast.RelayApp`` ahead of the documented route.
 
     FastAPI's dependency solving and generic body handling cost more than the verification itself
     on a small host; here the body is parsed and shape-checked by pydantic-core in one step and the
@@ -212,9 +209,6 @@ async def count_decision(request: Request) -> Response:
         raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
     body = await _read(request, SignedDecisionIn)
     return JSONResponse(await relay.count(request_id, body.statement, body.signature))
-
-
-DECISIONS_PATH = "/v1/requests/{request_id}/decisions"
 
 
 inbox_router = APIRouter(prefix="/v1/inbox", tags=["inbox"])
@@ -286,18 +280,22 @@ async def get_inbox_item(
         }
     },
 )
-async def decide(request_id: RequestId, request: Request, _auth: Authorized) -> Any:
+async def decide(
+    request_id: Annotated[str, Path(description="32 lowercase hex characters.")],
+    request: Request,
+    _auth: Authorized,
+) -> Any:
     """Verify the decision with one of this node's keys, record it, and queue it for the origin.
 
     The answer is this node's own decision (``this_node``), never the request's outcome, which the
     origin's relay counts. Repeating the same decision is harmless (200, ``counted: false``); a
-    different one is 409. Served by :func:`own_decision`, matched first.
+    different one is 409. Served by :func:`own_decision` (a hot route of ``_fast.RelayApp``).
     """
     return await own_decision(request)
 
 
 async def own_decision(request: Request) -> Response:
-    """The approver's hot path, a plain Starlette route ahead of the documented one (as
+    """The approver's hot path, a hot route of ``_fast.RelayApp`` ahead of the documented one (as
     :func:`count_decision`): the same token check, body check and answer, without FastAPI's
     dependency solving and response validation."""
     relay = await _relay(request)
@@ -307,9 +305,6 @@ async def own_decision(request: Request) -> Response:
         raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
     body = await _read(request, SignedDecisionIn)
     return JSONResponse(await relay.decide(request_id, body.statement, body.signature))
-
-
-OWN_DECISION_PATH = "/v1/inbox/{request_id}/decision"
 
 
 @inbox_router.post(
@@ -322,7 +317,7 @@ async def decide_many(_body: DecisionBatchIn, request: Request, _auth: Authorize
     """Each decision is verified, recorded and queued exactly as ``POST /v1/inbox/{id}/decision``
     does it alone (the id is its statement's ``request_id``), and answered in ``results`` with
     the status it alone would have had: one refused decision refuses no other. Served by
-    :func:`own_decisions`, matched first."""
+    :func:`own_decisions` (a hot route of ``_fast.RelayApp``)."""
     return await own_decisions(request)
 
 
@@ -346,9 +341,6 @@ async def own_decisions(request: Request) -> Response:
             return {"status": 503, "error": "unavailable", "message": sentence(str(exc))}
 
     return JSONResponse({"results": await asyncio.gather(*(one(item) for item in batch.decisions))})
-
-
-OWN_DECISIONS_PATH = "/v1/inbox/decisions"
 
 
 @inbox_router.post(
