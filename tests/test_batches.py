@@ -141,9 +141,13 @@ def test_a_partial_batch_waits_for_the_one_in_flight() -> None:
     async def main() -> list[int]:
         batches: Coalescer[int, int] = Coalescer(send, "test", max_batch=4, in_flight=2)
         first = [asyncio.ensure_future(batches.call(n)) for n in range(4)]
-        await asyncio.sleep(0.01)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not out:  # the first batch is out
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.001)
         later = [asyncio.ensure_future(batches.call(n)) for n in (4, 5)]  # less than a batch
-        await asyncio.sleep(0.01)
+        for _ in range(20):  # turns of the loop, in which a second sender would have sent them
+            await asyncio.sleep(0)
         assert out == [[0, 1, 2, 3]]  # no second sender for two calls: they join the next batch
         release.set()
         return list(await asyncio.gather(*first, *later))

@@ -65,7 +65,10 @@ def test_kept_alive_calls_beyond_its_connections_wait_at_most_their_timeout() ->
             silent.listen()
             client = KeptAlive(f"http://127.0.0.1:{silent.getsockname()[1]}", connections=1, timeout=0.3)
             held = asyncio.ensure_future(client.request("GET", "/slow", timeout=30))
-            await asyncio.sleep(0.05)
+            deadline = asyncio.get_running_loop().time() + 30
+            while not client._slots.empty():  # until the held call has the one connection
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.001)
             with pytest.raises(NoAnswer) as queued:
                 await client.request("GET", "/next")
             held.cancel()
