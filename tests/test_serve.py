@@ -1,5 +1,8 @@
 """Serving a node's services (``teaagent.cli._serve.serve_app``): bind first, stop cleanly.
 
+A service started in a process of its own freezes its start-up heap and spaces out the cyclic
+collector's young collections; a server on another thread of a process leaves its collector alone.
+
 A port already in use ends the command at once with exit code 2 and one sentence, before any
 service starts (no embedded Redis, no worker). SIGTERM and SIGINT stop a relay within seconds:
 the long-polls in flight are answered (the state as it is, ``pending``), the process exits 0, and
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import socket
 import subprocess
@@ -23,11 +27,12 @@ from typing import Any
 import httpx
 import pytest
 import typer
+import uvicorn
 from fastapi import FastAPI
 from relay_support import RelayProcess, free_port, long_polls, write_cluster
 
 from teaagent._tasks import cancel_and_wait
-from teaagent.cli._serve import serve_app
+from teaagent.cli._serve import GC_OLDER_THRESHOLD, GC_YOUNG_THRESHOLD, _Server, serve_app
 
 WAIT = 20.0  # seconds for what takes well under one on an idle host
 
@@ -225,3 +230,71 @@ def test_a_stop_signal_answers_the_long_polls_in_flight_and_exits_0(
     assert took < 5.0, f"stopping took {took:.1f} s"
     assert "Traceback" not in log
     assert "graceful shutdown exceeded" not in log
+
+
+# -- the collector of a serving process --------------------------------------------------------
+
+_GC_SERVICE = """
+import gc, sys
+from fastapi import FastAPI
+from teaagent.cli._serve import GC_OLDER_THRESHOLD, GC_YOUNG_THRESHOLD, _Server, serve_app
+
+app = FastAPI()
+
+
+@app.get("/gc")
+def collector() -> dict[str, object]:
+    return {"threshold": list(gc.get_threshold()), "frozen": gc.get_freeze_count()}
+
+
+serve_app(app, host="127.0.0.1", port=int(sys.argv[1]), what="the test service", log_level="warning")
+"""
+
+
+def _get_until_served(url: str, process: subprocess.Popen[bytes] | None = None) -> httpx.Response:
+    deadline = time.monotonic() + WAIT
+    while True:
+        assert process is None or process.poll() is None, "the service exited"
+        try:
+            return httpx.get(url, timeout=WAIT)
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, f"{url} never answered"
+            time.sleep(0.05)
+
+
+def test_a_service_in_a_process_of_its_own_freezes_its_start_up_heap_and_spaces_out_collections() -> None:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", _GC_SERVICE, str(port)])
+    try:
+        state = _get_until_served(f"http://127.0.0.1:{port}/gc", process).json()
+    finally:
+        process.terminate()
+        code = process.wait(timeout=WAIT)
+
+    assert state["threshold"] == [GC_YOUNG_THRESHOLD, GC_OLDER_THRESHOLD, GC_OLDER_THRESHOLD]
+    assert state["frozen"] > 10_000  # the modules, the application and its routes at the least
+    assert code == 0
+
+
+def test_a_server_on_another_thread_leaves_its_process_collector_alone() -> None:
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    port = free_port()
+    app = FastAPI()
+
+    @app.get("/gc")
+    def collector() -> dict[str, object]:
+        return {"threshold": list(gc.get_threshold()), "frozen": gc.get_freeze_count()}
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = _Server(config, app, "the test service", f"http://127.0.0.1:{port}")
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        state = _get_until_served(f"http://127.0.0.1:{port}/gc").json()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=WAIT)
+
+    assert server.started
+    assert state == {"threshold": list(threshold), "frozen": frozen}
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)

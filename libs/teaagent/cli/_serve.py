@@ -10,6 +10,16 @@ first, through ``app.state.stopping`` (an :class:`asyncio.Event` it may set up; 
 it), so its long-polls answer at once with the state as it is; then uvicorn stops accepting,
 waits up to :data:`STOP_GRACE_SECONDS` for the requests in flight, and runs the application's
 shutdown. The command then exits 0.
+
+Once a service has started in a process of its own (``serve_app`` on the main thread, as every
+``serve`` command runs it), its heap is settled for serving: what start-up built (modules, the
+application, its clients) is collected once and frozen out of the cyclic collector's reach
+(:func:`gc.freeze`), and the youngest generation is collected every :data:`GC_YOUNG_THRESHOLD`
+allocations instead of every 700. A service's calls allocate many short-lived containers that
+reference counting frees; at the interpreter's defaults, the collector of the origin's relay in
+``teaagent bench quorum``'s cluster (start-up, then 4 s of 64 quorums at once) ran 607 times and
+took 0.28 s of the process's 3.3 s of CPU, walking objects that were still in use.
+A server run on another thread (the tests' in-process servers) leaves its process's collector alone.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import logging
 import signal
 import socket
@@ -34,10 +45,14 @@ from teaagent.cli._exit import EXIT_FAILED, bad_usage, fail
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["STOP_GRACE_SECONDS", "serve_app"]
+__all__ = ["GC_OLDER_THRESHOLD", "GC_YOUNG_THRESHOLD", "STOP_GRACE_SECONDS", "serve_app"]
 
 STOP_GRACE_SECONDS: Final = 5  # for the requests in flight after a stop signal; long-polls end in ~1 s
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+# Allocations between two collections of the youngest generation, and collections of each
+# generation between two of the next, once a service has started (see the module docstring).
+GC_YOUNG_THRESHOLD: Final = 50_000
+GC_OLDER_THRESHOLD: Final = 20
 
 logger = logging.getLogger("uvicorn.error")
 
@@ -81,6 +96,13 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
+def _settle_heap() -> None:
+    """Collect and freeze what start-up built, and space out the young collections (module docstring)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, GC_OLDER_THRESHOLD, GC_OLDER_THRESHOLD)
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, told to warn the application of a stop and not to die by the signal after."""
 
@@ -93,6 +115,8 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.started:  # uvicorn names no address when it is handed the socket
+            if threading.current_thread() is threading.main_thread():
+                _settle_heap()
             logger.info("%s serving on %s (Ctrl-C or SIGTERM stops it)", self._what, self._url)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
