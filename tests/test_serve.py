@@ -29,7 +29,7 @@ import pytest
 import typer
 import uvicorn
 from fastapi import FastAPI
-from relay_support import RelayProcess, free_port, long_polls, write_cluster
+from relay_support import RelayProcess, free_port, long_polls, wait_until, write_cluster
 
 from teaagent._tasks import cancel_and_wait
 from teaagent.cli._serve import GC_OLDER_THRESHOLD, GC_YOUNG_THRESHOLD, _Server, serve_app
@@ -237,7 +237,7 @@ def test_a_stop_signal_answers_the_long_polls_in_flight_and_exits_0(
 _GC_SERVICE = """
 import gc, sys
 from fastapi import FastAPI
-from teaagent.cli._serve import GC_OLDER_THRESHOLD, GC_YOUNG_THRESHOLD, _Server, serve_app
+from teaagent.cli._serve import serve_app
 
 app = FastAPI()
 
@@ -252,14 +252,15 @@ serve_app(app, host="127.0.0.1", port=int(sys.argv[1]), what="the test service",
 
 
 def _get_until_served(url: str, process: subprocess.Popen[bytes] | None = None) -> httpx.Response:
-    deadline = time.monotonic() + WAIT
-    while True:
+    def attempt() -> httpx.Response | None:
         assert process is None or process.poll() is None, "the service exited"
-        try:
+        with contextlib.suppress(httpx.TransportError):
             return httpx.get(url, timeout=WAIT)
-        except httpx.TransportError:
-            assert time.monotonic() < deadline, f"{url} never answered"
-            time.sleep(0.05)
+        return None
+
+    response = wait_until(attempt, timeout=WAIT)
+    assert response is not None, f"{url} never answered"
+    return response
 
 
 def test_a_service_in_a_process_of_its_own_freezes_its_start_up_heap_and_spaces_out_collections() -> None:
@@ -296,5 +297,6 @@ def test_a_server_on_another_thread_leaves_its_process_collector_alone() -> None
         thread.join(timeout=WAIT)
 
     assert server.started
+    assert not thread.is_alive()
     assert state == {"threshold": list(threshold), "frozen": frozen}
     assert (gc.get_threshold(), gc.get_freeze_count()) == (threshold, frozen)
