@@ -12,15 +12,15 @@ waits up to :data:`STOP_GRACE_SECONDS` for the requests in flight, and runs the 
 shutdown. The command then exits 0.
 
 Once a service has started in a process of its own (``serve_app`` on the main thread, as every
-``serve`` command runs it), its heap is settled for serving: what start-up built (modules, the
+``serve`` command runs it), its heap is settled for serving. What start-up built (modules, the
 application, its clients) is collected once and frozen out of the cyclic collector's reach
-(:func:`gc.freeze`); the youngest generation is collected once :data:`GC_YOUNG_THRESHOLD` more
-containers have been allocated than freed, instead of 700, and the older two half as often as at
-the defaults (:data:`GC_OLDER_THRESHOLD`, not 10). A service's calls allocate many short-lived containers that
-reference counting frees; at the interpreter's defaults, the collector of the origin's relay in
-``teaagent bench quorum``'s cluster (start-up, then 4 s of 64 quorums at once) ran 607 times and
-took 0.28 s of the process's 3.3 s of CPU, walking objects that were still in use.
-A server run on another thread (the tests' in-process servers) leaves its process's collector alone.
+(:func:`gc.freeze`). The youngest generation is then collected once :data:`GC_YOUNG_THRESHOLD`
+more containers have been allocated than freed (700 by default), and each older one after
+:data:`GC_OLDER_THRESHOLD` collections of the one below (10 by default). A service's calls make
+many short-lived containers that reference counting frees anyway. At the defaults, the origin
+relay of ``teaagent bench quorum``'s cluster (start-up, then 4 s of 64 quorums at once) collected
+607 times and spent 0.28 s of its 3.3 s of CPU on it, walking objects that were still in use. A
+server run on another thread (the tests' in-process servers) leaves its process's collector alone.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ __all__ = ["GC_OLDER_THRESHOLD", "GC_YOUNG_THRESHOLD", "STOP_GRACE_SECONDS", "se
 
 STOP_GRACE_SECONDS: Final = 5  # for the requests in flight after a stop signal; long-polls end in ~1 s
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
-# Allocations between two collections of the youngest generation, and collections of each
-# generation between two of the next, once a service has started (see the module docstring).
+# Once a service has started (see the module docstring): containers allocated less freed that
+# trigger a young collection, and collections of a generation that trigger one of the next.
 GC_YOUNG_THRESHOLD: Final = 50_000
 GC_OLDER_THRESHOLD: Final = 20
 
