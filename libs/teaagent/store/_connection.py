@@ -305,11 +305,16 @@ class _HiredisPacking:
     def pack_command(self, *args: object) -> list[bytes]:
         name = args[0]
         if isinstance(name, str):
-            args = (*name.encode().split(), *args[1:])
+            if not name.isalnum():  # "SCRIPT LOAD" and the like: the words are sent apart
+                args = (*name.encode().split(), *args[1:])
         elif isinstance(name, bytes) and b" " in name:
             args = (*name.split(), *args[1:])
-        if any(isinstance(arg, bytearray | memoryview) for arg in args):
-            args = tuple(bytes(arg) if isinstance(arg, bytearray | memoryview) else arg for arg in args)
+        try:
+            return [hiredis.pack_command(args)]  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        # hiredis takes bytes, str, int and float; redis-py sends a bytearray or memoryview as bytes
+        args = tuple(bytes(arg) if isinstance(arg, bytearray | memoryview) else arg for arg in args)
         try:
             return [hiredis.pack_command(args)]  # type: ignore[arg-type]
         except TypeError as exc:
