@@ -131,20 +131,25 @@ class KeptAlive:
         else:
             message = head + b"\r\n"
         seconds = self._timeout if timeout is None else timeout
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs its awaitable in a task of
+        # its own, a task and a timer for each wait of each call.
         try:
             # Every connection busy (long-polls, say) for the whole timeout: no answer in time.
-            slot = await asyncio.wait_for(self._slots.get(), seconds)
+            async with asyncio.timeout(seconds):
+                slot = await self._slots.get()
         except TimeoutError as exc:
             raise NoAnswer("no connection was free in time", timed_out=True) from exc
         try:
             try:
-                status, answer, slot = await asyncio.wait_for(self._exchange(slot, message), seconds)
+                async with asyncio.timeout(seconds):
+                    status, answer, slot = await self._exchange(slot, message)
             except _Unanswered:
                 if slot is None:
                     raise
                 # A kept-alive connection the server closed meanwhile: once more on a fresh one.
                 slot = None
-                status, answer, slot = await asyncio.wait_for(self._exchange(None, message), seconds)
+                async with asyncio.timeout(seconds):
+                    status, answer, slot = await self._exchange(None, message)
         except (_Unanswered, OSError, asyncio.IncompleteReadError, ValueError, TimeoutError) as exc:
             slot = None  # closed by the exchange
             if isinstance(exc, TimeoutError):
@@ -183,21 +188,24 @@ class KeptAlive:
         try:
             writer.write(message)
             await writer.drain()
-            status_line = await reader.readline()
-        except (OSError, asyncio.IncompleteReadError) as exc:
+            # The status line and the headers in one read (HTTP/1.1 ends each line with CRLF).
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:  # an answer begun and cut short: not one to send again
+                raise ValueError("the answer's head was cut short") from exc
+            raise _Unanswered("the connection was closed") from exc
+        except asyncio.LimitOverrunError as exc:
+            raise ValueError("the answer's head is too large") from exc
+        except OSError as exc:
             raise _Unanswered(str(exc) or type(exc).__name__) from exc
-        if not status_line:
-            raise _Unanswered("the connection was closed")
+        status_line, *lines = head[:-4].split(b"\r\n")
         parts = status_line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise ValueError("the answer is not HTTP/1.1")
         status = int(parts[1])
         length: int | None = None
         chunked, keep = False, True
-        while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
+        for line in lines:
             name, _, value = line.partition(b":")
             name, value = name.strip().lower(), value.strip().lower()
             if name == b"content-length":
