@@ -67,6 +67,38 @@ async def test_a_request_is_stored_once_and_queued_for_every_peer(nodes: dict[st
 
 
 @asynctest
+async def test_a_new_request_is_answered_as_stored_without_reading_it_back(
+    nodes: dict[str, Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from teaagent_relay._relay import Relay
+
+    reads: list[str] = []
+    original = Relay.status
+
+    async def counted(self: Relay, request_id: str) -> dict[str, Any]:
+        reads.append(request_id)
+        return await original(self, request_id)
+
+    monkeypatch.setattr(Relay, "status", counted)
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        request = alpha.request()
+        before = int(time.time())
+        first = await submit(client, alpha, request)
+        read_after_new = list(reads)
+        shown = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+        again = await submit(client, alpha, request)
+
+    assert read_after_new == []  # answered from what was stored, not read back
+    assert reads.count(request["request_id"]) >= 2  # the read of the status, and the repeat's answer
+    assert first.status_code == 201
+    assert again.status_code == 200
+    # The answer is the status a read gives: the same fields, the same values.
+    assert first.json() == shown.json() == again.json()
+    assert before <= first.json()["accepted_at"] <= int(time.time())
+
+
+@asynctest
 async def test_a_request_is_refused_without_the_nodes_token(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:

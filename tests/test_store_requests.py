@@ -101,6 +101,32 @@ def test_accept_keeps_the_document_verbatim_and_the_same_bytes_twice_are_one_req
     in_store(scenario)
 
 
+def test_a_created_request_comes_back_as_a_read_of_the_store_would_return_it(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        own_id, item_id = new_id(), new_id()
+        own = await store.requests.accept(
+            own_id, DOC, required_approvals=2, peers=3, expires_at=EXPIRES, now=NOW
+        )
+        item = await store.inbox.accept("alpha", item_id, DOC, expires_at=EXPIRES, now=NOW)
+        # What the call reports it stored is, field for field, what the store holds.
+        assert own.stored is not None
+        assert own.stored == await store.requests.get(own_id)
+        assert item.stored is not None
+        assert item.stored == await store.inbox.get("alpha", item_id)
+        assert (own.stored.origin, item.stored.origin) == (None, "alpha")
+        # A repeat, or a request accepted already expired, is read from the store instead.
+        again = await store.requests.accept(
+            own_id, DOC, required_approvals=2, peers=3, expires_at=EXPIRES, now=NOW
+        )
+        assert again.stored is None
+        late = await store.requests.accept(
+            new_id(), DOC, required_approvals=1, peers=1, expires_at=NOW - 1, now=NOW
+        )
+        assert (late.created, late.state, late.stored) == (True, "expired", None)
+
+    in_store(scenario)
+
+
 def test_accept_refuses_another_document_under_a_stored_id_and_keeps_the_first(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
         request_id = await accepted(store)

@@ -59,10 +59,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AcceptResult:
-    """What storing a request did: ``created`` is False when the very same document was stored before."""
+    """What storing a request did: ``created`` is False when the very same document was stored before.
+
+    ``stored`` is the request as this very call stored it, when it created it pending: what a read
+    right after would return (no decision yet, no delivery tried), without that read. None
+    otherwise: a repeat or a request accepted already decided is read from the store.
+    """
 
     created: bool
     state: RequestState
+    stored: StoredRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,8 @@ class _Book:
         member: str,
         document: bytes,
         *,
+        request_id: str,
+        origin: str | None,
         required_approvals: int,
         peers: int,
         expires_at: int,
@@ -250,7 +258,23 @@ class _Book:
             raise RequestConflictError(
                 f"{label} already exists with a different document; the new one is refused"
             )
-        return AcceptResult(created=status == b"created", state=_state(state))
+        created, accepted = status == b"created", _state(state)
+        stored = None
+        if created and accepted == "pending":
+            # What accept_request.lua wrote, field for field (tests/test_store_requests.py holds
+            # it to a read of the store).
+            stored = StoredRequest(
+                request_id=request_id,
+                origin=origin,
+                document=document,
+                state="pending",
+                required=required_approvals,
+                peers=peers,
+                expires_at=expires_at,
+                accepted_at=at,
+                decided_at=None,
+            )
+        return AcceptResult(created=created, state=accepted, stored=stored)
 
     async def _record(
         self,
@@ -714,6 +738,8 @@ class RequestBook(_Book):
             self._keys.request(request_id),
             request_id,
             document,
+            request_id=request_id,
+            origin=None,
             required_approvals=required_approvals,
             peers=peers,
             expires_at=expires_at,
@@ -957,6 +983,8 @@ class InboxBook(_Book):
             self._keys.inbox_item(origin, request_id),
             f"{origin}/{request_id}",
             document,
+            request_id=request_id,
+            origin=origin,
             required_approvals=1,
             peers=1,
             expires_at=expires_at,

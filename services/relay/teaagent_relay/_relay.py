@@ -273,7 +273,7 @@ class Relay:
                 peers=len(peers),
                 expires_at=request["expires_at"],
             )
-            created, state = result.created, result.state
+            created, state, fresh = result.created, result.state, result.stored
         except RequestConflictError:
             stored = await self.store.requests.get(request_id)
             if stored is None or _envelope(stored.document)[0] != request:
@@ -281,7 +281,7 @@ class Relay:
                     409, "conflict", f"Request {request_id} is already stored with a different document."
                 ) from None
             # The same request signed again (ECDSA signatures differ each time): the first one stays.
-            created, state, wire = False, stored.state, _envelope(stored.document)[1]
+            created, state, wire, fresh = False, stored.state, _envelope(stored.document)[1], None
         if request_id not in self._known:
             self._remember(KnownRequest(request, wire, peers, required))
         self.metrics.quorum_requests.labels("own", "created" if created else "duplicate").inc()
@@ -291,7 +291,8 @@ class Relay:
             await asyncio.gather(
                 *(self.deliveries.enqueue(peer, request_id, payload, request["expires_at"]) for peer in peers)
             )
-        return created, await self.status(request_id)
+        # A request this call created is answered as stored, without reading it back.
+        return created, self._status(fresh) if fresh is not None else await self.status(request_id)
 
     async def status(self, request_id: str) -> dict[str, Any]:
         """Return the counting state of an own request, settling its expiry when due.
