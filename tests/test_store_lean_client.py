@@ -358,3 +358,63 @@ def test_an_idle_connection_goes_back_without_the_pools_locks(
     quick, total = run(scenario)
     assert quick == 0
     assert total >= 1
+
+
+def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection() -> None:
+    """A server that answers the handshake, then stops reading: a large write cannot leave."""
+    import hiredis
+
+    async def scenario() -> tuple[list[bytes], type[BaseException], str, bool, float]:
+        seen: list[bytes] = []
+        reading = asyncio.Event()
+        reading.set()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            commands = hiredis.Reader()
+            try:
+                while True:
+                    await reading.wait()
+                    data = await reader.read(65536)
+                    if not data:
+                        return
+                    commands.feed(data)
+                    while (command := commands.gets()) is not False:
+                        name = command[0].upper()
+                        seen.append(name)
+                        if name == b"HELLO":
+                            writer.write(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+                        elif name == b"PING":
+                            writer.write(b"+PONG\r\n")
+                        elif name == b"GET":
+                            writer.write(b"$1\r\nv\r\n")
+                            reading.clear()  # from now on nothing is read
+                        else:
+                            writer.write(b"+OK\r\n")
+            except asyncio.CancelledError:
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = make_async_client(
+            f"redis://127.0.0.1:{port}", StoreOptions(socket_timeout=0.3, retries=0, max_connections=1)
+        )
+        try:
+            assert await client.get("k") == b"v"
+            begun = time.monotonic()
+            with pytest.raises(redis.exceptions.TimeoutError) as raised:
+                await client.set("big", b"x" * 64_000_000)  # more than the socket buffers hold
+            waited = time.monotonic() - begun
+            pool = client.connection_pool
+            dropped = all(not connection.is_connected for connection in pool._available_connections)
+            return seen, raised.type, str(raised.value), dropped, waited
+        finally:
+            await client.aclose()
+            server.close()
+
+    seen, kind, message, dropped, waited = run(scenario)
+    assert b"GET" in seen
+    assert b"SET" not in seen  # the write never reached the server whole
+    assert (kind, message, dropped) == (redis.exceptions.TimeoutError, "Timeout writing to socket", True)
+    assert 0.25 <= waited < 30  # the socket timeout, not sooner, not forever
