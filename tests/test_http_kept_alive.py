@@ -47,6 +47,15 @@ def serve(handler: Handler, scenario: Callable[[str, list[int]], Awaitable[Any]]
     return asyncio.run(main()), connections
 
 
+async def three_posts(url: str, _connections: list[int]) -> list[tuple[int, bytes]]:
+    """Three calls, one after the other, by a client of one connection."""
+    client = KeptAlive(url, connections=1, timeout=10)
+    try:
+        return [await client.post("/v1/x", b"{}") for _ in range(3)]
+    finally:
+        await client.aclose()
+
+
 def test_an_answer_whose_head_comes_in_pieces_is_read_whole() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _number: int) -> None:
         while True:
@@ -62,14 +71,7 @@ def test_an_answer_whose_head_comes_in_pieces_is_read_whole() -> None:
             writer.write(b'\r\n\r\n{"ok": 1}\r\n')
             await writer.drain()
 
-    async def scenario(url: str, _connections: list[int]) -> list[tuple[int, bytes]]:
-        client = KeptAlive(url, connections=1, timeout=10)
-        try:
-            return [await client.post("/v1/x", b"{}") for _ in range(3)]
-        finally:
-            await client.aclose()
-
-    answers, connections = serve(handler, scenario)
+    answers, connections = serve(handler, three_posts)
     assert answers == [(201, b'{"ok": 1}\r\n')] * 3
     assert connections == [0]  # one kept-alive connection for all three
 
@@ -86,14 +88,7 @@ def test_a_chunked_answer_and_a_closing_one_are_read_to_their_end() -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
         await writer.drain()
 
-    async def scenario(url: str, _connections: list[int]) -> list[tuple[int, bytes]]:
-        client = KeptAlive(url, connections=1, timeout=10)
-        try:
-            return [await client.post("/v1/x", b"{}") for _ in range(3)]
-        finally:
-            await client.aclose()
-
-    answers, connections = serve(handler, scenario)
+    answers, connections = serve(handler, three_posts)
     assert answers == [(200, b"abcdef"), (200, b"ok"), (200, b"ok")]
     assert connections == [0, 1]  # "Connection: close" is honoured: the third call opens a new one
 
