@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from teaagent.store import StoreError
-from teaagent.store._bench import bench_ratelimit
+from teaagent.store._bench import bench_async_client, bench_ratelimit
 
 
 @pytest.mark.slow
@@ -37,3 +37,30 @@ def test_bench_ratelimit_refuses_a_non_positive_duration() -> None:
 def test_bench_ratelimit_on_an_unreachable_server_is_a_store_error() -> None:
     with pytest.raises(StoreError, match=r"^Redis at redis://127\.0\.0\.1:1/0 is unreachable"):
         bench_ratelimit("redis://127.0.0.1:1/0", 0.1)
+
+
+@pytest.mark.slow
+def test_bench_async_client_measures_the_store_client_against_its_floor_and_leaves_no_keys(
+    redis_url: str,
+) -> None:
+    figures = bench_async_client(redis_url, 0.3)
+    for call in ("evalsha", "multi3"):
+        for way in ("", "_redispy", "_raw"):
+            assert figures[f"async_{call}{way}_client_cpu_us"] > 0, (call, way)
+        raw = figures[f"async_{call}_raw_client_cpu_us"]
+        assert figures[f"async_{call}_ratio_to_raw"] == figures[f"async_{call}_client_cpu_us"] / raw
+        redispy = figures[f"async_{call}_redispy_client_cpu_us"]
+        assert figures[f"async_{call}_redispy_ratio_to_raw"] == redispy / raw
+    client = redis.Redis.from_url(redis_url)
+    assert list(client.scan_iter(match="bench:*")) == []
+    client.close()
+
+
+def test_bench_async_client_refuses_a_non_positive_duration() -> None:
+    with pytest.raises(ValueError, match="seconds must be positive, not 0"):
+        bench_async_client("redis://127.0.0.1:1/0", 0)
+
+
+def test_bench_async_client_on_an_unreachable_server_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match=r"^Redis at redis://127\.0\.0\.1:1/0 is unreachable"):
+        bench_async_client("redis://127.0.0.1:1/0", 0.1)

@@ -328,15 +328,16 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     scripts' own cost with a bare EVALSHA and with ``limits``, and under ``always`` (what the node's
     embedded server runs, so that an acknowledged decision survives a host crash) every write
     would add one fsync that the read-only floor never pays. ``ratelimit_fsync_always_per_s`` is
-    the same check on the shipped setting, for the record. The decisions take about ``seconds``, on
-    the shipped setting.
+    the same check on the shipped setting, for the record. On the same server, ``async_*`` is the
+    store's asyncio client at 32 callers against RESP written by hand (``bench_async_client``). The
+    decisions take about ``seconds``, on the shipped setting.
 
     Raises:
         ValueError: ``seconds`` is not positive.
         RuntimeError: The relay did not start or refused valid decisions.
         StoreError: The embedded Redis did not start.
     """
-    from teaagent.store._bench import bench_ratelimit
+    from teaagent.store._bench import bench_async_client, bench_ratelimit
 
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, not {seconds}")
@@ -345,6 +346,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
         EmbeddedRedis(Path(folder) / "everysec", appendfsync="everysec") as server,
     ):
         figures = bench_ratelimit(server.url, seconds / 2)
+        figures.update(bench_async_client(server.url, seconds / 2))
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-ratelimit-") as folder,
         EmbeddedRedis(Path(folder) / "always") as server,

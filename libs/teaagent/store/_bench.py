@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import redis
 
@@ -47,7 +47,7 @@ from teaagent.store._connection import converting
 from teaagent.store._ratelimit import LeanChannel, pack_command
 from teaagent.store._store import connect, connect_sync
 
-__all__ = ["bench_ratelimit"]
+__all__ = ["CALLERS", "bench_async_client", "bench_ratelimit"]
 
 # Never refused, so the path measured is the one that counts a call (a refusal writes nothing): a
 # refill every 6 us, quicker than any round trip, so the bucket never empties however long the run.
@@ -183,3 +183,153 @@ def bench_ratelimit(redis_url: str, seconds: float = 2.0) -> dict[str, Any]:
     moving_rate = figures.get("limits_moving_window_per_s")
     figures["ratio_to_limits"] = figures["ratelimit_per_s"] / moving_rate if moving_rate else None
     return figures
+
+
+# -- the asyncio client, many callers at once ---------------------------------------------------------
+
+CALLERS = 32  # concurrent callers of one client, as a relay's requests share its store
+_READS: Final = 3  # the reads of the measured transaction: a request's document and two hashes
+
+
+def _resp(*parts: bytes) -> bytes:
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
+async def _raw_reply(reader: asyncio.StreamReader) -> None:
+    """Read one reply (a bulk string, a status, an integer or an array of those) and drop it."""
+    line = await reader.readuntil(b"\r\n")
+    if line[:1] in (b"$", b"=") and int(line[1:-2]) >= 0:
+        await reader.readexactly(int(line[1:-2]) + 2)
+    elif line[:1] in (b"*", b"%"):
+        count = int(line[1:-2]) * (2 if line[:1] == b"%" else 1)
+        for _ in range(max(count, 0)):
+            await _raw_reply(reader)
+    elif line[:1] == b"-":
+        raise RuntimeError(f"Redis refused a floor command: {line.decode(errors='replace').strip()}")
+
+
+async def _concurrent(calls: Callable[[int], Awaitable[object]], seconds: float) -> float:
+    """``CALLERS`` callers of ``calls(caller)`` for ``seconds``: this process's CPU microseconds a call."""
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def caller(index: int) -> None:
+        nonlocal done
+        while time.perf_counter() < stop_at:
+            for _ in range(_BATCH):
+                await calls(index)
+            done += _BATCH
+
+    cpu = time.process_time()
+    await asyncio.gather(*(caller(index) for index in range(CALLERS)))
+    return (time.process_time() - cpu) / max(done, 1) * 1e6
+
+
+async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float]:
+    from urllib.parse import urlsplit
+
+    import redis.asyncio
+
+    from teaagent.store._connection import StoreOptions, make_async_client
+
+    prefix = f"bench:{uuid.uuid4().hex[:12]}"
+    doc, outcome, decisions = (f"{prefix}:{{client}}:{name}" for name in ("doc", "outcome", "decisions"))
+    ours = make_async_client(redis_url, StoreOptions())
+    stock = redis.asyncio.Redis(
+        connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+            redis_url, max_connections=64, timeout=10, socket_timeout=5
+        )
+    )
+    parts = urlsplit(redis_url)
+    floor: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        sha = await ours.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)")
+        value = "v" * 400
+        await ours.hset(outcome, mapping={"state": "pending", "required": "2", "peers": "2"})
+        await ours.hset(decisions, mapping={"approval:beta": value})
+        for _ in range(CALLERS):
+            connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
+            if parts.password:
+                connection[1].write(_resp(b"AUTH", parts.password.encode()))
+                await _raw_reply(connection[0])
+            floor.append(connection)
+        raw_write = _resp(b"EVALSHA", sha.encode(), b"1", doc.encode(), value.encode())
+        raw_reads = b"".join(
+            [
+                _resp(b"MULTI"),
+                _resp(b"GET", doc.encode()),
+                _resp(b"HGETALL", outcome.encode()),
+                _resp(b"HGETALL", decisions.encode()),
+                _resp(b"EXEC"),
+            ]
+        )
+
+        async def raw(index: int, packed: bytes, replies: int) -> None:
+            reader, writer = floor[index]
+            writer.write(packed)
+            for _ in range(replies):
+                await _raw_reply(reader)
+
+        def reads(client: Any) -> Callable[[int], Awaitable[object]]:
+            async def call(_index: int) -> object:
+                async with client.pipeline(transaction=True) as pipe:
+                    pipe.get(doc)
+                    pipe.hgetall(outcome)
+                    pipe.hgetall(decisions)
+                    return await pipe.execute()
+
+            return call
+
+        contenders: dict[str, Callable[[int], Awaitable[object]]] = {
+            "async_evalsha_client_cpu_us": lambda _index: ours.evalsha(sha, 1, doc, value),
+            "async_evalsha_redispy_client_cpu_us": lambda _index: stock.evalsha(sha, 1, doc, value),
+            "async_evalsha_raw_client_cpu_us": lambda index: raw(index, raw_write, 1),
+            "async_multi3_client_cpu_us": reads(ours),
+            "async_multi3_redispy_client_cpu_us": reads(stock),
+            "async_multi3_raw_client_cpu_us": lambda index: raw(index, raw_reads, _READS + 2),
+        }
+        for call in contenders.values():  # warm up: every connection opened, scripts cached
+            await _concurrent(call, ROUND_SECONDS / 5)
+        rounds: dict[str, list[float]] = {name: [] for name in contenders}
+        order = list(contenders.items())
+        for number in range(max(1, round(seconds / ROUND_SECONDS))):
+            for name, call in _rotated(order, number):
+                rounds[name].append(await _concurrent(call, ROUND_SECONDS))
+        figures = {name: statistics.median(measured) for name, measured in rounds.items()}
+    finally:
+        for _reader, writer in floor:
+            writer.close()
+        await ours.delete(doc, outcome, decisions)
+        await ours.aclose()
+        await stock.aclose()
+    for kind in ("evalsha", "multi3"):
+        raw_cpu = figures[f"async_{kind}_raw_client_cpu_us"]
+        figures[f"async_{kind}_ratio_to_raw"] = figures[f"async_{kind}_client_cpu_us"] / raw_cpu
+        figures[f"async_{kind}_redispy_ratio_to_raw"] = (
+            figures[f"async_{kind}_redispy_client_cpu_us"] / raw_cpu
+        )
+    return figures
+
+
+def bench_async_client(redis_url: str, seconds: float = 2.0) -> dict[str, float]:
+    """The store's asyncio client at ``CALLERS`` concurrent callers, against its floor, on uvloop.
+
+    Client CPU microseconds per call, the median of interleaved rounds (``ROUND_SECONDS`` each,
+    ``seconds`` per contender in all), for two calls a relay makes on every quorum: an
+    ``EVALSHA`` of a one-line ``SET ... EX`` script and a ``MULTI`` of three reads (a document and
+    two hashes). Each is made three ways: through the store's client (``make_async_client``),
+    through redis-py's own asyncio client on its ``BlockingConnectionPool`` (``*_redispy_*``, for
+    context), and, the floor, as RESP written and read by hand over ``CALLERS`` kept connections
+    (``*_raw_*``). ``async_<call>_ratio_to_raw`` is the store's figure over the floor's, and
+    ``async_<call>_redispy_ratio_to_raw`` redis-py's over the floor's.
+
+    Raises:
+        StoreError: Redis is unreachable or failed.
+        ValueError: ``seconds`` is not positive.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, not {seconds}")
+    import uvloop
+
+    with converting(redis_url):  # the figures need Redis; no answer is a StoreError
+        return uvloop.run(_bench_async_client(redis_url, seconds))
