@@ -215,20 +215,22 @@ class _Book:
         self._pending_key = pending_key  # the pending members of the index only, same scores
         self._options = options
 
+    def _ref(self, member: str) -> tuple[RequestKeys, str, str | None]:
+        """The keys, the request id and the origin (None: this node's own) of index member ``member``."""
+        raise NotImplementedError
+
     async def _accept(
         self,
-        keys: RequestKeys,
         member: str,
         document: bytes,
         *,
-        request_id: str,
-        origin: str | None,
         required_approvals: int,
         peers: int,
         expires_at: int,
         now: int | None,
         label: str,
     ) -> AcceptResult:
+        keys, request_id, origin = self._ref(member)
         _check_document("document", document)
         if required_approvals < 1 or peers < required_approvals:
             raise ValueError(
@@ -735,11 +737,8 @@ class RequestBook(_Book):
             TypeError: ``document`` is not bytes.
         """
         return await self._accept(
-            self._keys.request(request_id),
             request_id,
             document,
-            request_id=request_id,
-            origin=None,
             required_approvals=required_approvals,
             peers=peers,
             expires_at=expires_at,
@@ -934,7 +933,10 @@ class RequestBook(_Book):
             StoreError: Redis is unreachable or failed.
             ValueError: ``limit`` is out of range.
         """
-        return await self._list(lambda member: (self._keys.request(member), member, None), state, now, limit)
+        return await self._list(self._ref, state, now, limit)
+
+    def _ref(self, member: str) -> tuple[RequestKeys, str, str | None]:
+        return self._keys.request(member), member, None
 
 
 class InboxBook(_Book):
@@ -980,11 +982,8 @@ class InboxBook(_Book):
             TypeError: ``document`` is not bytes.
         """
         return await self._accept(
-            self._keys.inbox_item(origin, request_id),
             f"{origin}/{request_id}",
             document,
-            request_id=request_id,
-            origin=origin,
             required_approvals=1,
             peers=1,
             expires_at=expires_at,
