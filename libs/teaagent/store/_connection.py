@@ -163,13 +163,13 @@ class LeanRedis(redis.asyncio.Redis):
 
     ``Redis.execute_command`` wraps each command in closures, timing and awaited metric calls for
     OpenTelemetry (recorded only when configured; teaagent never configures them), the
-    single-connection client's lock, and a check for ``HIMPORT SET``: about 6 of the 32
-    microseconds of client CPU an ``EVALSHA`` costs (32 callers, this project's 2-core
-    machine). Here a command takes a pooled connection, sends, and parses its reply with the
-    client's own ``parse_response`` (its callbacks and options), retried by the connection's
-    ``Retry`` exactly as redis-py retries it (the connection dropped before each new attempt),
-    and the connection goes back to the pool. A client built for one connection
-    (``single_connection_client``) goes redis-py's own way.
+    single-connection client's lock, and a check for ``HIMPORT SET``. Here a command takes a
+    pooled connection, sends, and parses its reply with the client's own ``parse_response`` (its
+    callbacks and options), retried by the connection's ``Retry`` exactly as redis-py retries it
+    (the connection dropped before each new attempt), and the connection goes back to the pool.
+    A client built for one connection (``single_connection_client``) goes redis-py's own way.
+    ``teaagent bench relay`` measures the client against redis-py's and against the same
+    commands written by hand (its ``async_*`` figures).
     """
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -200,9 +200,8 @@ class LeanPipeline(redis.asyncio.client.Pipeline):
     checks it (a command refused while queued is raised, ``EXECABORT`` otherwise); the first
     error is raised with its position (``raise_first_error``) and each result goes through the
     client's reply callbacks. redis-py's own ``execute`` adds, per batch, observability calls,
-    the bookkeeping of ``HIMPORT`` field sets before and after the write, and a parse layer per
-    reply: about half of the 70 microseconds of client CPU a ``MULTI`` of three reads costs
-    (32 callers, this project's 2-core machine). Any other batch goes redis-py's own way.
+    the bookkeeping of ``HIMPORT`` field sets before and after the write, and a parse layer and a
+    timer per reply. Any other batch goes redis-py's own way.
     """
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
@@ -282,24 +281,20 @@ class LeanPipeline(redis.asyncio.client.Pipeline):
         return results
 
 
-_SHAPING_OPTIONS: frozenset[str] = frozenset({"EMPTY_RESPONSE", "NEVER_DECODE"})
-
-
 def _special(args: tuple[Any, ...], options: Mapping[str, Any]) -> bool:
     """A queued command that redis-py's own pipeline must run: reply-shaping options, or ``HIMPORT``."""
+    if redis.client.EMPTY_RESPONSE in options or redis.client.NEVER_DECODE in options:
+        return True
     name = args[0]
-    if isinstance(name, bytes):
-        name = name.decode(errors="replace")
-    return bool(options.keys() & _SHAPING_OPTIONS) or str(name).upper().startswith("HIMPORT")
+    return (name.decode(errors="replace") if isinstance(name, bytes) else str(name))[:7].upper() == "HIMPORT"
 
 
 class _HiredisPacking:
     """Pack commands in C with hiredis, as redis-py's sync connections do (its asyncio ones use Python).
 
     The same bytes as ``AbstractConnection.pack_command`` (a multi-word command name split, str
-    as UTF-8, int and float as their ``repr``): redis-py's own ``HiredisRespSerializer``, about 6
-    of the 36 microseconds of client CPU an ``EVALSHA`` costs through the async client (32
-    callers, this project's 2-core machine).
+    as UTF-8, int and float as their ``repr``), as redis-py's own ``HiredisRespSerializer`` packs
+    them for its synchronous connections.
     """
 
     def pack_command(self, *args: object) -> list[bytes]:
@@ -330,10 +325,8 @@ class _HiredisPacking:
         turn: the commands that many callers issue in one turn go out together and the server
         answers them together, in fewer wake-ups on both sides. So this yields once, as that task
         did, then hands the bytes to the transport, and only if some are left unsent does it wait
-        for them, under the socket timeout. Client CPU at 32 callers: a ``MULTI`` of three reads 40
-        against 36 microseconds, an ``EVALSHA`` 22 against 20, redis-py's way first. The failures
-        are redis-py's: the connection is dropped, and a timeout or a broken socket is its
-        ``TimeoutError`` or ``ConnectionError``.
+        for them, under the socket timeout. The failures are redis-py's: the connection is
+        dropped, and a timeout or a broken socket is its ``TimeoutError`` or ``ConnectionError``.
         """
         connection: Any = self
         if not connection.is_connected:
@@ -429,7 +422,7 @@ class QuickBlockingPool(redis.asyncio.BlockingConnectionPool):
 
         The pool's own release takes its lock and condition, then tells its listeners (a
         re-authentication a streaming credential provider asked for) and its metrics collector
-        (OpenTelemetry, when configured): about 5 microseconds of client CPU per round trip.
+        (OpenTelemetry, when configured), for every round trip.
         These pools have neither (``make_async_client`` gives no credential provider and no
         listener, and teaagent configures no redis-py metrics), so when no caller waits for a
         connection, neither lock is held, and the connection needs no reconnect nor a pending
