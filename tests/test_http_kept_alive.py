@@ -95,13 +95,15 @@ def test_a_chunked_answer_and_a_closing_one_are_read_to_their_end() -> None:
 
 def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_call_sent_once_more() -> None:
     calls: list[bytes] = []
+    closed = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
         calls.append(await _read_call(reader))
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n" + str(number).encode())
         await writer.drain()
         if number == 0:
-            return  # closes the connection after one answer, without saying so
+            closed.set()
+            return  # serve() closes the connection after one answer, without saying so
 
         while True:
             calls.append(await _read_call(reader))
@@ -112,7 +114,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_call_sent
         client = KeptAlive(url, connections=1, timeout=10)
         try:
             first = await client.post("/v1/x", b"{}")
-            await asyncio.sleep(0.2)  # the server's close reaches the idle connection
+            await asyncio.wait_for(closed.wait(), 30)  # the server is done with the first connection
             return [first, await client.post("/v1/x", b"{}"), await client.post("/v1/x", b"{}")]
         finally:
             await client.aclose()

@@ -239,21 +239,40 @@ def test_a_transaction_with_a_command_refused_while_queued_raises_that_refusal(
     assert stored is None  # EXECABORT: nothing of the transaction ran, the connection is in step
 
 
+def _blocked(admin: redis.Redis, client_id: int) -> bool:
+    """Whether the server's connection ``client_id`` waits in a blocking command."""
+    return any("b" in entry.get("flags", "") for entry in admin.client_list(client_id=[client_id]))
+
+
+async def _until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+BLOCK_SECONDS = 10  # a blocking read's own timeout: far past the client's, on any host
+
+
 def test_a_pipeline_whose_replies_are_late_fails_and_serves_no_late_reply_later(
     redis_url: str, redis_prefix: str
 ) -> None:
     key = f"{redis_prefix}:late:{{one}}"
+    admin = redis.Redis.from_url(redis_url)
 
     async def scenario() -> tuple[type[BaseException], Any, Any]:
-        client = make_async_client(redis_url, StoreOptions(socket_timeout=0.3, retries=0, max_connections=1))
+        client = make_async_client(redis_url, StoreOptions(socket_timeout=2, retries=0, max_connections=1))
         try:
             await client.set(key, "mine")
+            client_id = await client.client_id()  # the one connection the pipeline takes
             async with client.pipeline(transaction=False) as pipe:
-                pipe.blpop([f"{key}:empty"], timeout=1)  # answers nil after 1 s: past the socket timeout
+                pipe.blpop([f"{key}:empty"], timeout=BLOCK_SECONDS)  # answers nil, past the socket timeout
                 pipe.get(key)
                 with pytest.raises(redis.exceptions.TimeoutError) as raised:
                     await pipe.execute()
-            await asyncio.sleep(1.5)  # the server has sent the late replies by now, to a closed socket
+            # Until the BLPOP no longer waits: its connection is closed, or (were it kept) it has
+            # answered, and its late replies would be read next.
+            await _until(lambda: not _blocked(admin, client_id), "the BLPOP never ended")
             first = await client.get(key)
             async with client.pipeline(transaction=True) as pipe:
                 pipe.get(key)
@@ -263,22 +282,29 @@ def test_a_pipeline_whose_replies_are_late_fails_and_serves_no_late_reply_later(
             await client.delete(key)
             await client.aclose()
 
-    assert run(scenario) == (redis.exceptions.TimeoutError, b"mine", b"mine")
+    try:
+        assert run(scenario) == (redis.exceptions.TimeoutError, b"mine", b"mine")
+    finally:
+        admin.close()
 
 
 def test_a_cancelled_read_leaves_no_reply_for_the_next_command(redis_url: str, redis_prefix: str) -> None:
     key = f"{redis_prefix}:cancelled:{{one}}"
+    admin = redis.Redis.from_url(redis_url)
 
     async def scenario() -> tuple[Any, Any]:
         client = make_async_client(redis_url, StoreOptions(max_connections=1))
         try:
             await client.set(key, "mine")
-            waiting = asyncio.create_task(client.blpop([f"{key}:empty"], timeout=1))
-            await asyncio.sleep(0.2)
+            client_id = await client.client_id()
+            waiting = asyncio.create_task(client.blpop([f"{key}:empty"], timeout=BLOCK_SECONDS))
+            await _until(lambda: _blocked(admin, client_id), "the BLPOP never blocked")
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
-            await asyncio.sleep(1.2)  # BLPOP's nil is sent by now, to the connection that was dropped
+            # Until the BLPOP no longer waits: its connection was dropped, or (were it kept) its nil
+            # has been sent, to be read by the next command.
+            await _until(lambda: not _blocked(admin, client_id), "the BLPOP never ended")
             got = await client.get(key)
             async with client.pipeline(transaction=True) as pipe:
                 pipe.get(key)
@@ -288,7 +314,10 @@ def test_a_cancelled_read_leaves_no_reply_for_the_next_command(redis_url: str, r
             await client.delete(key)
             await client.aclose()
 
-    assert run(scenario) == (b"mine", b"mine")
+    try:
+        assert run(scenario) == (b"mine", b"mine")
+    finally:
+        admin.close()
 
 
 def test_a_connection_the_server_dropped_is_replaced_and_the_command_answers(
@@ -398,7 +427,7 @@ def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = make_async_client(
-            f"redis://127.0.0.1:{port}", StoreOptions(socket_timeout=0.3, retries=0, max_connections=1)
+            f"redis://127.0.0.1:{port}", StoreOptions(socket_timeout=2, retries=0, max_connections=1)
         )
         try:
             assert await client.get("k") == b"v"
@@ -417,4 +446,4 @@ def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection
     assert b"GET" in seen
     assert b"SET" not in seen  # the write never reached the server whole
     assert (kind, message, dropped) == (redis.exceptions.TimeoutError, "Timeout writing to socket", True)
-    assert 0.25 <= waited < 30  # the socket timeout, not sooner, not forever
+    assert 1.9 <= waited < 30  # the socket timeout, not sooner, not forever
