@@ -544,6 +544,16 @@ def wait_until(predicate: Any, timeout: float = 15.0, interval: float = 0.05) ->
         time.sleep(interval)
 
 
+async def until(predicate: Any, timeout: float = 20.0, interval: float = 0.02) -> Any:
+    """``wait_until`` for a test on an event loop: poll without blocking it, 20 s at most."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(interval)
+
+
 class Served:
     """The node's relay app served by uvicorn in a thread of this process: real sockets, fast start."""
 

@@ -26,6 +26,7 @@ from relay_support import (
     error,
     served,
     signer,
+    until,
     write_cluster,
 )
 
@@ -92,15 +93,6 @@ def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
     registry = client.app.state.metrics.registry  # type: ignore[attr-defined]
     value = registry.get_sample_value(name, labels)
     return 0.0 if value is None else float(value)
-
-
-async def until(predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.02)
 
 
 def audit_records(node: Node) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.client
 import redis.exceptions
+from relay_support import until
 
 from teaagent.store import StoreOptions
 from teaagent.store._connection import (
@@ -244,13 +245,6 @@ def _blocked(admin: redis.Redis, client_id: int) -> bool:
     return any("b" in entry.get("flags", "") for entry in admin.client_list(client_id=[client_id]))
 
 
-async def _until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.01)
-
-
 BLOCK_SECONDS = 10  # a blocking read's own timeout: far past the client's, on any host
 
 
@@ -272,7 +266,7 @@ def test_a_pipeline_whose_replies_are_late_fails_and_serves_no_late_reply_later(
                     await pipe.execute()
             # Until the BLPOP no longer waits: its connection is closed, or (were it kept) it has
             # answered, and its late replies would be read next.
-            await _until(lambda: not _blocked(admin, client_id), "the BLPOP never ended")
+            assert await until(lambda: not _blocked(admin, client_id), timeout=30), "the BLPOP never ended"
             first = await client.get(key)
             async with client.pipeline(transaction=True) as pipe:
                 pipe.get(key)
@@ -298,13 +292,13 @@ def test_a_cancelled_read_leaves_no_reply_for_the_next_command(redis_url: str, r
             await client.set(key, "mine")
             client_id = await client.client_id()
             waiting = asyncio.create_task(client.blpop([f"{key}:empty"], timeout=BLOCK_SECONDS))
-            await _until(lambda: _blocked(admin, client_id), "the BLPOP never blocked")
+            assert await until(lambda: _blocked(admin, client_id), timeout=30), "the BLPOP never blocked"
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
             # Until the BLPOP no longer waits: its connection was dropped, or (were it kept) its nil
             # has been sent, to be read by the next command.
-            await _until(lambda: not _blocked(admin, client_id), "the BLPOP never ended")
+            assert await until(lambda: not _blocked(admin, client_id), timeout=30), "the BLPOP never ended"
             got = await client.get(key)
             async with client.pipeline(transaction=True) as pipe:
                 pipe.get(key)
