@@ -191,10 +191,6 @@ CALLERS = 32  # concurrent callers of one client, as a relay's requests share it
 _READS: Final = 3  # the reads of the measured transaction: a request's document and two hashes
 
 
-def _resp(*parts: bytes) -> bytes:
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
-
-
 async def _raw_reply(reader: asyncio.StreamReader) -> None:
     """Read one reply (a bulk string, a status, an integer or an array of those) and drop it."""
     line = await reader.readuntil(b"\r\n")
@@ -250,17 +246,18 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
         for _ in range(CALLERS):
             connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
             if parts.password:
-                connection[1].write(_resp(b"AUTH", parts.password.encode()))
+                user = [parts.username.encode()] if parts.username else []
+                connection[1].write(pack_command(b"AUTH", *user, parts.password.encode()))
                 await _raw_reply(connection[0])
             floor.append(connection)
-        raw_write = _resp(b"EVALSHA", sha.encode(), b"1", doc.encode(), value.encode())
+        raw_write = pack_command(b"EVALSHA", sha.encode(), b"1", doc.encode(), value.encode())
         raw_reads = b"".join(
             [
-                _resp(b"MULTI"),
-                _resp(b"GET", doc.encode()),
-                _resp(b"HGETALL", outcome.encode()),
-                _resp(b"HGETALL", decisions.encode()),
-                _resp(b"EXEC"),
+                pack_command(b"MULTI"),
+                pack_command(b"GET", doc.encode()),
+                pack_command(b"HGETALL", outcome.encode()),
+                pack_command(b"HGETALL", decisions.encode()),
+                pack_command(b"EXEC"),
             ]
         )
 
