@@ -212,7 +212,7 @@ def test_the_async_pool_takes_an_idle_connection_at_once_and_waits_its_turn_when
     monkeypatch.setattr(BlockingConnectionPool, "get_connection", counted)
 
     async def main() -> None:
-        client = make_async_client(redis_url, StoreOptions(max_connections=2))
+        client = make_async_client(redis_url, StoreOptions(max_connections=2), shared=False)
         pool = client.connection_pool
         assert isinstance(pool, QuickBlockingPool)
         try:

@@ -24,8 +24,11 @@ from teaagent.store._connection import (
     LeanPipeline,
     LeanRedis,
     QuickBlockingPool,
+    _Lane,
     _PackedConnection,
     _PackedUnixConnection,
+    _shareable,
+    _Shared,
     make_async_client,
 )
 
@@ -70,8 +73,9 @@ def test_the_store_client_is_lean_on_packing_connections(redis_url: str) -> None
     assert unix.connection_pool.connection_class is _PackedUnixConnection
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "pooled"])
 def test_commands_answer_as_redis_py_answers_without_its_command_layer(
-    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch, shared: bool
 ) -> None:
     layered: list[object] = []
     original = redis.asyncio.Redis.execute_command
@@ -80,10 +84,10 @@ def test_commands_answer_as_redis_py_answers_without_its_command_layer(
         layered.append(args[0])
         return await original(self, *args, **options)
 
-    key = f"{redis_prefix}:lean:{{one}}"
+    key = f"{redis_prefix}:lean:{{{shared}}}"
 
     async def scenario() -> list[Any]:
-        client = make_async_client(redis_url, StoreOptions())
+        client = make_async_client(redis_url, StoreOptions(), shared=shared)
         try:
             monkeypatch.setattr(redis.asyncio.Redis, "execute_command", counted)
             sha = await client.script_load("return redis.call('SET', KEYS[1], ARGV[1])")
@@ -124,9 +128,10 @@ def _pipeline_commands(pipe: redis.asyncio.client.Pipeline, key: str) -> None:
     pipe.expire(f"{key}:s", 600)
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "pooled"])
 @pytest.mark.parametrize("transaction", [True, False])
 def test_a_pipeline_answers_as_redis_pys_own_pipeline(
-    redis_url: str, redis_prefix: str, transaction: bool, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, redis_prefix: str, transaction: bool, monkeypatch: pytest.MonkeyPatch, shared: bool
 ) -> None:
     own: list[int] = []
     original = redis.asyncio.client.Pipeline.execute
@@ -138,11 +143,11 @@ def test_a_pipeline_answers_as_redis_pys_own_pipeline(
     monkeypatch.setattr(redis.asyncio.client.Pipeline, "execute", counted)
 
     async def scenario() -> tuple[list[Any], list[Any], int]:
-        client = make_async_client(redis_url, StoreOptions())
+        client = make_async_client(redis_url, StoreOptions(), shared=shared)
         try:
             results = []
             for lean in (True, False):
-                key = f"{redis_prefix}:pipe:{{{transaction}-{lean}}}"
+                key = f"{redis_prefix}:pipe:{{{transaction}-{lean}-{shared}}}"
                 if lean:
                     pipe: redis.asyncio.client.Pipeline = client.pipeline(transaction=transaction)
                 else:
@@ -167,11 +172,12 @@ def test_a_pipeline_answers_as_redis_pys_own_pipeline(
     assert lean_calls == 0  # the lean one never fell back to redis-py's execute
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "pooled"])
 @pytest.mark.parametrize("transaction", [True, False])
 def test_a_pipeline_raises_a_failed_command_as_redis_py_does_and_stays_in_step(
-    redis_url: str, redis_prefix: str, transaction: bool
+    redis_url: str, redis_prefix: str, transaction: bool, shared: bool
 ) -> None:
-    key = f"{redis_prefix}:errors:{{{transaction}}}"
+    key = f"{redis_prefix}:errors:{{{transaction}-{shared}}}"
 
     async def outcome(client: redis.asyncio.Redis, pipe: redis.asyncio.client.Pipeline) -> tuple[Any, ...]:
         await client.set(f"{key}:s", "text")
@@ -189,7 +195,7 @@ def test_a_pipeline_raises_a_failed_command_as_redis_py_does_and_stays_in_step(
         return str(raised.value), kept[0], type(kept[1]), str(kept[1]), after
 
     async def scenario() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        client = make_async_client(redis_url, StoreOptions(max_connections=1))
+        client = make_async_client(redis_url, StoreOptions(max_connections=1), shared=shared)
         try:
             ours = await outcome(client, client.pipeline(transaction=transaction))
             theirs = await outcome(
@@ -211,13 +217,14 @@ def test_a_pipeline_raises_a_failed_command_as_redis_py_does_and_stays_in_step(
     assert ours[4] == b"text"
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "pooled"])
 def test_a_transaction_with_a_command_refused_while_queued_raises_that_refusal(
-    redis_url: str, redis_prefix: str
+    redis_url: str, redis_prefix: str, shared: bool
 ) -> None:
-    key = f"{redis_prefix}:queued:{{one}}"
+    key = f"{redis_prefix}:queued:{{{shared}}}"
 
     async def scenario() -> tuple[str, str, Any]:
-        client = make_async_client(redis_url, StoreOptions(max_connections=1))
+        client = make_async_client(redis_url, StoreOptions(max_connections=1), shared=shared)
         messages = []
         try:
             for pipe in (
@@ -255,7 +262,9 @@ def test_a_pipeline_whose_replies_are_late_fails_and_serves_no_late_reply_later(
     admin = redis.Redis.from_url(redis_url)
 
     async def scenario() -> tuple[type[BaseException], Any, Any]:
-        client = make_async_client(redis_url, StoreOptions(socket_timeout=2, retries=0, max_connections=1))
+        client = make_async_client(
+            redis_url, StoreOptions(socket_timeout=2, retries=0, max_connections=1), shared=False
+        )
         try:
             await client.set(key, "mine")
             client_id = await client.client_id()  # the one connection the pipeline takes
@@ -287,7 +296,7 @@ def test_a_cancelled_read_leaves_no_reply_for_the_next_command(redis_url: str, r
     admin = redis.Redis.from_url(redis_url)
 
     async def scenario() -> tuple[Any, Any]:
-        client = make_async_client(redis_url, StoreOptions(max_connections=1))
+        client = make_async_client(redis_url, StoreOptions(max_connections=1), shared=False)
         try:
             await client.set(key, "mine")
             client_id = await client.client_id()
@@ -321,7 +330,7 @@ def test_a_connection_the_server_dropped_is_replaced_and_the_command_answers(
     admin = redis.Redis.from_url(redis_url)
 
     async def scenario() -> tuple[Any, Any, bool]:
-        client = make_async_client(redis_url, StoreOptions(max_connections=1))
+        client = make_async_client(redis_url, StoreOptions(max_connections=1), shared=False)
         try:
             await client.set(key, "mine")
             first_id = await client.client_id()
@@ -355,7 +364,7 @@ def test_an_idle_connection_goes_back_without_the_pools_locks(
     monkeypatch.setattr(redis.asyncio.BlockingConnectionPool, "release", counted)
 
     async def scenario() -> tuple[int, int]:
-        client = make_async_client(redis_url, StoreOptions(max_connections=1))
+        client = make_async_client(redis_url, StoreOptions(max_connections=1), shared=False)
         pool = client.connection_pool
         try:
             for _ in range(20):
@@ -383,7 +392,8 @@ def test_an_idle_connection_goes_back_without_the_pools_locks(
     assert total >= 1
 
 
-def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection() -> None:
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "pooled"])
+def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection(shared: bool) -> None:
     """A server that answers the handshake, then stops reading: a large write cannot leave."""
     import hiredis
 
@@ -421,7 +431,9 @@ def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = make_async_client(
-            f"redis://127.0.0.1:{port}", StoreOptions(socket_timeout=2, retries=0, max_connections=1)
+            f"redis://127.0.0.1:{port}",
+            StoreOptions(socket_timeout=2, retries=0, max_connections=1),
+            shared=shared,
         )
         try:
             assert await client.get("k") == b"v"
@@ -429,8 +441,12 @@ def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection
             with pytest.raises(redis.exceptions.TimeoutError) as raised:
                 await client.set("big", b"x" * 64_000_000)  # more than the socket buffers hold
             waited = time.monotonic() - begun
-            pool = client.connection_pool
-            dropped = all(not connection.is_connected for connection in pool._available_connections)
+            if shared:
+                lane = _lane(client)
+                dropped = lane.failure is not None and not lane.connection.is_connected
+            else:
+                pool = client.connection_pool
+                dropped = all(not connection.is_connected for connection in pool._available_connections)
             return seen, raised.type, str(raised.value), dropped, waited
         finally:
             await client.aclose()
@@ -441,3 +457,348 @@ def test_a_write_the_server_does_not_take_in_time_fails_and_drops_the_connection
     assert b"SET" not in seen  # the write never reached the server whole
     assert (kind, message, dropped) == (redis.exceptions.TimeoutError, "Timeout writing to socket", True)
     assert 1.9 <= waited < 30  # the socket timeout, not sooner, not forever
+
+
+# -- the shared connection ------------------------------------------------------------------------
+
+
+def _lane(client: Any) -> _Lane:
+    shared = client._shared
+    assert isinstance(shared, _Shared)
+    lane = shared._lane
+    assert lane is not None, "no command has opened the shared connection"
+    return lane
+
+
+def _connections(admin: redis.Redis) -> int:
+    return int(admin.info("stats")["total_connections_received"])
+
+
+@pytest.mark.parametrize(
+    ("args", "options", "shareable"),
+    [
+        (("GET", "k"), {}, True),
+        (("EVALSHA", "ab" * 20, 1, "k", "v"), {}, True),
+        (("SCRIPT LOAD", "return 1"), {}, True),
+        (("XREAD", "COUNT", 1, "STREAMS", "s", "0-0"), {}, True),
+        (("XREADGROUP", "GROUP", "g", "c", "COUNT", 1, "STREAMS", "s", ">"), {}, True),
+        (("XREAD", "COUNT", 1, "BLOCK", 100, "STREAMS", "s", "$"), {}, False),
+        ((b"XREADGROUP", b"GROUP", b"g", b"c", b"block", 0, b"STREAMS", b"s", b">"), {}, False),
+        (("BLPOP", "l", 1), {}, False),
+        (("BZPOPMIN", "z", 1), {}, False),
+        (("WAIT", 1, 0), {}, False),
+        (("CLIENT ID",), {}, False),
+        (("CLIENT", "SETNAME", "x"), {}, False),
+        (("SELECT", 1), {}, False),
+        (("MULTI",), {}, False),
+        (("WATCH", "k"), {}, False),
+        (("SUBSCRIBE", "c"), {}, False),
+        (("SCRIPT DEBUG", "YES"), {}, False),
+        (("SCRIPT", "DEBUG", "YES"), {}, False),
+        (("GET", "k"), {redis.client.NEVER_DECODE: True}, False),
+        (("GET", "k"), {redis.client.EMPTY_RESPONSE: []}, False),
+    ],
+)
+def test_only_commands_that_answer_at_once_and_leave_the_connection_as_it_was_are_shared(
+    args: tuple[Any, ...], options: dict[str, Any], shareable: bool
+) -> None:
+    assert _shareable(args, options) is shareable
+
+
+def test_many_callers_share_one_connection_and_each_gets_its_own_replies(
+    redis_url: str, redis_prefix: str
+) -> None:
+    admin = redis.Redis.from_url(redis_url)
+    callers, rounds = 64, 20
+
+    async def caller(client: LeanRedis, number: int) -> list[Any]:
+        key = f"{redis_prefix}:many:{{{number}}}"
+        wrong = []
+        for round_ in range(rounds):
+            value = f"{number}-{round_}".encode()
+            await client.set(f"{key}:s", value, ex=600)
+            if await client.get(f"{key}:s") != value:
+                wrong.append(("get", number, round_))
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.incr(f"{key}:n")
+                pipe.get(f"{key}:s")
+                pipe.hset(f"{key}:h", "f", value)
+                counted, got, _added = await pipe.execute()
+            if (counted, got) != (round_ + 1, value):
+                wrong.append(("transaction", number, round_))
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hget(f"{key}:h", "f")
+                pipe.exists(f"{key}:s", f"{key}:none")
+                if await pipe.execute() != [value, 1]:
+                    wrong.append(("pipeline", number, round_))
+        await client.delete(f"{key}:s", f"{key}:n", f"{key}:h")
+        return wrong
+
+    async def scenario() -> tuple[list[Any], int]:
+        client = make_async_client(redis_url, StoreOptions())
+        assert isinstance(client, LeanRedis)
+        try:
+            before = _connections(admin)
+            outcomes = await asyncio.gather(*(caller(client, number) for number in range(callers)))
+            return [entry for outcome in outcomes for entry in outcome], _connections(admin) - before
+        finally:
+            await client.aclose()
+
+    try:
+        wrong, made = run(scenario)
+    finally:
+        admin.close()
+    assert wrong == []
+    assert made == 1  # 64 callers, one connection
+
+
+def test_a_blocking_command_takes_a_pooled_connection_and_the_shared_one_keeps_answering(
+    redis_url: str, redis_prefix: str
+) -> None:
+    key = f"{redis_prefix}:blocking:{{one}}"
+    admin = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> tuple[Any, bool, Any, Any]:
+        client = make_async_client(redis_url, StoreOptions(socket_timeout=30))
+        try:
+            await client.set(f"{key}:s", "mine")
+            await client.xadd(f"{key}:x", {"f": "old"}, id="1-1")
+            blocked_before = int(admin.info("clients")["blocked_clients"])
+            popping = asyncio.create_task(client.blpop([f"{key}:l"], timeout=BLOCK_SECONDS))
+            reading = asyncio.create_task(client.xread({f"{key}:x": "$"}, block=BLOCK_SECONDS * 1000))
+            assert await until(
+                lambda: int(admin.info("clients")["blocked_clients"]) >= blocked_before + 2, timeout=30
+            ), "the blocking reads never blocked"
+            got = await client.get(f"{key}:s")  # answers while both wait
+            still_waiting = not popping.done() and not reading.done()
+            await client.rpush(f"{key}:l", "item")
+            await client.xadd(f"{key}:x", {"f": "new"}, id="2-1")
+            return got, still_waiting, await popping, await reading
+        finally:
+            await client.delete(f"{key}:s", f"{key}:l", f"{key}:x")
+            await client.aclose()
+
+    try:
+        got, still_waiting, popped, read = run(scenario)
+    finally:
+        admin.close()
+    assert (got, still_waiting) == (b"mine", True)
+    assert list(popped) == [f"{key}:l".encode(), b"item"]
+    assert read == [[f"{key}:x".encode(), [(b"2-1", {b"f": b"new"})]]]
+
+
+def test_a_shared_connection_the_server_dropped_is_replaced_and_the_command_answers(
+    redis_url: str, redis_prefix: str
+) -> None:
+    key = f"{redis_prefix}:shared-dropped:{{one}}"
+    admin = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> tuple[Any, bool, bool]:
+        client = make_async_client(redis_url, StoreOptions())
+        try:
+            await client.set(key, "mine")
+            first = _lane(client)
+            port = first.connection._writer.get_extra_info("sockname")[1]  # type: ignore[attr-defined]
+            (entry,) = [entry for entry in admin.client_list() if entry["addr"].endswith(f":{port}")]
+            admin.client_kill_filter(_id=entry["id"])
+            got = await client.get(key)  # on a new connection: the lane saw the close, or the retry did
+            return (
+                got,
+                _lane(client) is not first,
+                isinstance(first.failure, redis.exceptions.ConnectionError),
+            )
+        finally:
+            await client.delete(key)
+            await client.aclose()
+
+    try:
+        assert run(scenario) == (b"mine", True, True)
+    finally:
+        admin.close()
+
+
+def test_a_shared_connection_is_replaced_when_idle_past_the_health_check_interval(redis_url: str) -> None:
+    admin = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> tuple[bool, int, bool]:
+        client = make_async_client(redis_url, StoreOptions(health_check_interval=30))
+        try:
+            await client.ping()
+            first = _lane(client)
+            before = _connections(admin)
+            await client.ping()
+            kept = _lane(client) is first
+            first.used_at -= 31  # as if idle past the interval
+            await client.ping()
+            return kept, _connections(admin) - before, first.failure is not None
+        finally:
+            await client.aclose()
+
+    try:
+        assert run(scenario) == (True, 1, True)
+    finally:
+        admin.close()
+
+
+def test_a_client_used_on_a_second_event_loop_opens_its_own_shared_connection(
+    redis_url: str, redis_prefix: str
+) -> None:
+    key = f"{redis_prefix}:loops:{{one}}"
+    client = make_async_client(redis_url, StoreOptions())
+
+    async def first() -> Any:
+        await client.set(key, "mine")
+        return await client.get(key)
+
+    async def second() -> Any:
+        try:
+            return await client.get(key)
+        finally:
+            await client.delete(key)
+            await client.aclose()
+
+    assert run(first) == b"mine"
+    assert run(second) == b"mine"
+
+
+class _FakeRedis:
+    """A server that speaks enough RESP for the client's handshake, ``GET`` and ``PING``, scripted per key.
+
+    ``GET hold`` is answered only once ``release`` is set; ``GET push`` is answered after a RESP3
+    push; ``GET twice`` is answered twice; any other ``GET k`` answers ``k``.
+    """
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> _FakeRedis:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"redis://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import hiredis
+
+        self.connections += 1
+        commands = hiredis.Reader()
+        try:
+            while data := await reader.read(65536):
+                commands.feed(data)
+                while (command := commands.gets()) is not False:
+                    name = command[0].upper()
+                    if name == b"HELLO":
+                        writer.write(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+                    elif name == b"PING":
+                        writer.write(b"+PONG\r\n")
+                    elif name == b"GET":
+                        key = command[1]
+                        answer = b"$%d\r\n%s\r\n" % (len(key), key)
+                        if key == b"hold":
+                            await self.release.wait()
+                        elif key == b"push":
+                            writer.write(b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n")
+                        elif key == b"twice":
+                            writer.write(answer)
+                        writer.write(answer)
+                    else:
+                        writer.write(b"+OK\r\n")
+                    await writer.drain()
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def test_a_reply_later_than_the_socket_timeout_fails_its_caller_and_no_later_command_reads_it() -> None:
+    async def scenario() -> tuple[str, float, Any, int]:
+        async with _FakeRedis() as server:
+            client = make_async_client(server.url, StoreOptions(socket_timeout=1, retries=0))
+            try:
+                begun = time.monotonic()
+                with pytest.raises(redis.exceptions.TimeoutError) as raised:
+                    await client.get("hold")
+                waited = time.monotonic() - begun
+                server.release.set()  # the late reply goes to the connection that was dropped
+                return str(raised.value), waited, await client.get("k"), server.connections
+            finally:
+                await client.aclose()
+
+    message, waited, later, connections = run(scenario)
+    assert message == "Timeout reading from socket"
+    assert 0.9 <= waited < 30
+    assert (later, connections) == (b"k", 2)
+
+
+def test_a_cancelled_caller_takes_its_reply_off_the_shared_connection() -> None:
+    async def scenario() -> tuple[Any, int, bool]:
+        async with _FakeRedis() as server:
+            client = make_async_client(server.url, StoreOptions(retries=0))
+            try:
+                await client.ping()
+                lane = _lane(client)
+                held = asyncio.create_task(client.get("hold"))
+                assert await until(lambda: bool(lane._pending), timeout=30)
+                held.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await held
+                behind = asyncio.create_task(client.get("k"))  # queued behind the cancelled one
+                server.release.set()
+                return await behind, server.connections, _lane(client) is lane
+            finally:
+                await client.aclose()
+
+    assert run(scenario) == (b"k", 1, True)
+
+
+def test_a_push_message_on_the_shared_connection_is_no_commands_reply() -> None:
+    async def scenario() -> list[Any]:
+        async with _FakeRedis() as server:
+            client = make_async_client(server.url, StoreOptions(retries=0))
+            try:
+                return list(await asyncio.gather(client.get("push"), client.get("k")))
+            finally:
+                await client.aclose()
+
+    assert run(scenario) == [b"push", b"k"]
+
+
+def test_a_reply_no_command_asked_for_drops_the_shared_connection() -> None:
+    async def scenario() -> tuple[Any, type[BaseException] | None, Any, int]:
+        async with _FakeRedis() as server:
+            client = make_async_client(server.url, StoreOptions(retries=0))
+            try:
+                first = await client.get("twice")
+                lane = _lane(client)
+                assert await until(lambda: lane.failure is not None, timeout=30), "the extra reply was taken"
+                return first, type(lane.failure), await client.get("k"), server.connections
+            finally:
+                await client.aclose()
+
+    first, failure, later, connections = run(scenario)
+    assert (first, failure, later, connections) == (b"twice", redis.exceptions.ConnectionError, b"k", 2)
+
+
+def test_closing_the_client_fails_the_calls_waiting_on_the_shared_connection() -> None:
+    async def scenario() -> tuple[type[BaseException], bool]:
+        async with _FakeRedis() as server:
+            client = make_async_client(server.url, StoreOptions(retries=0))
+            await client.ping()
+            lane = _lane(client)
+            held = asyncio.create_task(client.get("hold"))
+            assert await until(lambda: bool(lane._pending), timeout=30)
+            await client.aclose()
+            with pytest.raises(redis.exceptions.ConnectionError) as raised:
+                await held
+            return raised.type, lane._reading.done()
+
+    assert run(scenario) == (redis.exceptions.ConnectionError, True)

@@ -8,6 +8,8 @@ store's code is the same on both. ``AsyncClient`` and ``SyncClient`` name either
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import dataclasses
 import inspect
 import math
@@ -17,7 +19,7 @@ import socket
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
@@ -121,8 +123,15 @@ def _check_url(redis_url: str, cluster: bool) -> None:
         )
 
 
-def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> AsyncClient:
+def make_async_client(
+    redis_url: str, options: StoreOptions, *, cluster: bool = False, shared: bool = True
+) -> AsyncClient:
     """Build an asyncio client whose pool waits for a free connection instead of failing at once.
+
+    On a single server, with ``shared`` (the default), the commands that answer at once and
+    plain pipelines of them go over one connection that all the client's callers share
+    (``LeanRedis``); blocking commands and those that change a connection's state keep the pool.
+    A client only for blocking reads is built with ``shared=False``.
 
     With ``cluster``, a Redis Cluster client that learns the cluster's nodes from ``redis_url`` (any
     one node) at its first command; it keeps up to ``options.max_connections`` connections per
@@ -155,26 +164,38 @@ def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = 
         retry=retry,
     )
     pool.connection_class = _HIREDIS_PACKED.get(pool.connection_class, pool.connection_class)
-    return LeanRedis(connection_pool=pool)
+    client = LeanRedis(connection_pool=pool)
+    if shared:
+        client._shared = _Shared(pool)
+    return client
 
 
 class LeanRedis(redis.asyncio.Redis):
-    """redis-py's asyncio client, whose single commands skip the layer around the round trip.
+    """redis-py's asyncio client, whose commands skip the layer around the round trip.
 
     ``Redis.execute_command`` wraps each command in closures, timing and awaited metric calls for
     OpenTelemetry (recorded only when configured; teaagent never configures them), the
-    single-connection client's lock, and a check for ``HIMPORT SET``. Here a command takes a
-    pooled connection, sends, and parses its reply with the client's own ``parse_response`` (its
-    callbacks and options), retried by the connection's ``Retry`` exactly as redis-py retries it
-    (the connection dropped before each new attempt), and the connection goes back to the pool.
-    A client built for one connection (``single_connection_client``) goes redis-py's own way.
+    single-connection client's lock, and a check for ``HIMPORT SET``. Here a command that answers
+    at once goes over the client's shared connection (``_Shared``, when ``make_async_client``
+    gave it one): packed, queued behind the other callers' commands and answered in their order.
+    Any other command (a blocking read, one that changes a connection's state: ``_shareable``)
+    takes a pooled connection, sends, and reads its reply with the client's own
+    ``parse_response``. Either way the reply goes through the client's callbacks and options, and
+    a failed attempt is retried by the client's ``Retry`` exactly as redis-py retries it (a pooled
+    connection is dropped before each new attempt, a shared one has dropped itself). A client
+    built for one connection (``single_connection_client``) goes redis-py's own way.
     ``teaagent bench relay`` measures the client against redis-py's and against the same
     commands written by hand (its ``async_*`` figures).
     """
 
+    _shared: _Shared | None = None
+
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         if self.single_connection_client or self.connection is not None:
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        shared = self._shared
+        if shared is not None and _shareable(args, options):
+            return await self._shared_command(shared, args, options)
         pool = self.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
@@ -187,22 +208,51 @@ class LeanRedis(redis.asyncio.Redis):
         finally:
             await _give_back(pool, connection)
 
+    async def _shared_command(self, shared: _Shared, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        packed = _pack(args)
+
+        async def trip() -> Any:
+            return await (await shared.lane()).call(packed)
+
+        reply = await shared.retry.call_with_retry(trip, shared.after_failure)
+        if isinstance(reply, redis.exceptions.ResponseError):
+            raise reply
+        options.pop("keys", None)  # as parse_response does: only a client-side cache reads it
+        callback = self.response_callbacks.get(args[0])
+        if callback is None:
+            return reply
+        result = callback(reply, **options)
+        return await result if inspect.isawaitable(result) else result
+
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> LeanPipeline:
-        return LeanPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe = LeanPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe._shared = self._shared
+        return pipe
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        """Close the shared connection (its callers get a ``ConnectionError``), then as redis-py does."""
+        if self._shared is not None:
+            await self._shared.aclose()
+        await super().aclose(close_connection_pool)
 
 
 class LeanPipeline(redis.asyncio.client.Pipeline):
     """redis-py's pipeline, whose plain batches skip the layer around the round trip.
 
     A batch without ``WATCH``, without scripts to load and with nothing but ordinary commands
-    (no ``HIMPORT``, no reply-shaping options) is packed in one write, each reply read with the
-    connection's ``read_response``, and for a transaction the ``EXEC`` reply checked as redis-py
-    checks it (a command refused while queued is raised, ``EXECABORT`` otherwise); the first
-    error is raised with its position (``raise_first_error``) and each result goes through the
-    client's reply callbacks. redis-py's own ``execute`` adds, per batch, observability calls,
-    the bookkeeping of ``HIMPORT`` field sets before and after the write, and a parse layer and a
-    timer per reply. Any other batch goes redis-py's own way.
+    (no ``HIMPORT``, no reply-shaping options) is packed in one write: on the client's shared
+    connection when every command may go there (``_shareable``), else on a pooled one, each
+    reply read with the connection's ``read_response``. For a transaction the ``EXEC`` reply is
+    checked as redis-py checks it (a command refused while queued is raised, ``EXECABORT``
+    otherwise); the first error is raised with its position (``raise_first_error``) and each
+    result goes through the client's reply callbacks. A transaction on the shared connection is
+    one write from ``MULTI`` to ``EXEC``, so no other caller's command falls inside it. redis-py's
+    own ``execute`` adds, per batch, observability calls, the bookkeeping of ``HIMPORT`` field
+    sets before and after the write, and a parse layer and a timer per reply. Any other batch
+    goes redis-py's own way.
     """
+
+    _shared: _Shared | None = None
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         stack = self.command_stack
@@ -215,11 +265,26 @@ class LeanPipeline(redis.asyncio.client.Pipeline):
         ):
             return await super().execute(raise_on_error)
         transaction = self.is_transaction or self.explicit_transaction
+        commands = [args for args, _options in stack]
+        if transaction:
+            commands = [("MULTI",), *commands, ("EXEC",)]
+        shared = self._shared
+        if shared is not None and all(_shareable(args, options) for args, options in stack):
+            packed = b"".join(_pack(args) for args in commands)
+
+            async def trip() -> list[Any]:
+                return await (await shared.lane()).call(packed, len(commands))  # type: ignore[no-any-return]
+
+            try:
+                replies = await shared.retry.call_with_retry(trip, shared.after_failure)
+                return await self._outcome(stack, replies, transaction, raise_on_error)
+            finally:
+                await self.reset()  # type: ignore[no-untyped-call]  # holds no connection: empties its stack
         pool = self.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             return await connection.retry.call_with_retry(  # type: ignore[no-any-return]
-                lambda: self._trip(connection, stack, transaction, raise_on_error),
+                lambda: self._trip(connection, stack, commands, transaction, raise_on_error),
                 lambda _error: connection.disconnect(),
             )
         finally:
@@ -232,12 +297,10 @@ class LeanPipeline(redis.asyncio.client.Pipeline):
         self,
         connection: redis.asyncio.connection.AbstractConnection,
         stack: list[Any],
+        commands: list[tuple[Any, ...]],
         transaction: bool,
         raise_on_error: bool,
     ) -> list[Any]:
-        commands = [args for args, _options in stack]
-        if transaction:
-            commands = [("MULTI",), *commands, ("EXEC",)]
         await connection.send_packed_command(connection.pack_commands(commands))
         replies: list[Any] = []
         # One deadline for the batch's replies, not one timer per reply: each read waits without
@@ -251,6 +314,17 @@ class LeanPipeline(redis.asyncio.client.Pipeline):
                         replies.append(error)
         except TimeoutError as exc:  # the connection was dropped by the cancelled read
             raise redis.exceptions.TimeoutError("Timeout reading a pipeline's replies") from exc
+        return await self._outcome(stack, replies, transaction, raise_on_error, connection)
+
+    async def _outcome(
+        self,
+        stack: list[Any],
+        replies: list[Any],
+        transaction: bool,
+        raise_on_error: bool,
+        connection: redis.asyncio.connection.AbstractConnection | None = None,
+    ) -> list[Any]:
+        """The batch's results from its replies (errors as values), checked as redis-py checks them."""
         if transaction:
             executed = replies[-1]
             if isinstance(executed, redis.exceptions.ResponseError):
@@ -264,7 +338,8 @@ class LeanPipeline(redis.asyncio.client.Pipeline):
             if executed is None:
                 raise redis.exceptions.WatchError("Watched variable changed.")
             if len(executed) != len(stack):
-                await connection.disconnect()
+                if connection is not None:  # as redis-py does; a shared connection stays in step
+                    await connection.disconnect()
                 raise redis.exceptions.ResponseError("Wrong number of response items from pipeline execution")
             replies = list(executed)
         if raise_on_error:
@@ -289,31 +364,305 @@ def _special(args: tuple[Any, ...], options: Mapping[str, Any]) -> bool:
     return (name.decode(errors="replace") if isinstance(name, bytes) else str(name))[:7].upper() == "HIMPORT"
 
 
-class _HiredisPacking:
-    """Pack commands in C with hiredis, as redis-py's sync connections do (its asyncio ones use Python).
+# Commands that must not go over the shared connection: those that may wait (every caller's
+# replies would wait behind them) and those that change the connection's own state.
+_UNSHARED: frozenset[str] = frozenset(
+    {
+        "ASKING", "AUTH", "BLMOVE", "BLMPOP", "BLPOP", "BRPOP", "BRPOPLPUSH", "BZMPOP", "BZPOPMAX",
+        "BZPOPMIN", "CLIENT", "DEBUG", "DISCARD", "EXEC", "HELLO", "MONITOR", "MULTI", "PSUBSCRIBE",
+        "PSYNC", "PUNSUBSCRIBE", "QUIT", "READONLY", "READWRITE", "REPLCONF", "RESET", "SELECT",
+        "SHUTDOWN", "SSUBSCRIBE", "SUBSCRIBE", "SUNSUBSCRIBE", "SYNC", "UNSUBSCRIBE", "UNWATCH",
+        "WAIT", "WAITAOF", "WATCH",
+    }
+)  # fmt: skip
+_MAY_BLOCK: frozenset[str] = frozenset({"XREAD", "XREADGROUP"})  # with a BLOCK argument
+
+
+def _words(value: object) -> list[str]:
+    text = value.decode(errors="replace") if isinstance(value, bytes | bytearray) else str(value)
+    return text.upper().split()
+
+
+def _shareable(args: tuple[Any, ...], options: Mapping[str, Any]) -> bool:
+    """Whether a command may go over the shared connection: it answers at once and leaves it as it was.
+
+    Erring is safe one way only, so this errs that way: an ``XREAD`` with any argument spelled
+    ``BLOCK`` (a key so named too) takes a pooled connection, as does a reply-shaping option.
+    """
+    if options and (redis.client.EMPTY_RESPONSE in options or redis.client.NEVER_DECODE in options):
+        return False
+    words = _words(args[0]) or [""]
+    if len(words) == 1 and len(args) > 1 and isinstance(args[1], str | bytes):
+        words += _words(args[1])[:1]
+    if words[0] in _UNSHARED or words[:2] == ["SCRIPT", "DEBUG"]:
+        return False
+    return words[0] not in _MAY_BLOCK or not any(
+        isinstance(arg, str | bytes) and "BLOCK" in _words(arg) for arg in args[1:]
+    )
+
+
+_MORE: Final = object()  # hiredis's "no whole reply yet" (False is a RESP3 reply)
+_READ_SIZE = 65536
+_CLOSED = "Connection closed by server."  # redis-py's words for it
+
+
+def _copy(error: Exception) -> Exception:
+    """A fresh exception like ``error``, one per caller: each raises its own with its own traceback."""
+    try:
+        return type(error)(*error.args)
+    except Exception:  # an exception class with another signature
+        return error
+
+
+class _Lane:
+    """One connection that many callers share: their commands in one stream, answered in order.
+
+    ``call`` queues a packed command (or a pipeline's commands, one write) and returns a future
+    for its replies. All that the loop's callbacks queue in one turn leaves in one write on the
+    next turn, and one read of the socket answers as many as have come. Redis answers a
+    connection's commands in the order sent, so the replies go to the queued calls first come,
+    first served. A call whose caller stopped waiting (cancelled) still takes its reply off the
+    stream, so no reply is ever read by another call.
+
+    A lane that fails fails every call queued on it with the same kind of error, and is done:
+    the connection is closed and ``_Shared`` opens a new one for the next call (each caller's
+    retries are its own). It fails when the server closes the connection or a read or write
+    breaks (``ConnectionError``), when a call's reply has not come within the socket timeout
+    (``TimeoutError``, measured from the call, one timer for the lane: the oldest call's
+    deadline), or when the stream is out of step (a reply that no call asked for).
+    """
+
+    def __init__(self, connection: redis.asyncio.connection.AbstractConnection, timeout: float) -> None:
+        connection_: Any = connection
+        self.connection = connection
+        self.loop = asyncio.get_running_loop()
+        self.failure: Exception | None = None
+        self.used_at = self.loop.time()
+        self._timeout = timeout
+        self._transport: asyncio.WriteTransport = connection_._writer.transport
+        self._pending: collections.deque[list[Any]] = collections.deque()  # future, count, replies, deadline
+        self._outgoing: list[bytes] = []
+        self._watchdog: asyncio.TimerHandle | None = None
+        encoder = connection_.encoder
+        decoding = {"encoding": encoder.encoding, "errors": encoder.encoding_errors}
+        self._replies = hiredis.Reader(
+            protocolError=redis.exceptions.InvalidResponse,
+            replyError=connection_._parser.parse_error,
+            notEnoughData=_MORE,
+            **(decoding if encoder.decode_responses else {}),
+        )
+        self._reading = self.loop.create_task(self._read(connection_._reader))
+
+    def usable(self, idle: float) -> bool:
+        """Open, on the running loop, and (with ``idle``) used within ``idle`` seconds or busy."""
+        if self.failure is not None or self.loop is not asyncio.get_running_loop():
+            return False
+        return not idle or bool(self._pending) or self.loop.time() - self.used_at < idle
+
+    def call(self, packed: bytes, replies: int | None = None) -> asyncio.Future[Any]:
+        """Queue ``packed``: one command (its reply is the result), or ``replies`` commands (their list)."""
+        if self.failure is not None:
+            raise _copy(self.failure)
+        loop = self.loop
+        future = loop.create_future()
+        self._pending.append([future, replies, None if replies is None else [], loop.time() + self._timeout])
+        if not self._outgoing:
+            loop.call_soon(self._write)
+        self._outgoing.append(packed)
+        if self._watchdog is None:
+            self._watch()
+        return future
+
+    def _write(self) -> None:
+        data = b"".join(self._outgoing)
+        self._outgoing.clear()
+        if self.failure is None:
+            try:
+                self._transport.write(data)
+            except Exception as exc:  # a transport closed under it
+                self.fail(redis.exceptions.ConnectionError(f"Error while writing to socket. {exc}."))
+
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        replies, pending = self._replies, self._pending
+        try:
+            while True:
+                data = await stream.read(_READ_SIZE)
+                if not data:
+                    raise redis.exceptions.ConnectionError(_CLOSED)
+                replies.feed(data)
+                self.used_at = self.loop.time()
+                while (reply := replies.gets()) is not _MORE:
+                    if isinstance(reply, hiredis.PushNotification):
+                        continue  # nothing on this connection subscribes or tracks
+                    if isinstance(reply, redis.exceptions.ConnectionError):
+                        raise reply  # "max number of clients reached" and the like
+                    if not pending:
+                        raise redis.exceptions.ConnectionError("Redis sent a reply that no command asked for")
+                    entry = pending[0]
+                    if entry[2] is None:
+                        pending.popleft()
+                        if not entry[0].done():
+                            entry[0].set_result(reply)
+                    else:
+                        entry[2].append(reply)
+                        if len(entry[2]) == entry[1]:
+                            pending.popleft()
+                            if not entry[0].done():
+                                entry[0].set_result(entry[2])
+        except asyncio.CancelledError:
+            self.fail(redis.exceptions.ConnectionError("the connection was closed"))
+            raise
+        except redis.exceptions.RedisError as exc:
+            self.fail(exc if isinstance(exc, redis.exceptions.ConnectionError) else _broken(exc))
+        except OSError as exc:
+            self.fail(redis.exceptions.ConnectionError(f"Error while reading from socket: {exc}."))
+
+    def _watch(self) -> None:
+        """Arm the one timer at the oldest queued call's deadline (none if nothing is queued)."""
+        self._watchdog = self.loop.call_at(self._pending[0][3], self._check) if self._pending else None
+
+    def _check(self) -> None:
+        self._watchdog = None
+        if self.failure is not None:
+            return
+        if self._pending and self._pending[0][3] <= self.loop.time():
+            unsent = self._transport.get_write_buffer_size() or self._outgoing
+            self.fail(
+                redis.exceptions.TimeoutError(f"Timeout {'writing to' if unsent else 'reading from'} socket")
+            )
+            return
+        self._watch()
+
+    def fail(self, error: Exception) -> None:
+        """Fail every queued call with ``error`` and close the connection; later calls raise it too."""
+        if self.failure is not None:
+            return
+        self.failure = error
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self._outgoing.clear()
+        pending, self._pending = self._pending, collections.deque()
+        for future, *_rest in pending:
+            if not future.done():
+                future.set_exception(_copy(error))
+        with contextlib.suppress(Exception):  # its loop may be gone
+            self._transport.abort()
+        connection: Any = self.connection
+        with contextlib.suppress(Exception):
+            connection._close()
+        if self._reading is not asyncio.current_task(self.loop) and not self._reading.done():
+            self._reading.cancel()
+
+    async def aclose(self) -> None:
+        self.fail(redis.exceptions.ConnectionError("the client was closed"))
+        if self.loop is asyncio.get_running_loop():
+            await asyncio.gather(self._reading, return_exceptions=True)
+
+
+def _broken(error: Exception) -> redis.exceptions.ConnectionError:
+    return redis.exceptions.ConnectionError(f"Redis's replies could not be read: {error}")
+
+
+class _Shared:
+    """The shared connection of one client (``make_async_client``): its ``_Lane``, opened on demand.
+
+    The connection is made from the pool's settings (its address, credentials, database, TLS,
+    timeouts and handshake) but is not one of the pool's ``max_connections``: those stay for the
+    commands that must have a connection of their own. A lane idle longer than the pool's
+    health-check interval is replaced before use, as the pool would check a connection idle that
+    long, and so is one left on another event loop. Callers that arrive while it opens wait for
+    the same opening.
+    """
+
+    def __init__(self, pool: redis.asyncio.ConnectionPool) -> None:
+        settings = pool.connection_kwargs
+        self.pool = pool
+        self.retry: redis.asyncio.retry.Retry = settings.get("retry") or redis.asyncio.retry.Retry(
+            redis.backoff.NoBackoff(), 0
+        )
+        self._timeout = float(settings.get("socket_timeout") or SOCKET_TIMEOUT)
+        self._idle = float(settings.get("health_check_interval") or 0)
+        self._lane: _Lane | None = None
+        self._opening: asyncio.Task[_Lane] | None = None
+
+    async def lane(self) -> _Lane:
+        """The open lane, or a new one."""
+        lane = self._lane
+        if lane is not None and lane.usable(self._idle):
+            return lane
+        loop = asyncio.get_running_loop()
+        opening = self._opening
+        if opening is None or opening.get_loop() is not loop:
+            opening = self._opening = loop.create_task(self._open())
+            opening.add_done_callback(self._opened)
+        return await asyncio.shield(opening)
+
+    async def _open(self) -> _Lane:
+        if self._lane is not None:
+            self._lane.fail(redis.exceptions.ConnectionError("the connection was replaced"))
+            self._lane = None
+        connection = self.pool.make_connection()  # type: ignore[no-untyped-call]
+        try:
+            await connection.connect()
+        except BaseException:
+            await connection.disconnect(nowait=True)
+            raise
+        lane = self._lane = _Lane(connection, self._timeout)
+        return lane
+
+    def _opened(self, task: asyncio.Task[_Lane]) -> None:
+        if self._opening is task:
+            self._opening = None
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter has it, or none is left to
+
+    async def after_failure(self, _error: Exception) -> None:
+        """A failed attempt's clean-up, for ``Retry``: the lane has already dropped its connection."""
+
+    async def aclose(self) -> None:
+        opening, lane = self._opening, self._lane
+        if opening is not None and opening.get_loop() is asyncio.get_running_loop():
+            await asyncio.gather(opening, return_exceptions=True)
+            lane = self._lane
+        self._lane = None
+        if lane is not None:
+            await lane.aclose()
+
+
+def _pack(args: tuple[Any, ...]) -> bytes:
+    """Pack a command in C with hiredis, as redis-py's sync connections do (its asyncio ones use Python).
 
     The same bytes as ``AbstractConnection.pack_command`` (a multi-word command name split, str
     as UTF-8, int and float as their ``repr``), as redis-py's own ``HiredisRespSerializer`` packs
     them for its synchronous connections.
+
+    Raises:
+        redis.exceptions.DataError: an argument is of a type redis-py does not send.
     """
+    name = args[0]
+    if isinstance(name, str):
+        if not name.isalnum():  # "SCRIPT LOAD" and the like: the words are sent apart
+            args = (*name.encode().split(), *args[1:])
+    elif isinstance(name, bytes) and b" " in name:
+        args = (*name.split(), *args[1:])
+    try:
+        return bytes(hiredis.pack_command(args))
+    except TypeError:
+        pass
+    # hiredis takes bytes, str, int and float; redis-py sends a bytearray or memoryview as bytes
+    args = tuple(bytes(arg) if isinstance(arg, bytearray | memoryview) else arg for arg in args)
+    try:
+        return bytes(hiredis.pack_command(args))
+    except TypeError as exc:
+        raise redis.exceptions.DataError(str(exc)) from exc
+
+
+class _HiredisPacking:
+    """A connection that packs with ``_pack`` and writes without a task per write."""
 
     def pack_command(self, *args: object) -> list[bytes]:
-        name = args[0]
-        if isinstance(name, str):
-            if not name.isalnum():  # "SCRIPT LOAD" and the like: the words are sent apart
-                args = (*name.encode().split(), *args[1:])
-        elif isinstance(name, bytes) and b" " in name:
-            args = (*name.split(), *args[1:])
-        try:
-            return [hiredis.pack_command(args)]  # type: ignore[arg-type]
-        except TypeError:
-            pass
-        # hiredis takes bytes, str, int and float; redis-py sends a bytearray or memoryview as bytes
-        args = tuple(bytes(arg) if isinstance(arg, bytearray | memoryview) else arg for arg in args)
-        try:
-            return [hiredis.pack_command(args)]  # type: ignore[arg-type]
-        except TypeError as exc:
-            raise redis.exceptions.DataError(str(exc)) from exc
+        return [_pack(args)]
 
     async def send_packed_command(
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
