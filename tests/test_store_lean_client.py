@@ -503,6 +503,7 @@ def test_only_commands_that_answer_at_once_and_leave_the_connection_as_it_was_ar
     args: tuple[Any, ...], options: dict[str, Any], shareable: bool
 ) -> None:
     assert _shareable(args, options) is shareable
+    assert _shareable(args, options) is shareable  # the second time from the kept verdicts
 
 
 def test_many_callers_share_one_connection_and_each_gets_its_own_replies(

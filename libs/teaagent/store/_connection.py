@@ -375,7 +375,6 @@ _UNSHARED: frozenset[str] = frozenset(
         "WAIT", "WAITAOF", "WATCH",
     }
 )  # fmt: skip
-_MAY_BLOCK: frozenset[str] = frozenset({"XREAD", "XREADGROUP"})  # with a BLOCK argument
 
 
 def _words(value: object) -> list[str]:
@@ -388,17 +387,34 @@ def _shareable(args: tuple[Any, ...], options: Mapping[str, Any]) -> bool:
 
     Erring is safe one way only, so this errs that way: an ``XREAD`` with any argument spelled
     ``BLOCK`` (a key so named too) takes a pooled connection, as does a reply-shaping option.
+    The verdict on a name that alone decides it is kept (``_VERDICTS``).
     """
     if options and (redis.client.EMPTY_RESPONSE in options or redis.client.NEVER_DECODE in options):
         return False
-    words = _words(args[0]) or [""]
-    if len(words) == 1 and len(args) > 1 and isinstance(args[1], str | bytes):
-        words += _words(args[1])[:1]
-    if words[0] in _UNSHARED or words[:2] == ["SCRIPT", "DEBUG"]:
-        return False
-    return words[0] not in _MAY_BLOCK or not any(
-        isinstance(arg, str | bytes) and "BLOCK" in _words(arg) for arg in args[1:]
-    )
+    name = args[0]
+    verdict = _VERDICTS.get(name)
+    if verdict is not None:
+        return verdict
+    words = _words(name) or [""]
+    if len(words) == 1 and words[0] in _BY_ARGUMENTS:
+        if words[0] == "SCRIPT":
+            return not (len(args) > 1 and _words(args[1])[:1] == ["DEBUG"])
+        return not any(isinstance(arg, str | bytes) and "BLOCK" in _words(arg) for arg in args[1:])
+    # A name of several words: "SCRIPT LOAD" is shared, "SCRIPT DEBUG" and "XREAD ..." are not.
+    verdict = words[0] not in _UNSHARED and words[:2] != ["SCRIPT", "DEBUG"] and words[0] != "XREAD"
+    verdict = verdict and words[0] != "XREADGROUP"
+    if len(_VERDICTS) < _MAX_VERDICTS and isinstance(name, str | bytes):
+        _VERDICTS[name] = verdict
+    return verdict
+
+
+_BY_ARGUMENTS: frozenset[str] = frozenset(
+    {"XREAD", "XREADGROUP", "SCRIPT"}
+)  # the verdict is in the arguments
+_VERDICTS: dict[
+    str | bytes, bool
+] = {}  # command name (as sent) -> shareable, for the names that decide alone
+_MAX_VERDICTS = 1024
 
 
 _MORE: Final = object()  # hiredis's "no whole reply yet" (False is a RESP3 reply)
