@@ -204,6 +204,52 @@ async def _raw_reply(reader: asyncio.StreamReader) -> None:
         raise RuntimeError(f"Redis refused a floor command: {line.decode(errors='replace').strip()}")
 
 
+class _RawShared:
+    """The floor of a shared connection: RESP by hand over one connection that every caller uses.
+
+    A call queues its packed bytes and a future; what is queued in one turn of the loop leaves in
+    one write on the next, and one read task hands the replies out in order (hiredis parses).
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import collections
+
+        import hiredis
+
+        self._writer = writer
+        self._pending: collections.deque[list[Any]] = collections.deque()
+        self._outgoing: list[bytes] = []
+        self._replies = hiredis.Reader()
+        self._reading = asyncio.get_running_loop().create_task(self._read(reader))
+
+    def call(self, packed: bytes, replies: int) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.append([future, replies])
+        if not self._outgoing:
+            loop.call_soon(self._write)
+        self._outgoing.append(packed)
+        return future
+
+    def _write(self) -> None:
+        self._writer.write(b"".join(self._outgoing))
+        self._outgoing.clear()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while data := await reader.read(65536):
+            self._replies.feed(data)
+            while self._replies.gets() is not False:  # RESP2: no reply is False
+                entry = self._pending[0]
+                entry[1] -= 1
+                if not entry[1]:
+                    self._pending.popleft()
+                    entry[0].set_result(None)
+
+    def close(self) -> None:
+        self._reading.cancel()
+        self._writer.close()
+
+
 async def _concurrent(calls: Callable[[int], Awaitable[object]], seconds: float) -> float:
     """``CALLERS`` callers of ``calls(caller)`` for ``seconds``: this process's CPU microseconds a call."""
     done = 0
@@ -238,18 +284,20 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
     )
     parts = urlsplit(redis_url)
     floor: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    shared: _RawShared | None = None
     try:
         sha = await ours.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)")
         value = "v" * 400
         await ours.hset(outcome, mapping={"state": "pending", "required": "2", "peers": "2"})
         await ours.hset(decisions, mapping={"approval:beta": value})
-        for _ in range(CALLERS):
+        for _ in range(CALLERS + 1):
             connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
             if parts.password:
                 user = [parts.username.encode()] if parts.username else []
                 connection[1].write(pack_command(b"AUTH", *user, parts.password.encode()))
                 await _raw_reply(connection[0])
             floor.append(connection)
+        shared = _RawShared(*floor.pop())
         raw_write = pack_command(b"EVALSHA", sha.encode(), b"1", doc.encode(), value.encode())
         raw_reads = b"".join(
             [
@@ -267,6 +315,8 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
             for _ in range(replies):
                 await _raw_reply(reader)
 
+        on_shared = shared
+
         def reads(client: Any) -> Callable[[int], Awaitable[object]]:
             async def call(_index: int) -> object:
                 async with client.pipeline(transaction=True) as pipe:
@@ -281,9 +331,11 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
             "async_evalsha_client_cpu_us": lambda _index: ours.evalsha(sha, 1, doc, value),
             "async_evalsha_redispy_client_cpu_us": lambda _index: stock.evalsha(sha, 1, doc, value),
             "async_evalsha_raw_client_cpu_us": lambda index: raw(index, raw_write, 1),
+            "async_evalsha_raw_shared_client_cpu_us": lambda _index: on_shared.call(raw_write, 1),
             "async_multi3_client_cpu_us": reads(ours),
             "async_multi3_redispy_client_cpu_us": reads(stock),
             "async_multi3_raw_client_cpu_us": lambda index: raw(index, raw_reads, _READS + 2),
+            "async_multi3_raw_shared_client_cpu_us": lambda _index: on_shared.call(raw_reads, _READS + 2),
         }
         for call in contenders.values():  # warm up: every connection opened, scripts cached
             await _concurrent(call, ROUND_SECONDS / 5)
@@ -296,6 +348,8 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
     finally:
         for _reader, writer in floor:
             writer.close()
+        if shared is not None:
+            shared.close()
         await ours.delete(doc, outcome, decisions)
         await ours.aclose()
         await stock.aclose()
@@ -304,6 +358,9 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
         figures[f"async_{kind}_ratio_to_raw"] = figures[f"async_{kind}_client_cpu_us"] / raw_cpu
         figures[f"async_{kind}_redispy_ratio_to_raw"] = (
             figures[f"async_{kind}_redispy_client_cpu_us"] / raw_cpu
+        )
+        figures[f"async_{kind}_ratio_to_raw_shared"] = (
+            figures[f"async_{kind}_client_cpu_us"] / figures[f"async_{kind}_raw_shared_client_cpu_us"]
         )
     return figures
 
@@ -318,7 +375,10 @@ def bench_async_client(redis_url: str, seconds: float = 2.0) -> dict[str, float]
     through redis-py's own asyncio client on its ``BlockingConnectionPool`` (``*_redispy_*``, for
     context), and, the floor, as RESP written and read by hand over ``CALLERS`` kept connections
     (``*_raw_*``). ``async_<call>_ratio_to_raw`` is the store's figure over the floor's, and
-    ``async_<call>_redispy_ratio_to_raw`` redis-py's over the floor's.
+    ``async_<call>_redispy_ratio_to_raw`` redis-py's over the floor's. The store's client sends
+    such commands over one connection that its callers share, so a second floor does the same by
+    hand (``*_raw_shared_*``: one connection, one write a turn of the loop, one task handing out
+    the replies), and ``async_<call>_ratio_to_raw_shared`` is the store's figure over that one.
 
     Raises:
         StoreError: Redis is unreachable or failed.
