@@ -377,6 +377,12 @@ _UNSHARED: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+# The names whose verdict is in their arguments (BLOCK, DEBUG), and the verdicts kept by name.
+_BY_ARGUMENTS: frozenset[str] = frozenset({"XREAD", "XREADGROUP", "SCRIPT"})
+_VERDICTS: dict[str | bytes, bool] = {}
+_MAX_VERDICTS = 1024
+
+
 def _words(value: object) -> list[str]:
     text = value.decode(errors="replace") if isinstance(value, bytes | bytearray) else str(value)
     return text.upper().split()
@@ -406,15 +412,6 @@ def _shareable(args: tuple[Any, ...], options: Mapping[str, Any]) -> bool:
     if len(_VERDICTS) < _MAX_VERDICTS and isinstance(name, str | bytes):
         _VERDICTS[name] = verdict
     return verdict
-
-
-_BY_ARGUMENTS: frozenset[str] = frozenset(
-    {"XREAD", "XREADGROUP", "SCRIPT"}
-)  # the verdict is in the arguments
-_VERDICTS: dict[
-    str | bytes, bool
-] = {}  # command name (as sent) -> shareable, for the names that decide alone
-_MAX_VERDICTS = 1024
 
 
 _MORE: Final = object()  # hiredis's "no whole reply yet" (False is a RESP3 reply)
