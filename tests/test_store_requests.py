@@ -73,6 +73,45 @@ def outcome_events(entries: list[dict[bytes, bytes]]) -> list[dict[bytes, bytes]
 # Accepting -----------------------------------------------------------------------------------------
 
 
+def test_accept_lists_and_stores_a_request_in_one_round_trip_on_one_server(
+    in_store: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from teaagent.store._connection import _Lane
+
+    trips: list[int] = []
+    original = _Lane.call
+
+    def counted(self: _Lane, packed: bytes, replies: int | None = None) -> Any:
+        trips.append(1 if replies is None else replies)
+        return original(self, packed, replies)
+
+    async def scenario(store: Store) -> tuple[list[int], bool]:
+        await accepted(store)  # the script is loaded, the shared connection open
+        trips.clear()
+        monkeypatch.setattr(_Lane, "call", counted)
+        request_id = await accepted(store)
+        monkeypatch.undo()
+        listed = [stored.request_id for stored in await store.requests.list_requests(now=NOW)]
+        return list(trips), request_id in listed
+
+    # One write: the six index commands, then the script, in that order.
+    assert in_store(scenario) == ([7], True)
+
+
+def test_accept_runs_its_script_after_the_index_when_the_server_lost_it(in_store: Run) -> None:
+    async def scenario(store: Store) -> tuple[bool, str | None, bool]:
+        await store.client.script_flush()  # a restarted or flushed server
+        request_id = new_id()
+        result = await store.requests.accept(
+            request_id, DOC, required_approvals=2, peers=3, expires_at=EXPIRES, now=NOW
+        )
+        stored = await store.requests.get(request_id)
+        listed = [entry.request_id for entry in await store.requests.list_requests(now=NOW)]
+        return result.created, stored.state if stored else None, request_id in listed
+
+    assert in_store(scenario) == (True, "pending", True)
+
+
 def test_accept_keeps_the_document_verbatim_and_the_same_bytes_twice_are_one_request(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
         request_id = new_id()

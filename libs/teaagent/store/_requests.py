@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import redis.asyncio.cluster
 import redis.exceptions
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
@@ -238,21 +239,46 @@ class _Book:
             )
         at = _now(now)
         ttl_ms = (max(expires_at - at, 0) + REQUEST_RETENTION_SECONDS) * 1000
+        accept_keys = [keys.doc, keys.outcome, keys.events]
+        accept_args = [
+            document,
+            required_approvals,
+            peers,
+            expires_at,
+            at,
+            REQUEST_RETENTION_SECONDS,
+            MAX_EVENTS,
+        ]
         with converting(self._url):
             # The index entries go first: a listed ref may lack its request (skipped), never the
             # reverse, so a crash between the two steps never leaves a pending request unlisted.
-            # NX: a document refused below must not move the stored request's entry.
+            # NX: a document refused below must not move the stored request's entry. On one
+            # server both steps go in one pipeline, in that order (Redis runs a connection's
+            # commands in order, and its append-only file keeps them so): one round trip, and
+            # the server syncs both at once. On a cluster the index is on another slot: it is
+            # written first, then the request.
+            together = not isinstance(self._client, redis.asyncio.cluster.RedisCluster)
             async with self._client.pipeline(transaction=False) as pipe:
                 for key in (self._index_key, self._pending_key):
                     pipe.zadd(key, {member: expires_at}, nx=True)
                     pipe.pexpire(key, ttl_ms, nx=True)
                     pipe.pexpire(key, ttl_ms, gt=True)
-                await pipe.execute()
-            status, state = await self._scripts.run(
-                "accept_request",
-                [keys.doc, keys.outcome, keys.events],
-                [document, required_approvals, peers, expires_at, at, REQUEST_RETENTION_SECONDS, MAX_EVENTS],
-            )
+                if together:
+                    pipe.execute_command(*self._scripts.command("accept_request", accept_keys, accept_args))
+                replies = await pipe.execute(raise_on_error=False)
+            reply = replies[-1] if together else None
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                # The server lost the script (a restart, a flush): the index is in; load it and run it.
+                await self._scripts.load("accept_request", accept_keys)
+                reply = None
+            for failed in replies[: -1 if together else None]:
+                if isinstance(failed, Exception):
+                    raise failed
+            if isinstance(reply, Exception):
+                raise reply
+            if reply is None:
+                reply = await self._scripts.run("accept_request", accept_keys, accept_args)
+            status, state = reply
             if state != b"pending":
                 # Accepted already expired, or a repeat of a settled request: not pending after all.
                 await self._unlist_pending([member])
