@@ -565,7 +565,8 @@ class _Lane:
         with contextlib.suppress(Exception):
             connection._close()
         if self._reading is not asyncio.current_task(self.loop) and not self._reading.done():
-            self._reading.cancel()
+            with contextlib.suppress(RuntimeError):  # a task of a loop that is closed
+                self._reading.cancel()
 
     async def aclose(self) -> None:
         self.fail(redis.exceptions.ConnectionError("the client was closed"))
