@@ -147,7 +147,10 @@ async def test_an_ask_item_waits_then_is_approved_through_the_api(
         at_relay = await relay_item(beta, request_id)
 
     [item] = listed.json()["items"]
-    assert item == shown.json()
+    one = shown.json()
+    # The two reads may fall on either side of a second: the time left is the one field that moves.
+    assert 0 <= item["seconds_left"] - one["seconds_left"] <= 1
+    assert {**item, "seconds_left": None} == {**one, "seconds_left": None}
     assert item["state"] == "pending"
     assert item["decision"] is None
     assert item["rule"] is None
