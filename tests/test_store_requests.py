@@ -6,6 +6,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -1091,3 +1092,208 @@ def test_a_delivery_record_that_cannot_be_read_is_left_out(in_store: Run) -> Non
         assert list(stored.deliveries) == ["beta"]
 
     in_store(scenario)
+
+
+# Receiving a peer's request: charge, store, queue, mark -------------------------------------------
+
+
+class _Limit:
+    def __init__(self, max_calls: int, window_seconds: float = 60.0) -> None:
+        self.max_calls, self.window_seconds = max_calls, window_seconds
+
+
+INBOX_PAYLOAD = b'{"origin": "alpha", "request_id": "..."}'
+
+
+async def received(
+    store: Store,
+    path: str,
+    request_id: str,
+    *,
+    document: bytes = DOC,
+    limit: _Limit | None = None,
+    expires_at: int = EXPIRES,
+    queue_length: int | None = None,
+) -> Any:
+    """``InboxBook.receive`` from alpha: on one server (``script``), or as a cluster runs it (``steps``)."""
+    receive = store.inbox.receive if path == "script" else store.inbox._receive_in_steps
+    queue = store.inbox_queue if queue_length is None else store.queue("inbox", max_length=queue_length)
+    return await receive(
+        "alpha",
+        request_id,
+        document,
+        expires_at=expires_at,
+        limiter=store.rate_limiter,
+        window="origin:alpha",
+        limit=limit or _Limit(100),
+        queue=queue,
+        target="approver",
+        payload=INBOX_PAYLOAD,
+        now=NOW,
+    )
+
+
+async def inbox_queue_entries(store: Store) -> list[dict[bytes, bytes]]:
+    entries: Any = await store.client.xrange(store.keys.queue("inbox").stream)
+    return [fields for _id, fields in entries]
+
+
+async def window_value(store: Store) -> bytes | None:
+    value: Any = await store.client.get(store.keys.ratelimit("origin:alpha"))
+    return value
+
+
+PATHS = pytest.mark.parametrize("path", ["script", "steps"])
+
+
+@PATHS
+def test_receive_charges_the_window_stores_lists_queues_and_marks_a_new_request(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        result = await received(store, path, request_id)
+        assert not result.stored_before
+        assert (result.decision.allowed, result.decision.remaining) == (True, 99)
+        assert (result.accepted.created, result.accepted.state) == (True, "pending")
+        assert result.accepted.stored == await store.inbox.get("alpha", request_id) is not None
+        stored = await store.inbox.get("alpha", request_id)
+        assert (stored.document, stored.state, stored.queued) == (DOC, "pending", True)
+        assert [item.request_id for item in await store.inbox.list_requests(state="pending", now=NOW)] == [
+            request_id
+        ]
+        [entry] = await inbox_queue_entries(store)
+        assert (entry[b"target"], entry[b"request_id"], entry[b"payload"]) == (
+            b"approver",
+            request_id.encode(),
+            INBOX_PAYLOAD,
+        )
+        assert (
+            result.entry_id
+            == (
+                await store.client.hget(store.keys.inbox_item("alpha", request_id).outcome, "queued")
+            ).decode()
+        )
+        assert await window_value(store) is not None
+
+    in_store(scenario)
+
+
+@PATHS
+def test_receive_of_a_stored_request_charges_nothing_and_writes_nothing(in_store: Run, path: str) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        await received(store, path, request_id)
+        window, queued = await window_value(store), await inbox_queue_entries(store)
+        for document in (DOC, b"another document under the same id"):
+            again = await received(store, path, request_id, document=document)
+            assert (again.stored_before, again.decision, again.accepted, again.entry_id) == (
+                True,
+                None,
+                None,
+                None,
+            )
+        assert await window_value(store) == window
+        assert await inbox_queue_entries(store) == queued
+        stored = await store.inbox.get("alpha", request_id)
+        assert stored is not None
+        assert stored.document == DOC
+
+    in_store(scenario)
+
+
+@PATHS
+def test_receive_refused_by_the_window_stores_lists_and_queues_nothing(in_store: Run, path: str) -> None:
+    async def scenario(store: Store) -> None:
+        first, second = new_id(), new_id()
+        assert (await received(store, path, first, limit=_Limit(1))).decision.allowed
+        window = await window_value(store)
+        refused = await received(store, path, second, limit=_Limit(1))
+        assert not refused.stored_before
+        assert not refused.decision.allowed
+        assert refused.decision.retry_after > 0
+        assert (refused.accepted, refused.entry_id) == (None, None)
+        assert await store.inbox.get("alpha", second) is None
+        assert await store.client.zscore(store.keys.inbox_index(), f"alpha/{second}") is None
+        assert [entry[b"request_id"] for entry in await inbox_queue_entries(store)] == [first.encode()]
+        assert await window_value(store) == window  # a refused call changes nothing
+
+    in_store(scenario)
+
+
+@PATHS
+def test_receive_of_a_request_expired_on_arrival_stores_it_settled_and_queues_nothing(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        result = await received(store, path, request_id, expires_at=NOW - 1)
+        assert (result.accepted.created, result.accepted.state, result.entry_id) == (True, "expired", None)
+        stored = await store.inbox.get("alpha", request_id)
+        assert (stored.state, stored.queued) == ("expired", False)
+        member = f"alpha/{request_id}"
+        assert await store.client.zscore(store.keys.inbox_index(), member) is not None
+        assert await store.client.zscore(store.keys.inbox_pending(), member) is None
+        assert await inbox_queue_entries(store) == []
+
+    in_store(scenario)
+
+
+@PATHS
+def test_receive_into_a_full_queue_fails_and_leaves_the_request_stored_unmarked(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        await received(store, path, new_id(), queue_length=1)
+        request_id = new_id()
+        with pytest.raises(StoreError, match="queue inbox already holds 1 entries"):
+            await received(store, path, request_id, queue_length=1)
+        stored = await store.inbox.get("alpha", request_id)
+        assert (stored.state, stored.queued) == ("pending", False)  # the origin's repeat queues it
+
+    in_store(scenario)
+
+
+def test_receive_on_one_server_is_one_round_trip(in_store: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    from teaagent.store._connection import _Lane
+
+    trips: list[int] = []
+    original = _Lane.call
+
+    def counted(self: _Lane, packed: bytes, replies: int | None = None) -> Any:
+        trips.append(1 if replies is None else replies)
+        return original(self, packed, replies)
+
+    async def scenario(store: Store) -> list[int]:
+        await received(store, "script", new_id())  # the script is loaded, the shared connection open
+        monkeypatch.setattr(_Lane, "call", counted)
+        await received(store, "script", new_id())
+        monkeypatch.undo()
+        return trips
+
+    # One EVALSHA: the look, the window, the index, the request, the queue entry and its mark.
+    assert in_store(scenario) == [1]
+
+
+def test_receive_loads_its_script_when_the_server_lost_it(in_store: Run) -> None:
+    async def scenario(store: Store) -> tuple[bool, bool]:
+        await store.client.script_flush()  # a restarted or flushed server
+        request_id = new_id()
+        result = await received(store, "script", request_id)
+        stored = await store.inbox.get("alpha", request_id)
+        return result.accepted.created, stored is not None and stored.queued
+
+    assert in_store(scenario) == (True, True)
+
+
+def test_a_composite_script_is_its_parts_own_text_then_its_own() -> None:
+    from teaagent.store._scripts import COMPOSITES
+
+    source = script_source("receive_request")
+    for part in COMPOSITES["receive_request"]:
+        assert f"local function {part}(KEYS, ARGV)\n{script_source(part).rstrip()}\nend\n" in source
+    assert source.endswith(
+        (Path(__file__).parents[1] / "libs/teaagent/store/lua/receive_request.lua").read_text(
+            encoding="utf-8"
+        )
+    )

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AGENT_ID_PATTERN",
+    "MAX_DOCUMENT_BYTES",
     "REQUEST_ID_PATTERN",
     "REQUEST_RETENTION_SECONDS",
     "ApproverKeys",
@@ -57,6 +58,9 @@ __all__ = [
     "node_prefix",
 ]
 
+MAX_DOCUMENT_BYTES = (
+    1024 * 1024
+)  # a signed request or decision, never a file upload; Redis keeps it in memory
 REQUEST_RETENTION_SECONDS = 24 * 3600  # an operator can still inspect a request for a day after it expires
 MAX_SCOPE_LENGTH = 256  # a tool name or an origin, with room to spare; a key is not a document
 

@@ -13,8 +13,7 @@ import redis.exceptions
 
 from teaagent.errors import StoreError
 from teaagent.store._connection import AsyncClient, StoreOptions, converting, describe_redis_error
-from teaagent.store._keys import REQUEST_ID_PATTERN, REQUEST_RETENTION_SECONDS, QueueKeys
-from teaagent.store._requests import MAX_DOCUMENT_BYTES
+from teaagent.store._keys import MAX_DOCUMENT_BYTES, REQUEST_ID_PATTERN, REQUEST_RETENTION_SECONDS, QueueKeys
 from teaagent.store._scripts import AsyncScripts
 
 __all__ = [
@@ -284,6 +283,25 @@ class DeliveryQueue:
             "expires_at", expires_at, "attempts", 0, "enqueued_at", int(at),
         ]  # fmt: skip
         return [self._group, ttl_ms, self._max_length, *fields]
+
+    def entry(
+        self, target: str, request_id: str, payload: bytes, expires_at: int, *, now: float | None = None
+    ) -> tuple[str, list[Any]]:
+        """The ``enqueue`` script's key and arguments for one :meth:`enqueue`, for a composite script.
+
+        Raises:
+            ValueError: as :meth:`enqueue`.
+            TypeError: as :meth:`enqueue`.
+        """
+        return self._keys.stream, self._enqueue_command(target, request_id, payload, expires_at, now)
+
+    def entry_id(self, reply: Any) -> str:
+        """Read the ``enqueue`` script's reply, as :meth:`enqueue` returns it.
+
+        Raises:
+            StoreError: the queue was full (the script answered "").
+        """
+        return self._entry_id(reply)
 
     def _entry_id(self, entry_id: Any) -> str:
         if not entry_id:

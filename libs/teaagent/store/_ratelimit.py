@@ -309,10 +309,26 @@ class AsyncRedisRateLimiter:
             StoreError: Redis is unreachable or failed.
             ValueError: an empty key, or a limit out of range.
         """
-        name = self._keys.ratelimit(key)
-        interval, capacity = _window(limit.max_calls, limit.window_seconds)
-        args = [interval, capacity, _now_us(now)]
+        name, args = self.charge(key, limit, now=now)
         try:
             return _decision(await self._scripts.run("ratelimit", [name], args))
         except REDIS_ERRORS as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
+
+    def charge(self, key: str, limit: RateLimitSpec, *, now: float | None = None) -> tuple[str, list[bytes]]:
+        """The ``ratelimit`` script's key and arguments for one :meth:`hit`, for a composite script.
+
+        Raises:
+            ValueError: an empty key, or a limit out of range.
+        """
+        interval, capacity = _window(limit.max_calls, limit.window_seconds)
+        return self._keys.ratelimit(key), [interval, capacity, _now_us(now)]
+
+    @staticmethod
+    def decision(reply: object) -> RateDecision:
+        """Read the ``ratelimit`` script's reply (an integer), as :meth:`hit` returns it.
+
+        Raises:
+            redis.exceptions.InvalidResponse: the reply is not an integer.
+        """
+        return _decision(reply)

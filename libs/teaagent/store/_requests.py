@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis.asyncio.cluster
 import redis.exceptions
@@ -22,8 +22,19 @@ from teaagent.store._connection import (
     converting,
     describe_redis_error,
 )
-from teaagent.store._keys import AGENT_ID_PATTERN, REQUEST_RETENTION_SECONDS, Keys, RequestKeys
+from teaagent.store._keys import (
+    AGENT_ID_PATTERN,
+    MAX_DOCUMENT_BYTES,
+    REQUEST_RETENTION_SECONDS,
+    Keys,
+    RequestKeys,
+)
 from teaagent.store._scripts import AsyncScripts
+
+if TYPE_CHECKING:
+    from teaagent.store._queue import DeliveryQueue
+    from teaagent.store._ratelimit import AsyncRedisRateLimiter, RateLimitSpec
+    from teaagent.tools import RateDecision
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -34,6 +45,7 @@ __all__ = [
     "DeliveryState",
     "DeliveryStateName",
     "InboxBook",
+    "ReceiveResult",
     "RequestBook",
     "RequestState",
     "StoredRequest",
@@ -45,9 +57,6 @@ RequestState = Literal["pending", "approved", "denied", "expired", "withdrawn"]
 DecisionKind = Literal["approval", "denial"]
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 
-MAX_DOCUMENT_BYTES = (
-    1024 * 1024
-)  # a signed request or decision, never a file upload; Redis keeps it in memory
 MAX_EVENTS = 1000  # a request sees one event per decision plus two; the bound only guards against abuse
 MAX_LISTED = 1000  # one listing call returns at most this many requests
 _DECISION_KINDS = ("approval", "denial")
@@ -70,6 +79,22 @@ class AcceptResult:
     created: bool
     state: RequestState
     stored: StoredRequest | None = None
+
+
+@dataclass(frozen=True)
+class ReceiveResult:
+    """What :meth:`InboxBook.receive` did with a peer's request.
+
+    ``stored_before``: the request (or another document under its id) was stored already; nothing
+    was charged or written, and the caller reads it to answer a repeat. Otherwise ``decision`` is
+    the origin's window's answer; when it allowed the call, ``accepted`` says how the request was
+    stored and ``entry_id`` is its entry on the approver's queue (None when it was not pending).
+    """
+
+    stored_before: bool
+    decision: RateDecision | None = None
+    accepted: AcceptResult | None = None
+    entry_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,11 +212,64 @@ def _state(raw: bytes | str | None) -> RequestState:
     raise ValueError(f"stored state {text!r} is not a request state")
 
 
+def _received(decision: RateDecision, accepted: AcceptResult, entry_id: str | None) -> ReceiveResult:
+    """A request taken in by ``InboxBook.receive``; ``accepted.stored`` is marked queued when it was."""
+    if entry_id is not None and accepted.stored is not None:
+        accepted = dataclasses.replace(accepted, stored=dataclasses.replace(accepted.stored, queued=True))
+    return ReceiveResult(stored_before=False, decision=decision, accepted=accepted, entry_id=entry_id)
+
+
 def _check_document(name: str, document: bytes) -> None:
     if not isinstance(document, bytes) or not document:
         raise TypeError(f"{name} must be non-empty bytes")
     if len(document) > MAX_DOCUMENT_BYTES:
         raise ValueError(f"{name} is {len(document)} bytes, above the limit of {MAX_DOCUMENT_BYTES}")
+
+
+@dataclass(frozen=True)
+class _Acceptance:
+    """One accept, checked and encoded (``_Book._acceptance``), and how its reply reads."""
+
+    member: str
+    request_id: str
+    origin: str | None
+    label: str
+    document: bytes
+    required: int
+    peers: int
+    expires_at: int
+    at: int
+    ttl_ms: int  # the index entries' TTL
+    keys: list[str]
+    args: list[Any]
+
+    def result(self, status: bytes, state: bytes) -> AcceptResult:
+        """The ``accept_request`` script's ``{status, state}``, read.
+
+        Raises:
+            RequestConflictError: other bytes hold the id (``conflict``).
+        """
+        if status == b"conflict":
+            raise RequestConflictError(
+                f"{self.label} already exists with a different document; the new one is refused"
+            )
+        created, accepted = status == b"created", _state(state)
+        stored = None
+        if created and accepted == "pending":
+            # What accept_request.lua wrote, field for field (tests/test_store_requests.py holds
+            # it to a read of the store).
+            stored = StoredRequest(
+                request_id=self.request_id,
+                origin=self.origin,
+                document=self.document,
+                state="pending",
+                required=self.required,
+                peers=self.peers,
+                expires_at=self.expires_at,
+                accepted_at=self.at,
+                decided_at=None,
+            )
+        return AcceptResult(created=created, state=accepted, stored=stored)
 
 
 class _Book:
@@ -220,6 +298,40 @@ class _Book:
         """The keys, the request id and the origin (None: this node's own) of index member ``member``."""
         raise NotImplementedError
 
+    def _acceptance(
+        self,
+        member: str,
+        document: bytes,
+        *,
+        required_approvals: int,
+        peers: int,
+        expires_at: int,
+        now: int | None,
+        label: str,
+    ) -> _Acceptance:
+        """One accept, checked and encoded: the ``accept_request`` script's keys and arguments."""
+        keys, request_id, origin = self._ref(member)
+        _check_document("document", document)
+        if required_approvals < 1 or peers < required_approvals:
+            raise ValueError(
+                f"required_approvals must be between 1 and peers ({peers}), not {required_approvals}"
+            )
+        at = _now(now)
+        return _Acceptance(
+            member=member,
+            request_id=request_id,
+            origin=origin,
+            label=label,
+            document=document,
+            required=required_approvals,
+            peers=peers,
+            expires_at=expires_at,
+            at=at,
+            ttl_ms=(max(expires_at - at, 0) + REQUEST_RETENTION_SECONDS) * 1000,
+            keys=[keys.doc, keys.outcome, keys.events],
+            args=[document, required_approvals, peers, expires_at, at, REQUEST_RETENTION_SECONDS, MAX_EVENTS],
+        )
+
     async def _accept(
         self,
         member: str,
@@ -231,24 +343,15 @@ class _Book:
         now: int | None,
         label: str,
     ) -> AcceptResult:
-        keys, request_id, origin = self._ref(member)
-        _check_document("document", document)
-        if required_approvals < 1 or peers < required_approvals:
-            raise ValueError(
-                f"required_approvals must be between 1 and peers ({peers}), not {required_approvals}"
-            )
-        at = _now(now)
-        ttl_ms = (max(expires_at - at, 0) + REQUEST_RETENTION_SECONDS) * 1000
-        accept_keys = [keys.doc, keys.outcome, keys.events]
-        accept_args = [
+        one = self._acceptance(
+            member,
             document,
-            required_approvals,
-            peers,
-            expires_at,
-            at,
-            REQUEST_RETENTION_SECONDS,
-            MAX_EVENTS,
-        ]
+            required_approvals=required_approvals,
+            peers=peers,
+            expires_at=expires_at,
+            now=now,
+            label=label,
+        )
         with converting(self._url):
             # The index entries go first: a listed ref may lack its request (skipped), never the
             # reverse, so a crash between the two steps never leaves a pending request unlisted.
@@ -261,15 +364,15 @@ class _Book:
             async with self._client.pipeline(transaction=False) as pipe:
                 for key in (self._index_key, self._pending_key):
                     pipe.zadd(key, {member: expires_at}, nx=True)
-                    pipe.pexpire(key, ttl_ms, nx=True)
-                    pipe.pexpire(key, ttl_ms, gt=True)
+                    pipe.pexpire(key, one.ttl_ms, nx=True)
+                    pipe.pexpire(key, one.ttl_ms, gt=True)
                 if together:
-                    pipe.execute_command(*self._scripts.command("accept_request", accept_keys, accept_args))
+                    pipe.execute_command(*self._scripts.command("accept_request", one.keys, one.args))
                 replies = await pipe.execute(raise_on_error=False)
             reply = replies[-1] if together else None
             if isinstance(reply, redis.exceptions.NoScriptError):
                 # The server lost the script (a restart, a flush): the index is in; load it and run it.
-                await self._scripts.load("accept_request", accept_keys)
+                await self._scripts.load("accept_request", one.keys)
                 reply = None
             for failed in replies[: -1 if together else None]:
                 if isinstance(failed, Exception):
@@ -277,32 +380,12 @@ class _Book:
             if isinstance(reply, Exception):
                 raise reply
             if reply is None:
-                reply = await self._scripts.run("accept_request", accept_keys, accept_args)
+                reply = await self._scripts.run("accept_request", one.keys, one.args)
             status, state = reply
             if state != b"pending":
                 # Accepted already expired, or a repeat of a settled request: not pending after all.
                 await self._unlist_pending([member])
-        if status == b"conflict":
-            raise RequestConflictError(
-                f"{label} already exists with a different document; the new one is refused"
-            )
-        created, accepted = status == b"created", _state(state)
-        stored = None
-        if created and accepted == "pending":
-            # What accept_request.lua wrote, field for field (tests/test_store_requests.py holds
-            # it to a read of the store).
-            stored = StoredRequest(
-                request_id=request_id,
-                origin=origin,
-                document=document,
-                state="pending",
-                required=required_approvals,
-                peers=peers,
-                expires_at=expires_at,
-                accepted_at=at,
-                decided_at=None,
-            )
-        return AcceptResult(created=created, state=accepted, stored=stored)
+        return one.result(status, state)
 
     async def _record(
         self,
@@ -1016,6 +1099,101 @@ class InboxBook(_Book):
             now=now,
             label=f"request {request_id} from {origin}",
         )
+
+    async def receive(
+        self,
+        origin: str,
+        request_id: str,
+        document: bytes,
+        *,
+        expires_at: int,
+        limiter: AsyncRedisRateLimiter,
+        window: str,
+        limit: RateLimitSpec,
+        queue: DeliveryQueue,
+        target: str,
+        payload: bytes,
+        now: int | None = None,
+    ) -> ReceiveResult:
+        """Take a verified request from ``origin`` in: charge, store, queue and mark it; or say why not.
+
+        A peer relay's steps for a new request, in their order: nothing when the request is stored
+        already (``stored_before``: the caller reads it and answers a repeat, and no window is
+        charged); else one call against ``window`` of ``limiter`` (a refusal writes nothing); else
+        :meth:`accept`, then, while it is pending, one entry ``payload`` for ``target`` on
+        ``queue`` and :meth:`mark_queued`. On one server the four are one script
+        (``receive_request.lua``): one round trip and one sync, and no crash between two of them.
+        On a cluster their keys have several hash tags, so they run one by one, as their own
+        methods do; a crash between two leaves the item unqueued or unmarked, and the origin's
+        repeat completes it.
+
+        Raises:
+            StoreError: Redis is unreachable or failed, or ``queue`` is full (the request is stored
+                then, not queued).
+            ValueError: a malformed origin, id, window or limit, a document too large, or an entry
+                ``queue`` refuses.
+            TypeError: ``document`` or ``payload`` is not bytes.
+        """
+        if isinstance(self._client, redis.asyncio.cluster.RedisCluster):
+            return await self._receive_in_steps(
+                origin, request_id, document, expires_at=expires_at, limiter=limiter, window=window,
+                limit=limit, queue=queue, target=target, payload=payload, now=now,
+            )  # fmt: skip
+        one = self._acceptance(
+            f"{origin}/{request_id}",
+            document,
+            required_approvals=1,
+            peers=1,
+            expires_at=expires_at,
+            now=now,
+            label=f"request {request_id} from {origin}",
+        )
+        window_key, charge = limiter.charge(window, limit, now=now)
+        stream, entry = queue.entry(target, request_id, payload, expires_at, now=now)
+        keys = [*one.keys, self._index_key, self._pending_key, window_key, stream]
+        args = [one.member, expires_at, one.ttl_ms, *charge, *one.args, *entry]
+        with converting(self._url):
+            reply = await self._scripts.run("receive_request", keys, args)
+        status = reply[0]
+        if status == b"stored":
+            return ReceiveResult(stored_before=True)
+        if status == b"refused":
+            return ReceiveResult(stored_before=False, decision=limiter.decision(reply[1]))
+        _created, state, remaining, entry_id = reply
+        accepted = one.result(b"created", state)
+        queued = queue.entry_id(entry_id) if accepted.state == "pending" else None
+        return _received(limiter.decision(remaining), accepted, queued)
+
+    async def _receive_in_steps(
+        self,
+        origin: str,
+        request_id: str,
+        document: bytes,
+        *,
+        expires_at: int,
+        limiter: AsyncRedisRateLimiter,
+        window: str,
+        limit: RateLimitSpec,
+        queue: DeliveryQueue,
+        target: str,
+        payload: bytes,
+        now: int | None,
+    ) -> ReceiveResult:
+        """:meth:`receive` on a cluster: each step its own call, in the script's order."""
+        if await self.exists(origin, request_id):
+            return ReceiveResult(stored_before=True)
+        decision = await limiter.hit(window, limit, now=now)
+        if not decision.allowed:
+            return ReceiveResult(stored_before=False, decision=decision)
+        try:
+            accepted = await self.accept(origin, request_id, document, expires_at=expires_at, now=now)
+        except RequestConflictError:
+            return ReceiveResult(stored_before=True)  # stored between the look and here: a concurrent copy
+        entry_id = None
+        if accepted.state == "pending":
+            entry_id = await queue.enqueue(target, request_id, payload, expires_at, now=now)
+            await self.mark_queued(origin, request_id, entry_id)
+        return _received(decision, accepted, entry_id)
 
     async def get(self, origin: str, request_id: str) -> StoredRequest | None:
         """Return the received request, or None when it is not (or no longer) stored.

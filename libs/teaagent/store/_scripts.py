@@ -21,7 +21,7 @@ import redis.exceptions
 
 from teaagent.store._connection import AsyncClient
 
-__all__ = ["LOAD_ATTEMPTS", "SCRIPT_NAMES", "AsyncScripts", "script_sha", "script_source"]
+__all__ = ["COMPOSITES", "LOAD_ATTEMPTS", "SCRIPT_NAMES", "AsyncScripts", "script_sha", "script_source"]
 
 # Calls sent per script call at most: a NOSCRIPT twice in a row means the key's slot moved to
 # another node between the load and the call (a failover); a third is not worth waiting for.
@@ -38,19 +38,32 @@ SCRIPT_NAMES = (
     "mark_queued",
     "record_delivery",
     "withdraw",
+    "receive_request",
 )
+
+# A composite script runs other scripts, in one call, on one server (never on a cluster: its keys
+# have several hash tags). Its source is each part's own file as a local function of (KEYS, ARGV),
+# then its own file, which calls them: the parts are never written twice.
+COMPOSITES: dict[str, tuple[str, ...]] = {
+    "receive_request": ("ratelimit", "accept_request", "enqueue", "mark_queued"),
+}
 
 
 @functools.cache
 def script_source(name: str) -> str:
-    """Return the text of ``lua/<name>.lua``.
+    """Return the text of ``lua/<name>.lua``; for a composite, its parts' texts first (``COMPOSITES``).
 
     Raises:
         ValueError: ``name`` is not one of ``SCRIPT_NAMES``.
     """
     if name not in SCRIPT_NAMES:
         raise ValueError(f"no Lua script named {name!r}")
-    return resources.files("teaagent.store.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    own = resources.files("teaagent.store.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    parts = [
+        f"local function {part}(KEYS, ARGV)\n{script_source(part).rstrip()}\nend\n\n"
+        for part in COMPOSITES.get(name, ())
+    ]
+    return "".join(parts) + own
 
 
 @functools.cache

@@ -662,17 +662,33 @@ class Relay:
             whose=f"the key configured for {origin}",
         )
         document = canonical({"request": request, "signature": wire})
-        # Already here: a repeat (or a clash) is answered from the store and charges nothing. A read
-        # first, not one script with the window: the window's key has another hash tag (cluster).
-        stored = (
-            await self.store.inbox.get(origin, request_id)
-            if await self.store.inbox.exists(origin, request_id)
-            else None
-        )
-        if stored is not None:
-            return await self._repeat(origin, request, stored)
-        # After the signature: only a genuine origin's new requests use up its window.
-        decision = await self.store.rate_limiter.hit(f"origin:{origin}", self.inbox_limit)
+        # Already here: a repeat (or a clash) is answered from the store and charges nothing. Else
+        # the origin's window, then the request stored and queued for the approver: on one server
+        # one script, on a cluster one step each (InboxBook.receive).
+        payload = json.dumps({"origin": origin, "request_id": request_id}).encode()
+        for _attempt in range(2):
+            got = await self.store.inbox.receive(
+                origin,
+                request_id,
+                document,
+                expires_at=request["expires_at"],
+                limiter=self.store.rate_limiter,
+                window=f"origin:{origin}",
+                limit=self.inbox_limit,
+                queue=self.store.inbox_queue,
+                target=APPROVER_TARGET,
+                payload=payload,
+            )
+            if not got.stored_before:
+                break
+            stored = await self.store.inbox.get(origin, request_id)
+            if stored is not None:
+                return await self._repeat(origin, request, stored)
+            # Gone between the two reads (it expired): taken in again, as a new request.
+        else:
+            raise self._clash(origin, request_id)
+        decision = got.decision
+        assert decision is not None  # not stored before: the window answered
         if not decision.allowed:
             retry_after = max(1, math.ceil(decision.retry_after))
             raise ApiError(
@@ -682,17 +698,11 @@ class Relay:
                 f"{self.inbox_limit.window_seconds:g} seconds; retry in {retry_after} s.",
                 headers={"Retry-After": str(retry_after)},
             )
-        try:
-            result = await self.store.inbox.accept(
-                origin, request_id, document, expires_at=request["expires_at"]
-            )
-        except RequestConflictError:
-            # Stored between the read above and here (a concurrent copy): answered as a repeat.
-            again = await self.store.inbox.get(origin, request_id)
-            if again is None:
-                raise self._clash(origin, request_id) from None
-            return await self._repeat(origin, request, again)
-        return await self._received(origin, request, created=result.created, state=result.state, queued=False)
+        accepted = got.accepted
+        assert accepted is not None  # allowed: stored
+        return await self._received(
+            origin, request, created=accepted.created, state=accepted.state, queued=got.entry_id is not None
+        )
 
     async def _repeat(
         self, origin: str, request: dict[str, Any], stored: StoredRequest
