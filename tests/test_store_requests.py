@@ -1297,3 +1297,130 @@ def test_a_composite_script_is_its_parts_own_text_then_its_own() -> None:
             encoding="utf-8"
         )
     )
+
+
+# Submitting an own request: store it, queue a delivery per peer -----------------------------------
+
+DELIVERIES = [
+    ("beta", b'{"path": "/v1/inbox", "to": "beta"}'),
+    ("gamma", b'{"path": "/v1/inbox", "to": "gamma"}'),
+]
+
+
+async def submitted(
+    store: Store,
+    path: str,
+    request_id: str,
+    *,
+    document: bytes = DOC,
+    expires_at: int = EXPIRES,
+    queue_length: int | None = None,
+) -> Any:
+    """``RequestBook.submit``: on one server (``script``), or as a cluster runs it (``steps``)."""
+    submit = store.requests.submit if path == "script" else store.requests._submit_in_steps
+    queue = store.deliveries if queue_length is None else store.queue("deliveries", max_length=queue_length)
+    return await submit(
+        request_id,
+        document,
+        required_approvals=2,
+        peers=2,
+        expires_at=expires_at,
+        queue=queue,
+        deliveries=DELIVERIES,
+        now=NOW,
+    )
+
+
+async def delivery_entries(store: Store) -> list[tuple[bytes, bytes, bytes]]:
+    entries: Any = await store.client.xrange(store.keys.queue("deliveries").stream)
+    return [(fields[b"target"], fields[b"request_id"], fields[b"payload"]) for _id, fields in entries]
+
+
+@PATHS
+def test_submit_stores_lists_and_queues_a_delivery_per_peer_and_again_for_a_repeat(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        first = await submitted(store, path, request_id)
+        assert (first.created, first.state) == (True, "pending")
+        assert first.stored == await store.requests.get(request_id)
+        assert [item.request_id for item in await store.requests.list_requests(now=NOW)] == [request_id]
+        once = [(peer.encode(), request_id.encode(), payload) for peer, payload in DELIVERIES]
+        assert await delivery_entries(store) == once
+        again = await submitted(store, path, request_id)  # a client retrying after a crash
+        assert (again.created, again.state, again.stored) == (False, "pending", None)
+        assert await delivery_entries(store) == once + once
+
+    in_store(scenario)
+
+
+@PATHS
+def test_submit_of_another_document_under_a_stored_id_is_a_conflict_and_queues_nothing(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        await submitted(store, path, request_id)
+        with pytest.raises(RequestConflictError, match=f"request {request_id} already exists"):
+            await submitted(store, path, request_id, document=b"another document")
+        assert len(await delivery_entries(store)) == len(DELIVERIES)
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert stored.document == DOC
+
+    in_store(scenario)
+
+
+@PATHS
+def test_submit_of_a_request_expired_already_stores_it_settled_and_queues_nothing(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        result = await submitted(store, path, request_id, expires_at=NOW - 1)
+        assert (result.created, result.state) == (True, "expired")
+        assert await delivery_entries(store) == []
+        assert await store.client.zscore(store.keys.request_index(), request_id) is not None
+        assert await store.client.zscore(store.keys.request_pending(), request_id) is None
+
+    in_store(scenario)
+
+
+@PATHS
+def test_submit_into_a_full_queue_fails_and_leaves_the_request_stored(in_store: Run, path: str) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        with pytest.raises(StoreError, match="queue deliveries already holds 1 entries"):
+            await submitted(store, path, request_id, queue_length=1)
+        stored = await store.requests.get(request_id)
+        assert stored is not None
+        assert stored.state == "pending"
+
+    in_store(scenario)
+
+
+def test_submit_on_one_server_is_one_round_trip_and_loads_its_script_when_the_server_lost_it(
+    in_store: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from teaagent.store._connection import _Lane
+
+    trips: list[int] = []
+    original = _Lane.call
+
+    def counted(self: _Lane, packed: bytes, replies: int | None = None) -> Any:
+        trips.append(1 if replies is None else replies)
+        return original(self, packed, replies)
+
+    async def scenario(store: Store) -> list[int]:
+        await store.client.script_flush()  # a restarted or flushed server
+        lost = await submitted(store, "script", new_id())
+        assert (lost.created, lost.state) == (True, "pending")
+        monkeypatch.setattr(_Lane, "call", counted)
+        await submitted(store, "script", new_id())
+        monkeypatch.undo()
+        assert len(await delivery_entries(store)) == 2 * len(DELIVERIES)
+        return trips
+
+    # One EVALSHA: the index, the request and both deliveries.
+    assert in_store(scenario) == [1]

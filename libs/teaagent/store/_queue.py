@@ -191,6 +191,11 @@ class DeliveryQueue:
         """The queue's name (``deliveries``, ``inbox``)."""
         return self._keys.name
 
+    @property
+    def stream(self) -> str:
+        """The key of the queue's stream, for a composite script that appends to it."""
+        return self._keys.stream
+
     async def enqueue(
         self, target: str, request_id: str, payload: bytes, expires_at: int, *, now: float | None = None
     ) -> str:

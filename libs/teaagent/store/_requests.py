@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -854,6 +855,101 @@ class RequestBook(_Book):
             now=now,
             label=f"request {request_id}",
         )
+
+    async def submit(
+        self,
+        request_id: str,
+        document: bytes,
+        *,
+        required_approvals: int,
+        peers: int,
+        expires_at: int,
+        queue: DeliveryQueue,
+        deliveries: Sequence[tuple[str, bytes]],
+        now: int | None = None,
+    ) -> AcceptResult:
+        """:meth:`accept`, then, while the request is pending, one entry on ``queue`` per delivery.
+
+        ``deliveries`` are ``(target, payload)``: a peer and the body its relay is sent. They are
+        queued for a repeat as well (a client retrying after a crash completes them; a peer
+        takes a request once), never for a conflict (the caller decides what a conflict sends).
+        On one server it is one script (``submit_request.lua``): one round trip and one sync, and
+        no crash between storing and queueing. On a cluster the queue has another hash tag: the
+        request is accepted, then its deliveries are queued, as :meth:`accept` and
+        :meth:`DeliveryQueue.enqueue` do.
+
+        Raises:
+            RequestConflictError: other bytes are already stored under ``request_id``.
+            StoreError: Redis is unreachable or failed, or ``queue`` is full (the request is
+                stored then; a repeat queues what is missing).
+            ValueError: as :meth:`accept`, or an entry ``queue`` refuses.
+            TypeError: ``document`` or a payload is not bytes.
+        """
+        if isinstance(self._client, redis.asyncio.cluster.RedisCluster):
+            return await self._submit_in_steps(
+                request_id, document, required_approvals=required_approvals, peers=peers,
+                expires_at=expires_at, queue=queue, deliveries=deliveries, now=now,
+            )  # fmt: skip
+        one = self._acceptance(
+            request_id,
+            document,
+            required_approvals=required_approvals,
+            peers=peers,
+            expires_at=expires_at,
+            now=now,
+            label=f"request {request_id}",
+        )
+        entries = [
+            queue.entry(target, request_id, payload, expires_at, now=now) for target, payload in deliveries
+        ]
+        keys = [*one.keys, self._index_key, self._pending_key, queue.stream]
+        # Every entry of one queue has the same arguments (its fields are fixed): one width.
+        args = [
+            one.member,
+            expires_at,
+            one.ttl_ms,
+            *one.args,
+            len(entries),
+            len(entries[0][1]) if entries else 0,
+        ]
+        for _stream, entry in entries:
+            args.extend(entry)
+        with converting(self._url):
+            status, state, *entry_ids = await self._scripts.run("submit_request", keys, args)
+        accepted = one.result(status, state)
+        for entry_id in entry_ids:
+            queue.entry_id(entry_id)  # "" is a full queue: StoreError
+        return accepted
+
+    async def _submit_in_steps(
+        self,
+        request_id: str,
+        document: bytes,
+        *,
+        required_approvals: int,
+        peers: int,
+        expires_at: int,
+        queue: DeliveryQueue,
+        deliveries: Sequence[tuple[str, bytes]],
+        now: int | None,
+    ) -> AcceptResult:
+        """:meth:`submit` on a cluster: the request accepted, then its deliveries queued."""
+        accepted = await self.accept(
+            request_id,
+            document,
+            required_approvals=required_approvals,
+            peers=peers,
+            expires_at=expires_at,
+            now=now,
+        )
+        if accepted.state == "pending":
+            await asyncio.gather(
+                *(
+                    queue.enqueue(target, request_id, payload, expires_at, now=now)
+                    for target, payload in deliveries
+                )
+            )
+        return accepted
 
     async def get(self, request_id: str) -> StoredRequest | None:
         """Return the stored request, or None when it is not (or no longer) stored.

@@ -39,6 +39,7 @@ SCRIPT_NAMES = (
     "record_delivery",
     "withdraw",
     "receive_request",
+    "submit_request",
 )
 
 # A composite script runs other scripts, in one call, on one server (never on a cluster: its keys
@@ -46,6 +47,7 @@ SCRIPT_NAMES = (
 # then its own file, which calls them: the parts are never written twice.
 COMPOSITES: dict[str, tuple[str, ...]] = {
     "receive_request": ("ratelimit", "accept_request", "enqueue", "mark_queued"),
+    "submit_request": ("accept_request", "enqueue"),
 }
 
 

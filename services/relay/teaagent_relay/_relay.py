@@ -265,13 +265,18 @@ class Relay:
             request, signature, self.own_key.to_line(), allow_dev=self.allow_dev, whose="this node's own key"
         )
         document = canonical({"request": request, "signature": wire})
+        # Queued for every peer on every submission, not only the first: a retry after a crash
+        # completes it. Stored and queued in one step on one server (RequestBook.submit).
+        payload = _payload("/v1/inbox", {"request": request, "signature": wire})
         try:
-            result = await self.store.requests.accept(
+            result = await self.store.requests.submit(
                 request_id,
                 document,
                 required_approvals=required,
                 peers=len(peers),
                 expires_at=request["expires_at"],
+                queue=self.deliveries,
+                deliveries=[(peer, payload) for peer in peers],
             )
             created, state, fresh = result.created, result.state, result.stored
         except RequestConflictError:
@@ -280,17 +285,20 @@ class Relay:
                 raise ApiError(
                     409, "conflict", f"Request {request_id} is already stored with a different document."
                 ) from None
-            # The same request signed again (ECDSA signatures differ each time): the first one stays.
+            # The same request signed again (ECDSA signatures differ each time): the first one
+            # stays, and it is the one queued for the peers.
             created, state, wire, fresh = False, stored.state, _envelope(stored.document)[1], None
+            if state == "pending":
+                payload = _payload("/v1/inbox", {"request": request, "signature": wire})
+                await asyncio.gather(
+                    *(
+                        self.deliveries.enqueue(peer, request_id, payload, request["expires_at"])
+                        for peer in peers
+                    )
+                )
         if request_id not in self._known:
             self._remember(KnownRequest(request, wire, peers, required))
         self.metrics.quorum_requests.labels("own", "created" if created else "duplicate").inc()
-        if state == "pending":
-            # Enqueued on every submission, not only the first: a retry after a crash completes it.
-            payload = _payload("/v1/inbox", {"request": request, "signature": wire})
-            await asyncio.gather(
-                *(self.deliveries.enqueue(peer, request_id, payload, request["expires_at"]) for peer in peers)
-            )
         # A request this call created is answered as stored, without reading it back.
         return created, self._status(fresh) if fresh is not None else await self.status(request_id)
 
