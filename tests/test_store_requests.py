@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,12 +18,14 @@ from teaagent.store import (
     REQUEST_RETENTION_SECONDS,
     DecisionResult,
     DecisionToCount,
+    Intake,
     Store,
     StoreOptions,
     connect,
     open_store,
 )
 from teaagent.store._scripts import script_source
+from teaagent.tools import ToolRateLimit
 
 T = TypeVar("T")
 NOW = 1_764_570_000  # PROTOCOL.md's example clock; scripts take time from the caller, never the server
@@ -71,12 +74,10 @@ def outcome_events(entries: list[dict[bytes, bytes]]) -> list[dict[bytes, bytes]
     return [fields for fields in entries if fields[b"type"] == b"outcome"]
 
 
-# Accepting -----------------------------------------------------------------------------------------
-
-
-def test_accept_lists_and_stores_a_request_in_one_round_trip_on_one_server(
-    in_store: Run, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.contextmanager
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The store's round trips on its shared connection while inside: one entry per write, the
+    number of commands it carried."""
     from teaagent.store._connection import _Lane
 
     trips: list[int] = []
@@ -86,14 +87,25 @@ def test_accept_lists_and_stores_a_request_in_one_round_trip_on_one_server(
         trips.append(1 if replies is None else replies)
         return original(self, packed, replies)
 
+    monkeypatch.setattr(_Lane, "call", counted)
+    try:
+        yield trips
+    finally:
+        monkeypatch.undo()
+
+
+# Accepting -----------------------------------------------------------------------------------------
+
+
+def test_accept_lists_and_stores_a_request_in_one_round_trip_on_one_server(
+    in_store: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def scenario(store: Store) -> tuple[list[int], bool]:
         await accepted(store)  # the script is loaded, the shared connection open
-        trips.clear()
-        monkeypatch.setattr(_Lane, "call", counted)
-        request_id = await accepted(store)
-        monkeypatch.undo()
+        with round_trips(monkeypatch) as trips:
+            request_id = await accepted(store)
         listed = [stored.request_id for stored in await store.requests.list_requests(now=NOW)]
-        return list(trips), request_id in listed
+        return trips, request_id in listed
 
     # One write: the six index commands, then the script, in that order.
     assert in_store(scenario) == ([7], True)
@@ -1097,11 +1109,7 @@ def test_a_delivery_record_that_cannot_be_read_is_left_out(in_store: Run) -> Non
 # Receiving a peer's request: charge, store, queue, mark -------------------------------------------
 
 
-class _Limit:
-    def __init__(self, max_calls: int, window_seconds: float = 60.0) -> None:
-        self.max_calls, self.window_seconds = max_calls, window_seconds
-
-
+GENEROUS = ToolRateLimit(100)  # never refused in a test
 INBOX_PAYLOAD = b'{"origin": "alpha", "request_id": "..."}'
 
 
@@ -1111,25 +1119,16 @@ async def received(
     request_id: str,
     *,
     document: bytes = DOC,
-    limit: _Limit | None = None,
+    limit: ToolRateLimit = GENEROUS,
     expires_at: int = EXPIRES,
     queue_length: int | None = None,
 ) -> Any:
     """``InboxBook.receive`` from alpha: on one server (``script``), or as a cluster runs it (``steps``)."""
-    receive = store.inbox.receive if path == "script" else store.inbox._receive_in_steps
+    store.inbox._one_server = path == "script"
     queue = store.inbox_queue if queue_length is None else store.queue("inbox", max_length=queue_length)
-    return await receive(
-        "alpha",
-        request_id,
-        document,
-        expires_at=expires_at,
-        limiter=store.rate_limiter,
-        window="origin:alpha",
-        limit=limit or _Limit(100),
-        queue=queue,
-        target="approver",
-        payload=INBOX_PAYLOAD,
-        now=NOW,
+    intake = Intake(store.rate_limiter, "origin:alpha", limit, queue, "approver")
+    return await store.inbox.receive(
+        "alpha", request_id, document, expires_at=expires_at, intake=intake, payload=INBOX_PAYLOAD, now=NOW
     )
 
 
@@ -1206,9 +1205,9 @@ def test_receive_of_a_stored_request_charges_nothing_and_writes_nothing(in_store
 def test_receive_refused_by_the_window_stores_lists_and_queues_nothing(in_store: Run, path: str) -> None:
     async def scenario(store: Store) -> None:
         first, second = new_id(), new_id()
-        assert (await received(store, path, first, limit=_Limit(1))).decision.allowed
+        assert (await received(store, path, first, limit=ToolRateLimit(1, 60.0))).decision.allowed
         window = await window_value(store)
-        refused = await received(store, path, second, limit=_Limit(1))
+        refused = await received(store, path, second, limit=ToolRateLimit(1, 60.0))
         assert not refused.stored_before
         assert not refused.decision.allowed
         assert refused.decision.retry_after > 0
@@ -1255,20 +1254,10 @@ def test_receive_into_a_full_queue_fails_and_leaves_the_request_stored_unmarked(
 
 
 def test_receive_on_one_server_is_one_round_trip(in_store: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    from teaagent.store._connection import _Lane
-
-    trips: list[int] = []
-    original = _Lane.call
-
-    def counted(self: _Lane, packed: bytes, replies: int | None = None) -> Any:
-        trips.append(1 if replies is None else replies)
-        return original(self, packed, replies)
-
     async def scenario(store: Store) -> list[int]:
         await received(store, "script", new_id())  # the script is loaded, the shared connection open
-        monkeypatch.setattr(_Lane, "call", counted)
-        await received(store, "script", new_id())
-        monkeypatch.undo()
+        with round_trips(monkeypatch) as trips:
+            await received(store, "script", new_id())
         return trips
 
     # One EVALSHA: the look, the window, the index, the request, the queue entry and its mark.
@@ -1317,9 +1306,9 @@ async def submitted(
     queue_length: int | None = None,
 ) -> Any:
     """``RequestBook.submit``: on one server (``script``), or as a cluster runs it (``steps``)."""
-    submit = store.requests.submit if path == "script" else store.requests._submit_in_steps
+    store.requests._one_server = path == "script"
     queue = store.deliveries if queue_length is None else store.queue("deliveries", max_length=queue_length)
-    return await submit(
+    return await store.requests.submit(
         request_id,
         document,
         required_approvals=2,
@@ -1403,22 +1392,12 @@ def test_submit_into_a_full_queue_fails_and_leaves_the_request_stored(in_store: 
 def test_submit_on_one_server_is_one_round_trip_and_loads_its_script_when_the_server_lost_it(
     in_store: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from teaagent.store._connection import _Lane
-
-    trips: list[int] = []
-    original = _Lane.call
-
-    def counted(self: _Lane, packed: bytes, replies: int | None = None) -> Any:
-        trips.append(1 if replies is None else replies)
-        return original(self, packed, replies)
-
     async def scenario(store: Store) -> list[int]:
         await store.client.script_flush()  # a restarted or flushed server
         lost = await submitted(store, "script", new_id())
         assert (lost.created, lost.state) == (True, "pending")
-        monkeypatch.setattr(_Lane, "call", counted)
-        await submitted(store, "script", new_id())
-        monkeypatch.undo()
+        with round_trips(monkeypatch) as trips:
+            await submitted(store, "script", new_id())
         assert len(await delivery_entries(store)) == 2 * len(DELIVERIES)
         return trips
 

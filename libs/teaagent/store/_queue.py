@@ -291,14 +291,15 @@ class DeliveryQueue:
 
     def entry(
         self, target: str, request_id: str, payload: bytes, expires_at: int, *, now: float | None = None
-    ) -> tuple[str, list[Any]]:
-        """The ``enqueue`` script's key and arguments for one :meth:`enqueue`, for a composite script.
+    ) -> list[Any]:
+        """The ``enqueue`` script's arguments for one :meth:`enqueue` (its key is :attr:`stream`),
+        for a composite script.
 
         Raises:
             ValueError: as :meth:`enqueue`.
             TypeError: as :meth:`enqueue`.
         """
-        return self._keys.stream, self._enqueue_command(target, request_id, payload, expires_at, now)
+        return self._enqueue_command(target, request_id, payload, expires_at, now)
 
     def entry_id(self, reply: Any) -> str:
         """Read the ``enqueue`` script's reply, as :meth:`enqueue` returns it.

@@ -46,6 +46,7 @@ __all__ = [
     "DeliveryState",
     "DeliveryStateName",
     "InboxBook",
+    "Intake",
     "ReceiveResult",
     "RequestBook",
     "RequestState",
@@ -80,6 +81,21 @@ class AcceptResult:
     created: bool
     state: RequestState
     stored: StoredRequest | None = None
+
+
+@dataclass(frozen=True)
+class Intake:
+    """Where :meth:`InboxBook.receive` charges a received request and queues it.
+
+    ``window`` of ``limiter`` (``origin:<id>``) allows ``limit``; the request goes to ``target``
+    (``approver``) on ``queue``.
+    """
+
+    limiter: AsyncRedisRateLimiter
+    window: str
+    limit: RateLimitSpec
+    queue: DeliveryQueue
+    target: str
 
 
 @dataclass(frozen=True)
@@ -294,6 +310,9 @@ class _Book:
         self._index_key = index_key
         self._pending_key = pending_key  # the pending members of the index only, same scores
         self._options = options
+        # On one server every key is on one node, so the steps of one operation may share a round
+        # trip or a script; on a cluster the steps whose keys have other hash tags go one by one.
+        self._one_server = not isinstance(client, redis.asyncio.cluster.RedisCluster)
 
     def _ref(self, member: str) -> tuple[RequestKeys, str, str | None]:
         """The keys, the request id and the origin (None: this node's own) of index member ``member``."""
@@ -308,7 +327,6 @@ class _Book:
         peers: int,
         expires_at: int,
         now: int | None,
-        label: str,
     ) -> _Acceptance:
         """One accept, checked and encoded: the ``accept_request`` script's keys and arguments."""
         keys, request_id, origin = self._ref(member)
@@ -322,7 +340,7 @@ class _Book:
             member=member,
             request_id=request_id,
             origin=origin,
-            label=label,
+            label=f"request {request_id}" if origin is None else f"request {request_id} from {origin}",
             document=document,
             required=required_approvals,
             peers=peers,
@@ -333,26 +351,8 @@ class _Book:
             args=[document, required_approvals, peers, expires_at, at, REQUEST_RETENTION_SECONDS, MAX_EVENTS],
         )
 
-    async def _accept(
-        self,
-        member: str,
-        document: bytes,
-        *,
-        required_approvals: int,
-        peers: int,
-        expires_at: int,
-        now: int | None,
-        label: str,
-    ) -> AcceptResult:
-        one = self._acceptance(
-            member,
-            document,
-            required_approvals=required_approvals,
-            peers=peers,
-            expires_at=expires_at,
-            now=now,
-            label=label,
-        )
+    async def _accept(self, one: _Acceptance) -> AcceptResult:
+        member, expires_at = one.member, one.expires_at
         with converting(self._url):
             # The index entries go first: a listed ref may lack its request (skipped), never the
             # reverse, so a crash between the two steps never leaves a pending request unlisted.
@@ -361,7 +361,7 @@ class _Book:
             # commands in order, and its append-only file keeps them so): one round trip, and
             # the server syncs both at once. On a cluster the index is on another slot: it is
             # written first, then the request.
-            together = not isinstance(self._client, redis.asyncio.cluster.RedisCluster)
+            together = self._one_server
             async with self._client.pipeline(transaction=False) as pipe:
                 for key in (self._index_key, self._pending_key):
                     pipe.zadd(key, {member: expires_at}, nx=True)
@@ -847,13 +847,14 @@ class RequestBook(_Book):
             TypeError: ``document`` is not bytes.
         """
         return await self._accept(
-            request_id,
-            document,
-            required_approvals=required_approvals,
-            peers=peers,
-            expires_at=expires_at,
-            now=now,
-            label=f"request {request_id}",
+            self._acceptance(
+                request_id,
+                document,
+                required_approvals=required_approvals,
+                peers=peers,
+                expires_at=expires_at,
+                now=now,
+            )
         )
 
     async def submit(
@@ -885,11 +886,6 @@ class RequestBook(_Book):
             ValueError: as :meth:`accept`, or an entry ``queue`` refuses.
             TypeError: ``document`` or a payload is not bytes.
         """
-        if isinstance(self._client, redis.asyncio.cluster.RedisCluster):
-            return await self._submit_in_steps(
-                request_id, document, required_approvals=required_approvals, peers=peers,
-                expires_at=expires_at, queue=queue, deliveries=deliveries, now=now,
-            )  # fmt: skip
         one = self._acceptance(
             request_id,
             document,
@@ -897,8 +893,9 @@ class RequestBook(_Book):
             peers=peers,
             expires_at=expires_at,
             now=now,
-            label=f"request {request_id}",
         )
+        if not self._one_server:
+            return await self._submit_in_steps(one, queue, deliveries, now)
         entries = [
             queue.entry(target, request_id, payload, expires_at, now=now) for target, payload in deliveries
         ]
@@ -910,9 +907,9 @@ class RequestBook(_Book):
             one.ttl_ms,
             *one.args,
             len(entries),
-            len(entries[0][1]) if entries else 0,
+            len(entries[0]) if entries else 0,
         ]
-        for _stream, entry in entries:
+        for entry in entries:
             args.extend(entry)
         with converting(self._url):
             status, state, *entry_ids = await self._scripts.run("submit_request", keys, args)
@@ -922,30 +919,14 @@ class RequestBook(_Book):
         return accepted
 
     async def _submit_in_steps(
-        self,
-        request_id: str,
-        document: bytes,
-        *,
-        required_approvals: int,
-        peers: int,
-        expires_at: int,
-        queue: DeliveryQueue,
-        deliveries: Sequence[tuple[str, bytes]],
-        now: int | None,
+        self, one: _Acceptance, queue: DeliveryQueue, deliveries: Sequence[tuple[str, bytes]], now: int | None
     ) -> AcceptResult:
         """:meth:`submit` on a cluster: the request accepted, then its deliveries queued."""
-        accepted = await self.accept(
-            request_id,
-            document,
-            required_approvals=required_approvals,
-            peers=peers,
-            expires_at=expires_at,
-            now=now,
-        )
+        accepted = await self._accept(one)
         if accepted.state == "pending":
             await asyncio.gather(
                 *(
-                    queue.enqueue(target, request_id, payload, expires_at, now=now)
+                    queue.enqueue(target, one.request_id, payload, one.expires_at, now=now)
                     for target, payload in deliveries
                 )
             )
@@ -1186,14 +1167,19 @@ class InboxBook(_Book):
             ValueError: a malformed origin or id, or a document too large.
             TypeError: ``document`` is not bytes.
         """
-        return await self._accept(
+        return await self._accept(self._item(origin, request_id, document, expires_at=expires_at, now=now))
+
+    def _item(
+        self, origin: str, request_id: str, document: bytes, *, expires_at: int, now: int | None
+    ) -> _Acceptance:
+        """One received request's accept, checked and encoded (:meth:`accept`, :meth:`receive`)."""
+        return self._acceptance(
             f"{origin}/{request_id}",
             document,
             required_approvals=1,
             peers=1,
             expires_at=expires_at,
             now=now,
-            label=f"request {request_id} from {origin}",
         )
 
     async def receive(
@@ -1203,11 +1189,7 @@ class InboxBook(_Book):
         document: bytes,
         *,
         expires_at: int,
-        limiter: AsyncRedisRateLimiter,
-        window: str,
-        limit: RateLimitSpec,
-        queue: DeliveryQueue,
-        target: str,
+        intake: Intake,
         payload: bytes,
         now: int | None = None,
     ) -> ReceiveResult:
@@ -1215,38 +1197,28 @@ class InboxBook(_Book):
 
         A peer relay's steps for a new request, in their order: nothing when the request is stored
         already (``stored_before``: the caller reads it and answers a repeat, and no window is
-        charged); else one call against ``window`` of ``limiter`` (a refusal writes nothing); else
-        :meth:`accept`, then, while it is pending, one entry ``payload`` for ``target`` on
-        ``queue`` and :meth:`mark_queued`. On one server the four are one script
+        charged); else one call against the intake's window (a refusal writes nothing); else
+        :meth:`accept`, then, while it is pending, one entry ``payload`` for the intake's target on
+        its queue, and :meth:`mark_queued`. On one server the four are one script
         (``receive_request.lua``): one round trip and one sync, and no crash between two of them.
         On a cluster their keys have several hash tags, so they run one by one, as their own
         methods do; a crash between two leaves the item unqueued or unmarked, and the origin's
         repeat completes it.
 
         Raises:
-            StoreError: Redis is unreachable or failed, or ``queue`` is full (the request is stored
+            StoreError: Redis is unreachable or failed, or the queue is full (the request is stored
                 then, not queued).
             ValueError: a malformed origin, id, window or limit, a document too large, or an entry
-                ``queue`` refuses.
+                the queue refuses.
             TypeError: ``document`` or ``payload`` is not bytes.
         """
-        if isinstance(self._client, redis.asyncio.cluster.RedisCluster):
-            return await self._receive_in_steps(
-                origin, request_id, document, expires_at=expires_at, limiter=limiter, window=window,
-                limit=limit, queue=queue, target=target, payload=payload, now=now,
-            )  # fmt: skip
-        one = self._acceptance(
-            f"{origin}/{request_id}",
-            document,
-            required_approvals=1,
-            peers=1,
-            expires_at=expires_at,
-            now=now,
-            label=f"request {request_id} from {origin}",
-        )
-        window_key, charge = limiter.charge(window, limit, now=now)
-        stream, entry = queue.entry(target, request_id, payload, expires_at, now=now)
-        keys = [*one.keys, self._index_key, self._pending_key, window_key, stream]
+        one = self._item(origin, request_id, document, expires_at=expires_at, now=now)
+        if not self._one_server:
+            return await self._receive_in_steps(origin, one, intake, payload, now)
+        limiter, queue = intake.limiter, intake.queue
+        window_key, charge = limiter.charge(intake.window, intake.limit, now=now)
+        entry = queue.entry(intake.target, request_id, payload, expires_at, now=now)
+        keys = [*one.keys, self._index_key, self._pending_key, window_key, queue.stream]
         args = [one.member, expires_at, one.ttl_ms, *charge, *one.args, *entry]
         with converting(self._url):
             reply = await self._scripts.run("receive_request", keys, args)
@@ -1261,34 +1233,24 @@ class InboxBook(_Book):
         return _received(limiter.decision(remaining), accepted, queued)
 
     async def _receive_in_steps(
-        self,
-        origin: str,
-        request_id: str,
-        document: bytes,
-        *,
-        expires_at: int,
-        limiter: AsyncRedisRateLimiter,
-        window: str,
-        limit: RateLimitSpec,
-        queue: DeliveryQueue,
-        target: str,
-        payload: bytes,
-        now: int | None,
+        self, origin: str, one: _Acceptance, intake: Intake, payload: bytes, now: int | None
     ) -> ReceiveResult:
         """:meth:`receive` on a cluster: each step its own call, in the script's order."""
-        if await self.exists(origin, request_id):
+        if await self.exists(origin, one.request_id):
             return ReceiveResult(stored_before=True)
-        decision = await limiter.hit(window, limit, now=now)
+        decision = await intake.limiter.hit(intake.window, intake.limit, now=now)
         if not decision.allowed:
             return ReceiveResult(stored_before=False, decision=decision)
         try:
-            accepted = await self.accept(origin, request_id, document, expires_at=expires_at, now=now)
+            accepted = await self._accept(one)
         except RequestConflictError:
             return ReceiveResult(stored_before=True)  # stored between the look and here: a concurrent copy
         entry_id = None
         if accepted.state == "pending":
-            entry_id = await queue.enqueue(target, request_id, payload, expires_at, now=now)
-            await self.mark_queued(origin, request_id, entry_id)
+            entry_id = await intake.queue.enqueue(
+                intake.target, one.request_id, payload, one.expires_at, now=now
+            )
+            await self.mark_queued(origin, one.request_id, entry_id)
         return _received(decision, accepted, entry_id)
 
     async def get(self, origin: str, request_id: str) -> StoredRequest | None:

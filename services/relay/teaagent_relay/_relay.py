@@ -49,7 +49,15 @@ from teaagent.quorum import (
     wire_signature,
     withdrawal_problem,
 )
-from teaagent.store import REDIS_ERRORS, DecisionResult, DecisionToCount, RequestState, Store, StoredRequest
+from teaagent.store import (
+    REDIS_ERRORS,
+    DecisionResult,
+    DecisionToCount,
+    Intake,
+    RequestState,
+    Store,
+    StoredRequest,
+)
 from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 from teaagent_relay._metrics import RelayMetrics
@@ -674,17 +682,20 @@ class Relay:
         # the origin's window, then the request stored and queued for the approver: on one server
         # one script, on a cluster one step each (InboxBook.receive).
         payload = json.dumps({"origin": origin, "request_id": request_id}).encode()
+        intake = Intake(
+            self.store.rate_limiter,
+            f"origin:{origin}",
+            self.inbox_limit,
+            self.store.inbox_queue,
+            APPROVER_TARGET,
+        )
         for _attempt in range(2):
             got = await self.store.inbox.receive(
                 origin,
                 request_id,
                 document,
                 expires_at=request["expires_at"],
-                limiter=self.store.rate_limiter,
-                window=f"origin:{origin}",
-                limit=self.inbox_limit,
-                queue=self.store.inbox_queue,
-                target=APPROVER_TARGET,
+                intake=intake,
                 payload=payload,
             )
             if not got.stored_before:
