@@ -351,18 +351,21 @@ async def test_a_request_whose_origin_signature_does_not_verify_is_never_signed(
     await store_in_inbox(beta, redis_url, request, sign_request(request, signer("gamma")))
     async with beta_approver(beta) as client:
         assert await until(
-            lambda: metric(client, "teaagent_approver_skipped_total", reason="bad_origin") >= 1
+            lambda: metric(client, "teaagent_approver_refused_items_total", reason="bad_signature") >= 1
         )
         approved = await client.post(f"/v1/requests/{request['request_id']}/approve", json={})
         statement = await client.get(f"/v1/requests/{request['request_id']}/statement")
         signatures = metric(client, "teaagent_approver_signatures_total")
 
-    message = (
-        f"The origin signature of request {request['request_id']} does not verify with the key configured "
-        "for alpha; this node does not sign it."
+    lead = (
+        f"The origin signature of request {request['request_id']} does not verify with the keys configured "
+        "for alpha: "
     )
-    assert error(approved) == (422, "invalid", message)
-    assert error(statement) == (422, "invalid", message)
+    for answer in (approved, statement):
+        status, code, message = error(answer)
+        assert (status, code) == (422, "invalid")
+        assert message.startswith(lead) and message.endswith("; this node does not sign it."), message
+        assert fingerprint(signer("gamma")) in message
     assert signatures == 0
     assert (await relay_item(beta, request["request_id"]))["state"] == "pending"
     assert audit_records(beta) == []
@@ -700,8 +703,9 @@ async def test_the_engine_meeting_an_operator_mid_decision_audits_that_decision_
     async with beta_approver(beta, engine=False) as client:
         engine = client.app.state.engine  # type: ignore[attr-defined]
         request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
-        [item] = await engine.relay.list_inbox("pending", limit=10)
-        assert item.request_id == request_id
+        [listed] = await engine.relay.list_inbox("pending", limit=10)
+        item = engine.receive(listed)
+        assert item.request.request_id == request_id
         attach, held, release = engine.ledger.attach, asyncio.Event(), asyncio.Event()
         calls = 0
 
@@ -721,7 +725,7 @@ async def test_the_engine_meeting_an_operator_mid_decision_audits_that_decision_
         engines_go = asyncio.ensure_future(engine._asked_item(item))
         # The engine's go, as far as it gets on its own: it ends, or it waits behind the operator
         # for the request's lock (a second user of it).
-        ref = (item.origin, item.request_id)
+        ref = item.ref
         assert await until(lambda: engines_go.done() or engine._busy.get(ref, (None, 0))[1] >= 2)
         release.set()
         outcome = await asyncio.wait_for(operator, WAIT)

@@ -95,7 +95,7 @@ def test_the_client_speaks_every_call_of_the_api(nodes: dict[str, Node]) -> None
         "created": True,
     }
     assert [entry.request_id for entry in listed] == [request["request_id"]]
-    assert item.tool_name == "shell.run"
+    assert item.request["tool_name"] == item.described["tool_name"] == "shell.run"
     assert item.to_dict()["arguments"] == {"command": "rm -rf build"}
     assert receipt == InboxDecision(
         request_id=request["request_id"],

@@ -56,6 +56,7 @@ from teaagent.quorum._documents import (
     withdrawal_statement,
 )
 from teaagent.quorum._tally import Tally, is_expired, quorum_state
+from teaagent.quorum._verified import VerifiedRequest, verify_request
 
 __all__ = [
     "APPROVAL_NAMESPACE",
@@ -73,6 +74,7 @@ __all__ = [
     "QuorumOutcome",
     "QuorumState",
     "Tally",
+    "VerifiedRequest",
     "approval_statement",
     "build_certificate",
     "build_request",
@@ -94,6 +96,7 @@ __all__ = [
     "validate_request",
     "verify_certificate",
     "verify_decision",
+    "verify_request",
     "verify_request_signature",
     "verify_withdrawal",
     "wire_signature",

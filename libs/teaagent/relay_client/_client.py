@@ -42,6 +42,7 @@ _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, s
 
 State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
 InboxState = Literal["pending", "approved", "denied", "expired", "withdrawn", "all"]
+_INBOX_STATES: Final = frozenset(("pending", "approved", "denied", "expired", "withdrawn"))
 _REQUEST_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 _DELIVERY_STATES: Final = ("pending", "delivered", "failing", "given_up")
@@ -188,87 +189,74 @@ class RequestStatus:
 
 @dataclass(frozen=True, kw_only=True)
 class InboxItem:
-    """A request received from a peer origin, waiting for (or decided by) this node.
+    """A request received from a peer origin, as this node's relay hands it over: not yet trusted.
+
+    The relay is not trusted (PROTOCOL.md "What an approving node decides on"): the request it
+    carries counts only once :func:`teaagent.quorum.verify_request` has verified it against the
+    origin's keys, and what the relay says of the item beside it (its tool, arguments, digest,
+    times...) is kept apart, in ``described``, only to be compared with the verified request
+    (:meth:`teaagent.quorum.VerifiedRequest.disagreement`). Nothing here is shown, matched or signed
+    as it stands.
 
     Attributes:
-        request_id: The request's id.
-        origin: The peer that asks.
-        tool_name: The tool it wants to call.
-        arguments: The call's arguments.
-        reason: The origin model's reasoning.
-        run_id: The origin's run.
-        call_id: The call's id in that run.
-        payload_digest: ``sha256:...`` of the call.
-        required_approvals: Approvals the origin needs.
-        peers: Every peer asked.
-        created_at: Unix seconds.
-        expires_at: Unix seconds.
+        request_id: The id the relay files it under.
+        origin: The origin the relay files it under.
         state: ``pending``, ``approved``/``denied`` (by this node), ``expired``, or ``withdrawn``
-            (by its origin: it is never to be signed).
-        request: The request document (build the statement to sign from it).
-        signature: The origin's signature over it.
-        decision: This node's signed decision ``{"statement", "signature"}``, once given.
+            (by its origin: it is never to be signed), as the relay says.
+        request: The request document it carries, unverified.
+        signature: The origin's signature over it, as carried.
+        decision: This node's signed decision ``{"statement", "signature"}``, as the relay holds it.
+        described: Every other field of the relay's answer (its own description of the request).
     """
 
     request_id: str
     origin: str
-    tool_name: str
-    arguments: dict[str, Any]
-    reason: str
-    run_id: str
-    call_id: str
-    payload_digest: str
-    required_approvals: int
-    peers: tuple[str, ...]
-    created_at: int
-    expires_at: int
     state: State
     request: dict[str, Any]
     signature: str
     decision: dict[str, Any] | None
+    described: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> InboxItem:
         """Build it from the relay's JSON (``InboxItemOut``).
 
         Raises:
-            KeyError: A field is missing.
+            ValueError: The answer is not an inbox item (not an object, or its id, origin, state,
+                request, signature or decision has the wrong type); the sentence says which.
         """
+        if not isinstance(data, Mapping):
+            raise ValueError("an inbox item is not a JSON object")
+        request_id, origin, state = data.get("request_id"), data.get("origin"), data.get("state")
+        request, signature, decision = data.get("request"), data.get("signature"), data.get("decision")
+        if not isinstance(request_id, str) or not isinstance(origin, str):
+            raise ValueError("an inbox item has no string request_id and origin")
+        if state not in _INBOX_STATES:
+            raise ValueError(f"inbox item {request_id} has the state {state!r}, which is not an inbox state")
+        if not isinstance(request, dict) or not isinstance(signature, str):
+            raise ValueError(f"inbox item {request_id} carries no request object and signature string")
+        if decision is not None and not isinstance(decision, dict):
+            raise ValueError(f"inbox item {request_id} has a decision that is not a JSON object")
+        kept = {"request_id", "origin", "state", "request", "signature", "decision"}
         return cls(
-            request_id=data["request_id"],
-            origin=data["origin"],
-            tool_name=data["tool_name"],
-            arguments=dict(data["arguments"]),
-            reason=data["reason"],
-            run_id=data["run_id"],
-            call_id=data["call_id"],
-            payload_digest=data["payload_digest"],
-            required_approvals=data["required_approvals"],
-            peers=tuple(data["peers"]),
-            created_at=data["created_at"],
-            expires_at=data["expires_at"],
-            state=data["state"],
-            request=dict(data["request"]),
-            signature=data["signature"],
-            decision=data.get("decision"),
+            request_id=request_id,
+            origin=origin,
+            state=state,
+            request=request,
+            signature=signature,
+            decision=decision,
+            described={name: value for name, value in data.items() if name not in kept},
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the item as a JSON-ready dict (``approvals list --json``)."""
+        """Return the item as the relay's JSON."""
         return {
+            **self.described,
             "request_id": self.request_id,
             "origin": self.origin,
-            "tool_name": self.tool_name,
-            "arguments": self.arguments,
-            "reason": self.reason,
-            "run_id": self.run_id,
-            "call_id": self.call_id,
-            "payload_digest": self.payload_digest,
-            "required_approvals": self.required_approvals,
-            "peers": list(self.peers),
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
             "state": self.state,
+            "request": self.request,
+            "signature": self.signature,
             "decision": self.decision,
         }
 
@@ -412,6 +400,28 @@ def _status(data: Any, base_url: str, call: _Call) -> RequestStatus:
             f"status: {str(exc).rstrip('.')}.",
             status_code=200,
         ) from None
+
+
+def _inbox_item(data: Any, base_url: str, call: _Call) -> InboxItem:
+    """Read one inbox item; anything else is the relay's failure, in one sentence."""
+    try:
+        return InboxItem.from_json(data)
+    except ValueError as exc:
+        raise RelayError(
+            f"The relay at {base_url} answered {call.what} with something that is not an inbox item: "
+            f"{str(exc).rstrip('.')}.",
+            status_code=200,
+        ) from None
+
+
+def _inbox_items(data: Any, base_url: str, call: _Call) -> list[InboxItem]:
+    """Read an inbox listing; one item that is not an item refuses the whole answer."""
+    if not isinstance(data, list):
+        raise RelayError(
+            f"The relay at {base_url} answered {call.what} with something that is not a list.",
+            status_code=200,
+        )
+    return [_inbox_item(item, base_url, call) for item in data]
 
 
 def _unreachable(base_url: str, call: _Call, exc: httpx.HTTPError | NoAnswer) -> RelayError:
@@ -653,8 +663,8 @@ class RelayClient:
         Raises:
             RelayError: The relay refused the call or is unreachable.
         """
-        items = self._send(_Calls.list_inbox(state, limit, wait, self._timeout))
-        return [InboxItem.from_json(item) for item in items]
+        call = _Calls.list_inbox(state, limit, wait, self._timeout)
+        return _inbox_items(self._send(call), self.base_url, call)
 
     def get_inbox_item(self, request_id: str, *, origin: str | None = None) -> InboxItem:
         """Return one received request.
@@ -663,7 +673,8 @@ class RelayClient:
             RelayError: Unknown (``not_found``), ambiguous without ``origin`` (``conflict``), or
                 the relay is unreachable.
         """
-        return InboxItem.from_json(self._send(_Calls.get_inbox_item(request_id, origin)))
+        call = _Calls.get_inbox_item(request_id, origin)
+        return _inbox_item(self._send(call), self.base_url, call)
 
     def submit_decision(self, request_id: str, statement: Mapping[str, Any], signature: str) -> InboxDecision:
         """Hand this node's signed approval or denial to its relay, which forwards it to the origin.
@@ -863,8 +874,8 @@ class AsyncRelayClient:
         Raises:
             RelayError: The relay refused the call or is unreachable.
         """
-        items = await self._send(_Calls.list_inbox(state, limit, wait, self._timeout))
-        return [InboxItem.from_json(item) for item in items]
+        call = _Calls.list_inbox(state, limit, wait, self._timeout)
+        return _inbox_items(await self._send(call), self.base_url, call)
 
     async def get_inbox_item(self, request_id: str, *, origin: str | None = None) -> InboxItem:
         """See :meth:`RelayClient.get_inbox_item`.
@@ -872,7 +883,8 @@ class AsyncRelayClient:
         Raises:
             RelayError: Unknown, ambiguous, or the relay is unreachable.
         """
-        return InboxItem.from_json(await self._send(_Calls.get_inbox_item(request_id, origin)))
+        call = _Calls.get_inbox_item(request_id, origin)
+        return _inbox_item(await self._send(call), self.base_url, call)
 
     async def submit_decision(
         self, request_id: str, statement: Mapping[str, Any], signature: str

@@ -3,9 +3,11 @@
 A decision, by a rule or by an operator (node key or a key of their own), goes the same way
 (:meth:`Engine.settle`):
 
-1. Refuse to sign what must never be signed: a request that expired, one its origin withdrew,
-   one whose origin signature does not verify with ``[peers.<origin>] public_key``, one not
-   addressed to this node.
+1. Refuse to sign what must never be signed: a request that expired or that its origin withdrew.
+   Before that, every item the relay hands over went through :meth:`Engine.receive`: its request
+   verified with the origin's configured keys, addressed to this node, and the relay's description
+   of it equal to that request; only the :class:`~teaagent_approver._items.Received` it returns,
+   built on a :class:`~teaagent.quorum.VerifiedRequest`, can be matched, shown or signed.
 2. Record the decision in Redis with ``SET NX`` (:class:`~teaagent_approver._ledger.Ledger`),
    before anything is signed. A process that finds a decision recorded (another approver process,
    or its own earlier life) never signs a different one: it finishes the recorded one.
@@ -42,28 +44,26 @@ from typing import Any, Final, Protocol
 import redis.exceptions
 
 from teaagent.config import NodeConfig
-from teaagent.errors import RelayError, SignatureError, StoreError
+from teaagent.errors import QuorumError, RelayError, SignatureError, StoreError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
     APPROVAL_TYPE,
     DENIAL_NAMESPACE,
     DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
-    REQUEST_NAMESPACE,
-    approval_statement,
-    denial_statement,
-    request_problem,
-    request_statement,
+    VerifiedRequest,
     statement_bytes,
     verify_decision,
+    verify_request,
     wire_signature,
 )
 from teaagent.relay_client import AsyncRelayClient, InboxItem
-from teaagent.signing import Signer, SSHPublicKey, fingerprint, parse_public_key, sshsig_sign, sshsig_verify
+from teaagent.signing import Signer, fingerprint, sshsig_sign
 from teaagent.store import Store
+from teaagent.trust import SignerKey
 from teaagent_approver._audit import AuditWriteError, DecisionAudit
 from teaagent_approver._errors import ApiError, sentence
-from teaagent_approver._items import item_view, matching_rule
+from teaagent_approver._items import Received, item_view, matching_rule
 from teaagent_approver._ledger import DecisionKind, Ledger, Record
 from teaagent_approver._metrics import ApproverMetrics
 from teaagent_approver._settings import Settings
@@ -80,6 +80,7 @@ IDLE_RELIST_SECONDS: Final = 10.0  # with nothing to do, list again at least thi
 DEFER_SECONDS: Final = 0.5  # how soon to look again at an item another process is deciding
 RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay or Redis failed; doubles per failure
 RETRY_CAP_SECONDS: Final = 5.0
+REFUSED_RETRY_SECONDS: Final = 5.0  # how soon to look again at an item refused as the relay handed it
 MAX_REMEMBERED: Final = 100_000  # inbox items whose disposition is kept in memory
 _TRANSIENT: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 _RELAY_CODES: Final = {403: "forbidden", 404: "not_found", 409: "conflict", 422: "invalid"}
@@ -178,95 +179,154 @@ class Engine:
         self.fingerprint = fingerprint(signer)
         self.own_keys = node.own_keys()
         self.allow_dev = node.quorum.allow_dev_signatures
-        # Parsed once: a key line costs more to parse than one Ed25519 verification.
-        self._origin_keys: dict[str, SSHPublicKey] = {
-            name: parse_public_key(peer.public_key) for name, peer in node.peers.items()
+        # Every key of each peer, with its allowed_signers limits (PROTOCOL.md "Keys of the origin").
+        self._origin_keys: dict[str, tuple[SignerKey, ...]] = {
+            name: peer.keys for name, peer in node.peers.items()
         }
-        self._verified: dict[tuple[str, str, str], bool] = {}  # (origin, id, signature) -> verifies
+        self._verified: dict[str, VerifiedRequest] = {}  # origin signature -> the request it verified
+        self._refused: set[tuple[str, str, str]] = set()  # (origin, id, reason) refusals already logged
         self._skip: dict[tuple[str, str], tuple[float, int]] = {}  # ref -> (monotonic until, expires_at)
         self._asked: dict[tuple[str, str], int] = {}  # ask items already looked at -> expires_at
         self._failures: dict[tuple[str, str], int] = {}  # ref -> relay failures in a row
         self._busy: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    # -- what may be signed ----------------------------------------------------------------------
+    # -- what may be shown, matched and signed -------------------------------------------------
 
-    def origin_verifies(self, item: InboxItem) -> bool:
-        """Whether the origin's signature over the item's request verifies with its configured key.
+    def receive(self, item: InboxItem) -> Received:
+        """Verify what the relay handed over; return the item as this node may act on it.
 
-        Also False for a request that is not well formed, not from a configured peer, or not
-        addressed to this node. Cached per (origin, id, signature): an inbox item never changes.
-        """
-        cache_key = (item.origin, item.request_id, item.signature)
-        known = self._verified.get(cache_key)
-        if known is None:
-            known = self._verify_origin(item)
-            if len(self._verified) >= MAX_REMEMBERED:
-                self._verified.clear()  # rare; the price is verifying again
-            self._verified[cache_key] = known
-        return known
-
-    def _verify_origin(self, item: InboxItem) -> bool:
-        request, origin, signature = item.request, item.origin, item.signature
-        key = self._origin_keys.get(origin)
-        if key is None or origin == self.agent_id or request_problem(request) is not None:
-            return False
-        if request["origin"] != origin or request["request_id"] != item.request_id:
-            return False
-        if self.agent_id not in request["peers"]:
-            return False
-        if signature.startswith(DEV_SIGNATURE_PREFIX):
-            if self.allow_dev and signature == DEV_SIGNATURE_PREFIX + origin:
-                logger.warning("signing request %s of %s on a development signature", item.request_id, origin)
-                return True
-            return False
-        try:
-            sshsig_verify(request_statement(request), signature, key, REQUEST_NAMESPACE)
-        except (SignatureError, ValueError, TypeError):
-            return False
-        return True
-
-    def check_signable(self, item: InboxItem, now: float) -> None:
-        """Refuse a request this node must never sign.
+        PROTOCOL.md "What an approving node decides on": the request the item carries must be
+        well formed, from a configured peer, addressed to this node, and signed by one of that
+        peer's keys (allowed to sign requests at its ``created_at``); and everything the relay
+        says beside it (the id and origin it files it under, its own description of the tool,
+        arguments, digest, times...; this node's decision it holds) must agree with it. Anything
+        else is refused, logged (once per item) and counted in ``teaagent_approver_refused_items``,
+        and the item is left undecided. Verifications are cached per signature: an Ed25519
+        verification costs more than the comparisons, which run on every answer.
 
         Raises:
-            ApiError: 409 ``withdrawn`` or ``expired``; 422 ``invalid`` when the origin's signature
-                does not verify.
+            ApiError: 422 ``invalid`` (a malformed request, a bad signature); 502
+                ``relay_disagrees`` (the relay says something else than the signed request).
         """
+        verified = self._verified.get(item.signature)
+        if verified is None or not verified.is_document(item.request):
+            verified = self._verify(item)
+        problem = verified.disagreement(
+            {**item.described, "request_id": item.request_id, "origin": item.origin}
+        )
+        if problem is None and item.decision is not None:
+            problem = self._decision_problem(verified, item.decision)
+        if problem is not None:
+            self._refuse(item, "relay_disagrees", problem)
+            raise ApiError(
+                502,
+                "relay_disagrees",
+                sentence(
+                    f"this node's relay describes request {item.request_id} otherwise than the signed "
+                    f"request it carries ({problem}); this node neither shows nor signs it"
+                ),
+            )
+        return Received.of(verified, item)
+
+    def _verify(self, item: InboxItem) -> VerifiedRequest:
+        origin = item.request.get("origin")
+        keys = self._origin_keys.get(origin) if isinstance(origin, str) else None
+        try:
+            if keys is None:
+                raise QuorumError(
+                    f"The request's origin {origin!r} is not a configured peer of {self.agent_id}."
+                )
+            verified = verify_request(
+                item.request, item.signature, keys, recipient=self.agent_id, allow_dev=self.allow_dev
+            )
+        except QuorumError as exc:
+            self._refuse(item, "bad_request", _clause(exc))
+            raise ApiError(
+                422, "invalid", sentence(f"request {item.request_id} is refused: {_clause(exc)}")
+            ) from None
+        except SignatureError as exc:
+            self._refuse(item, "bad_signature", _clause(exc))
+            raise ApiError(422, "invalid", sentence(f"{_clause(exc)}; this node does not sign it")) from None
+        if len(self._verified) >= MAX_REMEMBERED:
+            self._verified.clear()  # rare; the price is verifying again
+        self._verified[item.signature] = verified
+        return verified
+
+    def _decision_problem(self, request: VerifiedRequest, decision: Mapping[str, Any]) -> str | None:
+        """Why the relay's copy of this node's decision is not one of this node's, or None."""
+        statement, signature = decision.get("statement"), decision.get("signature")
+        if not isinstance(statement, dict) or not isinstance(signature, str):
+            return "the relay holds a decision of this node that is not a signed statement"
+        if signature.startswith(DEV_SIGNATURE_PREFIX) and self.allow_dev:
+            return None
+        try:
+            kind: DecisionKind = "denial" if statement.get("type") == DENIAL_TYPE else "approval"
+            rebuilt = self.statement_for(
+                request,
+                kind,
+                str(statement.get("reason", "")),
+                statement.get("signed_at"),  # type: ignore[arg-type]
+            )
+            mismatch = _mismatch(statement, rebuilt)
+            if mismatch is not None:
+                return f"the decision it holds for this node: {mismatch}"
+            verify_decision(statement, signature, self.own_keys)
+        except (SignatureError, ValueError, TypeError, KeyError) as exc:
+            return f"the decision it holds for this node does not verify: {_clause(exc)}"
+        return None
+
+    def _refuse(self, item: InboxItem, reason: str, why: str) -> None:
+        """Log (once per item and reason) and count an item refused before anything was done with it."""
+        self.metrics.refused_items.labels(reason).inc()
+        mark = (item.origin, item.request_id, reason)
+        if mark in self._refused:
+            return
+        if len(self._refused) >= MAX_REMEMBERED:
+            self._refused.clear()
+        self._refused.add(mark)
+        logger.warning(
+            "inbox item %s filed under %s is refused (%s): %s; it is left undecided",
+            item.request_id,
+            item.origin,
+            reason,
+            why,
+        )
+
+    def check_signable(self, item: Received, now: float) -> None:
+        """Refuse a request this node must never sign (its signature verified in :meth:`receive`).
+
+        Raises:
+            ApiError: 409 ``withdrawn`` or ``expired``.
+        """
+        request = item.request
         if item.state == "withdrawn":
             raise ApiError(
                 409,
                 "withdrawn",
-                f"Request {item.request_id} was withdrawn by its origin {item.origin}; this node signs "
+                f"Request {request.request_id} was withdrawn by its origin {request.origin}; this node signs "
                 "nothing for it.",
             )
-        if now > item.expires_at:
+        if now > request.expires_at:
             raise ApiError(
                 409,
                 "expired",
-                f"Request {item.request_id} expired at {item.expires_at}; this node signs nothing for it "
-                "any more.",
-            )
-        if not self.origin_verifies(item):
-            raise ApiError(
-                422,
-                "invalid",
-                f"The origin signature of request {item.request_id} does not verify with the key "
-                f"configured for {item.origin}; this node does not sign it.",
+                f"Request {request.request_id} expired at {request.expires_at}; this node signs nothing for "
+                "it any more.",
             )
 
     # -- one decision ----------------------------------------------------------------------------
 
     def statement_for(
-        self, item: InboxItem, kind: DecisionKind, reason: str, signed_at: int
+        self, request: VerifiedRequest, kind: DecisionKind, reason: str, signed_at: int
     ) -> dict[str, Any]:
-        """The approval or denial statement of this node on the item's request."""
+        """The approval or denial statement of this node on the verified request."""
         if kind == "approval":
-            return approval_statement(item.request, self.agent_id, signed_at)
-        return denial_statement(item.request, self.agent_id, signed_at, reason)
+            return request.approval(self.agent_id, signed_at)
+        return request.denial(self.agent_id, signed_at, reason)
 
     def check_signed_elsewhere(
-        self, item: InboxItem, statement: Mapping[str, Any], signature: str
+        self, item: Received, statement: Mapping[str, Any], signature: str
     ) -> Proposal:
         """Check a decision signed with another key than the node's (an operator's own).
 
@@ -300,17 +360,26 @@ class Engine:
         if kind == "denial" and not isinstance(reason, str):
             raise ApiError(422, "invalid", "The denial's reason is not a string.")
         try:
-            rebuilt = self.statement_for(item, kind, str(reason), signed_at)
+            rebuilt = self.statement_for(item.request, kind, str(reason), signed_at)
         except ValueError as exc:
             raise ApiError(422, "invalid", sentence(_clause(exc))) from exc
         mismatch = _mismatch(statement, rebuilt)
         if mismatch is not None:
             raise ApiError(422, "invalid", sentence(mismatch))
-        if signed_at > item.expires_at:
+        request = item.request
+        if signed_at > request.expires_at:
             raise ApiError(
                 422,
                 "invalid",
-                f"The statement was signed at {signed_at}, after the request expired at {item.expires_at}.",
+                f"The statement was signed at {signed_at}, after the request expired at "
+                f"{request.expires_at}.",
+            )
+        if signed_at < request.created_at - MAX_CLOCK_SKEW_SECONDS:  # rule 4: nobody signs before it exists
+            raise ApiError(
+                422,
+                "invalid",
+                f"The statement is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
+                f"the request was created at {request.created_at}.",
             )
         if signed_at > time.time() + MAX_CLOCK_SKEW_SECONDS:
             raise ApiError(
@@ -361,7 +430,7 @@ class Engine:
             else:
                 self._busy[ref] = (lock, users - 1)
 
-    async def settle(self, item: InboxItem, proposal: Proposal) -> Outcome:
+    async def settle(self, item: Received, proposal: Proposal) -> Outcome:
         """Make ``proposal`` this node's decision on ``item``, or finish the one recorded before it.
 
         The numbered steps of the module. The standing decision is returned whether it is the
@@ -373,12 +442,12 @@ class Engine:
             StoreError: Redis failed (calling again is safe).
             AuditWriteError: The audit record could not be written; the decision is not sent.
         """
-        ref = (item.origin, item.request_id)
+        ref = (item.request.origin, item.request.request_id)
         async with self._one_at_a_time(ref):
             now = time.time()
             self.check_signable(item, now)  # step 1
             statement = proposal.statement or self.statement_for(
-                item, proposal.kind, proposal.reason, int(now)
+                item.request, proposal.kind, proposal.reason, int(now)
             )
             record = Record(
                 kind=proposal.kind,
@@ -390,45 +459,49 @@ class Engine:
                 instance=self.instance,
                 recorded_at=now,
             )
-            claim = await self.ledger.claim(item.origin, item.request_id, item.expires_at, record)  # step 2
+            claim = await self.ledger.claim(
+                item.request.origin, item.request.request_id, item.request.expires_at, record
+            )  # step 2
             if claim.won:
                 self.metrics.decisions.labels(proposal.by.split(" ")[0], proposal.kind).inc()
             return await self._finish(item, claim.record, claim.signature, won=claim.won)
 
-    async def _finish(self, item: InboxItem, record: Record, signature: str | None, *, won: bool) -> Outcome:
+    async def _finish(self, item: Received, record: Record, signature: str | None, *, won: bool) -> Outcome:
         """Steps 3 to 5 for the standing record (ours, or one another process left unfinished)."""
         ours = won or record.instance == self.instance
         if not ours and time.time() - record.recorded_at < self.settings.takeover_seconds:
             # Recorded by another process a moment ago: it signs, audits and sends it itself.
             return Outcome(record, won=False, forwarded=False, deferred=True)
         if signature is None:  # step 3
-            if time.time() > item.expires_at:
+            if time.time() > item.request.expires_at:
                 raise ApiError(
                     409,
                     "expired",
-                    f"Request {item.request_id} expired at {item.expires_at}; this node signs nothing "
-                    "for it any more.",
+                    f"Request {item.request.request_id} expired at {item.request.expires_at}; this node "
+                    "signs nothing for it any more.",
                 )
             made = self._sign(item, record)
-            signature = await self.ledger.attach(item.origin, item.request_id, item.expires_at, made)
+            signature = await self.ledger.attach(
+                item.request.origin, item.request.request_id, item.request.expires_at, made
+            )
         # Step 4. The recording process audits at once; any other first looks for its record.
         if won:
-            self.audit.record(item.request, record)
-        elif not self.audit.has(item.origin, item.request_id):
-            self.audit.record(item.request, record, recovered=not ours)
+            self.audit.record(item.request.document(), record)
+        elif not self.audit.has(item.request.origin, item.request.request_id):
+            self.audit.record(item.request.document(), record, recovered=not ours)
         if not ours:
             self.metrics.takeovers.inc()
             logger.info(
                 "finished request %s of %s, recorded by another approver process (%s) at %.0f",
-                item.request_id,
-                item.origin,
+                item.request.request_id,
+                item.request.origin,
                 record.instance,
                 record.recorded_at,
             )
         forwarded = await self._forward(item, record, signature)  # step 5
         return Outcome(record, won=won, forwarded=forwarded)
 
-    def _sign(self, item: InboxItem, record: Record) -> str:
+    def _sign(self, item: Received, record: Record) -> str:
         """Sign the recorded statement with the node key; return the signature in wire form.
 
         What ``sign_approval``/``sign_denial`` do, minus checking the request again (step 1 did):
@@ -440,14 +513,14 @@ class Engine:
             ApiError: 409 ``conflict`` when the record does not match the request.
         """
         try:
-            rebuilt = self.statement_for(item, record.kind, record.reason, record.signed_at)
+            rebuilt = self.statement_for(item.request, record.kind, record.reason, record.signed_at)
         except (KeyError, ValueError, TypeError):
             rebuilt = None
         if rebuilt is None or _mismatch(record.statement, rebuilt) is not None:
             raise ApiError(
                 409,
                 "conflict",
-                f"The decision recorded for request {item.request_id} does not match the request; "
+                f"The decision recorded for request {item.request.request_id} does not match the request; "
                 "this node signs nothing for it.",
             )
         namespace = APPROVAL_NAMESPACE if record.kind == "approval" else DENIAL_NAMESPACE
@@ -455,7 +528,7 @@ class Engine:
         self.metrics.signatures.inc()
         return wire_signature(armored)
 
-    async def _forward(self, item: InboxItem, record: Record, signature: str) -> bool:
+    async def _forward(self, item: Received, record: Record, signature: str) -> bool:
         """Hand the signed decision to the relay; False when it did not answer (sent again later).
 
         Raises:
@@ -463,13 +536,15 @@ class Engine:
         """
         try:
             if self.poster is not None:
-                await self.poster.post(item.request_id, record.statement, signature)
+                await self.poster.post(item.request.request_id, record.statement, signature)
             else:
-                await self.relay.submit_decision(item.request_id, record.statement, signature)
+                await self.relay.submit_decision(item.request.request_id, record.statement, signature)
         except RelayError as exc:
             if exc.status_code is None or exc.status_code in _TRANSIENT:
                 self.metrics.forwards.labels("retry").inc()
-                logger.warning("the decision on request %s waits for the relay: %s", item.request_id, exc)
+                logger.warning(
+                    "the decision on request %s waits for the relay: %s", item.request.request_id, exc
+                )
                 return False
             self.metrics.forwards.labels("refused").inc()
             status = exc.status_code if exc.status_code in _RELAY_CODES else 409
@@ -532,12 +607,22 @@ class Engine:
             StoreError: Redis failed (likewise).
         """
         now = time.monotonic()
-        todo = [item for item in items if self._skip.get((item.origin, item.request_id), (0.0, 0))[0] <= now]
+        todo: list[Received] = []
+        for item in items:
+            if self._skip.get((item.origin, item.request_id), (0.0, 0))[0] > now:
+                continue
+            try:
+                todo.append(self.receive(item))
+            except ApiError:
+                # Refused, logged and counted by receive(): left undecided. Looked at again a little
+                # later, should the relay's next answer be the truth.
+                self.metrics.skipped.labels("refused").inc()
+                self._remember((item.origin, item.request_id), _hinted_expiry(item), REFUSED_RETRY_SECONDS)
         if not todo:
             return 0
         gate = asyncio.Semaphore(self.settings.concurrency)
 
-        async def one(item: InboxItem) -> int:
+        async def one(item: Received) -> int:
             async with gate:
                 return await self._by_rule(item)
 
@@ -560,28 +645,17 @@ class Engine:
         until = float("inf") if seconds is None else time.monotonic() + seconds
         self._skip[ref] = (until, expires_at)
 
-    async def _by_rule(self, item: InboxItem) -> int:
-        ref = (item.origin, item.request_id)
+    async def _by_rule(self, item: Received) -> int:
+        ref = (item.request.origin, item.request.request_id)
         if item.state == "withdrawn":
             self.metrics.skipped.labels("withdrawn").inc()
-            self._remember(ref, item.expires_at, None)
+            self._remember(ref, item.request.expires_at, None)
             return 0
-        if time.time() > item.expires_at:
+        if time.time() > item.request.expires_at:
             self.metrics.skipped.labels("expired").inc()
-            self._remember(ref, item.expires_at, None)
+            self._remember(ref, item.request.expires_at, None)
             return 0
-        if not self.origin_verifies(item):
-            self.metrics.skipped.labels("bad_origin").inc()
-            logger.warning(
-                "request %s of %s: its origin signature does not verify with the key configured for %s; "
-                "this node does not sign it",
-                item.request_id,
-                item.origin,
-                item.origin,
-            )
-            self._remember(ref, item.expires_at, None)
-            return 0
-        found = matching_rule(self.node.approver.rules, item)
+        found = matching_rule(self.node.approver.rules, item.request)
         if found is None or found[1].decision == "ask":
             return await self._asked_item(item)
         index, rule = found
@@ -591,15 +665,18 @@ class Engine:
         except ApiError as exc:
             # Expired meanwhile, or the relay refused it for good: nothing more to do for it.
             logger.warning(
-                "request %s of %s is left undecided: %s", item.request_id, item.origin, exc.message
+                "request %s of %s is left undecided: %s",
+                item.request.request_id,
+                item.request.origin,
+                exc.message,
             )
-            self._remember(ref, item.expires_at, None)
+            self._remember(ref, item.request.expires_at, None)
             return 0
         except AuditWriteError as exc:
             logger.error("%s", exc)
-            self._backoff(ref, item.expires_at)
+            self._backoff(ref, item.request.expires_at)
             return 0
-        return self._after(ref, item.expires_at, outcome)
+        return self._after(ref, item.request.expires_at, outcome)
 
     def _after(self, ref: tuple[str, str], expires_at: int, outcome: Outcome) -> int:
         if outcome.deferred:
@@ -618,11 +695,11 @@ class Engine:
         self._failures[ref] = failures
         self._remember(ref, expires_at, min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
 
-    async def _asked_item(self, item: InboxItem) -> int:
+    async def _asked_item(self, item: Received) -> int:
         """An item the rules leave to an operator: finish a decision recorded for it, or notify once."""
-        ref = (item.origin, item.request_id)
+        ref = (item.request.origin, item.request.request_id)
         if ref in self._asked:
-            self._remember(ref, item.expires_at, None)
+            self._remember(ref, item.request.expires_at, None)
             return 0
         # First sight in this process: an operator may have decided it through an approver whose
         # relay did not answer, and that process died since; then the decision is finished here.
@@ -635,23 +712,26 @@ class Engine:
                     outcome = await self._finish(item, record, signature, won=False)
                 except ApiError as exc:
                     logger.warning(
-                        "request %s of %s is left undecided: %s", item.request_id, item.origin, exc.message
+                        "request %s of %s is left undecided: %s",
+                        item.request.request_id,
+                        item.request.origin,
+                        exc.message,
                     )
-                    self._remember(ref, item.expires_at, None)
+                    self._remember(ref, item.request.expires_at, None)
                     return 0
-                return self._after(ref, item.expires_at, outcome)
-        self._asked[ref] = item.expires_at
-        self._remember(ref, item.expires_at, None)
+                return self._after(ref, item.request.expires_at, outcome)
+        self._asked[ref] = item.request.expires_at
+        self._remember(ref, item.request.expires_at, None)
         self.metrics.skipped.labels("ask").inc()
         if self.notifier is not None and await self.ledger.mark_notified(
-            item.origin, item.request_id, item.expires_at
+            item.request.origin, item.request.request_id, item.request.expires_at
         ):
             self.metrics.notifications.inc()
             view = item_view(item, None, self.node.approver.rules, time.time())
             try:
                 await self.notifier.notify(view)
             except Exception:  # the notifier must never stop a decision; it logs its own failures
-                logger.exception("the notifier failed on request %s", item.request_id)
+                logger.exception("the notifier failed on request %s", item.request.request_id)
         return 0
 
     def _prune(self) -> None:
@@ -701,6 +781,12 @@ class Engine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def _hinted_expiry(item: InboxItem) -> int:
+    """The expiry a refused item claims, only to bound how long it is remembered."""
+    expires_at = item.request.get("expires_at")
+    return expires_at if isinstance(expires_at, int) and not isinstance(expires_at, bool) else 0
 
 
 def _expiry(value: tuple[float, int] | int) -> int:

@@ -1,4 +1,8 @@
-"""What an operator sees of one received request: the relay's item and this node's own decision.
+"""What an operator sees of one received request: the verified request and this node's own decision.
+
+Every field shown, and every rule matched, comes from the request after its origin signature
+verified (:class:`Received`, built only by ``Engine.receive``): never from the relay's description
+of the item (PROTOCOL.md "What an approving node decides on").
 
 The state is this node's view (pending, approved or denied by this node, expired), never the
 request's outcome: only its origin counts that, from every peer's decision.
@@ -8,23 +12,52 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from teaagent.config import ApproverRule
 from teaagent.errors import SignatureError
+from teaagent.quorum import VerifiedRequest
 from teaagent.relay_client import InboxItem
 from teaagent.signing import parse_sshsig
 from teaagent_approver._ledger import Record
 
-__all__ = ["RELAY_DECIDED_BY", "item_view", "matching_rule", "rule_view"]
+__all__ = ["RELAY_DECIDED_BY", "Received", "item_view", "matching_rule", "rule_view"]
 
 RELAY_DECIDED_BY = "relay"  # a decision this approver did not record: handed to the relay directly
 
 
-def matching_rule(rules: Sequence[ApproverRule], item: InboxItem) -> tuple[int, ApproverRule] | None:
-    """The first rule that matches the item's call, with its position from 1; None when none does."""
+@dataclass(frozen=True, slots=True)
+class Received:
+    """An inbox item whose request verified: the request, and what the relay holds of it.
+
+    Attributes:
+        request: The verified request: everything shown, matched and signed comes from it.
+        state: The relay's state of the item (``pending``, ``withdrawn``...). A hint: a relay that
+            lies about it can only delay (a withdrawn or expired item is never signed anyway).
+        decision: This node's signed decision as the relay holds it, or None.
+    """
+
+    request: VerifiedRequest
+    state: str
+    decision: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, request: VerifiedRequest, item: InboxItem) -> Received:
+        """The verified request with the relay's state and decision of ``item``."""
+        return cls(request=request, state=item.state, decision=item.decision)
+
+    @property
+    def ref(self) -> tuple[str, str]:
+        """``(origin, request_id)``, this node's name for the item in its records."""
+        return self.request.origin, self.request.request_id
+
+
+def matching_rule(rules: Sequence[ApproverRule], request: VerifiedRequest) -> tuple[int, ApproverRule] | None:
+    """The first rule that matches the verified call, with its position from 1; None when none does."""
+    arguments = request.arguments
     for index, rule in enumerate(rules, start=1):
-        if rule.matches(item.tool_name, item.arguments):
+        if rule.matches(request.tool_name, arguments):
             return index, rule
     return None
 
@@ -69,16 +102,17 @@ def _relay_decision_view(decision: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def item_view(
-    item: InboxItem, record: Record | None, rules: Sequence[ApproverRule], now: float
+    item: Received, record: Record | None, rules: Sequence[ApproverRule], now: float
 ) -> dict[str, Any]:
     """The ``Item`` of the HTTP API (and of the notifier) for one inbox item.
 
     Args:
-        item: The relay's inbox item.
+        item: The verified item.
         record: This approver's record of the node's decision, if any.
         rules: The node's ``[[approver.rules]]``.
         now: The current time, Unix seconds.
     """
+    request = item.request
     decision: dict[str, Any] | None
     if record is not None:
         decision = _record_view(record)
@@ -86,25 +120,25 @@ def item_view(
     else:
         decision = _relay_decision_view(item.decision) if item.decision else None
         state = item.state
-        if state == "pending" and now > item.expires_at:
+        if state == "pending" and now > request.expires_at:
             state = "expired"
     return {
-        "request_id": item.request_id,
-        "origin": item.origin,
-        "tool_name": item.tool_name,
-        "arguments": item.arguments,
-        "reason": item.reason,
-        "payload_digest": item.payload_digest,
-        "run_id": item.run_id,
-        "call_id": item.call_id,
-        "required_approvals": item.required_approvals,
-        "peers": list(item.peers),
-        "created_at": item.created_at,
-        "expires_at": item.expires_at,
-        "seconds_left": max(0, math.ceil(item.expires_at - now)),
+        "request_id": request.request_id,
+        "origin": request.origin,
+        "tool_name": request.tool_name,
+        "arguments": request.arguments,
+        "reason": request.reason,
+        "payload_digest": request.payload_digest,
+        "run_id": request.run_id,
+        "call_id": request.call_id,
+        "required_approvals": request.required_approvals,
+        "peers": list(request.peers),
+        "created_at": request.created_at,
+        "expires_at": request.expires_at,
+        "seconds_left": max(0, math.ceil(request.expires_at - now)),
         "state": state,
         "decision": decision,
-        "rule": rule_view(matching_rule(rules, item)),
-        "request": item.request,
-        "signature": item.signature,
+        "rule": rule_view(matching_rule(rules, request)),
+        "request": request.document(),
+        "signature": request.signature,
     }

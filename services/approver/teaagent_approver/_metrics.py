@@ -81,6 +81,15 @@ class ApproverMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.refused_items = Counter(
+            "teaagent_approver_refused_items",
+            "Inbox items refused before anything was shown, matched or signed: bad_request (the request "
+            "is malformed, not from a configured peer or not addressed to this node), bad_signature (the "
+            "origin's signature does not verify with its configured keys), relay_disagrees (the relay's "
+            "description of the item differs from the signed request it carries).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.takeovers = Counter(
             "teaagent_approver_takeovers",
             "Decisions another approver process recorded and did not finish, finished by this one.",

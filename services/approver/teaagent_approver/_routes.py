@@ -22,6 +22,7 @@ API deviations (from /tmp/brief/issue10.md, for the command line's authors):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import time
 from fnmatch import fnmatchcase
@@ -38,7 +39,7 @@ from teaagent.relay_client import InboxItem
 from teaagent_approver._audit import AuditWriteError
 from teaagent_approver._engine import Engine, Outcome, Proposal
 from teaagent_approver._errors import ApiError, ErrorOut, error_response, sentence
-from teaagent_approver._items import item_view
+from teaagent_approver._items import Received, item_view
 from teaagent_approver._models import (
     AGENT_ID,
     MAX_REASON_CHARS,
@@ -116,29 +117,46 @@ def _relay_refusal(exc: RelayError, request_id: str, origin: str | None) -> ApiE
     return ApiError(422, "invalid", sentence(str(exc)))
 
 
-async def _find(engine: Engine, request_id: str, origin: str | None) -> InboxItem:
+async def _find(engine: Engine, request_id: str, origin: str | None) -> Received:
+    """The item the relay files under this id, verified (:meth:`Engine.receive`).
+
+    Raises:
+        ApiError: The relay failed or does not know it; the request does not verify, is filed
+            under another id or origin than its own, or the relay describes it otherwise.
+    """
     try:
-        return await engine.relay.get_inbox_item(request_id, origin=origin)
+        item = await engine.relay.get_inbox_item(request_id, origin=origin)
     except RelayError as exc:
         raise _relay_refusal(exc, request_id, origin) from exc
+    if item.request_id != request_id or (origin is not None and item.origin != origin):
+        engine.metrics.refused_items.labels("relay_disagrees").inc()
+        raise ApiError(
+            502,
+            "relay_disagrees",
+            f"This node's relay answered request {item.request_id} of {item.origin} when asked for "
+            f"{request_id}; this node neither shows nor signs it.",
+        )
+    return engine.receive(item)
 
 
-def _decision_out(item: InboxItem, outcome: Outcome) -> dict[str, Any]:
+def _decision_out(item: Received, outcome: Outcome) -> dict[str, Any]:
     record = outcome.record
     return {
-        "request_id": item.request_id,
-        "origin": item.origin,
+        "request_id": item.request.request_id,
+        "origin": item.request.origin,
         "decision": record.kind,
         "reason": record.reason,
         "this_node": "approved" if record.kind == "approval" else "denied",
         "by": record.by,
         "key_fingerprint": record.key_fingerprint,
         "forwarded": outcome.forwarded,
-        "note": f"This node's decision; the request's outcome is counted by its origin, {item.origin}.",
+        "note": (
+            f"This node's decision; the request's outcome is counted by its origin, {item.request.origin}."
+        ),
     }
 
 
-async def _decide(engine: Engine, item: InboxItem, proposal: Proposal) -> dict[str, Any]:
+async def _decide(engine: Engine, item: Received, proposal: Proposal) -> dict[str, Any]:
     try:
         outcome = await engine.settle(item, proposal)
     except AuditWriteError as exc:
@@ -148,7 +166,7 @@ async def _decide(engine: Engine, item: InboxItem, proposal: Proposal) -> dict[s
         raise ApiError(
             409,
             "conflict",
-            f"This node already {done} request {item.request_id} ({outcome.record.by}); "
+            f"This node already {done} request {item.request.request_id} ({outcome.record.by}); "
             "it never signs another decision on it.",
         )
     return _decision_out(item, outcome)
@@ -207,15 +225,19 @@ async def list_requests(
         raise ApiError(
             503, "unavailable", sentence(f"this node's relay failed: {exc}"), headers={"Retry-After": "1"}
         ) from exc
+    received: list[Received] = []
+    for item in items:
+        with contextlib.suppress(ApiError):  # refused: logged and counted, never shown
+            received.append(engine.receive(item))
     if origin is not None:
-        items = [item for item in items if item.origin == origin]
+        received = [item for item in received if item.request.origin == origin]
     if tool is not None:
-        items = [item for item in items if fnmatchcase(item.tool_name, tool)]
-    found = await engine.ledger.read([(item.origin, item.request_id) for item in items])
+        received = [item for item in received if fnmatchcase(item.request.tool_name, tool)]
+    found = await engine.ledger.read([item.ref for item in received])
     now = time.time()
     views = [
         item_view(item, record, engine.node.approver.rules, now)
-        for item, (record, _signature) in zip(items, found, strict=True)
+        for item, (record, _signature) in zip(received, found, strict=True)
     ]
     if state != "all":
         views = [view for view in views if view["state"] == state]
@@ -234,7 +256,7 @@ async def get_request(
 ) -> Any:
     """Return the request as this node sees it (409 when several origins used the id and none is named)."""
     item = await _find(engine, request_id, origin)
-    [(record, _signature)] = await engine.ledger.read([(item.origin, item.request_id)])
+    [(record, _signature)] = await engine.ledger.read([item.ref])
     return item_view(item, record, engine.node.approver.rules, time.time())
 
 
@@ -258,7 +280,7 @@ async def get_statement(
     item = await _find(engine, request_id, origin)
     now = time.time()
     engine.check_signable(item, now)
-    [(record, _signature)] = await engine.ledger.read([(item.origin, item.request_id)])
+    [(record, _signature)] = await engine.ledger.read([item.ref])
     if record is not None and record.kind != kind:
         done = "approved" if record.kind == "approval" else "denied"
         raise ApiError(
@@ -267,7 +289,7 @@ async def get_statement(
             f"This node already {done} request {request_id} ({record.by}); "
             "it never signs another decision on it.",
         )
-    statement = engine.statement_for(item, kind, reason, int(now))
+    statement = engine.statement_for(item.request, kind, reason, int(now))
     return {"statement": statement, "bytes": statement_bytes(statement).decode("utf-8")}
 
 
