@@ -364,7 +364,8 @@ async def test_a_request_whose_origin_signature_does_not_verify_is_never_signed(
     for answer in (approved, statement):
         status, code, message = error(answer)
         assert (status, code) == (422, "invalid")
-        assert message.startswith(lead) and message.endswith("; this node does not sign it."), message
+        assert message.startswith(lead), message
+        assert message.endswith("; this node does not sign it."), message
         assert fingerprint(signer("gamma")) in message
     assert signatures == 0
     assert (await relay_item(beta, request["request_id"]))["state"] == "pending"
