@@ -1,0 +1,447 @@
+"""A relay that lies to its own node's approver: whatever it says, the node signs only what it verified.
+
+PROTOCOL.md "What an approving node decides on": an approver, its rules, an operator's screen and
+the statement it signs all see the signed request, verified first; the relay's own description of
+an item is a hint at most, and an item whose description disagrees with its request is refused and
+reported, never decided.
+
+The lie: :class:`LyingRelay`, a proxy on a loopback port in front of beta's real relay, rewrites the
+JSON of every inbox answer (``GET /v1/inbox``, ``GET /v1/inbox/{id}``) that beta's real approver
+reads. The rewrites are generated from the fields of a genuine item, nested ones included (the
+carried request, its arguments, the lists, the decision), so a field added later is covered
+without touching this module: each string, number, list and object is changed to a plausible other
+value (another tool, other arguments, another digest, another id, another origin, another state,
+times moved, lists reordered or truncated), one at a time; and whole documents are swapped (the
+request of another genuine request of the same origin under this one's description, and this
+request under the other's: the "``rm -rf /`` labelled ``echo hello``" attack).
+
+beta's rules approve ``echo *`` and leave everything else to an operator. For every rewrite, with
+two genuine requests of alpha in beta's inbox (``rm -rf /``, asked; ``echo hello``, approved by rule):
+
+- the engine's round never signs ``rm -rf /`` and never crashes;
+- what the operator is shown is the genuine request or a refusal (``ErrorOut``, never a 500), and
+  what an operator's ``approve`` then signs is exactly the request shown;
+- every rewrite that changes what the request says is refused and counted in ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from relay_support import (
+    READY_TIMEOUT,
+    Node,
+    approver_in_process,
+    asynctest,
+    free_port,
+    served,
+    write_cluster,
+)
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from teaagent.config import load_config
+from teaagent.errors import RelayError
+from teaagent.quorum import approval_statement, statement_bytes, verify_decision
+
+pytestmark = pytest.mark.slow
+
+RULES = """
+[[approver.rules]]
+tool = "shell.run"
+arguments = { command = "echo *" }
+decision = "approve"
+"""
+RM = {"command": "rm -rf /"}
+ECHO = {"command": "echo hello"}
+
+Item = dict[str, Any]
+Rewrite = Callable[[Item, Item], Item]  # (the item of rm -rf /, the item of echo hello) -> what is said
+
+
+# -- the lying relay -------------------------------------------------------------------------------
+
+
+class LyingRelay:
+    """A proxy in front of a real relay that rewrites one item of every inbox answer.
+
+    ``target`` is the id of the item to lie about, ``other`` the id of another genuine item of
+    the same origin (for swaps), ``rewrite`` the lie; everything else passes through unchanged.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.port = free_port()
+        self.target = ""
+        self.other = ""
+        self.rewrite: Rewrite | None = None
+        self.other_item: Item = {}  # the other genuine item, for swaps
+        self.lies = 0  # answers rewritten
+        self._client: httpx.AsyncClient | None = None
+        app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "DELETE"])])
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="lying-relay", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LyingRelay:
+        self._thread.start()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the lying relay did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+
+    async def _forward(self, request: Request) -> Response:
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self.upstream, timeout=70)
+        headers = {name: value for name, value in request.headers.items() if name.lower() in _FORWARDED}
+        answer = await self._client.request(
+            request.method,
+            request.url.path,
+            params=request.query_params,
+            headers=headers,
+            content=await request.body(),
+        )
+        path = request.url.path
+        if request.method == "GET" and answer.status_code == 200 and path.startswith("/v1/inbox"):
+            return JSONResponse(self._lie(answer.json()))
+        return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
+
+    def _lie(self, data: Any) -> Any:
+        if isinstance(data, list):
+            return [self._item(item) for item in data]
+        return self._item(data)
+
+    def _item(self, item: Item) -> Item:
+        if self.rewrite is None or item.get("request_id") != self.target:
+            return item
+        self.lies += 1
+        return self.rewrite(copy.deepcopy(item), copy.deepcopy(self.other_item))
+
+
+_FORWARDED = frozenset({"authorization", "content-type", "accept"})
+
+
+# -- the rewrites, generated from a genuine item's fields ------------------------------------------
+
+Path_ = tuple[str | int, ...]
+
+
+def _paths(value: Any, path: Path_ = ()) -> Iterator[tuple[Path_, Any]]:
+    """Every value inside ``value`` (objects and lists included), with its path; the root excluded."""
+    if path:
+        yield path, value
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _paths(inner, (*path, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _paths(inner, (*path, index))
+
+
+def _set(document: Item, path: Path_, value: Any) -> Item:
+    target: Any = document
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return document
+
+
+def _plausible(path: Path_, value: Any) -> list[tuple[str, Any]]:
+    """Other values a relay could plausibly say at ``path``: (what, value) pairs."""
+    name = next((step for step in reversed(path) if isinstance(step, str)), "")
+    if isinstance(value, bool):
+        return [("negated", not value)]
+    if isinstance(value, int):
+        if name == "required_approvals" or name == "v":
+            return [("another count", value + 1)]
+        return [("moved 61 s later", value + 61), ("moved 61 s earlier", value - 61)]
+    if isinstance(value, str):
+        others = {
+            "tool_name": [("another tool", "fs.read")],
+            "command": [("the command of echo hello", ECHO["command"])],
+            "request_id": [("another id", secrets.token_hex(16))],
+            "origin": [("another origin", "gamma")],
+            "payload_digest": [("another digest", "sha256:" + secrets.token_hex(32))],
+            "state": [(f"state {state}", state) for state in ("approved", "denied", "expired", "withdrawn")],
+            "peers": [("another peer", "zeta")],
+            "type": [("another type", "teaagent.approval")],
+        }.get(name)
+        return [item for item in (others or []) if item[1] != value] + [("edited", value + " (edited)")]
+    if isinstance(value, list):
+        changes = [("one more", [*value, copy.deepcopy(value[-1]) if value else "zeta"])]
+        if len(value) > 1:
+            changes += [("reordered", list(reversed(value))), ("truncated", value[:-1])]
+        return changes
+    if isinstance(value, dict):
+        changes = [("with one more field", {**value, "extra": "x"})]
+        if value:
+            first = next(iter(value))
+            changes.append((f"without {first}", {key: inner for key, inner in value.items() if key != first}))
+        return changes
+    if value is None:
+        return [
+            (
+                "a decision the relay made up",
+                {"statement": {"type": "teaagent.approval"}, "signature": "AAAA"},
+            )
+        ]
+    return []
+
+
+def rewrites(sample: Item) -> list[tuple[str, Rewrite, bool]]:
+    """Every rewrite of an item like ``sample``: (name, rewrite, whether the approver must refuse it).
+
+    Only a change of ``state`` may pass (a hint: a relay that says ``withdrawn`` or ``expired``
+    only delays); every other change is a change of what the request says, and is refused.
+    """
+    made: list[tuple[str, Rewrite, bool]] = []
+    for path, value in _paths(sample):
+        for what, other in _plausible(path, value):
+
+            def rewrite(item: Item, _other: Item, path: Path_ = path, other: Any = other) -> Item:
+                return _set(item, path, copy.deepcopy(other))
+
+            made.append((".".join(map(str, path)) + f": {what}", rewrite, path != ("state",)))
+
+    def carried_swapped(item: Item, other: Item) -> Item:
+        # echo hello's genuine request and signature under rm -rf /'s description.
+        item["request"], item["signature"] = other["request"], other["signature"]
+        return item
+
+    def label_swapped(item: Item, other: Item) -> Item:
+        # rm -rf /'s genuine request labelled as echo hello: every description field is echo's.
+        return {**other, "request": item["request"], "signature": item["signature"]}
+
+    def whole_swapped(item: Item, other: Item) -> Item:
+        return other  # echo hello's genuine item when rm -rf / is asked for
+
+    made += [
+        ("swap: another genuine request under this description", carried_swapped, True),
+        ("swap: this request under another genuine description", label_swapped, True),
+        ("swap: another genuine item in its place", whole_swapped, True),
+    ]
+    return made
+
+
+# -- the node ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(name="cluster")
+def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+    """alpha asks beta and gamma (1 of 2); beta's rules approve ``echo *``, the rest waits for an operator."""
+    return write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        required=1,
+        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
+        rules={"beta": RULES},
+    )
+
+
+@asynccontextmanager
+async def approver_behind(beta: Node, liar: LyingRelay) -> AsyncIterator[httpx.AsyncClient]:
+    async with approver_in_process(beta, relay_url=liar.url, engine=False) as client:
+        client.headers["Authorization"] = f"Bearer {beta.token}"
+        yield client
+
+
+def deliver(alpha: Node, beta: Node, arguments: dict[str, Any]) -> dict[str, Any]:
+    request = alpha.request(arguments=arguments)
+    response = httpx.post(f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=10)
+    assert response.status_code == 201, response.text
+    return request
+
+
+def truth(beta: Node, request_id: str) -> Item:
+    """beta's real relay's item, read around the liar."""
+    response = httpx.get(f"{beta.url}/v1/inbox/{request_id}", headers=beta.headers, timeout=10)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
+    registry = client.app.state.metrics.registry  # type: ignore[attr-defined]
+    value = registry.get_sample_value(name, labels)
+    return 0.0 if value is None else float(value)
+
+
+def assert_signed_only(beta: Node, request: dict[str, Any], kind: str) -> None:
+    """beta's real relay holds beta's ``kind`` of exactly ``request``, verifying with beta's key."""
+    decision = truth(beta, request["request_id"])["decision"]
+    assert decision is not None
+    statement = decision["statement"]
+    assert statement == approval_statement(request, "beta", statement["signed_at"])
+    assert kind == "approval"
+    keys = load_config(beta.config_path).own_keys()
+    verify_decision(statement, decision["signature"], keys)
+    assert statement_bytes(statement)  # the canonical bytes of the request's own statement
+
+
+SHOWN = (
+    "tool_name",
+    "arguments",
+    "payload_digest",
+    "reason",
+    "run_id",
+    "call_id",
+    "created_at",
+    "expires_at",
+)
+
+
+@asynctest
+async def test_a_relay_that_lies_about_an_item_gets_nothing_signed_but_the_verified_request(
+    cluster: dict[str, Node],
+) -> None:
+    alpha, beta = cluster["alpha"], cluster["beta"]
+    with served(beta):
+        sample_rm = deliver(alpha, beta, RM)
+        sample = truth(beta, sample_rm["request_id"])
+        cases = rewrites(sample)
+        assert len(cases) >= 60, len(cases)  # every field of the item, the request's own included
+        with LyingRelay(beta.url) as liar:
+            async with approver_behind(beta, liar) as client:
+                engine = client.app.state.engine  # type: ignore[attr-defined]
+                for name, rewrite, refused in cases:
+                    await one_case(alpha, beta, liar, client, engine, name, rewrite, refused)
+                total = metric(client, "teaagent_approver_refused_items_total", reason="relay_disagrees")
+                total += metric(client, "teaagent_approver_refused_items_total", reason="bad_signature")
+                total += metric(client, "teaagent_approver_refused_items_total", reason="bad_request")
+        assert total >= sum(refused for _name, _rewrite, refused in cases)
+    print(f"\n{len(cases)} rewrites of an inbox item tried")
+
+
+async def one_case(
+    alpha: Node,
+    beta: Node,
+    liar: LyingRelay,
+    client: httpx.AsyncClient,
+    engine: Any,
+    name: str,
+    rewrite: Rewrite,
+    refused: bool,
+) -> None:
+    rm, echo = deliver(alpha, beta, RM), deliver(alpha, beta, ECHO)
+    liar.target, liar.other, liar.rewrite = rm["request_id"], echo["request_id"], rewrite
+    liar.other_item = truth(beta, echo["request_id"])
+    refusals_before = sum(
+        metric(client, "teaagent_approver_refused_items_total", reason=reason)
+        for reason in ("relay_disagrees", "bad_signature", "bad_request")
+    )
+
+    # 1. The engine's round, as its loop runs it: never signs rm -rf /, never crashes. A listing
+    # that holds something which is not an inbox item is refused whole (the loop waits, logs it).
+    refusal = ""
+    try:
+        items = await engine.relay.list_inbox("pending", limit=1000)
+    except RelayError as exc:
+        items, refusal = [], str(exc)
+    assert refusal == "" or "is not an inbox item" in refusal, name
+    await engine.handle(items)
+    assert truth(beta, rm["request_id"])["decision"] is None, name
+
+    # 2. What the operator is shown: the genuine request, or a refusal in one sentence.
+    shown = await client.get(f"/v1/requests/{rm['request_id']}")
+    listed = await client.get("/v1/requests", params={"state": "all", "limit": 1000})
+    assert listed.status_code in (200, 503), (name, listed.text)
+    assert shown.status_code in (200, 422, 502), (name, shown.status_code, shown.text)
+    views = listed.json()["items"] if listed.status_code == 200 else []
+    for view in [item for item in views if item["request_id"] == rm["request_id"]]:
+        assert {field: view[field] for field in SHOWN} == {field: rm[field] for field in SHOWN}, name
+    if shown.status_code == 200:
+        view = shown.json()
+        assert {field: view[field] for field in SHOWN} == {field: rm[field] for field in SHOWN}, name
+        assert view["request"] == rm, name
+    else:
+        body = shown.json()
+        assert set(body) == {"error", "message"}, name
+        assert body["message"].endswith("."), name
+    refusals = sum(
+        metric(client, "teaagent_approver_refused_items_total", reason=reason)
+        for reason in ("relay_disagrees", "bad_signature", "bad_request")
+    )
+    if refused:
+        assert shown.status_code != 200, (name, shown.text)
+        assert refusals > refusals_before or shown.json()["message"].find("is not an inbox item") > 0, name
+
+    # 3. The operator approves what they read: only the very request shown is signed, if any.
+    approved = await client.post(f"/v1/requests/{rm['request_id']}/approve", json={})
+    assert approved.status_code in (200, 409, 422, 502), (name, approved.status_code, approved.text)
+    if approved.status_code == 200:
+        assert shown.status_code == 200, name
+        assert_signed_only(beta, rm, "approval")
+    else:
+        assert truth(beta, rm["request_id"])["decision"] is None, name
+    liar.rewrite = None
+    # The honest echo hello may be signed by the rule, and then only as itself.
+    if truth(beta, echo["request_id"])["decision"] is not None:
+        assert_signed_only(beta, echo, "approval")
+
+
+@asynctest
+async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_both_decided(
+    cluster: dict[str, Node],
+) -> None:
+    """The attack of the issue, then the control: the same proxy telling the truth."""
+    alpha, beta = cluster["alpha"], cluster["beta"]
+    with served(beta), LyingRelay(beta.url) as liar:
+        async with approver_behind(beta, liar) as client:
+            engine = client.app.state.engine  # type: ignore[attr-defined]
+            rm, echo = deliver(alpha, beta, RM), deliver(alpha, beta, ECHO)
+            liar.target, liar.other_item = rm["request_id"], truth(beta, echo["request_id"])
+
+            # rm -rf / labelled echo hello: the rule echo * must not approve it, nor the operator see echo.
+            liar.rewrite = lambda item, other: {
+                **other,
+                "request_id": item["request_id"],
+                "request": item["request"],
+                "signature": item["signature"],
+            }
+            await engine.handle(await engine.relay.list_inbox("pending", limit=1000))
+            shown = await client.get(f"/v1/requests/{rm['request_id']}")
+            approved = await client.post(f"/v1/requests/{rm['request_id']}/approve", json={})
+            assert liar.lies >= 3
+            assert shown.status_code == 502
+            assert shown.json()["error"] == "relay_disagrees"
+            assert shown.json()["message"].startswith(
+                f"This node's relay describes request {rm['request_id']} otherwise than the signed request "
+                'it carries (the relay says its arguments is {"command": "echo hello"}, the signed request '
+                'says {"command": "rm -rf /"}); this node neither shows nor signs it.'
+            )
+            assert approved.status_code == 502
+            assert truth(beta, rm["request_id"])["decision"] is None
+            assert metric(client, "teaagent_approver_refused_items_total", reason="relay_disagrees") >= 3
+
+            # Honest: a new pair. echo is approved by its rule; rm waits for an operator, shown as it is.
+            liar.rewrite = None
+            rm, echo = deliver(alpha, beta, RM), deliver(alpha, beta, ECHO)
+            await engine.handle(await engine.relay.list_inbox("pending", limit=1000))
+            assert_signed_only(beta, echo, "approval")
+            view = (await client.get(f"/v1/requests/{rm['request_id']}")).json()
+            assert view["arguments"] == RM
+            assert view["state"] == "pending"
+            assert truth(beta, rm["request_id"])["decision"] is None
