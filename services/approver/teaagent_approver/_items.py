@@ -118,8 +118,12 @@ def item_view(
         decision = _record_view(record)
         state = "approved" if record.kind == "approval" else "denied"
     else:
+        # The relay's copy of this node's decision verified in Engine.receive; without one, its
+        # word that this node decided is not shown.
         decision = _relay_decision_view(item.decision) if item.decision else None
         state = item.state
+        if state in ("approved", "denied") and decision is None:
+            state = "pending"
         if state == "pending" and now > request.expires_at:
             state = "expired"
     return {
