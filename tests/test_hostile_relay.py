@@ -33,7 +33,7 @@ from typing import Any, Literal
 import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from relay_support import READY_TIMEOUT, approval, denial, free_port, signer, write_cluster
+from relay_support import READY_TIMEOUT, approval, denial, free_port, public_line, signer, write_cluster
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -304,8 +304,18 @@ class Origin:
             audit.close()
 
 
-def write_origin(folder: Path, relay: HostileRelay, *, timeout_seconds: int = 60) -> Path:
-    """alpha's node.toml (peers beta, delta, gamma; 2 approvals), its relay being ``relay``."""
+def write_origin(
+    folder: Path,
+    relay: HostileRelay,
+    *,
+    timeout_seconds: int = 60,
+    operators: dict[str, list[str]] | None = None,
+) -> Path:
+    """alpha's node.toml (peers beta, delta, gamma; 2 approvals), its relay being ``relay``.
+
+    ``operators`` names, per peer, operators whose keys alpha lists in that peer's allowed_signers
+    file (``<peer>.operators``, which a test may rewrite before loading the configuration).
+    """
     nodes = write_cluster(
         folder,
         ["alpha", *PEERS],
@@ -313,6 +323,7 @@ def write_origin(folder: Path, relay: HostileRelay, *, timeout_seconds: int = 60
         prefix="hostile",
         ports={"alpha": relay.port},
         timeout_seconds=timeout_seconds,
+        operators=operators,
     )
     path = nodes["alpha"].config_path
     with path.open("a") as config:
@@ -331,6 +342,18 @@ def fixture_relay() -> Iterator[HostileRelay]:
 @pytest.fixture(name="origin")
 def fixture_origin(tmp_path: Path, relay: HostileRelay) -> Origin:
     return Origin(load_config(write_origin(tmp_path, relay)))
+
+
+# A key beta retired on 1 January 2026: alpha still lists it for beta, valid until then.
+RETIRED_LINE = f'beta valid-before="20260101" {public_line("beta-retired")} retired@laptop\n'
+
+
+@pytest.fixture(name="retiring_origin")
+def fixture_retiring_origin(tmp_path: Path, relay: HostileRelay) -> Origin:
+    """alpha, whose allowed_signers for beta still list the key beta retired (``RETIRED_LINE``)."""
+    config = write_origin(tmp_path, relay, operators={"beta": ["beta-retired"]})
+    (tmp_path / "beta.operators").write_text(RETIRED_LINE)
+    return Origin(load_config(config))
 
 
 @pytest.fixture(name="short_origin")
@@ -571,6 +594,41 @@ def test_an_approval_by_a_node_that_is_no_peer_never_runs(origin: Origin, relay:
         result,
         UNVERIFIED + "1 of the 2 approvals required (counted: beta; refused: epsilon: epsilon is not a "
         "peer of this request).",
+    )
+
+
+# -- 5b. an approval back-dated by a key its peer retired ---------------------------------------------
+
+
+def test_a_retired_key_back_dating_an_approval_never_runs(
+    retiring_origin: Origin, relay: HostileRelay
+) -> None:
+    # beta's retired key signs this brand-new request as of the last second it was valid: its
+    # signature verifies and the key's validity allows that signing time; only rule 4's lower
+    # bound (nobody signs a request before it exists) refuses it.
+    (retired,) = [key for key in retiring_origin.node.quorum.keys_of("beta") if key.valid_before is not None]
+    assert retired.valid_before is not None
+    signed_at = retired.valid_before - 1
+
+    def forge(asked: Asked) -> dict[str, Any]:
+        compact = sign_approval(asked.request, "beta", signer("beta-retired"), signed_at)
+        backdated = {
+            "statement": approval_statement(asked.request, "beta", signed_at),
+            "signature": compact.signature,
+        }
+        return asked.certificate(backdated, asked.approval("gamma"))
+
+    relay.tactic = approving(forge)
+
+    result = retiring_origin.run(TOUCH)
+
+    created = relay.last().request["created_at"]
+    assert_refused(
+        retiring_origin,
+        result,
+        UNVERIFIED
+        + f"1 of the 2 approvals required (counted: gamma; refused: beta: it was signed at {signed_at}, "
+        f"more than 60 seconds before the request was created at {created}).",
     )
 
 

@@ -136,6 +136,11 @@ def outcome_of(
     return evaluate(request, approvals, denials or [], config, now=now)
 
 
+def exactly(message: str) -> str:
+    """A ``match=`` pattern for exactly ``message``."""
+    return f"^{re.escape(message)}$"
+
+
 # --- documents ----------------------------------------------------------------------------------------
 
 
@@ -617,6 +622,30 @@ def test_rule4_an_approval_signed_at_expiry_counts_one_second_later_does_not() -
     assert late.rejected == {"beta": f"it was signed at {expiry + 1}, after the request expired at {expiry}"}
 
 
+def test_rule4_an_approval_counts_from_sixty_seconds_before_the_request_was_created() -> None:
+    created = REQUEST["created_at"]
+    at_bound = outcome_of([approve("beta", at=created - 60), approve("gamma")])
+    assert (at_bound.state, at_bound.signers) == ("approved", ("beta", "gamma"))
+    early = outcome_of([approve("beta", at=created - 61), approve("gamma")])
+    assert (early.state, early.signers) == ("pending", ("gamma",))
+    assert early.rejected == {
+        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
+        f"at {created}"
+    }
+
+
+def test_rule4_a_denial_counts_from_sixty_seconds_before_the_request_was_created() -> None:
+    created = REQUEST["created_at"]
+    at_bound = outcome_of([], [deny("beta", at=created - 60), deny("gamma")])
+    assert (at_bound.state, at_bound.denied_by) == ("denied", ("beta", "gamma"))
+    early = outcome_of([], [deny("beta", at=created - 61), deny("gamma")])
+    assert (early.state, early.denied_by) == ("pending", ("gamma",))
+    assert early.rejected_denials == {
+        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
+        f"at {created}"
+    }
+
+
 def test_rule4_the_clock_skew_allowance_is_exactly_sixty_seconds() -> None:
     now = NOW + 10
     assert MAX_CLOCK_SKEW_SECONDS == 60
@@ -842,6 +871,23 @@ def test_a_certificate_approval_signed_after_expiry_does_not_count() -> None:
         QuorumError, match=r"gamma: it was signed at \d+, after the request expired at \d+\)\.$"
     ):
         verify_certificate(cert, CONFIG, now=REQUEST["expires_at"] + 10)
+
+
+def test_a_certificate_approval_signed_before_the_request_existed_does_not_count() -> None:
+    created = REQUEST["created_at"]
+    verified = verify_certificate(
+        make_certificate([approve("beta", at=created - 60), approve("gamma")]), CONFIG
+    )
+    assert verified.signers == ("beta", "gamma")
+    early = make_certificate([approve("beta", at=created - 61), approve("gamma")])
+    with pytest.raises(
+        QuorumError,
+        match=exactly(
+            "The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: it was "
+            f"signed at {created - 61}, more than 60 seconds before the request was created at {created})."
+        ),
+    ):
+        verify_certificate(early, CONFIG, now=NOW + 30 * 86400)
 
 
 def test_a_certificate_from_the_future_does_not_count() -> None:

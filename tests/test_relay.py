@@ -23,11 +23,13 @@ from relay_support import (
     fixture_nodes,  # noqa: F401 - the nodes fixture
     in_process,
     public_line,
+    served,
+    signer,
     write_cluster,
 )
 
 from teaagent.errors import ConfigError
-from teaagent.quorum import approval_statement, sign_request, verify_certificate
+from teaagent.quorum import approval_statement, sign_denial, sign_request, verify_certificate
 from teaagent_relay import MAX_WAIT_SECONDS, Settings, create_app
 
 
@@ -458,6 +460,35 @@ async def test_decision_times_follow_rule_4(nodes: dict[str, Node]) -> None:
         f"{request['expires_at']}.",
     )
     assert skew.status_code == 200  # within the clock skew
+
+
+def test_decisions_count_from_sixty_seconds_before_their_request_was_created(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]  # peers beta, delta, gamma; 2 required
+    request = alpha.request()
+    created = request["created_at"]
+    path = f"{alpha.url}{decisions_path(request)}"
+    with served(alpha, deliver=False), httpx.Client(timeout=10) as client:
+        client.post(f"{alpha.url}/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        early_approval = client.post(path, json=approval(request, "beta", signed_at=created - 61))
+        early_denial = client.post(
+            path, json=sign_denial(request, "gamma", signer("gamma"), "no", created - 61)
+        )
+        approved_at_bound = client.post(path, json=approval(request, "beta", signed_at=created - 60))
+        denied_at_bound = client.post(
+            path, json=sign_denial(request, "gamma", signer("gamma"), "no", created - 60)
+        )
+
+    too_early = (
+        422,
+        "invalid",
+        f"The statement was signed at {created - 61}, more than 60 seconds before the request was created "
+        f"at {created}.",
+    )
+    assert error(early_approval) == too_early
+    assert error(early_denial) == too_early
+    assert (approved_at_bound.status_code, approved_at_bound.json()["counted"]) == (200, True)
+    assert (denied_at_bound.status_code, denied_at_bound.json()["counted"]) == (200, True)
+    assert (denied_at_bound.json()["approvals"], denied_at_bound.json()["denials"]) == (1, 1)
 
 
 @asynctest

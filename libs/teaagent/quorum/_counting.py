@@ -250,6 +250,7 @@ class _Counter:
         self.request = request
         self.config = config
         self.now = now
+        self.created_at: int = request["created_at"]
         self.expires_at: int = request["expires_at"]
         self.dev_signers: list[str] = []
         configured = set(config.peer_agent_ids)
@@ -287,7 +288,15 @@ class _Counter:
             mismatch = _statement_mismatch(submission.statement, rebuilt)
             if mismatch is not None:
                 return mismatch
-        # Rule 4: signed before the request expired, and not in our future beyond the clock skew.
+        # Rule 4: signed within the request's life (from its creation, less the clock skew, to its
+        # expiry), and not in our future beyond the clock skew. The lower bound keeps a key whose
+        # valid-before has passed from back-dating its way into a request made after it.
+        earliest = self.created_at - MAX_CLOCK_SKEW_SECONDS
+        if signed_at < earliest:
+            return (
+                f"it was signed at {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
+                f"the request was created at {self.created_at}"
+            )
         if signed_at > self.expires_at:
             return f"it was signed at {signed_at}, after the request expired at {self.expires_at}"
         if signed_at > self.now + MAX_CLOCK_SKEW_SECONDS:
@@ -481,9 +490,9 @@ def verify_certificate(
 
     The counting rules are those of :func:`evaluate`, with one difference: a certificate stays
     verifiable long after its request expired, so ``now > expires_at`` is not applied (each
-    approval must still be signed no later than ``expires_at``, and no later than ``now`` plus the
-    clock skew). Each approval's statement must equal the one rebuilt from the request; its
-    fields are never trusted on their own.
+    approval must still be signed no earlier than ``created_at`` less the clock skew, no later
+    than ``expires_at``, and no later than ``now`` plus the clock skew). Each approval's statement
+    must equal the one rebuilt from the request; its fields are never trusted on their own.
 
     Args:
         cert: ``{"request", "request_signature", "approvals"}``, as :func:`build_certificate` makes it.
