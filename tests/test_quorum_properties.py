@@ -193,6 +193,34 @@ def test_a_certificate_verifies_exactly_when_the_count_reaches_the_threshold(pic
 @settings(deadline=None, max_examples=100)
 @given(
     picked=mixes,
+    deniers=st.lists(st.sampled_from(PEERS), max_size=4),
+    bad=st.lists(st.sampled_from(BAD_DENIALS), max_size=4),
+)
+def test_a_certificate_with_denials_counts_no_signer_that_denied(
+    picked: list[Submitted], deniers: list[str], bad: list[dict[str, Any]]
+) -> None:
+    # Rule 6 at the verifier: the certificate carries denials (valid ones of some peers, and ones
+    # that must count for nothing); it verifies exactly when the approvers who did not validly deny
+    # reach the threshold, as evaluate counts the same documents.
+    documents = [item.document for item in picked]
+    denials = [VALID_DENIALS[peer] for peer in deniers] + bad
+    cert = build_certificate(REQUEST, REQUEST_SIGNATURE, documents, denials)
+    denied_by = tuple(peer for peer in REQUEST["peers"] if peer in set(deniers))
+    signers = tuple(peer for peer in _expected(picked) if peer not in denied_by)
+    counted = evaluate(REQUEST, documents, denials, CONFIG, now=EVALUATED_AT)
+    assert (counted.signers, counted.denied_by) == (signers, denied_by)
+    if len(signers) >= REQUIRED:
+        outcome = verify_certificate(cert, CONFIG, origin_public_key=ORIGIN_KEY, now=EVALUATED_AT)
+        assert (outcome.signers, outcome.denied_by) == (signers, denied_by)
+        assert [entry["statement"]["signer"] for entry in outcome.approvals] == list(signers)
+    else:
+        with pytest.raises(QuorumError, match=rf"^The certificate proves {len(signers)} of the {REQUIRED} "):
+            verify_certificate(cert, CONFIG, origin_public_key=ORIGIN_KEY, now=EVALUATED_AT)
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    picked=mixes,
     deniers=st.lists(st.sampled_from(PEERS), max_size=8),
     bad=st.lists(st.sampled_from(BAD_DENIALS), max_size=4),
 )
