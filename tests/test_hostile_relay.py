@@ -48,6 +48,7 @@ from teaagent.quorum import (
     build_certificate,
     payload_digest,
     sign_approval,
+    sign_denial,
     sign_request,
 )
 from teaagent.relay_client import DEFAULT_TIMEOUT, RelayQuorumGate
@@ -86,9 +87,16 @@ class Asked:
         """``name``'s genuine approval of this very request (what an honest peer sends)."""
         return approval(self.request, name, signed_at)
 
-    def certificate(self, *approvals: dict[str, Any]) -> dict[str, Any]:
-        """This request, alpha's genuine signature over it, and ``approvals``."""
-        return build_certificate(self.request, self.signature, list(approvals))
+    def certificate(
+        self, *approvals: dict[str, Any], denials: Sequence[dict[str, Any]] = ()
+    ) -> dict[str, Any]:
+        """This request, alpha's genuine signature over it, ``approvals`` (and ``denials`` when any)."""
+        certificate = build_certificate(self.request, self.signature, list(approvals))
+        return {**certificate, "denials": list(denials)} if denials else certificate
+
+    def denial(self, name: str, signed_at: int, reason: str = "changed my mind") -> dict[str, Any]:
+        """``name``'s genuine denial of this very request, signed at ``signed_at``."""
+        return sign_denial(self.request, name, signer(name), reason, signed_at)
 
     def status(
         self,
@@ -672,6 +680,72 @@ def test_a_denials_signature_under_an_approval_statement_never_runs(
         "verify with beta's configured key: signature namespace is 'teaagent-denial' but 'teaagent-approval' "
         "was expected).",
     )
+
+
+# -- 6b. a peer's veto hidden: its approval kept, its later denial counted -----------------------------
+
+VETOED = UNVERIFIED + (
+    "1 of the 2 approvals required (counted: gamma; refused: beta: beta also denied the request, so its "
+    "approval is not counted)."
+)
+Where = Literal["nowhere", "outcome", "certificate"]
+
+
+def approved_with(denier: str, where: Where) -> Tactic:
+    """An approved outcome: beta's and gamma's genuine approvals, and ``denier``'s genuine denial.
+
+    The denial is signed a second after beta's approval and carried ``where``: beside the
+    certificate in the outcome's ``denials``, in the certificate's own ``denials``, or nowhere
+    (dropped).
+    """
+
+    def tactic(asked: Asked, phase: Phase) -> Answer:
+        if phase == "submit":
+            return asked.status("pending")
+        now = int(time.time())
+        approvals = (asked.approval("beta", now - 1), asked.approval("gamma"))
+        denials = [asked.denial(denier, now)]
+        carried = denials if where == "certificate" else []
+        return asked.status(
+            "approved",
+            certificate=asked.certificate(*approvals, denials=carried),
+            signers=["beta", "gamma"],
+            denials=denials if where == "outcome" else [],
+        )
+
+    return tactic
+
+
+@pytest.mark.parametrize("where", ["outcome", "certificate"])
+def test_an_approval_whose_signer_also_denied_never_runs(
+    origin: Origin, relay: HostileRelay, where: Where
+) -> None:
+    # beta approved, then denied (rule 6: it counts as a denial only). The relay counted the denial
+    # (it hands it over) yet keeps beta's approval in the certificate, as if it counted both.
+    relay.tactic = approved_with("beta", where)
+
+    result = origin.run(TOUCH)
+
+    assert_refused(origin, result, VETOED)
+
+
+@pytest.mark.parametrize("where", ["nowhere", "outcome", "certificate"])
+def test_a_denial_by_a_peer_that_did_not_approve_leaves_the_quorum_standing(
+    origin: Origin, relay: HostileRelay, where: Where
+) -> None:
+    # The control: delta's denial, wherever it travels, takes no approval away, and beta's and
+    # gamma's approvals are a quorum; the certificate alpha audits carries the denial it was shown.
+    relay.tactic = approved_with("delta", where)
+
+    result = origin.run(TOUCH)
+
+    assert result.status == "completed", result.error_message
+    assert (origin.workspace / MADE).exists()
+    (granted,) = [r for r in origin.records(result.run_id) if r["event_type"] == "approval_granted"]
+    certificate = granted["payload"]["certificate"]
+    assert [a["statement"]["signer"] for a in certificate["approvals"]] == ["beta", "gamma"]
+    carried = [d["statement"]["signer"] for d in certificate.get("denials", [])]
+    assert carried == ([] if where == "nowhere" else ["delta"])
 
 
 # -- 7. reordered and repeated events -------------------------------------------------------------------

@@ -339,6 +339,36 @@ async def test_a_signer_that_denied_counts_as_a_denial_only_and_is_never_in_the_
     assert outcome.signers == ("delta", "gamma")
 
 
+def test_an_approved_outcome_carries_the_counted_denials_in_its_certificate(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]  # peers beta, delta, gamma; 2 required
+    vetoed_request, plain_request = alpha.request(), alpha.request()
+    vetoed = denial(vetoed_request, "delta", "not on Fridays")
+    bodies: list[dict[str, Any]] = []
+    with served(alpha, deliver=False), httpx.Client(timeout=10) as client:
+        for request, documents in (
+            (vetoed_request, [vetoed, approval(vetoed_request, "beta"), approval(vetoed_request, "gamma")]),
+            (plain_request, [approval(plain_request, "beta"), approval(plain_request, "gamma")]),
+        ):
+            client.post(f"{alpha.url}/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+            for document in documents:
+                response = client.post(f"{alpha.url}{decisions_path(request)}", json=document)
+                assert response.json()["counted"] is True
+            outcome_url = f"{alpha.url}/v1/requests/{request['request_id']}/outcome"
+            bodies.append(client.get(outcome_url, params={"wait": 0}, headers=alpha.headers).json())
+
+    body, plain = bodies
+    assert (body["state"], body["signers"], body["denied_by"]) == ("approved", ["beta", "gamma"], ["delta"])
+    certificate = body["certificate"]
+    assert certificate["denials"] == body["denials"] == [vetoed]
+    outcome = verify_certificate(certificate, alpha.quorum(), origin_public_key=public_line("alpha"))
+    assert (outcome.signers, outcome.denied_by) == (("beta", "gamma"), ("delta",))
+    assert outcome.denial_reasons == {"delta": "not on Fridays"}
+    # Without a denial, the certificate has the shape it always had.
+    assert plain["state"] == "approved"
+    assert set(plain["certificate"]) == {"request", "request_signature", "approvals"}
+    assert plain["denials"] == []
+
+
 @asynctest
 async def test_a_denial_after_the_signers_approval_can_deny_the_request(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]  # 2 of 3: a second denial decides
