@@ -33,7 +33,7 @@ from typing import Any, Literal
 import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from relay_support import READY_TIMEOUT, approval, denial, free_port, signer, write_cluster
+from relay_support import READY_TIMEOUT, approval, denial, free_port, public_line, signer, write_cluster
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -48,6 +48,7 @@ from teaagent.quorum import (
     build_certificate,
     payload_digest,
     sign_approval,
+    sign_denial,
     sign_request,
 )
 from teaagent.relay_client import DEFAULT_TIMEOUT, RelayQuorumGate
@@ -86,9 +87,16 @@ class Asked:
         """``name``'s genuine approval of this very request (what an honest peer sends)."""
         return approval(self.request, name, signed_at)
 
-    def certificate(self, *approvals: dict[str, Any]) -> dict[str, Any]:
-        """This request, alpha's genuine signature over it, and ``approvals``."""
-        return build_certificate(self.request, self.signature, list(approvals))
+    def certificate(
+        self, *approvals: dict[str, Any], denials: Sequence[dict[str, Any]] = ()
+    ) -> dict[str, Any]:
+        """This request, alpha's genuine signature over it, ``approvals`` (and ``denials`` when any)."""
+        certificate = build_certificate(self.request, self.signature, list(approvals))
+        return {**certificate, "denials": list(denials)} if denials else certificate
+
+    def denial(self, name: str, signed_at: int, reason: str = "changed my mind") -> dict[str, Any]:
+        """``name``'s genuine denial of this very request, signed at ``signed_at``."""
+        return sign_denial(self.request, name, signer(name), reason, signed_at)
 
     def status(
         self,
@@ -304,8 +312,18 @@ class Origin:
             audit.close()
 
 
-def write_origin(folder: Path, relay: HostileRelay, *, timeout_seconds: int = 60) -> Path:
-    """alpha's node.toml (peers beta, delta, gamma; 2 approvals), its relay being ``relay``."""
+def write_origin(
+    folder: Path,
+    relay: HostileRelay,
+    *,
+    timeout_seconds: int = 60,
+    operators: dict[str, list[str]] | None = None,
+) -> Path:
+    """alpha's node.toml (peers beta, delta, gamma; 2 approvals), its relay being ``relay``.
+
+    ``operators`` names, per peer, operators whose keys alpha lists in that peer's allowed_signers
+    file (``<peer>.operators``, which a test may rewrite before loading the configuration).
+    """
     nodes = write_cluster(
         folder,
         ["alpha", *PEERS],
@@ -313,6 +331,7 @@ def write_origin(folder: Path, relay: HostileRelay, *, timeout_seconds: int = 60
         prefix="hostile",
         ports={"alpha": relay.port},
         timeout_seconds=timeout_seconds,
+        operators=operators,
     )
     path = nodes["alpha"].config_path
     with path.open("a") as config:
@@ -331,6 +350,18 @@ def fixture_relay() -> Iterator[HostileRelay]:
 @pytest.fixture(name="origin")
 def fixture_origin(tmp_path: Path, relay: HostileRelay) -> Origin:
     return Origin(load_config(write_origin(tmp_path, relay)))
+
+
+# A key beta retired on 1 January 2026: alpha still lists it for beta, valid until then.
+RETIRED_LINE = f'beta valid-before="20260101" {public_line("beta-retired")} retired@laptop\n'
+
+
+@pytest.fixture(name="retiring_origin")
+def fixture_retiring_origin(tmp_path: Path, relay: HostileRelay) -> Origin:
+    """alpha, whose allowed_signers for beta still list the key beta retired (``RETIRED_LINE``)."""
+    config = write_origin(tmp_path, relay, operators={"beta": ["beta-retired"]})
+    (tmp_path / "beta.operators").write_text(RETIRED_LINE)
+    return Origin(load_config(config))
 
 
 @pytest.fixture(name="short_origin")
@@ -574,6 +605,41 @@ def test_an_approval_by_a_node_that_is_no_peer_never_runs(origin: Origin, relay:
     )
 
 
+# -- 5b. an approval back-dated by a key its peer retired ---------------------------------------------
+
+
+def test_a_retired_key_back_dating_an_approval_never_runs(
+    retiring_origin: Origin, relay: HostileRelay
+) -> None:
+    # beta's retired key signs this brand-new request as of the last second it was valid: its
+    # signature verifies and the key's validity allows that signing time; only rule 4's lower
+    # bound (nobody signs a request before it exists) refuses it.
+    (retired,) = [key for key in retiring_origin.node.quorum.keys_of("beta") if key.valid_before is not None]
+    assert retired.valid_before is not None
+    signed_at = retired.valid_before - 1
+
+    def forge(asked: Asked) -> dict[str, Any]:
+        compact = sign_approval(asked.request, "beta", signer("beta-retired"), signed_at)
+        backdated = {
+            "statement": approval_statement(asked.request, "beta", signed_at),
+            "signature": compact.signature,
+        }
+        return asked.certificate(backdated, asked.approval("gamma"))
+
+    relay.tactic = approving(forge)
+
+    result = retiring_origin.run(TOUCH)
+
+    created = relay.last().request["created_at"]
+    assert_refused(
+        retiring_origin,
+        result,
+        UNVERIFIED
+        + f"1 of the 2 approvals required (counted: gamma; refused: beta: it was signed at {signed_at}, "
+        f"more than 60 seconds before the request was created at {created}).",
+    )
+
+
 # -- 6. a denial reported as an approval -------------------------------------------------------------------
 
 
@@ -614,6 +680,72 @@ def test_a_denials_signature_under_an_approval_statement_never_runs(
         "verify with beta's configured key: signature namespace is 'teaagent-denial' but 'teaagent-approval' "
         "was expected).",
     )
+
+
+# -- 6b. a peer's veto hidden: its approval kept, its later denial counted -----------------------------
+
+VETOED = UNVERIFIED + (
+    "1 of the 2 approvals required (counted: gamma; refused: beta: beta also denied the request, so its "
+    "approval is not counted)."
+)
+Where = Literal["nowhere", "outcome", "certificate"]
+
+
+def approved_with(denier: str, where: Where) -> Tactic:
+    """An approved outcome: beta's and gamma's genuine approvals, and ``denier``'s genuine denial.
+
+    The denial is signed a second after beta's approval and carried ``where``: beside the
+    certificate in the outcome's ``denials``, in the certificate's own ``denials``, or nowhere
+    (dropped).
+    """
+
+    def tactic(asked: Asked, phase: Phase) -> Answer:
+        if phase == "submit":
+            return asked.status("pending")
+        now = int(time.time())
+        approvals = (asked.approval("beta", now - 1), asked.approval("gamma"))
+        denials = [asked.denial(denier, now)]
+        carried = denials if where == "certificate" else []
+        return asked.status(
+            "approved",
+            certificate=asked.certificate(*approvals, denials=carried),
+            signers=["beta", "gamma"],
+            denials=denials if where == "outcome" else [],
+        )
+
+    return tactic
+
+
+@pytest.mark.parametrize("where", ["outcome", "certificate"])
+def test_an_approval_whose_signer_also_denied_never_runs(
+    origin: Origin, relay: HostileRelay, where: Where
+) -> None:
+    # beta approved, then denied (rule 6: it counts as a denial only). The relay counted the denial
+    # (it hands it over) yet keeps beta's approval in the certificate, as if it counted both.
+    relay.tactic = approved_with("beta", where)
+
+    result = origin.run(TOUCH)
+
+    assert_refused(origin, result, VETOED)
+
+
+@pytest.mark.parametrize("where", ["nowhere", "outcome", "certificate"])
+def test_a_denial_by_a_peer_that_did_not_approve_leaves_the_quorum_standing(
+    origin: Origin, relay: HostileRelay, where: Where
+) -> None:
+    # The control: delta's denial, wherever it travels, takes no approval away, and beta's and
+    # gamma's approvals are a quorum; the certificate alpha audits carries the denial it was shown.
+    relay.tactic = approved_with("delta", where)
+
+    result = origin.run(TOUCH)
+
+    assert result.status == "completed", result.error_message
+    assert (origin.workspace / MADE).exists()
+    (granted,) = [r for r in origin.records(result.run_id) if r["event_type"] == "approval_granted"]
+    certificate = granted["payload"]["certificate"]
+    assert [a["statement"]["signer"] for a in certificate["approvals"]] == ["beta", "gamma"]
+    carried = [d["statement"]["signer"] for d in certificate.get("denials", [])]
+    assert carried == ([] if where == "nowhere" else ["delta"])
 
 
 # -- 7. reordered and repeated events -------------------------------------------------------------------

@@ -136,6 +136,11 @@ def outcome_of(
     return evaluate(request, approvals, denials or [], config, now=now)
 
 
+def exactly(message: str) -> str:
+    """A ``match=`` pattern for exactly ``message``."""
+    return f"^{re.escape(message)}$"
+
+
 # --- documents ----------------------------------------------------------------------------------------
 
 
@@ -617,6 +622,30 @@ def test_rule4_an_approval_signed_at_expiry_counts_one_second_later_does_not() -
     assert late.rejected == {"beta": f"it was signed at {expiry + 1}, after the request expired at {expiry}"}
 
 
+def test_rule4_an_approval_counts_from_sixty_seconds_before_the_request_was_created() -> None:
+    created = REQUEST["created_at"]
+    at_bound = outcome_of([approve("beta", at=created - 60), approve("gamma")])
+    assert (at_bound.state, at_bound.signers) == ("approved", ("beta", "gamma"))
+    early = outcome_of([approve("beta", at=created - 61), approve("gamma")])
+    assert (early.state, early.signers) == ("pending", ("gamma",))
+    assert early.rejected == {
+        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
+        f"at {created}"
+    }
+
+
+def test_rule4_a_denial_counts_from_sixty_seconds_before_the_request_was_created() -> None:
+    created = REQUEST["created_at"]
+    at_bound = outcome_of([], [deny("beta", at=created - 60), deny("gamma")])
+    assert (at_bound.state, at_bound.denied_by) == ("denied", ("beta", "gamma"))
+    early = outcome_of([], [deny("beta", at=created - 61), deny("gamma")])
+    assert (early.state, early.denied_by) == ("pending", ("gamma",))
+    assert early.rejected_denials == {
+        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
+        f"at {created}"
+    }
+
+
 def test_rule4_the_clock_skew_allowance_is_exactly_sixty_seconds() -> None:
     now = NOW + 10
     assert MAX_CLOCK_SKEW_SECONDS == 60
@@ -844,11 +873,130 @@ def test_a_certificate_approval_signed_after_expiry_does_not_count() -> None:
         verify_certificate(cert, CONFIG, now=REQUEST["expires_at"] + 10)
 
 
+def test_a_certificate_approval_signed_before_the_request_existed_does_not_count() -> None:
+    created = REQUEST["created_at"]
+    verified = verify_certificate(
+        make_certificate([approve("beta", at=created - 60), approve("gamma")]), CONFIG
+    )
+    assert verified.signers == ("beta", "gamma")
+    early = make_certificate([approve("beta", at=created - 61), approve("gamma")])
+    with pytest.raises(
+        QuorumError,
+        match=exactly(
+            "The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: it was "
+            f"signed at {created - 61}, more than 60 seconds before the request was created at {created})."
+        ),
+    ):
+        verify_certificate(early, CONFIG, now=NOW + 30 * 86400)
+
+
 def test_a_certificate_from_the_future_does_not_count() -> None:
     cert = make_certificate()
     with pytest.raises(QuorumError, match=r"more than 60 seconds in the future"):
         verify_certificate(cert, CONFIG, now=NOW + 5 - 61)
     verify_certificate(cert, CONFIG, now=NOW + 5 - 60)
+
+
+# rule 6 in a certificate: the denials it carries -----------------------------------------------------
+
+
+def make_certificate_with_denials(approvals: list[Any], denials: list[dict[str, Any]]) -> dict[str, Any]:
+    return build_certificate(REQUEST, sign_request(REQUEST, KEYS["alpha"]), approvals, denials)
+
+
+def test_build_certificate_carries_denials_only_when_there_are_some() -> None:
+    without = make_certificate_with_denials([approve("beta"), approve("gamma")], [])
+    assert set(without) == {"request", "request_signature", "approvals"}  # the shape of before
+    vetoed = deny("delta")
+    armored = {"statement": vetoed["statement"], "signature": armor(parse_sshsig(vetoed["signature"]).blob)}
+    carried = make_certificate_with_denials([approve("beta"), approve("gamma")], [armored])
+    assert carried["denials"] == [vetoed]  # the signature in wire form
+    assert json.loads(json.dumps(carried)) == carried
+
+
+@pytest.mark.parametrize(
+    ("approved_at", "denied_at"),
+    [
+        pytest.param(NOW + 4, NOW + 6, id="denied-after-approving"),
+        pytest.param(NOW + 6, NOW + 4, id="denied-first"),
+    ],
+)
+def test_rule6_a_certificate_whose_approver_also_denied_is_one_short(
+    approved_at: int, denied_at: int
+) -> None:
+    cert = make_certificate_with_denials(
+        [approve("beta", at=approved_at), approve("gamma")],
+        [deny("beta", at=denied_at, reason="changed my mind")],
+    )
+    with pytest.raises(
+        QuorumError,
+        match=exactly(
+            "The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: beta also "
+            "denied the request, so its approval is not counted)."
+        ),
+    ):
+        verify_certificate(cert, CONFIG, origin_public_key=line("alpha"), now=NOW + 30 * 86400)
+
+
+def test_rule6_a_certificate_stands_with_a_denial_of_a_peer_that_did_not_approve() -> None:
+    cert = make_certificate_with_denials(
+        [approve("beta"), approve("gamma")], [deny("delta", reason="not on Fridays")]
+    )
+    outcome = verify_certificate(cert, CONFIG, origin_public_key=line("alpha"))
+    assert (outcome.state, outcome.signers, outcome.denied_by) == ("approved", ("beta", "gamma"), ("delta",))
+    assert outcome.denial_reasons == {"delta": "not on Fridays"}
+    # Three of three: that one denial is one too many.
+    config = make_config(required=3)
+    request = make_request(config)
+    strict = build_certificate(
+        request,
+        sign_request(request, KEYS["alpha"]),
+        [approve(peer, request) for peer in ("beta", "gamma", "delta")],
+        [deny("delta", request)],
+    )
+    with pytest.raises(
+        QuorumError, match=r"^The certificate proves 2 of the 3 approvals required \(counted: beta, "
+    ):
+        verify_certificate(strict, config)
+
+
+def test_rule6_a_denial_that_does_not_verify_takes_no_approval_away() -> None:
+    created = REQUEST["created_at"]
+    forged = deny("beta", key="mallory")
+    other_request = deny("gamma", make_request(request_id="f" * 32))
+    cert = make_certificate_with_denials(
+        [approve("beta"), approve("gamma")],
+        [forged, other_request, deny("beta", at=created - 61), deny("mallory")],
+    )
+    cert["denials"].append({"statement": {}})  # no signature: malformed
+    outcome = verify_certificate(cert, CONFIG, origin_public_key=line("alpha"))
+    assert (outcome.state, outcome.signers, outcome.denied_by) == ("approved", ("beta", "gamma"), ())
+    assert set(outcome.rejected_denials) == {"beta", "gamma", "mallory", "#4"}
+    assert outcome.rejected_denials["beta"].startswith(
+        "the signature does not verify with beta's configured key: "
+    )
+    assert outcome.rejected_denials["gamma"] == "the statement's request_id does not match the request"
+    assert outcome.rejected_denials["mallory"] == "mallory is not a peer of this request"
+    assert outcome.rejected_denials["#4"] == "the submission is malformed: it names no signer"
+    # The same denial, valid: the approval goes.
+    with pytest.raises(QuorumError, match=r"refused: beta: beta also denied the request"):
+        verify_certificate(
+            make_certificate_with_denials([approve("beta"), approve("gamma")], [deny("beta")]), CONFIG
+        )
+
+
+def test_evaluate_and_certificate_agree_with_denials() -> None:
+    approvals = [approve("beta"), approve("gamma"), approve("delta")]
+    denials = [deny("gamma", at=NOW + 7)]
+    outcome = outcome_of(approvals, denials)
+    assert (outcome.state, outcome.signers, outcome.denied_by) == ("approved", ("beta", "delta"), ("gamma",))
+    cert = build_certificate(REQUEST, sign_request(REQUEST, KEYS["alpha"]), approvals, denials)
+    verified = verify_certificate(cert, CONFIG, origin_public_key=line("alpha"))
+    assert (verified.signers, verified.denied_by, verified.rejected) == (
+        outcome.signers,
+        outcome.denied_by,
+        outcome.rejected,
+    )
 
 
 @pytest.mark.parametrize(
@@ -857,9 +1005,27 @@ def test_a_certificate_from_the_future_does_not_count() -> None:
         (
             [],
             "The quorum certificate is not a JSON object with exactly request, "
-            "request_signature and approvals.",
+            "request_signature and approvals, and optionally denials.",
         ),
         ({"request": REQUEST, "approvals": []}, "The quorum certificate is not a JSON object with exactly"),
+        (
+            {"request": REQUEST, "request_signature": "", "approvals": [], "denials": [], "notes": []},
+            "The quorum certificate is not a JSON object with exactly request, "
+            "request_signature and approvals, and optionally denials.",
+        ),
+        (
+            {"request": REQUEST, "request_signature": "", "approvals": [], "denials": {}},
+            "The certificate's denials are not a list.",
+        ),
+        (
+            {
+                "request": REQUEST,
+                "request_signature": "",
+                "approvals": [],
+                "denials": [{}] * (MAX_CERTIFICATE_APPROVALS + 1),
+            },
+            "The certificate carries 1025 denials, more than the limit of 1024.",
+        ),
         (
             {"request": {}, "request_signature": "", "approvals": []},
             "The certificate's request is malformed: the request lacks the field ",

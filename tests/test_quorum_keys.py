@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from key_forms import sk_form
 from relay_support import (
@@ -22,18 +23,21 @@ from relay_support import (
     in_process,
     private_key,
     public_line,
+    served,
     signer,
     write_cluster,
 )
 
-from teaagent.errors import SignatureError
+from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum import (
     approval_statement,
+    build_certificate,
     build_request,
     denial_statement,
     evaluate,
     sign_approval,
     sign_denial,
+    sign_request,
     statement_bytes,
     verify_certificate,
     verify_decision,
@@ -163,6 +167,101 @@ def test_a_keys_validity_binds_its_signing_time(limits: dict[str, int], why: str
     assert outcome.rejected["beta"] == (
         f"the signature does not verify with the keys configured for beta: the key {fingerprint} {why}"
     )
+
+
+# A key beta retired on 1 January 2026, as its allowed_signers line says; the line stays (beta's
+# old signatures still verify as of their signing times), so only rule 4's lower bound keeps the
+# key from back-dating an approval of a request made long after it was retired.
+RETIRED_LINE = f'beta valid-before="20260101" {public_line("beta-retired")} retired@laptop\n'
+
+
+def retired_key() -> SignerKey:
+    (key,) = parse_allowed_signers(RETIRED_LINE, principal="beta", source="beta.operators")
+    assert key.valid_before is not None
+    assert key.valid_before < time.time()  # retired before this test runs
+    return key
+
+
+def back_dating(request: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The retired key's approval of ``request`` as beta, dated the last second the key was valid."""
+    valid_before = retired_key().valid_before
+    assert valid_before is not None
+    signed_at = valid_before - 1
+    reason = (
+        f"it was signed at {signed_at}, more than 60 seconds before the request was created at "
+        f"{request['created_at']}"
+    )
+    return approval_by(request, "beta", "beta-retired", signed_at=signed_at), reason
+
+
+def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_evaluate() -> None:
+    quorum = config({"beta": (retired_key(),)})
+    request = request_for(quorum)
+    backdated, reason = back_dating(request)
+    outcome = evaluate(request, [backdated, approval(request, "gamma")], [], quorum)
+    assert (outcome.state, outcome.signers) == ("pending", ("gamma",))
+    assert outcome.rejected == {"beta": reason}
+    # Signed now instead, it is refused by the key's own validity; beta's node key still counts.
+    fingerprint = signer("beta-retired").public_key.fingerprint
+    now = evaluate(request, [approval_by(request, "beta", "beta-retired")], [], quorum)
+    assert now.rejected["beta"].endswith(
+        f"the key {fingerprint} was valid only until 2026-01-01 00:00:00 UTC"
+    )
+    assert evaluate(request, [approval(request, "beta"), approval(request, "gamma")], [], quorum).state == (
+        "approved"
+    )
+
+
+def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_verify_certificate() -> None:
+    quorum = config({"beta": (retired_key(),)})
+    request = request_for(quorum)
+    backdated, reason = back_dating(request)
+    certificate = build_certificate(
+        request, sign_request(request, signer("alpha")), [backdated, approval(request, "gamma")]
+    )
+    with pytest.raises(
+        QuorumError,
+        match=exactly(
+            f"The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: {reason})."
+        ),
+    ):
+        verify_certificate(certificate, quorum, origin_public_key=public_line("alpha"))
+
+
+def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_the_origins_relay(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    private_key("beta-retired")
+    nodes = write_cluster(
+        tmp_path,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_url,
+        prefix=redis_prefix,
+        operators={"beta": ["beta-retired"]},
+    )
+    (tmp_path / "beta.operators").write_text(RETIRED_LINE)
+    alpha = nodes["alpha"]
+    request = alpha.request()
+    backdated, reason = back_dating(request)
+    path = f"{alpha.url}/v1/requests/{request['request_id']}/decisions"
+    with served(alpha, deliver=False), httpx.Client(timeout=10) as client:
+        submitted = client.post(f"{alpha.url}/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        refused = client.post(path, json=backdated)
+        counted = client.post(path, json=approval(request, "gamma"))
+        status = client.get(f"{alpha.url}/v1/requests/{request['request_id']}", headers=alpha.headers).json()
+    assert submitted.status_code == 201
+    signed_at = backdated["statement"]["signed_at"]
+    assert reason.startswith(f"it was signed at {signed_at}, ")
+    assert (refused.status_code, refused.json()) == (
+        422,
+        {
+            "error": "invalid",
+            "message": f"The statement was signed at {signed_at}, more than 60 seconds before the request "
+            f"was created at {request['created_at']}.",
+        },
+    )
+    assert (counted.status_code, counted.json()["counted"]) == (200, True)
+    assert (status["state"], status["signers"]) == ("pending", ["gamma"])
 
 
 def test_a_key_can_belong_to_one_peer_only_in_any_form() -> None:

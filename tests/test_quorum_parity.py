@@ -4,11 +4,13 @@ Random sequences of decisions on one request (3 to 5 peers, 1 to all of them req
 one, through the real relay path (``Relay.count``: the relay's checks of rules 1 to 4, then
 ``record_decision.lua`` on the test's Redis), through :func:`teaagent.quorum.evaluate` over every
 decision submitted so far, and through :class:`teaagent.quorum.Tally`. The decisions are real
-Ed25519 SSHSIG signatures: valid approvals and denials, repeats and exact resends, both kinds from
-one signer (a signer turning its earlier decision round), ones signed after the expiry, ones with
-another peer's key, and ones from signers who may not sign (the origin, a configured peer the
-request does not name, a stranger); time passes in half seconds, up to, around and past the
-expiry. The Ed25519 keys are made once per session (``relay_support.private_key``).
+Ed25519 SSHSIG signatures: valid approvals and denials (some dated at rule 4's lower bound,
+``created_at - 60``), repeats and exact resends, both kinds from one signer (a signer turning its
+earlier decision round), ones signed after the expiry, ones signed before the request existed
+(``created_at - 61`` and earlier), ones with another peer's key, and ones from signers who may
+not sign (the origin, a configured peer the request does not name, a stranger); time passes in
+half seconds, up to, around and past the expiry. The Ed25519 keys are made once per session
+(``relay_support.private_key``).
 
 ``Relay.count`` is called in-process on the relay its app builds (lifespan run, no HTTP), with the
 step's clock; ``test_relay.py`` covers the same path over HTTP.
@@ -36,6 +38,7 @@ from hypothesis import strategies as st
 from relay_support import Node, public_line, signer, write_cluster
 
 from teaagent.quorum import (
+    MAX_CLOCK_SKEW_SECONDS,
     Tally,
     approval_statement,
     evaluate,
@@ -56,7 +59,7 @@ TIMEOUT = 120  # seconds from created_at to expires_at
 REASONS = ("", "not on Fridays")
 
 Kind = Literal["approval", "denial"]
-Flavour = Literal["valid", "late", "wrong_key"]
+Flavour = Literal["valid", "late", "early", "wrong_key"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class Decide:
     kind: Kind
     who: str
     flavour: Flavour
-    skew: int  # signed_at = now + skew (capped at expires_at), within rule 4's 60 s ahead
+    skew: int  # signed_at = now + skew, kept within rule 4's bounds: created_at - 60 to expires_at
     reason: str
 
 
@@ -112,13 +115,13 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     outsiders = [ORIGIN, STRANGER, *(peer for peer in CONFIGURED if peer not in peers)]
     # Mostly the request's peers, so that signers repeat and change their minds.
     who = weighted((4, st.sampled_from(peers)), (1, st.sampled_from(outsiders)))
-    flavour = st.sampled_from(("valid", "valid", "valid", "valid", "late", "wrong_key"))
+    flavour = st.sampled_from(("valid", "valid", "valid", "valid", "late", "early", "wrong_key"))
     decide = st.builds(
         Decide,
         kind=st.sampled_from(("approval", "denial")),
         who=who,
         flavour=flavour,
-        skew=st.integers(-30, 60),
+        skew=st.integers(-90, 60),
         reason=st.sampled_from(REASONS),
     )
     earlier = st.integers(0, 20)
@@ -136,10 +139,13 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 def document(request: dict[str, Any], decide: Decide, now: float) -> dict[str, Any]:
     """The signed ``{"statement", "signature"}`` the action describes, at ``now``."""
     expires_at = request["expires_at"]
+    earliest = request["created_at"] - MAX_CLOCK_SKEW_SECONDS  # rule 4's lower bound
     if decide.flavour == "late":
         signed_at = expires_at + 1 + decide.skew % 30
+    elif decide.flavour == "early":
+        signed_at = earliest - 1 - decide.skew % 30
     else:
-        signed_at = max(min(int(now) + decide.skew, expires_at), request["created_at"])
+        signed_at = max(min(int(now) + decide.skew, expires_at), earliest)
     # wrong_key: the statement names who, the signature is another peer's.
     key = signer(
         ("gamma" if decide.who == "beta" else "beta") if decide.flavour == "wrong_key" else decide.who

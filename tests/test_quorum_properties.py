@@ -67,6 +67,7 @@ def _request(request_id: str, command: str) -> dict[str, Any]:
 REQUEST = _request("a" * 32, "make clean")
 OTHER_REQUEST = _request("b" * 32, "make clean")  # same call, another request
 OTHER_DIGEST = _request("a" * 32, "rm -rf /")  # same request id, other arguments
+CREATED_AT = REQUEST["created_at"]
 EXPIRES_AT = REQUEST["expires_at"]
 EVALUATED_AT = NOW + 30
 
@@ -92,6 +93,11 @@ def _approvals() -> list[Submitted]:
             Submitted("valid", peer, valid),
             Submitted("valid", peer, sign_approval(REQUEST, peer, KEYS[peer], signed_at=NOW + 2)),
             Submitted("valid", peer, _full(valid)),
+            # Rule 4's lower bound: from 60 seconds before the request was created, not one earlier.
+            Submitted("valid", peer, sign_approval(REQUEST, peer, KEYS[peer], signed_at=CREATED_AT - 60)),
+            Submitted(
+                "back-dated", peer, sign_approval(REQUEST, peer, KEYS[peer], signed_at=CREATED_AT - 61)
+            ),
             Submitted(
                 "forged", peer, replace(sign_approval(REQUEST, peer, KEYS[wrong_key], signed_at=NOW + 1))
             ),
@@ -133,12 +139,17 @@ def _approvals() -> list[Submitted]:
 
 
 APPROVALS = _approvals()
-VALID_DENIALS = {peer: sign_denial(REQUEST, peer, KEYS[peer], "no", signed_at=NOW + 3) for peer in PEERS}
+VALID_DENIALS = {
+    # Half of them signed at rule 4's lower bound, 60 seconds before the request was created.
+    peer: sign_denial(REQUEST, peer, KEYS[peer], "no", signed_at=NOW + 3 if index % 2 else CREATED_AT - 60)
+    for index, peer in enumerate(PEERS)
+}
 BAD_DENIALS = [
     sign_denial(REQUEST, "p1", KEYS["p2"], "no", signed_at=NOW + 3),  # wrong key
     sign_denial(OTHER_REQUEST, "p2", KEYS["p2"], "no", signed_at=NOW + 3),  # another request
     sign_denial(REQUEST, "x1", KEYS["x1"], "no", signed_at=NOW + 3),  # not a peer
     {"statement": denial_statement(REQUEST, "p3", NOW + 3, "no"), "signature": "dev:p3"},  # dev, disabled
+    sign_denial(REQUEST, "p4", KEYS["p4"], "no", signed_at=CREATED_AT - 61),  # signed before the request
 ]
 REQUEST_SIGNATURE = sign_request(REQUEST, KEYS["origin"])
 ORIGIN_KEY = KEYS["origin"].public_key.to_line()
@@ -176,6 +187,34 @@ def test_a_certificate_verifies_exactly_when_the_count_reaches_the_threshold(pic
         assert outcome.signers == expected
     else:
         with pytest.raises(QuorumError, match=rf"^The certificate proves {len(expected)} of the {REQUIRED} "):
+            verify_certificate(cert, CONFIG, origin_public_key=ORIGIN_KEY, now=EVALUATED_AT)
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    picked=mixes,
+    deniers=st.lists(st.sampled_from(PEERS), max_size=4),
+    bad=st.lists(st.sampled_from(BAD_DENIALS), max_size=4),
+)
+def test_a_certificate_with_denials_counts_no_signer_that_denied(
+    picked: list[Submitted], deniers: list[str], bad: list[dict[str, Any]]
+) -> None:
+    # Rule 6 at the verifier: the certificate carries denials (valid ones of some peers, and ones
+    # that must count for nothing); it verifies exactly when the approvers who did not validly deny
+    # reach the threshold, as evaluate counts the same documents.
+    documents = [item.document for item in picked]
+    denials = [VALID_DENIALS[peer] for peer in deniers] + bad
+    cert = build_certificate(REQUEST, REQUEST_SIGNATURE, documents, denials)
+    denied_by = tuple(peer for peer in REQUEST["peers"] if peer in set(deniers))
+    signers = tuple(peer for peer in _expected(picked) if peer not in denied_by)
+    counted = evaluate(REQUEST, documents, denials, CONFIG, now=EVALUATED_AT)
+    assert (counted.signers, counted.denied_by) == (signers, denied_by)
+    if len(signers) >= REQUIRED:
+        outcome = verify_certificate(cert, CONFIG, origin_public_key=ORIGIN_KEY, now=EVALUATED_AT)
+        assert (outcome.signers, outcome.denied_by) == (signers, denied_by)
+        assert [entry["statement"]["signer"] for entry in outcome.approvals] == list(signers)
+    else:
+        with pytest.raises(QuorumError, match=rf"^The certificate proves {len(signers)} of the {REQUIRED} "):
             verify_certificate(cert, CONFIG, origin_public_key=ORIGIN_KEY, now=EVALUATED_AT)
 
 

@@ -23,11 +23,13 @@ from relay_support import (
     fixture_nodes,  # noqa: F401 - the nodes fixture
     in_process,
     public_line,
+    served,
+    signer,
     write_cluster,
 )
 
 from teaagent.errors import ConfigError
-from teaagent.quorum import approval_statement, sign_request, verify_certificate
+from teaagent.quorum import approval_statement, sign_denial, sign_request, verify_certificate
 from teaagent_relay import MAX_WAIT_SECONDS, Settings, create_app
 
 
@@ -337,6 +339,36 @@ async def test_a_signer_that_denied_counts_as_a_denial_only_and_is_never_in_the_
     assert outcome.signers == ("delta", "gamma")
 
 
+def test_an_approved_outcome_carries_the_counted_denials_in_its_certificate(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]  # peers beta, delta, gamma; 2 required
+    vetoed_request, plain_request = alpha.request(), alpha.request()
+    vetoed = denial(vetoed_request, "delta", "not on Fridays")
+    bodies: list[dict[str, Any]] = []
+    with served(alpha, deliver=False), httpx.Client(timeout=10) as client:
+        for request, documents in (
+            (vetoed_request, [vetoed, approval(vetoed_request, "beta"), approval(vetoed_request, "gamma")]),
+            (plain_request, [approval(plain_request, "beta"), approval(plain_request, "gamma")]),
+        ):
+            client.post(f"{alpha.url}/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+            for document in documents:
+                response = client.post(f"{alpha.url}{decisions_path(request)}", json=document)
+                assert response.json()["counted"] is True
+            outcome_url = f"{alpha.url}/v1/requests/{request['request_id']}/outcome"
+            bodies.append(client.get(outcome_url, params={"wait": 0}, headers=alpha.headers).json())
+
+    body, plain = bodies
+    assert (body["state"], body["signers"], body["denied_by"]) == ("approved", ["beta", "gamma"], ["delta"])
+    certificate = body["certificate"]
+    assert certificate["denials"] == body["denials"] == [vetoed]
+    outcome = verify_certificate(certificate, alpha.quorum(), origin_public_key=public_line("alpha"))
+    assert (outcome.signers, outcome.denied_by) == (("beta", "gamma"), ("delta",))
+    assert outcome.denial_reasons == {"delta": "not on Fridays"}
+    # Without a denial, the certificate has the shape it always had.
+    assert plain["state"] == "approved"
+    assert set(plain["certificate"]) == {"request", "request_signature", "approvals"}
+    assert plain["denials"] == []
+
+
 @asynctest
 async def test_a_denial_after_the_signers_approval_can_deny_the_request(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]  # 2 of 3: a second denial decides
@@ -458,6 +490,35 @@ async def test_decision_times_follow_rule_4(nodes: dict[str, Node]) -> None:
         f"{request['expires_at']}.",
     )
     assert skew.status_code == 200  # within the clock skew
+
+
+def test_decisions_count_from_sixty_seconds_before_their_request_was_created(nodes: dict[str, Node]) -> None:
+    alpha = nodes["alpha"]  # peers beta, delta, gamma; 2 required
+    request = alpha.request()
+    created = request["created_at"]
+    path = f"{alpha.url}{decisions_path(request)}"
+    with served(alpha, deliver=False), httpx.Client(timeout=10) as client:
+        client.post(f"{alpha.url}/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        early_approval = client.post(path, json=approval(request, "beta", signed_at=created - 61))
+        early_denial = client.post(
+            path, json=sign_denial(request, "gamma", signer("gamma"), "no", created - 61)
+        )
+        approved_at_bound = client.post(path, json=approval(request, "beta", signed_at=created - 60))
+        denied_at_bound = client.post(
+            path, json=sign_denial(request, "gamma", signer("gamma"), "no", created - 60)
+        )
+
+    too_early = (
+        422,
+        "invalid",
+        f"The statement was signed at {created - 61}, more than 60 seconds before the request was created "
+        f"at {created}.",
+    )
+    assert error(early_approval) == too_early
+    assert error(early_denial) == too_early
+    assert (approved_at_bound.status_code, approved_at_bound.json()["counted"]) == (200, True)
+    assert (denied_at_bound.status_code, denied_at_bound.json()["counted"]) == (200, True)
+    assert (denied_at_bound.json()["approvals"], denied_at_bound.json()["denials"]) == (1, 1)
 
 
 @asynctest

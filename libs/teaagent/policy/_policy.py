@@ -48,8 +48,10 @@ class QuorumGate(Protocol):
     sends it to the node's relay and waits for the outcome. ``obtain`` blocks until the quorum is
     decided or ``MultiSigQuorumConfig.timeout_seconds`` have passed; the gate owns that timeout.
     It returns the certificate of PROTOCOL.md ("Quorum certificate") as the relay handed it back,
-    unverified, or raises: :class:`~teaagent.errors.ApprovalDeniedError` with its own sentence
-    (denied by whom, expired), or any other exception, which the policy turns into a denial.
+    unverified, with every signed denial the relay sent (``"denials"``, so that the policy applies
+    rule 6: a signer that denied is no approver), or raises:
+    :class:`~teaagent.errors.ApprovalDeniedError` with its own sentence (denied by whom, expired),
+    or any other exception, which the policy turns into a denial.
 
     Whatever comes back is checked by the policy against the very request it built ("Using a
     certificate"), because relays are not trusted.

@@ -17,6 +17,7 @@ from typing import Any, Final, Protocol
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum._documents import (
     APPROVAL_NAMESPACE,
+    CERTIFICATE_DENIALS,
     CERTIFICATE_FIELDS,
     DENIAL_NAMESPACE,
     DEV_SIGNATURE_PREFIX,
@@ -250,6 +251,7 @@ class _Counter:
         self.request = request
         self.config = config
         self.now = now
+        self.created_at: int = request["created_at"]
         self.expires_at: int = request["expires_at"]
         self.dev_signers: list[str] = []
         configured = set(config.peer_agent_ids)
@@ -287,7 +289,15 @@ class _Counter:
             mismatch = _statement_mismatch(submission.statement, rebuilt)
             if mismatch is not None:
                 return mismatch
-        # Rule 4: signed before the request expired, and not in our future beyond the clock skew.
+        # Rule 4: signed within the request's life (from its creation, less the clock skew, to its
+        # expiry), and not in our future beyond the clock skew. The lower bound keeps a key whose
+        # valid-before has passed from back-dating its way into a request made after it.
+        earliest = self.created_at - MAX_CLOCK_SKEW_SECONDS
+        if signed_at < earliest:
+            return (
+                f"it was signed at {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
+                f"the request was created at {self.created_at}"
+            )
         if signed_at > self.expires_at:
             return f"it was signed at {signed_at}, after the request expired at {self.expires_at}"
         if signed_at > self.now + MAX_CLOCK_SKEW_SECONDS:
@@ -371,6 +381,14 @@ class _Counter:
         )
 
 
+def _veto(approved: dict[str, _Counted], rejected: dict[str, str], denied: Mapping[str, _Counted]) -> None:
+    """Rule 6: a signer with a counted denial counts as a denial only; its approval is refused."""
+    for peer in denied:
+        # Nobody outvotes their own veto, whichever of the two came first.
+        if approved.pop(peer, None) is not None:
+            rejected[peer] = f"{peer} also denied the request, so its approval is not counted"
+
+
 def _submissions(items: Sequence[object]) -> list[_Submission]:
     return [
         _compact(index, item) if isinstance(item, PeerSignature) else _full(index, item)
@@ -448,10 +466,7 @@ def evaluate(
         return counter.outcome("expired")
     denied, rejected_denials = counter.count(_submissions(denials), denial=True)
     approved, rejected = counter.count(_submissions(approvals), denial=False)
-    for peer in denied:
-        # Rule 6: nobody outvotes their own veto, whichever of the two came first.
-        if approved.pop(peer, None) is not None:
-            rejected[peer] = f"{peer} also denied the request, so its approval is not counted"
+    _veto(approved, rejected, denied)
     denied_by = tuple(peer for peer in counter.peers if peer in denied)
     signers = tuple(peer for peer in counter.peers if peer in approved)
     state = quorum_state(
@@ -481,45 +496,66 @@ def verify_certificate(
 
     The counting rules are those of :func:`evaluate`, with one difference: a certificate stays
     verifiable long after its request expired, so ``now > expires_at`` is not applied (each
-    approval must still be signed no later than ``expires_at``, and no later than ``now`` plus the
-    clock skew). Each approval's statement must equal the one rebuilt from the request; its
-    fields are never trusted on their own.
+    approval must still be signed no earlier than ``created_at`` less the clock skew, no later
+    than ``expires_at``, and no later than ``now`` plus the clock skew). Each approval's statement
+    must equal the one rebuilt from the request; its fields are never trusted on their own.
+
+    The certificate may also carry ``denials``, the signed denials the origin's relay counted
+    (``{"statement", "signature"}`` each). Each is checked as :func:`evaluate` checks a denial
+    (rules 1 to 4); one that does not verify counts for nothing and is reported in
+    ``rejected_denials``. A signer with a valid denial has its approval refused (rule 6: it counts
+    as a denial only), so a certificate that reaches the threshold only with such a signer does not
+    verify. A denial that was never put in the certificate cannot be applied: what an origin relay
+    withholds is beyond any verifier (docs/protocol.md, "What a hostile origin relay can still do").
 
     Args:
-        cert: ``{"request", "request_signature", "approvals"}``, as :func:`build_certificate` makes it.
+        cert: ``{"request", "request_signature", "approvals"}`` and optionally ``"denials"``, as
+            :func:`build_certificate` makes it.
         config: The verifier's quorum configuration.
         origin_public_key: The origin's public key line; when given, the origin's signature over
             the request is checked too (required wherever the request came from someone else).
         now: The time of the verification in Unix seconds; the clock when None.
 
     Returns:
-        The outcome, whose ``state`` is ``approved``.
+        The outcome, whose ``state`` is ``approved``; ``denied_by`` names the signers whose carried
+        denial counted.
 
     Raises:
         QuorumError: The certificate is malformed, its request is malformed, the request signature
             does not verify with ``origin_public_key``, or fewer distinct authorised peers than
-            required signed valid approvals (the message names each refusal).
+            required signed valid approvals without also signing a valid denial (the message names
+            each refusal).
     """
-    if not isinstance(cert, Mapping) or set(cert) != CERTIFICATE_FIELDS:
+    if not (
+        isinstance(cert, Mapping)
+        and CERTIFICATE_FIELDS <= set(cert) <= CERTIFICATE_FIELDS | {CERTIFICATE_DENIALS}
+    ):
         raise QuorumError(
             "The quorum certificate is not a JSON object with exactly "
-            "request, request_signature and approvals."
+            "request, request_signature and approvals, and optionally denials."
         )
     request, approvals = cert["request"], cert["approvals"]
+    denials = cert.get(CERTIFICATE_DENIALS, [])
     problem = request_problem(request)
     if problem is not None:
         raise QuorumError(f"The certificate's request is malformed: {problem}.")
-    if not isinstance(approvals, list):
-        raise QuorumError("The certificate's approvals are not a list.")
-    if len(approvals) > MAX_CERTIFICATE_APPROVALS:
-        raise QuorumError(
-            f"The certificate carries {len(approvals)} approvals, "
-            f"more than the limit of {MAX_CERTIFICATE_APPROVALS}."
-        )
+    for kind, documents in (("approvals", approvals), ("denials", denials)):
+        if not isinstance(documents, list):
+            raise QuorumError(f"The certificate's {kind} are not a list.")
+        if len(documents) > MAX_CERTIFICATE_APPROVALS:
+            raise QuorumError(
+                f"The certificate carries {len(documents)} {kind}, "
+                f"more than the limit of {MAX_CERTIFICATE_APPROVALS}."
+            )
     if origin_public_key is not None:
         _check_request_signature(request, cert["request_signature"], origin_public_key, config)
     counter = _counter(request, config, _clock(now))
+    # 1. The denials first, each under rules 1 to 4, as evaluate counts them.
+    denied, rejected_denials = counter.count(_submissions(denials), denial=True)
+    # 2. The approvals under rules 1 to 5.
     approved, rejected = counter.count(_submissions(approvals), denial=False)
+    # 3. Rule 6: a signer that denied is no approver, whatever the relay that built this says.
+    _veto(approved, rejected, denied)
     signers = tuple(peer for peer in counter.peers if peer in approved)
     if len(signers) < counter.required:
         refusals = "; ".join(f"{peer}: {reason}" for peer, reason in rejected.items())
@@ -528,12 +564,17 @@ def verify_certificate(
             f"The certificate proves {len(signers)} of the {counter.required} approvals required "
             f"(counted: {counted}" + (f"; refused: {refusals})." if refusals else ").")
         )
+    denied_by = tuple(peer for peer in counter.peers if peer in denied)
+    reasons = {peer: denied[peer].submission.reason for peer in denied_by}
     return counter.outcome(
         "approved",
         signers=signers,
+        denied_by=denied_by,
+        denial_reasons={peer: reason for peer, reason in reasons.items() if isinstance(reason, str)},
         rejected=rejected,
+        rejected_denials=rejected_denials,
         approvals=tuple(approved[peer].carried() for peer in signers),
-        dev_signers=tuple(dict.fromkeys(peer for peer in counter.dev_signers if peer in signers)),
+        dev_signers=tuple(dict.fromkeys(peer for peer in counter.dev_signers if peer in signers + denied_by)),
     )
 
 

@@ -92,6 +92,9 @@ REQUEST_FIELDS: Final = frozenset(
     }
 )
 CERTIFICATE_FIELDS: Final = frozenset({"request", "request_signature", "approvals"})
+# Written only when the origin's relay counted a denial, so that a verifier applies rule 6 itself;
+# without one a certificate is byte for byte what it was before the field existed.
+CERTIFICATE_DENIALS: Final = "denials"
 SIGNED_DECISION_FIELDS: Final = frozenset({"statement", "signature"})
 
 DEV_SIGNATURE_PREFIX: Final = "dev:"  # PROTOCOL.md allow_dev_signatures: "dev:<signer>", never by default
@@ -571,6 +574,7 @@ def build_certificate(
     request: Mapping[str, Any],
     request_signature: str,
     approvals: Sequence[PeerSignature | Mapping[str, Any]],
+    denials: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Assemble a quorum certificate (PROTOCOL.md, Quorum certificate).
 
@@ -582,10 +586,12 @@ def build_certificate(
         request: The request document.
         request_signature: The origin's signature over the request (armored or bare base64).
         approvals: The approvals to carry, compact or full.
+        denials: The denials counted on the request, ``{"statement", "signature"}`` each, carried so
+            that a verifier applies rule 6 itself (a signer that denied counts as a denial only).
 
     Returns:
         ``{"request", "request_signature", "approvals": [{"statement", "signature"}, ...]}``, the
-        signatures in wire form.
+        signatures in wire form, and ``"denials"`` in the same form when there are any.
 
     Raises:
         ValueError: A compact approval has a timestamp that is not an integer time, or a peer id
@@ -606,11 +612,17 @@ def build_certificate(
             carried.append(
                 {"statement": dict(approval["statement"]), "signature": wire_signature(approval["signature"])}
             )
-    return {
+    certificate: dict[str, Any] = {
         "request": dict(request),
         "request_signature": wire_signature(request_signature),
         "approvals": carried,
     }
+    if denials:
+        certificate[CERTIFICATE_DENIALS] = [
+            {"statement": dict(denial["statement"]), "signature": wire_signature(denial["signature"])}
+            for denial in denials
+        ]
+    return certificate
 
 
 def withdrawal_statement(request: Mapping[str, Any], withdrawn_at: int) -> dict[str, Any]:

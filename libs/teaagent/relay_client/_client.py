@@ -106,7 +106,8 @@ class RequestStatus:
         expires_at: Unix seconds after which the request is expired.
         accepted_at: Unix seconds when the relay stored it.
         decided_at: Unix seconds when it was decided, or None.
-        certificate: The quorum certificate once approved (verify it: the relay is not trusted).
+        certificate: The quorum certificate once approved (verify it: the relay is not trusted);
+            it carries the denials the relay counted as well (``"denials"``), for rule 6.
         denials: The signed denials ``{"statement", "signature"}`` the relay counted, so that the
             origin can check who really denied (the relay's ``denied_by`` is only its word).
         approvals: The signed approvals ``{"statement", "signature"}`` the relay counted so far

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import httpx
@@ -42,6 +43,29 @@ def _transient(exc: RelayError) -> bool:
 def _nobody_listens(exc: RelayError) -> bool:
     """Nothing accepted the connection: no relay runs there (a configuration matter, not a blip)."""
     return isinstance(exc.__cause__, httpx.ConnectError)
+
+
+def _with_denials(certificate: dict[str, Any], denials: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The certificate, carrying as well every signed denial the relay sent beside it in the outcome.
+
+    The policy verifies the certificate with its denials and applies rule 6 (a signer that denied
+    counts as a denial only), so a relay that counted beta's denial yet hands over beta's approval
+    is caught wherever in its answer it put the denial. A denial it never sends cannot be applied
+    (docs/protocol.md, "What a hostile origin relay can still do"). Each denial is carried once.
+    """
+    if not denials:
+        return certificate
+    carried = certificate.get("denials", [])
+    if not isinstance(carried, list):
+        return certificate  # malformed: the policy's verification refuses it as it is
+    seen = {json.dumps(denial, sort_keys=True) for denial in carried}
+    merged = list(carried)
+    for denial in denials:
+        key = json.dumps(denial, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            merged.append(denial)
+    return {**certificate, "denials": merged}
 
 
 class RelayQuorumGate:
@@ -148,7 +172,8 @@ class RelayQuorumGate:
 
         Returns:
             The certificate ``{"request", "request_signature", "approvals"}`` (unverified: the
-            policy checks it against ``request``).
+            policy checks it against ``request``), with ``"denials"``: the signed denials the relay
+            carried in it or sent beside it in the outcome, so that the policy applies rule 6.
 
         Raises:
             ApprovalDeniedError: The peers denied the call (``... denied by delta: reason``), the
@@ -177,7 +202,7 @@ class RelayQuorumGate:
             if status.certificate is None:
                 raise RelayError(f"The relay approved request {request_id} but sent no certificate.")
             self._progress(f"request {request_id}: {status.describe()}.")
-            return status.certificate
+            return _with_denials(status.certificate, status.denials)
         if status.state == "denied":
             raise ApprovalDeniedError(self._denial(request, status))
         if status.state == "withdrawn":

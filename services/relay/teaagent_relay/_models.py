@@ -100,12 +100,15 @@ class RequestStatusOut(BaseModel):
     accepted_at: int
     decided_at: int | None
     certificate: dict[str, Any] | None = Field(
-        description="The quorum certificate (PROTOCOL.md) when approved; the origin verifies it itself."
+        description="The quorum certificate (PROTOCOL.md) when approved; the origin verifies it itself. "
+        "It carries the counted denials too (its optional denials list), so that the origin applies "
+        "rule 6 itself: a signer that denied is never counted as an approver."
     )
     denials: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The counted denials as signed ({statement, signature}), so that the origin can "
-        "verify who denied rather than take this relay's word for it.",
+        "verify who denied rather than take this relay's word for it, and apply rule 6 to the "
+        "certificate with them.",
     )
     withdrawal: dict[str, Any] | None = Field(
         default=None,

@@ -154,8 +154,17 @@ def check_statement(
     mismatch = _mismatch(statement, rebuilt)
     if mismatch is not None:
         raise ApiError(422, "invalid", sentence(mismatch))
-    # Rule 4: signed before the request expired, and not beyond the clock skew in our future.
-    expires_at = request["expires_at"]
+    # Rule 4: signed within the request's life (from its creation, less the clock skew, to its
+    # expiry), and not beyond the clock skew in our future. The lower bound keeps a key whose
+    # valid-before has passed from back-dating its way into a request made after it.
+    created_at, expires_at = request["created_at"], request["expires_at"]
+    if signed_at < created_at - MAX_CLOCK_SKEW_SECONDS:
+        raise ApiError(
+            422,
+            "invalid",
+            f"The statement was signed at {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
+            f"the request was created at {created_at}.",
+        )
     if signed_at > expires_at:
         raise ApiError(
             422,

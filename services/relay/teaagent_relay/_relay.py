@@ -357,7 +357,13 @@ class Relay:
 
         approvals = [json.loads(stored.approvals[s]) for s in sorted(stored.approvals, key=position)]
         denials = {s: json.loads(stored.denials[s]) for s in sorted(stored.denials, key=position)}
-        certificate = build_certificate(request, signature, approvals) if stored.state == "approved" else None
+        # The counted denials travel in the certificate too, so that the origin's agent applies rule 6
+        # itself (the relay is not trusted to have applied it).
+        certificate = (
+            build_certificate(request, signature, approvals, list(denials.values()))
+            if stored.state == "approved"
+            else None
+        )
         return {
             "request_id": stored.request_id,
             "state": stored.state,
