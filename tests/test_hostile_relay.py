@@ -899,6 +899,35 @@ def test_a_relay_that_never_decides_only_delays_the_denial(short_origin: Origin,
     assert SHORT_TIMEOUT <= elapsed < SHORT_TIMEOUT + 10
 
 
+def test_what_the_asking_side_shows_of_a_wait_is_only_what_verifies(
+    short_origin: Origin, relay: HostileRelay
+) -> None:
+    # "Approved by beta, gamma; denied by delta", pending: no document of the first two, and a
+    # denial signed by a key that is not delta's. The display names nobody; one genuine approval
+    # (gamma's), sent beside the claims, is shown as gamma's alone.
+    def tactic(asked: Asked, phase: Phase) -> Answer:
+        body = asked.status(
+            "pending",
+            signers=("beta", "gamma"),
+            denied_by=("delta",),
+            reasons={"delta": "no"},
+            denials=(sign_denial(asked.request, "delta", STRANGER, "no"),),
+        )
+        body["approvals"] = [approval(asked.request, "gamma")] if phase == "outcome" else []
+        return body if phase == "submit" else Held(body)
+
+    relay.tactic = tactic
+    seen: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    gate = short_origin.gate(SHORT_TIMEOUT)
+    gate._on_status = lambda status: seen.append((tuple(status.signers), tuple(status.denied_by)))
+
+    result = short_origin.run(TOUCH, gate=gate)
+
+    assert_refused(short_origin, result, LEAD + f"no quorum was reached within {SHORT_TIMEOUT} seconds.")
+    assert seen[0] == ((), ())
+    assert set(seen[1:]) == {(("gamma",), ())}
+
+
 @pytest.mark.slow
 def test_a_relay_that_fails_every_poll_only_delays_the_denial(
     short_origin: Origin, relay: HostileRelay

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import ssl
@@ -201,7 +202,7 @@ class RelayQuorumGate:
         if status.state == "approved":
             if status.certificate is None:
                 raise RelayError(f"The relay approved request {request_id} but sent no certificate.")
-            self._progress(f"request {request_id}: {status.describe()}.")
+            self._progress(f"request {request_id}: {self._verified(request, status).describe()}.")
             return _with_denials(status.certificate, status.denials)
         if status.state == "denied":
             raise ApprovalDeniedError(self._denial(request, status))
@@ -237,7 +238,7 @@ class RelayQuorumGate:
                 f"{tool_name} needs {self._config.describe_quorum()}; request {request_id} sent to the peers."
             )
             if status is not None:
-                self._report(status)
+                self._report(request, status)
         while status is None or not status.decided:
             if self._stop is not None and self._stop.is_set():
                 what = self._withdraw(request)
@@ -272,11 +273,11 @@ class RelayQuorumGate:
                     self._progress(f"{exc} Waiting for it.")
                 failures, last_error = failures + 1, exc
                 continue
-            self._report(status)
-            counted = (status.signers, status.denied_by)
+            shown = self._report(request, status)
+            counted = (shown.signers, shown.denied_by)
             # Polling often, a line only when the count moved; else one per long-poll, as before.
             if not status.decided and (self._poll == MAX_WAIT_SECONDS or counted != seen):
-                self._progress(f"request {request_id}: {status.describe()}.")
+                self._progress(f"request {request_id}: {shown.describe()}.")
             seen = counted
         return status
 
@@ -316,13 +317,39 @@ class RelayQuorumGate:
         self._last_withdrawal = what
         return what
 
-    def _report(self, status: RequestStatus) -> None:
-        if self._on_status is None:
-            return
+    def _verified(self, request: dict[str, Any], status: RequestStatus) -> RequestStatus:
+        """The status with only the signers and deniers whose signed decisions verify here.
+
+        What the asking side shows of a wait (``on_status``, the progress lines) is counted from
+        the signed documents the relay sent, under this node's own configuration, never from the
+        relay's word: a relay that says "approved by beta" without beta's signature shows nobody.
+        """
+        certificate = status.certificate or {}
+        approvals = [*status.approvals, *(certificate.get("approvals") or ())]
+        denials = [*status.denials, *(certificate.get("denials") or ())]
         try:
-            self._on_status(status)
+            counted = evaluate(
+                request, approvals, denials, self._config, now=min(time.time(), request["expires_at"])
+            )
+        except (QuorumError, ValueError, TypeError):
+            return dataclasses.replace(status, signers=(), denied_by=(), denial_reasons={})
+        return dataclasses.replace(
+            status,
+            signers=tuple(counted.signers),
+            denied_by=tuple(counted.denied_by),
+            denial_reasons=dict(counted.denial_reasons),
+        )
+
+    def _report(self, request: dict[str, Any], status: RequestStatus) -> RequestStatus:
+        """Hand the verified status to ``on_status``; return it."""
+        shown = self._verified(request, status)
+        if self._on_status is None:
+            return shown
+        try:
+            self._on_status(shown)
         except Exception:  # a broken display must not break the wait it displays
             logger.exception("the quorum gate's on_status callback failed")
+        return shown
 
     def _denial(self, request: dict[str, Any], status: RequestStatus) -> str:
         """The sentence of a denial, naming only the deniers whose signed denials verify here.
