@@ -322,6 +322,59 @@ async def test_a_statement_that_does_not_match_its_request_is_422(
     assert audit_records(beta) == []
 
 
+@asynctest
+async def test_a_decision_on_another_request_than_the_one_confirmed_is_409_changed(
+    cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
+) -> None:
+    # What an operator confirmed (tool, digest) goes with the decision; the approver compares it with
+    # the request its origin signed: a request swapped in under the same id or prefix is not signed.
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        request = deliver(alpha, beta, arguments={"command": "make release"})
+        path = f"/v1/requests/{request['request_id']}"
+        shown = {"expect_tool_name": "shell.run", "expect_payload_digest": request["payload_digest"]}
+        zeros = "sha256:" + "0" * 64
+        other_tool = {**shown, "expect_tool_name": "fs.read"}
+        other_digest = {**shown, "expect_payload_digest": zeros}
+        neither = {"expect_tool_name": "fs.read", "expect_payload_digest": zeros}
+        approved = await client.post(f"{path}/approve", json=other_tool)
+        denied = await client.post(f"{path}/deny", json={"reason": "no", **other_digest})
+        approved_neither = await client.post(f"{path}/approve", json=neither)
+        statement = await client.get(f"{path}/statement", params=other_tool)
+        body = (await client.get(f"{path}/statement", params=shown)).json()
+        armored = ssh_sign(beta.folder / "keys" / "beta", body["bytes"].encode(), tmp_path)
+        submitted = await client.post(
+            f"{path}/decision", json={"statement": body["statement"], "signature": armored, **other_digest}
+        )
+        malformed = await client.post(f"{path}/approve", json={"expect_payload_digest": "md5:x"})
+        signatures = metric(client, "teaagent_approver_signatures_total")
+        after = (await client.get(path)).json()
+        at_relay = await relay_item(beta, request["request_id"])
+        audited = audit_records(beta)
+        confirmed = await client.post(f"{path}/approve", json=shown)  # the control: what was shown
+
+    def changed(what: str) -> tuple[int, str, str]:
+        return (
+            409,
+            "changed",
+            f"Request {request['request_id']} of alpha is not the request the operator confirmed: its "
+            f"signed {what}; this node signs nothing for it.",
+        )
+
+    assert error(approved) == changed("tool differs")
+    assert error(denied) == changed("payload digest differs")
+    assert error(approved_neither) == changed("tool and payload digest differ")
+    assert error(statement) == changed("tool differs")
+    assert error(submitted) == changed("payload digest differs")
+    assert error(malformed)[:2] == (422, "invalid")
+    assert signatures == 0
+    assert (after["state"], after["decision"]) == ("pending", None)
+    assert (at_relay["state"], at_relay["decision"]) == ("pending", None)
+    assert audited == []
+    assert confirmed.status_code == 200, confirmed.text
+    assert confirmed.json()["this_node"] == "approved"
+
+
 # -- what is never signed ----------------------------------------------------------------------
 
 

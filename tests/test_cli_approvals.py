@@ -829,6 +829,121 @@ def test_agent_without_ssh_auth_sock_is_a_usage_error(
     assert one_sentence(err) == "SSH_AUTH_SOCK is not set, so there is no ssh-agent to sign with."
 
 
+# -- naming a request by the first characters of its id ------------------------------------------
+
+
+def sharing(prefix: str, marker: str) -> str:
+    """A request id that starts with ``prefix`` then ``marker`` (an origin chooses its ids)."""
+    return (prefix + marker + secrets.token_hex(16))[:32]
+
+
+@pytest.mark.slow
+def test_show_approve_deny_statement_and_submit_take_a_unique_prefix(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    shown, approved, denied, signed, keyed = (
+        approver.deliver(cluster.request(call_id=f"prefix-{n}")) for n in range(5)
+    )
+    config = ["--config", cluster.config]
+
+    code, out, err = cli(capsys, "show", shown["request_id"][:8], *config)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"request      {shown['request_id']}\n")
+    assert f"digest       {shown['payload_digest']}" in out
+
+    code, out, err = cli(capsys, "approve", approved["request_id"][:8], *config)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"beta approved request {approved['request_id']} of alpha: signed by operator ")
+
+    code, out, err = cli(capsys, "deny", denied["request_id"][:8], "--reason", "not now", *config)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"beta denied request {denied['request_id']} of alpha (not now): ")
+
+    path = tmp_path / "approval.json"
+    code, out, err = cli(capsys, "statement", signed["request_id"][:8], "--out", str(path), *config)
+    assert (code, out) == (0, "")
+    assert f"wrote the approval statement of request {signed['request_id']} to {path}" in err
+    assert f"`teaagent approvals submit {signed['request_id']} --statement {path}" in err
+    assert json.loads(path.read_bytes())["request_id"] == signed["request_id"]
+    signature = ssh_keygen_sign(cluster.operator, path)
+    code, out, err = cli(
+        capsys, "submit", signed["request_id"][:8], "--statement", str(path), "--signature", str(signature),
+        *config,
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out.startswith(
+        f"beta approved request {signed['request_id']} of alpha: signed by operator with key "
+        f"{fingerprint_of(cluster.operator)}."
+    )
+
+    key = ["--key", str(cluster.operator.private_path)]
+    code, out, err = cli(capsys, "approve", keyed["request_id"][:8], *key, *config)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"beta approved request {keyed['request_id']} of alpha: ")
+
+    decisions = {
+        request["request_id"]: approver.decision(request["request_id"])
+        for request in (shown, approved, denied, signed, keyed)
+    }
+    assert [None if d is None else d.kind for d in decisions.values()] == [
+        None,
+        "approval",
+        "denial",
+        "approval",
+        "approval",
+    ]
+
+    code, _, err = cli(capsys, "show", shown["request_id"][:3], *config)
+    assert code == 2
+    assert one_sentence(err) == (
+        f"'{shown['request_id'][:3]}' is not a request id: type its 32 hexadecimal characters, or at "
+        "least its first 4."
+    )
+
+
+@pytest.mark.slow
+def test_a_prefix_of_a_settled_and_a_pending_request_is_refused_and_nothing_is_signed(
+    cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    prefix = secrets.token_hex(4)
+    settled = approver.deliver(
+        cluster.request(tool_name="fs.delete", arguments={"path": "old.log"}, request_id=sharing(prefix, "0"))
+    )
+    config = ["--config", cluster.config]
+    assert cli(capsys, "approve", settled["request_id"], *config)[0] == 0
+    pending = approver.deliver(
+        cluster.request(arguments={"command": "rm -rf /"}, request_id=sharing(prefix, "f"), call_id="c2")
+    )
+    path = tmp_path / "approval.json"
+    cli(capsys, "statement", pending["request_id"], "--out", str(path), *config)
+    signature = ssh_keygen_sign(cluster.operator, path)
+
+    refusal = (
+        f"{prefix} starts the ids of 2 requests listed by this node's approver ({settled['request_id']} "
+        f"of alpha, {pending['request_id']} of alpha), so it names none of them; type more of the id."
+    )
+    for command in (
+        ["show"],
+        ["approve"],
+        ["approve", "--key", str(cluster.operator.private_path)],
+        ["deny", "--reason", "no"],
+        ["statement", "--out", str(tmp_path / "other.json")],
+        ["submit", "--statement", str(path), "--signature", str(signature)],
+    ):
+        code, out, err = cli(capsys, command[0], prefix, *command[1:], *config)
+        assert (code, out) == (2, ""), command
+        assert one_sentence(err) == refusal, command
+    assert approver.decision(pending["request_id"]) is None
+    assert not (tmp_path / "other.json").exists()
+
+    code, out, _ = cli(capsys, "show", f"{prefix}f", *config)  # one more character names one
+    assert code == 0
+    assert out.startswith(f"request      {pending['request_id']}\n")
+    code, _, err = cli(capsys, "show", "0123", "--origin", "gamma", *config)
+    assert code == 2
+    assert one_sentence(err) == "no request listed by this node's approver has an id starting with 0123."
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
@@ -1142,6 +1257,61 @@ def test_watch_prints_new_requests_decides_them_and_outlives_restarts(
         assert process.wait(timeout=DEADLINE) == 0
 
 
+@pytest.mark.slow
+def test_watch_never_signs_a_request_sent_under_the_prefix_of_one_withdrawn_after_it_was_shown(
+    cluster: Cluster, approver: Approver
+) -> None:
+    # Issue 25: the origin withdraws what the operator read and sends another request whose id
+    # starts the same; the operator's `a PREFIX` names the one they read, not the newcomer.
+    prefix = secrets.token_hex(4)
+    with watching(cluster) as (process, lines):
+        assert process.stdin is not None
+        lines.wait_for(lambda line: line.startswith("watching the requests waiting for beta"))
+        shown = approver.deliver(
+            cluster.request(
+                tool_name="fs.delete", arguments={"path": "build/old.log"}, request_id=sharing(prefix, "0")
+            )
+        )
+        lines.wait_for(
+            lambda line: line.startswith(f"new request {shown['request_id']} from alpha: fs.delete")
+        )
+        withdrawal = sign_withdrawal(shown, signer("alpha"))
+        with RelayClient(cluster.beta.url) as relay:
+            relay.deliver_withdrawal(shown["request_id"], withdrawal["statement"], withdrawal["signature"])
+        lines.wait_for(
+            lambda line: line == f"request {shown['request_id']} of alpha was withdrawn by its origin."
+        )
+        swapped = approver.deliver(
+            cluster.request(
+                arguments={"command": "rm -rf /"}, request_id=sharing(prefix, "f"), call_id="swap"
+            )
+        )
+        lines.wait_for(
+            lambda line: line.startswith(f"new request {swapped['request_id']} from alpha: shell.run")
+        )
+
+        process.stdin.write(f"a {prefix}\n")
+        process.stdin.flush()
+        answer = lines.wait_for(lambda line: line.startswith((prefix, "beta ")))
+        process.stdin.write(f"a {shown['request_id'][:9]}\n")  # what the operator read: withdrawn
+        process.stdin.flush()
+        withdrawn = lines.wait_for(lambda line: line.startswith(("The approver at", "beta ")))
+        process.stdin.write("q\n")
+        process.stdin.flush()
+        assert process.wait(timeout=DEADLINE) == 0
+
+    assert answer == (
+        f"{prefix} starts the ids of 2 requests shown by this watch ({shown['request_id']} of alpha, "
+        f"{swapped['request_id']} of alpha), so it names none of them; type more of the id."
+    )
+    assert withdrawn.endswith(
+        f"(409 withdrawn): Request {shown['request_id']} was withdrawn by its origin alpha; this node signs "
+        "nothing for it."
+    )
+    assert approver.decision(swapped["request_id"]) is None
+    assert approver.decision(shown["request_id"]) is None
+
+
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\r")
 
 
@@ -1229,17 +1399,35 @@ def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]
         thread.join(timeout=DEADLINE)
 
 
+def item_json(request: dict[str, Any]) -> dict[str, Any]:
+    """The approver's ``Item`` of a pending request, as a stand-in serves it."""
+    return {
+        **{name: request[name] for name in ("request_id", "origin", "tool_name", "arguments", "reason")},
+        **{name: request[name] for name in ("payload_digest", "run_id", "call_id", "required_approvals")},
+        **{name: request[name] for name in ("peers", "created_at", "expires_at")},
+        "seconds_left": max(0, request["expires_at"] - int(time.time())),
+        "state": "pending",
+        "decision": None,
+        "rule": None,
+        "request": request,
+        "signature": sign_request(request, signer(request["origin"])),
+    }
+
+
 def test_a_statement_to_sign_that_is_not_this_nodes_is_never_signed(
     cluster: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     request = cluster.request()
     gammas = approval_statement(request, "gamma", int(time.time()))  # another node's statement
 
+    async def item(_: Any) -> JSONResponse:
+        return JSONResponse(item_json(request))
+
     async def statement(_: Any) -> JSONResponse:
         return JSONResponse({"statement": gammas, "bytes": statement_bytes(gammas).decode()})
 
     path = f"/v1/requests/{request['request_id']}"
-    with stand_in(cluster, Route(f"{path}/statement", statement)) as (config, calls):
+    with stand_in(cluster, Route(path, item), Route(f"{path}/statement", statement)) as (config, calls):
         args = ["approve", request["request_id"], "--key", str(cluster.operator.private_path)]
 
         code, _, err = cli(capsys, *args, "--config", config)
@@ -1249,7 +1437,48 @@ def test_a_statement_to_sign_that_is_not_this_nodes_is_never_signed(
         f"The approver at http://127.0.0.1:{config_port(config)} gave a statement to sign that is "
         "wrong (its signer is 'gamma', not beta); nothing was signed."
     )
-    assert calls == [f"GET {path}/statement"]  # nothing was submitted
+    assert calls == [f"GET {path}", f"GET {path}/statement"]  # nothing was submitted
+
+
+def test_a_decision_carries_the_tool_and_digest_shown_and_a_changed_request_is_one_sentence(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The real approver answers 409 changed only when its relay shows one request and holds another;
+    # a stand-in shows what such an approver says, and what the command sent it.
+    request = cluster.request()
+    bodies: list[dict[str, Any]] = []
+
+    async def item(_: Any) -> JSONResponse:
+        return JSONResponse(item_json(request))
+
+    refusal = (
+        f"Request {request['request_id']} of alpha is not the request the operator confirmed: its signed "
+        "tool differs; this node signs nothing for it."
+    )
+
+    async def approve(http: Any) -> JSONResponse:
+        bodies.append(await http.json())
+        return JSONResponse({"error": "changed", "message": refusal}, status_code=409)
+
+    path = f"/v1/requests/{request['request_id']}"
+    routes = (Route(path, item), Route(f"{path}/approve", approve, methods=["POST"]))
+    with stand_in(cluster, *routes) as (config, calls):
+        code, out, err = cli(capsys, "approve", request["request_id"], "--config", config)
+
+    assert (code, out) == (1, "")
+    assert one_sentence(err) == (
+        f"The approver at http://127.0.0.1:{config_port(config)} refused the approval of request "
+        f"{request['request_id']} (409 changed): {refusal}"
+    )
+    assert calls == [f"GET {path}", f"POST {path}/approve"]
+    assert bodies == [
+        {
+            "reason": "",
+            "origin": "alpha",
+            "expect_tool_name": "shell.run",
+            "expect_payload_digest": request["payload_digest"],
+        }
+    ]
 
 
 def test_an_answer_that_is_not_the_documented_one_is_one_sentence(

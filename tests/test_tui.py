@@ -589,7 +589,7 @@ def test_route_model_says_when_no_cheaper_model_is_configured(workspace: Path) -
 def test_the_inbox_of_a_node_whose_approver_is_down_is_one_line(tmp_path: Path) -> None:
     node = write_node(tmp_path / "node")
     config = load_config(node.config_path)
-    terminal = Terminal(["/inbox", "/approve 0123456789abcdef"])
+    terminal = Terminal(["/inbox", "/approve " + "0123456789abcdef" * 2])
     tui = TeaAgentTUI(node=config, input_fn=terminal.input, output_fn=terminal.print)
     assert tui.run_repl() == 0
     lines = [line for line in terminal.text.splitlines() if "teaagent approver serve" in line]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import _thread
 import json
 import re
+import secrets
 import threading
 import time
 import uuid
@@ -31,7 +32,7 @@ from teaagent.audit import verify_log_or_raise
 from teaagent.config import load_config
 from teaagent.errors import RelayError
 from teaagent.policy import PermissionMode
-from teaagent.quorum import sign_request
+from teaagent.quorum import sign_request, sign_withdrawal
 from teaagent.relay_client import RelayClient
 from teaagent.signing import fingerprint
 from teaagent.tui import TeaAgentTUI
@@ -337,6 +338,48 @@ def test_a_peers_request_is_approved_and_another_denied_from_the_inbox(cluster: 
         ("alpha",),
         {"alpha": "not today"},
     )
+
+
+def test_a_prefix_shown_by_inbox_never_names_a_request_sent_under_it_after_a_withdrawal(
+    cluster: Cluster,
+) -> None:
+    # Issue 25: beta withdraws what alpha's operator read in /inbox and sends another request whose id
+    # starts the same (an origin chooses its ids); /approve PREFIX then names neither.
+    beta = cluster.nodes["beta"]
+    prefix = secrets.token_hex(4)
+
+    def send(command: str, marker: str) -> dict[str, Any]:
+        request_id = (prefix + marker + secrets.token_hex(16))[:32]
+        request = beta.request(arguments={"command": command}, call_id=f"c-{marker}", request_id=request_id)
+        with RelayClient(beta.url, token=beta.token) as relay:
+            relay.submit_request(request, sign_request(request, beta.key))
+        pending_for_origin(cluster, "alpha", request_id)
+        return request
+
+    shown = send("make release", "0")
+    swapped: dict[str, Any] = {}
+
+    def withdraw_and_swap() -> str:
+        withdrawal = sign_withdrawal(shown, beta.key)
+        with RelayClient(beta.url, token=beta.token) as relay:
+            relay.withdraw(shown["request_id"], withdrawal["statement"], withdrawal["signature"])
+        with cluster.approver("alpha") as client:
+            assert wait_until(lambda: client.get_request(shown["request_id"]).state == "withdrawn", WAIT)
+        swapped.update(send("make mess", "f"))
+        return "/inbox"
+
+    terminal = Terminal(["/inbox", withdraw_and_swap, f"/approve {prefix}", f"/deny {prefix} no"])
+    tui = alpha_tui(cluster, terminal, [])
+    assert tui.run_repl() == 0
+    out = terminal.text
+    refusal = (
+        f"{prefix} starts the ids of 2 requests shown by /inbox ({shown['request_id']} of beta, "
+        f"{swapped['request_id']} of beta), so it names none of them; type more of the id.\n"
+    )
+    assert re.search(rf"^{swapped['request_id']} +beta +shell\.run ", out, re.M)  # the second /inbox
+    assert out.count(refusal) == 2, out
+    with cluster.approver("alpha") as client:
+        assert client.get_request(swapped["request_id"]).decision is None
 
 
 def test_an_operator_key_signs_the_decision_instead_of_the_node_key(cluster: Cluster) -> None:

@@ -6,6 +6,11 @@ that signed it, and forwards it through the relay, which only carries signed doc
 :class:`ApproverClient` (and its asyncio twin :class:`AsyncApproverClient`) speaks its HTTP API;
 every failure is a :class:`~teaagent.errors.RelayError` with the approver's status, its stable
 ``ErrorOut`` code and one sentence.
+
+:func:`resolve_request` is how every operator's command turns a typed id into a request: the full
+id, or a prefix unique among every request the command has seen; :class:`Expected` (what the
+operator was shown) goes with the decision, and the approver signs nothing for a request that
+differs from it.
 """
 
 from __future__ import annotations
@@ -17,21 +22,27 @@ from teaagent.approver_client._client import (
     ApproverClient,
     AsyncApproverClient,
     DecisionResult,
+    Expected,
     MatchingRule,
     OwnDecision,
     StatementToSign,
 )
+from teaagent.approver_client._resolve import MIN_PREFIX_CHARS, REQUEST_ID_CHARS, resolve_request
 from teaagent.errors import RelayError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_WAIT_SECONDS",
+    "MIN_PREFIX_CHARS",
+    "REQUEST_ID_CHARS",
     "ApprovalItem",
     "ApproverClient",
     "AsyncApproverClient",
     "DecisionResult",
+    "Expected",
     "MatchingRule",
     "OwnDecision",
     "RelayError",
     "StatementToSign",
+    "resolve_request",
 ]

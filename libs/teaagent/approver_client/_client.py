@@ -25,6 +25,7 @@ __all__ = [
     "ApproverClient",
     "AsyncApproverClient",
     "DecisionResult",
+    "Expected",
     "MatchingRule",
     "OwnDecision",
     "StatementToSign",
@@ -371,6 +372,34 @@ class DecisionResult:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class Expected:
+    """What an operator confirmed of a request: the approver signs nothing for a request that differs.
+
+    Sent with a decision (``expect_tool_name``, ``expect_payload_digest``); the approver compares them
+    with the request its origin signed and refuses with 409 ``changed`` when either differs, so a
+    request swapped in under the id or prefix the operator typed is never signed.
+
+    Attributes:
+        tool_name: The tool the operator was shown.
+        payload_digest: The payload digest (``sha256:...``) the operator was shown.
+    """
+
+    tool_name: str
+    payload_digest: str
+
+    @classmethod
+    def of(cls, item: ApprovalItem) -> Expected:
+        """What ``item`` shows: the tool and digest an operator reads in ``show`` and ``watch``."""
+        return cls(tool_name=item.tool_name, payload_digest=item.payload_digest)
+
+
+def _expected_fields(expected: Expected | None) -> dict[str, str]:
+    if expected is None:
+        return {}
+    return {"expect_tool_name": expected.tool_name, "expect_payload_digest": expected.payload_digest}
+
+
 @dataclass(frozen=True)
 class _Call:
     """One HTTP call of the API: what to send, how to name it in a message, how to read the answer."""
@@ -446,10 +475,13 @@ class _Calls:
         )
 
     @staticmethod
-    def statement(request_id: str, kind: DecisionKind, reason: str, origin: str | None) -> _Call:
+    def statement(
+        request_id: str, kind: DecisionKind, reason: str, origin: str | None, expected: Expected | None
+    ) -> _Call:
         params: dict[str, Any] = {"kind": kind, "reason": reason}
         if origin is not None:
             params["origin"] = origin
+        params.update(_expected_fields(expected))
         return _Call(
             "GET",
             f"/v1/requests/{_path_id(request_id)}/statement",
@@ -459,25 +491,29 @@ class _Calls:
         )
 
     @staticmethod
-    def decide(request_id: str, kind: DecisionKind, reason: str, origin: str | None) -> _Call:
+    def decide(
+        request_id: str, kind: DecisionKind, reason: str, origin: str | None, expected: Expected | None
+    ) -> _Call:
         verb = "approve" if kind == "approval" else "deny"
         return _Call(
             "POST",
             f"/v1/requests/{_path_id(request_id)}/{verb}",
             f"the {kind} of request {request_id}",
             lambda data: DecisionResult.from_json(_mapping(data)),
-            body={"reason": reason, "origin": origin},
+            body={"reason": reason, "origin": origin, **_expected_fields(expected)},
         )
 
     @staticmethod
-    def submit_decision(request_id: str, statement: Mapping[str, Any], signature: str) -> _Call:
+    def submit_decision(
+        request_id: str, statement: Mapping[str, Any], signature: str, expected: Expected | None
+    ) -> _Call:
         kind = "denial" if statement.get("type") == "teaagent.denial" else "approval"
         return _Call(
             "POST",
             f"/v1/requests/{_path_id(request_id)}/decision",
             f"the signed {kind} of request {request_id}",
             lambda data: DecisionResult.from_json(_mapping(data)),
-            body={"statement": dict(statement), "signature": signature},
+            body={"statement": dict(statement), "signature": signature, **_expected_fields(expected)},
         )
 
 
@@ -640,37 +676,72 @@ class ApproverClient(_Base):
         return result
 
     def statement(
-        self, request_id: str, *, kind: DecisionKind = "approval", reason: str = "", origin: str | None = None
+        self,
+        request_id: str,
+        *,
+        kind: DecisionKind = "approval",
+        reason: str = "",
+        origin: str | None = None,
+        expected: Expected | None = None,
     ) -> StatementToSign:
         """Return the statement to sign elsewhere for this node's decision, ``signed_at`` = now.
 
+        Args:
+            request_id: The request.
+            kind: ``approval`` or ``denial``.
+            reason: A denial's reason.
+            origin: The origin, when several sent a request of this id.
+            expected: What the operator confirmed of the request; None checks nothing.
+
         Raises:
-            RelayError: Unknown, expired (``expired``), ambiguous, or the approver is unreachable.
+            RelayError: Unknown, expired (``expired``), ambiguous, not the request confirmed
+                (``changed``), or the approver is unreachable.
         """
-        result: StatementToSign = self._send(_Calls.statement(request_id, kind, reason, origin))
+        result: StatementToSign = self._send(_Calls.statement(request_id, kind, reason, origin, expected))
         return result
 
-    def approve(self, request_id: str, *, reason: str = "", origin: str | None = None) -> DecisionResult:
+    def approve(
+        self,
+        request_id: str,
+        *,
+        reason: str = "",
+        origin: str | None = None,
+        expected: Expected | None = None,
+    ) -> DecisionResult:
         """Have the approver approve the request with the node key.
 
+        Args:
+            request_id: The request.
+            reason: Why, kept in the audit log.
+            origin: The origin, when several sent a request of this id.
+            expected: What the operator confirmed of the request; None checks nothing.
+
         Raises:
-            RelayError: Unknown, expired, decided otherwise before (``conflict``), or the approver
-                is unreachable.
+            RelayError: Unknown, expired, decided otherwise before (``conflict``), not the request
+                confirmed (``changed``), or the approver is unreachable.
         """
-        result: DecisionResult = self._send(_Calls.decide(request_id, "approval", reason, origin))
+        result: DecisionResult = self._send(_Calls.decide(request_id, "approval", reason, origin, expected))
         return result
 
-    def deny(self, request_id: str, *, reason: str, origin: str | None = None) -> DecisionResult:
-        """Have the approver deny the request with the node key.
+    def deny(
+        self, request_id: str, *, reason: str, origin: str | None = None, expected: Expected | None = None
+    ) -> DecisionResult:
+        """Have the approver deny the request with the node key (see :meth:`approve`).
 
         Raises:
-            RelayError: Unknown, expired, decided otherwise before, or the approver is unreachable.
+            RelayError: Unknown, expired, decided otherwise before, not the request confirmed
+                (``changed``), or the approver is unreachable.
         """
-        result: DecisionResult = self._send(_Calls.decide(request_id, "denial", reason, origin))
+        result: DecisionResult = self._send(_Calls.decide(request_id, "denial", reason, origin, expected))
         return result
 
     def submit_decision(
-        self, request_id: str, statement: Mapping[str, Any], signature: str
+        self,
+        request_id: str,
+        statement: Mapping[str, Any],
+        signature: str,
+        *,
+        expected: Expected | None = None,
     ) -> DecisionResult:
         """Hand the approver a decision signed elsewhere (an operator's key).
 
@@ -678,13 +749,16 @@ class ApproverClient(_Base):
             request_id: The request decided on.
             statement: The approval or denial statement that was signed.
             signature: The SSHSIG, armored or bare base64.
+            expected: What the operator confirmed of the request; None checks nothing.
 
         Raises:
             RelayError: The statement does not match the request (``invalid``), the key may not
-                sign for this node (``forbidden``), the request is unknown or expired, or the
-                approver is unreachable.
+                sign for this node (``forbidden``), the request is not the one confirmed
+                (``changed``), unknown or expired, or the approver is unreachable.
         """
-        result: DecisionResult = self._send(_Calls.submit_decision(request_id, statement, signature))
+        result: DecisionResult = self._send(
+            _Calls.submit_decision(request_id, statement, signature, expected)
+        )
         return result
 
 
@@ -777,43 +851,72 @@ class AsyncApproverClient(_Base):
         return result
 
     async def statement(
-        self, request_id: str, *, kind: DecisionKind = "approval", reason: str = "", origin: str | None = None
+        self,
+        request_id: str,
+        *,
+        kind: DecisionKind = "approval",
+        reason: str = "",
+        origin: str | None = None,
+        expected: Expected | None = None,
     ) -> StatementToSign:
         """See :meth:`ApproverClient.statement`.
 
         Raises:
-            RelayError: Unknown, expired, ambiguous, or the approver is unreachable.
+            RelayError: Unknown, expired, ambiguous, not the request confirmed, or the approver is
+                unreachable.
         """
-        result: StatementToSign = await self._send(_Calls.statement(request_id, kind, reason, origin))
+        result: StatementToSign = await self._send(
+            _Calls.statement(request_id, kind, reason, origin, expected)
+        )
         return result
 
     async def approve(
-        self, request_id: str, *, reason: str = "", origin: str | None = None
+        self,
+        request_id: str,
+        *,
+        reason: str = "",
+        origin: str | None = None,
+        expected: Expected | None = None,
     ) -> DecisionResult:
         """See :meth:`ApproverClient.approve`.
 
         Raises:
-            RelayError: Unknown, expired, decided otherwise, or the approver is unreachable.
+            RelayError: Unknown, expired, decided otherwise, not the request confirmed, or the
+                approver is unreachable.
         """
-        result: DecisionResult = await self._send(_Calls.decide(request_id, "approval", reason, origin))
+        result: DecisionResult = await self._send(
+            _Calls.decide(request_id, "approval", reason, origin, expected)
+        )
         return result
 
-    async def deny(self, request_id: str, *, reason: str, origin: str | None = None) -> DecisionResult:
+    async def deny(
+        self, request_id: str, *, reason: str, origin: str | None = None, expected: Expected | None = None
+    ) -> DecisionResult:
         """See :meth:`ApproverClient.deny`.
 
         Raises:
-            RelayError: Unknown, expired, decided otherwise, or the approver is unreachable.
+            RelayError: Unknown, expired, decided otherwise, not the request confirmed, or the
+                approver is unreachable.
         """
-        result: DecisionResult = await self._send(_Calls.decide(request_id, "denial", reason, origin))
+        result: DecisionResult = await self._send(
+            _Calls.decide(request_id, "denial", reason, origin, expected)
+        )
         return result
 
     async def submit_decision(
-        self, request_id: str, statement: Mapping[str, Any], signature: str
+        self,
+        request_id: str,
+        statement: Mapping[str, Any],
+        signature: str,
+        *,
+        expected: Expected | None = None,
     ) -> DecisionResult:
         """See :meth:`ApproverClient.submit_decision`.
 
         Raises:
-            RelayError: Refused (invalid, forbidden, unknown, expired) or unreachable.
+            RelayError: Refused (invalid, forbidden, changed, unknown, expired) or unreachable.
         """
-        result: DecisionResult = await self._send(_Calls.submit_decision(request_id, statement, signature))
+        result: DecisionResult = await self._send(
+            _Calls.submit_decision(request_id, statement, signature, expected)
+        )
         return result

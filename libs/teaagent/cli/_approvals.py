@@ -14,9 +14,18 @@ exact bytes for ``ssh-keygen -Y sign -n teaagent-approval`` and ``submit`` bring
 back. The approver accepts such a decision only from a key that may sign for this node (the node
 key or one of ``[approver] operators``).
 
-Exit codes (ARCHITECTURE.md): 0 done; 1 the approver or relay failed, or this node decided
-otherwise before; 2 bad usage or configuration (an unknown request id, a key that may not sign for
-this node, a statement that does not match, any local key problem); 3 the request expired.
+Naming a request: its full id, or its first characters (at least four) when no other request the
+command has seen starts with them: for the one-shot commands every request the approver lists, in
+any state; for ``watch`` every request it has shown, settled ones included
+(:func:`~teaagent.approver_client.resolve_request`). What the operator was shown of it (its tool and
+payload digest) goes with the decision, and the approver signs nothing for a request that differs
+(409 ``changed``): an origin cannot withdraw what an operator read and slip another request in
+under the same prefix.
+
+Exit codes (ARCHITECTURE.md): 0 done; 1 the approver or relay failed, this node decided otherwise
+before, or the request is not the one shown (``changed``); 2 bad usage or configuration (an unknown
+request id, a prefix that names no request or several, a key that may not sign for this node, a
+statement that does not match, any local key problem); 3 the request expired.
 """
 
 from __future__ import annotations
@@ -37,7 +46,14 @@ from typing import Annotated, Any, Final, TextIO
 
 import typer
 
-from teaagent.approver_client import ApprovalItem, ApproverClient, DecisionResult, StatementToSign
+from teaagent.approver_client import (
+    ApprovalItem,
+    ApproverClient,
+    DecisionResult,
+    Expected,
+    StatementToSign,
+    resolve_request,
+)
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, bad_usage, fail
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, RelayError, SignatureError
@@ -101,6 +117,19 @@ def _client(node: NodeConfig) -> ApproverClient:
 
 def _exit_code(exc: RelayError) -> int:
     return _EXIT_BY_CODE.get(exc.code or "", EXIT_FAILED)
+
+
+def _resolve(client: ApproverClient, typed: str, origin: str | None) -> ApprovalItem:
+    """The request a one-shot command names: a full id, or a prefix of one request the approver lists.
+
+    Raises:
+        typer.Exit: Exit 2 when ``typed`` is no id, names no request or several (one sentence).
+        RelayError: The approver refused or failed.
+    """
+    try:
+        return resolve_request(client, typed, origin=origin, among="listed by this node's approver")
+    except ValueError as exc:
+        bad_usage(str(exc))
 
 
 @contextlib.contextmanager
@@ -363,13 +392,14 @@ def _local_signer(node: NodeConfig, key: Path | None, agent: bool, key_id: str |
 
 
 def _check_statement(
-    client: ApproverClient, node: NodeConfig, to_sign: StatementToSign, request_id: str
+    client: ApproverClient, node: NodeConfig, to_sign: StatementToSign, item: ApprovalItem
 ) -> None:
-    """Refuse to sign a statement that is not this node's, for this request, in canonical form.
+    """Refuse to sign a statement that is not this node's, for the request shown, in canonical form.
 
     Raises:
         RelayError: The approver's statement is not one this node may sign for the request.
     """
+    request_id = item.request_id
     statement = to_sign.statement
     problem = None
     try:
@@ -381,6 +411,11 @@ def _check_statement(
         problem = f"its signer is {statement.get('signer')!r}, not {node.agent_id}"
     if problem is None and statement.get("request_id") != request_id:
         problem = f"it is the statement of request {statement.get('request_id')!r}"
+    if problem is None and (statement.get("tool_name"), statement.get("payload_digest")) != (
+        item.tool_name,
+        item.payload_digest,
+    ):
+        problem = "its tool or payload digest is not the one shown"
     if problem is not None:
         raise RelayError(
             f"The approver at {client.base_url} gave a statement to sign that is wrong ({problem}); "
@@ -391,51 +426,60 @@ def _check_statement(
 def sign_and_submit(
     client: ApproverClient,
     node: NodeConfig,
-    request_id: str,
+    item: ApprovalItem,
     signer: Signer,
     *,
     deny: bool,
     reason: str,
-    origin: str | None,
 ) -> DecisionResult:
-    """Sign this node's decision locally (an operator's key) and hand it to the approver.
+    """Sign this node's decision on the request shown locally (an operator's key) and hand it over.
 
     Raises:
         RelayError: The approver refused, or gave a statement this node may not sign.
         ConfigError: The local key could not sign (an ssh-agent that refuses, a token not touched).
     """
+    expected = Expected.of(item)
     to_sign = client.statement(
-        request_id, kind="denial" if deny else "approval", reason=reason, origin=origin
+        item.request_id,
+        kind="denial" if deny else "approval",
+        reason=reason,
+        origin=item.origin,
+        expected=expected,
     )
-    _check_statement(client, node, to_sign, request_id)
+    _check_statement(client, node, to_sign, item)
     try:
         signature = sshsig_sign(to_sign.data, signer, DENIAL_NAMESPACE if deny else APPROVAL_NAMESPACE)
     except SignatureError as exc:
         raise ConfigError(str(exc)) from None
-    return client.submit_decision(request_id, to_sign.statement, signature_to_wire(signature))
+    return client.submit_decision(
+        item.request_id, to_sign.statement, signature_to_wire(signature), expected=expected
+    )
 
 
 def decide(
     client: ApproverClient,
     node: NodeConfig,
-    request_id: str,
+    item: ApprovalItem,
     *,
     deny: bool,
     reason: str,
-    origin: str | None,
     signer: Signer | None,
 ) -> DecisionResult:
-    """This node's decision on one request: signed by the approver (node key) or locally by ``signer``.
+    """This node's decision on the request shown: signed by the approver (node key) or by ``signer``.
+
+    The tool and payload digest shown go with it: the approver signs nothing for a request that
+    differs (409 ``changed``).
 
     Raises:
         RelayError: The approver refused (its code says why) or is unreachable.
         ConfigError: The local key could not sign.
     """
     if signer is not None:
-        return sign_and_submit(client, node, request_id, signer, deny=deny, reason=reason, origin=origin)
+        return sign_and_submit(client, node, item, signer, deny=deny, reason=reason)
+    expected = Expected.of(item)
     if deny:
-        return client.deny(request_id, reason=reason, origin=origin)
-    return client.approve(request_id, reason=reason, origin=origin)
+        return client.deny(item.request_id, reason=reason, origin=item.origin, expected=expected)
+    return client.approve(item.request_id, reason=reason, origin=item.origin, expected=expected)
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -477,7 +521,13 @@ AgentOption = Annotated[
 KeyIdOption = Annotated[
     str | None, typer.Option("--key-id", help="With --agent: the fingerprint (SHA256:...) of the key to use.")
 ]
-RequestIdArgument = Annotated[str, typer.Argument(metavar="ID", help="The request's id.")]
+RequestIdArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="ID",
+        help="The request's id, or its first characters (at least 4) when no other request starts with them.",
+    ),
+]
 
 
 @app.command("list")
@@ -542,7 +592,7 @@ def show(
     """Print one request whole: tool, full arguments, reason, digest, this node's decision, rule."""
     node, client = _connect(config)
     with client, _answers():
-        item = client.get_request(request_id, origin=origin)
+        item = _resolve(client, request_id, origin)
     if as_json:
         typer.echo(json.dumps(item.to_dict(), indent=2, ensure_ascii=False))
         return
@@ -565,7 +615,8 @@ def approve(
     node, client = _connect(config)
     signer = _local_signer(node, key, agent, key_id)
     with client, _answers():
-        result = decide(client, node, request_id, deny=False, reason=reason, origin=origin, signer=signer)
+        item = _resolve(client, request_id, origin)
+        result = decide(client, node, item, deny=False, reason=reason, signer=signer)
     _echo_decision(result, node.agent_id, as_json)
 
 
@@ -586,7 +637,8 @@ def deny(
     node, client = _connect(config)
     signer = _local_signer(node, key, agent, key_id)
     with client, _answers():
-        result = decide(client, node, request_id, deny=True, reason=reason, origin=origin, signer=signer)
+        item = _resolve(client, request_id, origin)
+        result = decide(client, node, item, deny=True, reason=reason, signer=signer)
     _echo_decision(result, node.agent_id, as_json)
 
 
@@ -608,10 +660,16 @@ def statement(
         bad_usage("a denial statement needs a reason: pass --reason TEXT with --deny.")
     node, client = _connect(config)
     with client, _answers():
+        item = _resolve(client, request_id, origin)
         to_sign = client.statement(
-            request_id, kind="denial" if deny else "approval", reason=reason or "", origin=origin
+            item.request_id,
+            kind="denial" if deny else "approval",
+            reason=reason or "",
+            origin=item.origin,
+            expected=Expected.of(item),
         )
-        _check_statement(client, node, to_sign, request_id)
+        _check_statement(client, node, to_sign, item)
+    request_id = item.request_id
     if out is None:
         sys.stdout.flush()
         sys.stdout.buffer.write(to_sign.data)
@@ -672,7 +730,8 @@ def submit(
             f"the statement file {statement_file} is not exactly what `teaagent approvals statement` "
             "writes (was it edited, or given a trailing newline?); write it again and sign that."
         )
-    if document.get("request_id") != request_id:
+    named = document.get("request_id")
+    if not isinstance(named, str) or not named.startswith(request_id.strip().lower()):
         bad_usage(
             f"the statement file {statement_file} is about request {document.get('request_id')!r}, "
             f"not {request_id}."
@@ -683,9 +742,22 @@ def submit(
     except (UnicodeDecodeError, SignatureError) as exc:
         detail = "it is not ASCII" if isinstance(exc, UnicodeDecodeError) else str(exc).rstrip(".")
         bad_usage(f"the signature file {signature_file} is not an SSH signature: {detail}.")
+    origin = document.get("origin")
     node, client = _connect(config)
     with client, _answers():
-        result = client.submit_decision(request_id, document, signature)
+        item = _resolve(client, request_id, origin if isinstance(origin, str) else None)
+        if item.request_id != named:
+            bad_usage(
+                f"the statement file {statement_file} is about request {named!r}, not {item.request_id}."
+            )
+        # What the operator signed is what they confirmed: the statement names the tool and digest.
+        tool_name, digest = document.get("tool_name"), document.get("payload_digest")
+        expected = (
+            Expected(tool_name=tool_name, payload_digest=digest)
+            if isinstance(tool_name, str) and isinstance(digest, str)
+            else None
+        )
+        result = client.submit_decision(item.request_id, document, signature, expected=expected)
     _echo_decision(result, node.agent_id, as_json)
 
 
@@ -693,7 +765,7 @@ def submit(
 
 WATCH_HELP: Final = (
     "commands: a ID [REASON] approve, d ID REASON deny, s ID show, l list, q quit "
-    "(ID may be the first characters of a request's id)"
+    "(ID may be the first characters of a request's id, if no other request shown starts with them)"
 )
 
 
@@ -704,6 +776,10 @@ class Watch:
     while some do, so their countdown moves) and reports each new one, and each that leaves the
     queue; the caller's thread runs the commands typed. When the approver stops answering the
     poller says so once, retries with a growing pause, and says when it answers again.
+
+    A typed id names a request this watch has shown (its first characters will do when no other
+    request shown, pending or settled, starts with them), and the decision carries what was shown
+    of it: a request that replaced it under the same prefix is never what gets signed.
     """
 
     def __init__(
@@ -725,6 +801,7 @@ class Watch:
         self.failure: RelayError | None = None
         self._lock = threading.Lock()
         self._pending: dict[str, ApprovalItem] = {}  # "origin/request_id" -> item, as last listed
+        self._shown: dict[str, ApprovalItem] = {}  # every request announced, as it was announced
         self._reminded: set[str] = set()
         self._thread = threading.Thread(target=self._poll, name="approvals-watch", daemon=True)
 
@@ -781,6 +858,8 @@ class Watch:
             gone = [self._pending[key] for key in self._pending if key not in listed]
             new = [item for key, item in listed.items() if key not in self._pending]
             self._pending = listed
+            for key, item in listed.items():
+                self._shown.setdefault(key, item)  # before it is announced: a prefix then fits it too
         for item in sorted(new, key=lambda item: item.expires_at):
             for line in self.new_request_lines(item, now):
                 self.emit(line)
@@ -823,20 +902,21 @@ class Watch:
 
     # -- the commands ------------------------------------------------------------------------
 
-    def resolve(self, text: str) -> tuple[str, str | None]:
-        """The request id (and origin) that ``text`` names: an id, or a unique prefix of a pending one.
+    def shown(self) -> list[ApprovalItem]:
+        """Every request this watch has announced, pending or not, as it was announced."""
+        with self._lock:
+            return list(self._shown.values())
+
+    def resolve(self, client: ApproverClient, text: str) -> ApprovalItem:
+        """The request ``text`` names: a full id, or a prefix of one request this watch has shown.
 
         Raises:
-            ValueError: The prefix fits several pending requests.
+            ValueError: ``text`` is no id, or names no request shown or several.
+            RelayError: A full id the approver does not know, or the approver failed.
         """
-        pending = self.pending()
-        exact = [item for item in pending if item.request_id == text]
-        fitting = exact or [item for item in pending if item.request_id.startswith(text)]
-        if len(fitting) == 1:
-            return fitting[0].request_id, fitting[0].origin
-        if len(fitting) > 1:
-            raise ValueError(f"{text} is the start of {len(fitting)} pending requests' ids; type more of it.")
-        return text, None
+        return resolve_request(
+            client, text, seen=self.shown(), origin=self.origin, among="shown by this watch"
+        )
 
     def command(self, line: str) -> bool:
         """Run one typed command; return False when it is ``q``."""
@@ -863,16 +943,16 @@ class Watch:
         if verb not in ("a", "approve", "d", "deny", "s", "show") or not rest:
             self.emit(f"not a command: {visible(line.strip())!r}; {WATCH_HELP}")
             return True
-        try:
-            request_id, origin = self.resolve(rest[0])
-        except ValueError as exc:
-            self.emit(str(exc))
-            return True
         reason = " ".join(rest[1:])
         with contextlib.closing(_client(self.node)) as client:
+            try:
+                shown = self.resolve(client, rest[0])
+            except (ValueError, RelayError) as exc:
+                self.emit(str(exc))
+                return True
             if verb in ("s", "show"):
                 try:
-                    item = client.get_request(request_id, origin=origin)
+                    item = client.get_request(shown.request_id, origin=shown.origin)
                 except RelayError as exc:
                     self.emit(str(exc))
                     return True
@@ -884,9 +964,7 @@ class Watch:
                 self.emit("a denial needs a reason: d ID REASON")
                 return True
             try:
-                result = decide(
-                    client, self.node, request_id, deny=deny, reason=reason, origin=origin, signer=self.signer
-                )
+                result = decide(client, self.node, shown, deny=deny, reason=reason, signer=self.signer)
             except (RelayError, ConfigError) as exc:
                 # The one-shot commands end on a refusal; here it is a line, and the watch goes on.
                 self.emit(str(exc))

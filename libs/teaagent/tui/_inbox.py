@@ -6,6 +6,11 @@ it with the key that signed it, and refuses a second, different one. A decision 
 approver with the node key, or here with an operator's key (``operator_signer``), in which case the
 TUI checks the statement it is handed is this node's, for this request, in canonical form, before it
 signs anything.
+
+``/approve ID`` and ``/deny ID`` name a request by its full id, or by its first characters when no
+other request ``/inbox`` has shown in this session (pending or settled since) starts with them, as
+``teaagent approvals watch`` does (:func:`~teaagent.approver_client.resolve_request`); what ``/inbox``
+showed of it goes with the decision, and the approver signs nothing for a request that differs.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from teaagent.approver_client import ApprovalItem, ApproverClient, DecisionResult, StatementToSign
+from teaagent.approver_client import ApprovalItem, ApproverClient, DecisionResult, Expected, StatementToSign
 from teaagent.config import NodeConfig
 from teaagent.errors import RelayError
 from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
@@ -23,12 +28,11 @@ from teaagent.signing import Signer, signature_to_wire, sshsig_sign
 from teaagent.tui._quorum import time_left
 from teaagent.tui._screen import visible
 
-__all__ = ["INBOX_ARGUMENTS_CHARS", "approver_client", "decide", "decision_lines", "inbox_rows", "resolve_id"]
+__all__ = ["INBOX_ARGUMENTS_CHARS", "approver_client", "decide", "decision_lines", "inbox_rows"]
 
 INBOX_ARGUMENTS_CHARS: Final = (
     60  # a listing's one-line arguments; `teaagent approvals show` prints them whole
 )
-MIN_PREFIX_CHARS: Final = 4  # a shorter prefix of a request id is too easy to get wrong
 
 
 def approver_client(node: NodeConfig) -> ApproverClient:
@@ -69,32 +73,13 @@ def inbox_rows(items: Sequence[ApprovalItem], now: float | None = None) -> list[
     return rows
 
 
-def resolve_id(typed: str, items: Sequence[ApprovalItem]) -> str:
-    """The full request id that ``typed`` names among ``items``: itself, or the one it is a prefix of.
-
-    An id that matches nothing listed is returned as typed: the approver says whether it knows it.
-
-    Raises:
-        ValueError: The prefix is shorter than :data:`MIN_PREFIX_CHARS` or names several requests.
-    """
-    if any(item.request_id == typed for item in items):
-        return typed
-    matching = sorted({item.request_id for item in items if item.request_id.startswith(typed)})
-    if len(matching) > 1:
-        raise ValueError(f"{typed} names {len(matching)} requests: {', '.join(matching)}; type more of it.")
-    if matching:
-        if len(typed) < MIN_PREFIX_CHARS:
-            raise ValueError(f"type at least {MIN_PREFIX_CHARS} characters of the request id.")
-        return matching[0]
-    return typed
-
-
-def _check_statement(node: NodeConfig, to_sign: StatementToSign, request_id: str, base_url: str) -> None:
-    """Refuse a statement that is not this node's, for this request, in canonical form.
+def _check_statement(node: NodeConfig, to_sign: StatementToSign, item: ApprovalItem, base_url: str) -> None:
+    """Refuse a statement that is not this node's, for the request shown, in canonical form.
 
     Raises:
         RelayError: The approver's statement is not one this node may sign for the request.
     """
+    request_id = item.request_id
     statement = to_sign.statement
     problem = None
     try:
@@ -106,6 +91,11 @@ def _check_statement(node: NodeConfig, to_sign: StatementToSign, request_id: str
         problem = f"its signer is {statement.get('signer')!r}, not {node.agent_id}"
     if problem is None and statement.get("request_id") != request_id:
         problem = f"it is the statement of request {statement.get('request_id')!r}"
+    if problem is None and (statement.get("tool_name"), statement.get("payload_digest")) != (
+        item.tool_name,
+        item.payload_digest,
+    ):
+        problem = "its tool or payload digest is not the one shown"
     if problem is not None:
         raise RelayError(
             f"The approver at {base_url} gave a statement to sign that is wrong ({problem}); "
@@ -116,27 +106,35 @@ def _check_statement(node: NodeConfig, to_sign: StatementToSign, request_id: str
 def decide(
     client: ApproverClient,
     node: NodeConfig,
-    request_id: str,
+    item: ApprovalItem,
     *,
     deny: bool,
     reason: str,
     signer: Signer | None,
 ) -> DecisionResult:
-    """This node's decision on one request: signed by the approver (node key) or here by ``signer``.
+    """This node's decision on the request shown: signed by the approver (node key) or here by ``signer``.
+
+    The tool and payload digest shown go with it: the approver signs nothing for a request that
+    differs (409 ``changed``).
 
     Raises:
         RelayError: The approver refused (its code says why), is unreachable, or handed a
             statement this node may not sign.
         SignatureError: The operator's key could not sign.
     """
+    request_id, origin, expected = item.request_id, item.origin, Expected.of(item)
     if signer is None:
         if deny:
-            return client.deny(request_id, reason=reason)
-        return client.approve(request_id, reason=reason)
-    to_sign = client.statement(request_id, kind="denial" if deny else "approval", reason=reason)
-    _check_statement(node, to_sign, request_id, client.base_url)
+            return client.deny(request_id, reason=reason, origin=origin, expected=expected)
+        return client.approve(request_id, reason=reason, origin=origin, expected=expected)
+    to_sign = client.statement(
+        request_id, kind="denial" if deny else "approval", reason=reason, origin=origin, expected=expected
+    )
+    _check_statement(node, to_sign, item, client.base_url)
     signature = sshsig_sign(to_sign.data, signer, DENIAL_NAMESPACE if deny else APPROVAL_NAMESPACE)
-    return client.submit_decision(request_id, to_sign.statement, signature_to_wire(signature))
+    return client.submit_decision(
+        request_id, to_sign.statement, signature_to_wire(signature), expected=expected
+    )
 
 
 def decision_lines(result: DecisionResult, node_id: str) -> list[str]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from teaagent.approver_client import resolve_request
 from teaagent.audit import AuditLogger
 from teaagent.budget import RunBudget
 from teaagent.config import NodeConfig
@@ -62,7 +63,7 @@ from teaagent.tui._context import (
     is_simple_turn,
     transcript,
 )
-from teaagent.tui._inbox import approver_client, decide, decision_lines, inbox_rows, resolve_id
+from teaagent.tui._inbox import approver_client, decide, decision_lines, inbox_rows
 from teaagent.tui._quorum import QuorumBoard, time_left
 from teaagent.tui._screen import (
     FunctionReader,
@@ -403,6 +404,8 @@ class TeaAgentTUI:
         self._last_line = time.monotonic()
         self._last_interrupt = 0.0
         self._inbox: list[ApprovalItem] = []
+        # Every request /inbox has shown, as shown: a typed prefix must fit one of them alone.
+        self._inbox_shown: dict[tuple[str, str], ApprovalItem] = {}
         self._quit = False
         self._eof = False
 
@@ -1075,6 +1078,8 @@ class TeaAgentTUI:
                 self._screen.say(str(exc), "red")
                 return
         self._inbox = items
+        for item in items:
+            self._inbox_shown.setdefault((item.origin, item.request_id), item)
         if not items:
             self._screen.say(f"No pending requests for {self.node.agent_id}.")
             return
@@ -1102,15 +1107,20 @@ class TeaAgentTUI:
         assert self.node is not None
         with client:
             try:
-                request_id = resolve_id(typed, self._inbox)
+                item = resolve_request(
+                    client, typed, seen=self._inbox_shown.values(), among="shown by /inbox"
+                )
             except ValueError as exc:
                 self._screen.say(str(exc), "yellow")
+                return
+            except RelayError as exc:
+                self._screen.say(str(exc), "red")
                 return
             try:
                 result = decide(
                     client,
                     self.node,
-                    request_id,
+                    item,
                     deny=deny,
                     reason=reason.strip(),
                     signer=self.operator_signer,
@@ -1120,7 +1130,7 @@ class TeaAgentTUI:
                 return
         for line in decision_lines(result, self.node.agent_id):
             self._screen.say(line, "green" if not deny else "yellow")
-        self._inbox = [item for item in self._inbox if item.request_id != request_id]
+        self._inbox = [listed for listed in self._inbox if listed is not item]
 
     # -- models --------------------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ code                    status  meaning
 ``withdrawn``           409     its origin withdrew the request: this node signs nothing for it
 ``ambiguous``           409     several origins sent a request of this id: name the origin
 ``conflict``            409     this node already decided otherwise
+``changed``             409     the request under this id is not the one the operator confirmed
+                                (another tool or payload digest): nothing is signed
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
 ``unavailable``         503     the relay or Redis is down (or the service is starting)
 ``internal``            500     a bug; the message says no more than that

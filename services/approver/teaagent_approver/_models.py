@@ -27,6 +27,8 @@ __all__ = [
 
 AGENT_ID = "^[a-z0-9][a-z0-9._-]{0,63}$"
 MAX_REASON_CHARS = 4096  # a sentence or a paragraph; the origin shows it to its user
+MAX_TOOL_NAME_CHARS = 256  # a tool's name; the request's own bound is checked against the request
+PAYLOAD_DIGEST = "^sha256:[0-9a-f]{64}$"
 State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
 Kind = Literal["approval", "denial"]
 
@@ -102,6 +104,17 @@ class ApproveIn(BaseModel):
     origin: str | None = Field(
         default=None, pattern=AGENT_ID, description="The origin, when several sent a request of this id."
     )
+    expect_tool_name: str | None = Field(
+        default=None,
+        max_length=MAX_TOOL_NAME_CHARS,
+        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
+    )
+    expect_payload_digest: str | None = Field(
+        default=None,
+        pattern=PAYLOAD_DIGEST,
+        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
+        "differs.",
+    )
 
 
 class DenyIn(BaseModel):
@@ -113,6 +126,17 @@ class DenyIn(BaseModel):
     origin: str | None = Field(
         default=None, pattern=AGENT_ID, description="The origin, when several sent a request of this id."
     )
+    expect_tool_name: str | None = Field(
+        default=None,
+        max_length=MAX_TOOL_NAME_CHARS,
+        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
+    )
+    expect_payload_digest: str | None = Field(
+        default=None,
+        pattern=PAYLOAD_DIGEST,
+        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
+        "differs.",
+    )
 
 
 class DecisionIn(BaseModel):
@@ -122,6 +146,17 @@ class DecisionIn(BaseModel):
 
     statement: dict[str, Any] = Field(description="The approval or denial statement, exactly as signed.")
     signature: str = Field(description="The SSHSIG over its canonical bytes, base64 or armored.")
+    expect_tool_name: str | None = Field(
+        default=None,
+        max_length=MAX_TOOL_NAME_CHARS,
+        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
+    )
+    expect_payload_digest: str | None = Field(
+        default=None,
+        pattern=PAYLOAD_DIGEST,
+        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
+        "differs.",
+    )
 
 
 class DecisionOut(BaseModel):

@@ -15,6 +15,10 @@ API deviations (from /tmp/brief/issue10.md, for the command line's authors):
   the engine sends it again.
 - A refusal by the relay of a signed decision (for good) is passed on with the relay's status
   (403, 404, 409 or 422) and its sentence.
+- ``expect_tool_name`` and ``expect_payload_digest`` (optional, in the bodies of ``approve``, ``deny``
+  and ``decision``, in the query of ``statement``) are what the operator confirmed; a request whose
+  signed tool or digest differs is 409 ``changed`` and nothing is signed (PROTOCOL.md, "What an
+  approving node decides on": a request swapped in under the id or prefix the operator typed).
 - Non-JSON bodies are 400 ``invalid``; a body over 64 KiB is 413 ``too_large``; a wrong method 405
   ``method_not_allowed``.
 """
@@ -43,6 +47,8 @@ from teaagent_approver._items import Received, item_view
 from teaagent_approver._models import (
     AGENT_ID,
     MAX_REASON_CHARS,
+    MAX_TOOL_NAME_CHARS,
+    PAYLOAD_DIGEST,
     ApproveIn,
     DecisionIn,
     DecisionOut,
@@ -92,6 +98,21 @@ RequestId = Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="32 lowerc
 Origin = Annotated[
     str | None, Query(pattern=AGENT_ID, description="The origin, when several sent a request of this id.")
 ]
+ExpectToolName = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_TOOL_NAME_CHARS,
+        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
+    ),
+]
+ExpectPayloadDigest = Annotated[
+    str | None,
+    Query(
+        pattern=PAYLOAD_DIGEST,
+        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
+        "differs.",
+    ),
+]
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -137,6 +158,35 @@ async def _find(engine: Engine, request_id: str, origin: str | None) -> Received
             f"{request_id}; this node neither shows nor signs it.",
         )
     return engine.receive(item)
+
+
+def _check_expected(item: Received, tool_name: str | None, payload_digest: str | None) -> None:
+    """Refuse to decide on another request than the one the operator confirmed.
+
+    Compared with the signed request itself, never with the relay's copy of its fields: an origin
+    may withdraw what an operator read and send another request under the same prefix, and a relay
+    may show one thing and hold another.
+
+    Raises:
+        ApiError: 409 ``changed`` when the request's tool or payload digest is not the expected one.
+    """
+    request = item.request
+    differs = [
+        name
+        for name, expected, signed in (
+            ("tool", tool_name, request.tool_name),
+            ("payload digest", payload_digest, request.payload_digest),
+        )
+        if expected is not None and signed != expected
+    ]
+    if differs:
+        raise ApiError(
+            409,
+            "changed",
+            f"Request {request.request_id} of {request.origin} is not the request the operator confirmed: "
+            f"its signed {' and '.join(differs)} {'differ' if len(differs) > 1 else 'differs'}; this node "
+            "signs nothing for it.",
+        )
 
 
 def _decision_out(item: Received, outcome: Outcome) -> dict[str, Any]:
@@ -273,11 +323,14 @@ async def get_statement(
     kind: Literal["approval", "denial"] = "approval",
     reason: Annotated[str, Query(max_length=MAX_REASON_CHARS)] = "",
     origin: Origin = None,
+    expect_tool_name: ExpectToolName = None,
+    expect_payload_digest: ExpectPayloadDigest = None,
 ) -> Any:
     """Return this node's approval (or denial) statement and its canonical bytes, to sign with
     ``ssh-keygen -Y sign -n teaagent-approval`` (``teaagent-denial`` for a denial) and bring back
     through ``POST /v1/requests/{id}/decision``."""
     item = await _find(engine, request_id, origin)
+    _check_expected(item, expect_tool_name, expect_payload_digest)
     now = time.time()
     engine.check_signable(item, now)
     [(record, _signature)] = await engine.ledger.read([item.ref])
@@ -303,6 +356,7 @@ async def approve(request_id: RequestId, body: ApproveIn, engine: EngineDep, _au
     """Record, sign (node key), audit and forward this node's approval. The same call again
     answers the recorded decision; a denial recorded before is 409 ``conflict``."""
     item = await _find(engine, request_id, body.origin)
+    _check_expected(item, body.expect_tool_name, body.expect_payload_digest)
     return await _decide(engine, item, Proposal(kind="approval", reason=body.reason, by="operator"))
 
 
@@ -315,6 +369,7 @@ async def approve(request_id: RequestId, body: ApproveIn, engine: EngineDep, _au
 async def deny(request_id: RequestId, body: DenyIn, engine: EngineDep, _auth: Authorized) -> Any:
     """Record, sign (node key), audit and forward this node's denial with its reason."""
     item = await _find(engine, request_id, body.origin)
+    _check_expected(item, body.expect_tool_name, body.expect_payload_digest)
     return await _decide(engine, item, Proposal(kind="denial", reason=body.reason, by="operator"))
 
 
@@ -338,6 +393,8 @@ async def submit_decision(
     item = await _find(engine, request_id, origin)
     engine.check_signable(item, time.time())
     proposal = engine.check_signed_elsewhere(item, statement, body.signature)
+    # After the statement's own check: one that does not match its request stays 422 invalid.
+    _check_expected(item, body.expect_tool_name, body.expect_payload_digest)
     return await _decide(engine, item, proposal)
 
 
