@@ -359,7 +359,9 @@ def signing_key(
 
     PROTOCOL.md rules 2 and 3: the key embedded in the SSHSIG must be one of the signer's keys
     (an exact key, as ``ssh-keygen -Y verify`` compares them), allowed to sign in ``namespace``
-    at ``signed_at`` by its ``allowed_signers`` options; then the SSHSIG is verified with it.
+    at ``signed_at`` by its ``allowed_signers`` options; then the SSHSIG is verified with it. A
+    key listed several times (two ``allowed_signers`` lines with other namespaces or validity)
+    may sign when any of its entries allows it, as ``ssh-keygen -Y verify`` reads every line.
 
     Args:
         data: The exact bytes that were signed.
@@ -378,19 +380,34 @@ def signing_key(
     """
     if not keys:
         raise SignatureError(f"no public key is configured as {whose}.")
-    chosen = keys[0]
+    entries: Sequence[SignerKey] = keys
     if len(keys) > 1:
         embedded = parse_sshsig(signature).public_key_blob
-        found = next((key for key in keys if key.key.blob == embedded), None)
-        if found is None:
+        entries = [key for key in keys if key.key.blob == embedded]
+        if not entries:
             made_by = parse_sshsig(signature).signer_fingerprint
             raise SignatureError(f"it was made by the key {made_by}, which is not one of {whose}.")
-        chosen = found
-    refusal = chosen.refusal(namespace, signed_at)
-    if refusal is not None:
-        raise SignatureError(f"{refusal}.")
+    chosen = next((key for key in entries if key.limit(namespace, signed_at) is None), None)
+    if chosen is None:
+        raise SignatureError(_refusal(entries, namespace, signed_at))
     sshsig_verify(data, signature, chosen.key, namespace)
     return chosen
+
+
+def _refusal(entries: Sequence[SignerKey], namespace: str, signed_at: int) -> str:
+    """One sentence: why no entry of one key may sign in ``namespace`` at ``signed_at``."""
+    first = entries[0]
+    if len(entries) == 1:
+        return f"the key {first.fingerprint} {first.limit(namespace, signed_at)}."
+    reasons = "; ".join(
+        f"{f'at {entry.source}' if entry.source else f'in entry {number}'} it "
+        f"{entry.limit(namespace, signed_at)}"
+        for number, entry in enumerate(entries, 1)
+    )
+    return (
+        f"the key {first.fingerprint} is listed {len(entries)} times and no entry allows this "
+        f"signature: {reasons}."
+    )
 
 
 def verify_decision(statement: Mapping[str, Any], signature: str, keys: Sequence[SignerKey]) -> SignerKey:
