@@ -34,9 +34,13 @@ from teaagent.quorum import (
     evaluate,
     sign_approval,
     sign_denial,
+    sign_request,
+    sign_withdrawal,
     statement_bytes,
     verify_certificate,
     verify_decision,
+    verify_request_signature,
+    verify_withdrawal,
 )
 from teaagent.signing import signature_to_wire, sshsig_sign
 from teaagent.trust import MultiSigQuorumConfig, SignerKey, parse_allowed_signers
@@ -211,6 +215,61 @@ def test_allowed_signers_lines_are_read_as_ssh_keygen_reads_them() -> None:
     ]
     night = parse_allowed_signers(text, principal="ops-night", source="f")
     assert [key.valid_before for key in night] == [None, 1893456000]
+
+
+# -- the origin's keys ------------------------------------------------------------------------------
+
+
+def test_the_origin_signs_with_any_of_its_keys_its_limits_allow_at_the_documents_time() -> None:
+    request = request_for(config())
+    created_at = request["created_at"]
+    retired = SignerKey(line=public_line("alpha"), valid_before=created_at - 1, source="alpha.keys:1")
+    current = SignerKey(line=public_line("alpha-2"), source="alpha.keys:2")
+    approve_only = SignerKey(
+        line=public_line("alpha-ops"), namespaces=frozenset({"teaagent-approval"}), source="alpha.keys:3"
+    )
+    keys = (retired, current, approve_only)
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created_at - 1))
+    assert verify_request_signature(request, sign_request(request, signer("alpha-2")), keys) == current
+    with pytest.raises(
+        SignatureError, match=exactly(f"the key {retired.fingerprint} was valid only until {until}.")
+    ):
+        verify_request_signature(request, sign_request(request, signer("alpha")), keys)
+    with pytest.raises(
+        SignatureError,
+        match=exactly(
+            f"the key {approve_only.fingerprint} may sign only in teaagent-approval, not in teaagent-request."
+        ),
+    ):
+        verify_request_signature(request, sign_request(request, signer("alpha-ops")), keys)
+    withdrawal = sign_withdrawal(request, signer("alpha-ops"))
+    with pytest.raises(
+        SignatureError,
+        match=exactly(
+            f"the key {approve_only.fingerprint} may sign only in teaagent-approval, "
+            "not in teaagent-withdrawal."
+        ),
+    ):
+        verify_withdrawal(request, withdrawal["statement"], withdrawal["signature"], keys)
+    withdrawal = sign_withdrawal(request, signer("alpha-2"))
+    assert (
+        verify_withdrawal(request, withdrawal["statement"], withdrawal["signature"], keys)
+        == withdrawal["statement"]
+    )
+    # A request's validity is checked at its created_at, a withdrawal's at its withdrawn_at.
+    retiring = (SignerKey(line=public_line("alpha"), valid_before=created_at), current)
+    assert verify_request_signature(request, sign_request(request, signer("alpha")), retiring) == retiring[0]
+    on_time = sign_withdrawal(request, signer("alpha"), withdrawn_at=created_at)
+    verify_withdrawal(request, on_time["statement"], on_time["signature"], retiring)
+    late = sign_withdrawal(request, signer("alpha"), withdrawn_at=created_at + 1)
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created_at))
+    with pytest.raises(
+        SignatureError, match=exactly(f"the key {retiring[0].fingerprint} was valid only until {at}.")
+    ):
+        verify_withdrawal(request, late["statement"], late["signature"], retiring)
+    # One key line is still one key without limits.
+    signed, line = sign_request(request, signer("alpha")), public_line("alpha")
+    assert verify_request_signature(request, signed, line) == SignerKey(line=line)
 
 
 # -- the relay, at both ends ------------------------------------------------------------------------
