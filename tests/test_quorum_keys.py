@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from key_forms import sk_form
+from key_forms import rsa_exponent_forms, rsa_line, sk_form
 from relay_support import (
     approval,
     asynctest,
@@ -26,7 +26,7 @@ from relay_support import (
     write_cluster,
 )
 
-from teaagent.errors import SignatureError
+from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum import (
     approval_statement,
     build_request,
@@ -42,7 +42,7 @@ from teaagent.quorum import (
     verify_request_signature,
     verify_withdrawal,
 )
-from teaagent.signing import signature_to_wire, sshsig_sign
+from teaagent.signing import SSHPrivateKey, signature_to_wire, sshsig_sign
 from teaagent.trust import MultiSigQuorumConfig, SignerKey, parse_allowed_signers
 
 PEERS = ["beta", "delta", "gamma"]
@@ -184,6 +184,28 @@ def test_a_key_can_belong_to_one_peer_only_in_any_form() -> None:
         SignerKey(line=public_line("beta")),
         operator_key(),
     )
+
+
+def test_a_signers_rsa_key_under_two_exponents_is_one_key_and_counts_once() -> None:
+    usual, other = rsa_exponent_forms()
+    node_key, operator = SignerKey(line=rsa_line(usual)), SignerKey(line=rsa_line(other), source="ops.pub")
+    lines = {peer: public_line(peer) for peer in PEERS} | {"beta": node_key.line}
+    quorum = config({"beta": (operator,)}, peer_public_keys=lines)
+    assert quorum.keys_of("beta") == (node_key,)
+    request = request_for(quorum)
+    statement = approval_statement(request, "beta", int(time.time()))
+    by_beta = []
+    for key in (usual, other):
+        signature = sshsig_sign(
+            statement_bytes(statement), SSHPrivateKey.from_cryptography(key), "teaagent-approval"
+        )
+        by_beta.append({"statement": statement, "signature": signature_to_wire(signature)})
+    outcome = evaluate(request, by_beta, [], quorum)
+    assert (outcome.state, outcome.signers) == ("pending", ("beta",))
+    with pytest.raises(
+        QuorumError, match=exactly("The certificate proves 1 of the 2 approvals required (counted: beta).")
+    ):
+        verify_certificate({"request": request, "request_signature": "x", "approvals": by_beta}, quorum)
 
 
 def test_verify_decision_names_the_key_that_signed() -> None:
