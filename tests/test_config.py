@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from key_forms import sk_form
+from key_forms import rsa_exponent_forms, rsa_line, sk_form
 
 from teaagent.config import (
     CONFIG_ENV_VAR,
@@ -31,6 +31,8 @@ from teaagent.tools import ToolRateLimit
 
 _PRIVATE = {name: Ed25519PrivateKey.generate() for name in ("alpha", "beta", "gamma", "delta")}
 LINES = {name: SSHPrivateKey.from_cryptography(key).public_key.to_line() for name, key in _PRIVATE.items()}
+# One RSA modulus under e = 65537 and under another exponent: one key (PROTOCOL.md "RSA key identity").
+RSA_LINES = tuple(rsa_line(key) for key in rsa_exponent_forms())
 
 
 def write_private_key(path: Path, name: str = "alpha") -> None:
@@ -478,6 +480,12 @@ CASES: list[tuple[str, Callable[[str], str], str]] = [
         "which would count twice.",
     ),
     (
+        "two peers with one RSA modulus under two exponents",
+        lambda t: t.replace(LINES["beta"], RSA_LINES[0]).replace(LINES["gamma"], RSA_LINES[1]),
+        "alpha.toml: peers.beta.public_key and peers.gamma.public_key are the same key, "
+        "which would count twice.",
+    ),
+    (
         "a peer with this node's key in its security-key form",
         lambda t: t.replace(LINES["delta"], sk_form(LINES["alpha"], "ssh:delta")),
         "alpha.toml: peers.delta.public_key is this node's own key, which would count this node as a peer.",
@@ -810,6 +818,16 @@ def test_a_peer_may_list_several_keys_and_an_allowed_signers_file(node_dir: Path
     assert config.peers["beta"].public_key == LINES["beta"]
     assert config.quorum.keys_of("beta") == keys
     assert config.quorum.keys_of("gamma") == (config.peers["gamma"].keys[0],)
+
+
+def test_a_peers_rsa_key_under_two_exponents_is_one_key(node_dir: Path) -> None:
+    text = EXAMPLE.replace(
+        f'public_key = "{LINES["beta"]}"\n',
+        f'public_key = "{RSA_LINES[0]}"\npublic_keys = ["{RSA_LINES[1]}"]\n',
+    )
+    config = load(text)
+    assert [key.line for key in config.peers["beta"].keys] == [RSA_LINES[0]]
+    assert config.quorum.keys_of("beta") == config.peers["beta"].keys
 
 
 def test_operators_and_notify_are_read(node_dir: Path) -> None:

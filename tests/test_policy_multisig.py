@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from key_forms import sk_form
+from key_forms import rsa_exponent_forms, rsa_line, sk_form
 
 from teaagent._canonical import payload_digest
 from teaagent.errors import ApprovalDeniedError
@@ -232,6 +232,16 @@ def test_one_key_in_another_ssh_form_is_still_one_key(
         ValueError, match=exactly("peers beta and gamma share one public key, which would count twice.")
     ):
         config(peer_public_keys={**KEYS, "beta": beta, "gamma": gamma})
+
+
+def test_one_rsa_modulus_under_two_exponents_is_one_key() -> None:
+    # Whoever factored n signs under e = 3 as well as under e = 65537: one key, one peer at most.
+    usual, other = (rsa_line(key) for key in rsa_exponent_forms())
+    assert usual.split()[1] != other.split()[1]  # different blobs, one modulus
+    with pytest.raises(
+        ValueError, match=exactly("peers beta and gamma share one public key, which would count twice.")
+    ):
+        config(peer_public_keys={**KEYS, "beta": usual, "gamma": other})
 
 
 def test_distinct_keys_in_security_key_form_are_distinct_peers(ssh_key_factory: Callable[..., Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from key_forms import sk_form
+from key_forms import rsa_exponent_forms, rsa_line, sk_form
 from relay_support import (
     approval,
     asynctest,
@@ -38,11 +38,14 @@ from teaagent.quorum import (
     sign_approval,
     sign_denial,
     sign_request,
+    sign_withdrawal,
     statement_bytes,
     verify_certificate,
     verify_decision,
+    verify_request_signature,
+    verify_withdrawal,
 )
-from teaagent.signing import signature_to_wire, sshsig_sign
+from teaagent.signing import SSHPrivateKey, signature_to_wire, sshsig_sign
 from teaagent.trust import MultiSigQuorumConfig, SignerKey, parse_allowed_signers
 
 PEERS = ["beta", "delta", "gamma"]
@@ -281,6 +284,28 @@ def test_a_key_can_belong_to_one_peer_only_in_any_form() -> None:
     )
 
 
+def test_a_signers_rsa_key_under_two_exponents_is_one_key_and_counts_once() -> None:
+    usual, other = rsa_exponent_forms()
+    node_key, operator = SignerKey(line=rsa_line(usual)), SignerKey(line=rsa_line(other), source="ops.pub")
+    lines = {peer: public_line(peer) for peer in PEERS} | {"beta": node_key.line}
+    quorum = config({"beta": (operator,)}, peer_public_keys=lines)
+    assert quorum.keys_of("beta") == (node_key,)
+    request = request_for(quorum)
+    statement = approval_statement(request, "beta", int(time.time()))
+    by_beta = []
+    for key in (usual, other):
+        signature = sshsig_sign(
+            statement_bytes(statement), SSHPrivateKey.from_cryptography(key), "teaagent-approval"
+        )
+        by_beta.append({"statement": statement, "signature": signature_to_wire(signature)})
+    outcome = evaluate(request, by_beta, [], quorum)
+    assert (outcome.state, outcome.signers) == ("pending", ("beta",))
+    with pytest.raises(
+        QuorumError, match=exactly("The certificate proves 1 of the 2 approvals required (counted: beta).")
+    ):
+        verify_certificate({"request": request, "request_signature": "x", "approvals": by_beta}, quorum)
+
+
 def test_verify_decision_names_the_key_that_signed() -> None:
     quorum = config()
     request = request_for(quorum)
@@ -310,6 +335,61 @@ def test_allowed_signers_lines_are_read_as_ssh_keygen_reads_them() -> None:
     ]
     night = parse_allowed_signers(text, principal="ops-night", source="f")
     assert [key.valid_before for key in night] == [None, 1893456000]
+
+
+# -- the origin's keys ------------------------------------------------------------------------------
+
+
+def test_the_origin_signs_with_any_of_its_keys_its_limits_allow_at_the_documents_time() -> None:
+    request = request_for(config())
+    created_at = request["created_at"]
+    retired = SignerKey(line=public_line("alpha"), valid_before=created_at - 1, source="alpha.keys:1")
+    current = SignerKey(line=public_line("alpha-2"), source="alpha.keys:2")
+    approve_only = SignerKey(
+        line=public_line("alpha-ops"), namespaces=frozenset({"teaagent-approval"}), source="alpha.keys:3"
+    )
+    keys = (retired, current, approve_only)
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created_at - 1))
+    assert verify_request_signature(request, sign_request(request, signer("alpha-2")), keys) == current
+    with pytest.raises(
+        SignatureError, match=exactly(f"the key {retired.fingerprint} was valid only until {until}.")
+    ):
+        verify_request_signature(request, sign_request(request, signer("alpha")), keys)
+    with pytest.raises(
+        SignatureError,
+        match=exactly(
+            f"the key {approve_only.fingerprint} may sign only in teaagent-approval, not in teaagent-request."
+        ),
+    ):
+        verify_request_signature(request, sign_request(request, signer("alpha-ops")), keys)
+    withdrawal = sign_withdrawal(request, signer("alpha-ops"))
+    with pytest.raises(
+        SignatureError,
+        match=exactly(
+            f"the key {approve_only.fingerprint} may sign only in teaagent-approval, "
+            "not in teaagent-withdrawal."
+        ),
+    ):
+        verify_withdrawal(request, withdrawal["statement"], withdrawal["signature"], keys)
+    withdrawal = sign_withdrawal(request, signer("alpha-2"))
+    assert (
+        verify_withdrawal(request, withdrawal["statement"], withdrawal["signature"], keys)
+        == withdrawal["statement"]
+    )
+    # A request's validity is checked at its created_at, a withdrawal's at its withdrawn_at.
+    retiring = (SignerKey(line=public_line("alpha"), valid_before=created_at), current)
+    assert verify_request_signature(request, sign_request(request, signer("alpha")), retiring) == retiring[0]
+    on_time = sign_withdrawal(request, signer("alpha"), withdrawn_at=created_at)
+    verify_withdrawal(request, on_time["statement"], on_time["signature"], retiring)
+    late = sign_withdrawal(request, signer("alpha"), withdrawn_at=created_at + 1)
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created_at))
+    with pytest.raises(
+        SignatureError, match=exactly(f"the key {retiring[0].fingerprint} was valid only until {at}.")
+    ):
+        verify_withdrawal(request, late["statement"], late["signature"], retiring)
+    # One key line is still one key without limits.
+    signed, line = sign_request(request, signer("alpha")), public_line("alpha")
+    assert verify_request_signature(request, signed, line) == SignerKey(line=line)
 
 
 # -- the relay, at both ends ------------------------------------------------------------------------

@@ -336,23 +336,54 @@ def sign_request(request: Mapping[str, Any], key: Signer) -> str:
     return wire_signature(sshsig_sign(request_statement(request), key, REQUEST_NAMESPACE))
 
 
-def verify_request_signature(request: Mapping[str, Any], signature: str, origin_public_key: str) -> None:
-    """Check the origin's signature over a request.
+def verify_request_signature(
+    request: Mapping[str, Any], signature: str, origin_keys: Sequence[SignerKey] | str
+) -> SignerKey:
+    """Check the origin's signature over a request, with every key of the origin and its limits.
+
+    PROTOCOL.md "Keys of the origin": the key embedded in the SSHSIG must be one of the origin's
+    keys in the verifier's own configuration, allowed by its ``allowed_signers`` options to sign
+    in ``teaagent-request`` at the request's ``created_at`` (:func:`signing_key`), never the first
+    listed key alone: a rotated origin keeps working, and a retired or approve-only key
+    originates nothing.
 
     Args:
         request: The request document.
         signature: The origin's SSHSIG signature, bare base64 or armored.
-        origin_public_key: The origin's configured public key line (``ssh-ed25519 AAAA...``).
+        origin_keys: The origin's keys (``NodeConfig.peers[origin].keys``,
+            ``MultiSigQuorumConfig.keys_of(origin)``), or one public key line without limits.
+
+    Returns:
+        The key that signed.
 
     Raises:
         QuorumError: The request is malformed.
-        SignatureError: The signature is malformed, was made by another key or for another
-            namespace, or does not verify over the request's canonical bytes.
+        SignatureError: The signature is malformed, was made by a key that is not one of
+            ``origin_keys`` or that may not sign requests at ``created_at``, is for another
+            namespace, or does not verify over the request's canonical bytes (one sentence).
     """
     validate_request(request)
     if not isinstance(signature, str):
         raise SignatureError("The request signature is not a string.")
-    sshsig_verify(request_statement(request), signature, origin_public_key, REQUEST_NAMESPACE)
+    keys = _origin_keys(origin_keys)
+    return signing_key(
+        request_statement(request),
+        signature,
+        keys,
+        REQUEST_NAMESPACE,
+        request["created_at"],
+        whose=f"the keys of {request['origin']}",
+    )
+
+
+def _origin_keys(keys: Sequence[SignerKey] | str) -> Sequence[SignerKey]:
+    """The keys as given, or a key line as one key without limits (a SignatureError when unusable)."""
+    if not isinstance(keys, str):
+        return keys
+    try:
+        return (SignerKey(line=keys, source="the origin's key"),)
+    except ValueError as exc:
+        raise SignatureError(str(exc)) from None
 
 
 def signing_key(
@@ -362,7 +393,9 @@ def signing_key(
 
     PROTOCOL.md rules 2 and 3: the key embedded in the SSHSIG must be one of the signer's keys
     (an exact key, as ``ssh-keygen -Y verify`` compares them), allowed to sign in ``namespace``
-    at ``signed_at`` by its ``allowed_signers`` options; then the SSHSIG is verified with it.
+    at ``signed_at`` by its ``allowed_signers`` options; then the SSHSIG is verified with it. A
+    key listed several times (two ``allowed_signers`` lines with other namespaces or validity)
+    may sign when any of its entries allows it, as ``ssh-keygen -Y verify`` reads every line.
 
     Args:
         data: The exact bytes that were signed.
@@ -381,19 +414,34 @@ def signing_key(
     """
     if not keys:
         raise SignatureError(f"no public key is configured as {whose}.")
-    chosen = keys[0]
+    entries: Sequence[SignerKey] = keys
     if len(keys) > 1:
         embedded = parse_sshsig(signature).public_key_blob
-        found = next((key for key in keys if key.key.blob == embedded), None)
-        if found is None:
+        entries = [key for key in keys if key.key.blob == embedded]
+        if not entries:
             made_by = parse_sshsig(signature).signer_fingerprint
             raise SignatureError(f"it was made by the key {made_by}, which is not one of {whose}.")
-        chosen = found
-    refusal = chosen.refusal(namespace, signed_at)
-    if refusal is not None:
-        raise SignatureError(f"{refusal}.")
+    chosen = next((key for key in entries if key.limit(namespace, signed_at) is None), None)
+    if chosen is None:
+        raise SignatureError(_refusal(entries, namespace, signed_at))
     sshsig_verify(data, signature, chosen.key, namespace)
     return chosen
+
+
+def _refusal(entries: Sequence[SignerKey], namespace: str, signed_at: int) -> str:
+    """One sentence: why no entry of one key may sign in ``namespace`` at ``signed_at``."""
+    first = entries[0]
+    if len(entries) == 1:
+        return f"the key {first.fingerprint} {first.limit(namespace, signed_at)}."
+    reasons = "; ".join(
+        f"{f'at {entry.source}' if entry.source else f'in entry {number}'} it "
+        f"{entry.limit(namespace, signed_at)}"
+        for number, entry in enumerate(entries, 1)
+    )
+    return (
+        f"the key {first.fingerprint} is listed {len(entries)} times and no entry allows this "
+        f"signature: {reasons}."
+    )
 
 
 def verify_decision(statement: Mapping[str, Any], signature: str, keys: Sequence[SignerKey]) -> SignerKey:
@@ -713,7 +761,10 @@ def withdrawal_problem(request: Mapping[str, Any], statement: object) -> str | N
 
 
 def verify_withdrawal(
-    request: Mapping[str, Any], statement: Mapping[str, Any], signature: str, keys: Sequence[SignerKey]
+    request: Mapping[str, Any],
+    statement: Mapping[str, Any],
+    signature: str,
+    keys: Sequence[SignerKey] | str,
 ) -> dict[str, Any]:
     """Check a withdrawal of ``request`` signed by its origin; return the statement rebuilt from the request.
 
@@ -721,21 +772,24 @@ def verify_withdrawal(
 
     1. the carried statement equals the withdrawal rebuilt from the request (every field, its type);
     2. the signature is an SSHSIG in namespace ``teaagent-withdrawal`` made by one of ``keys``
-       (the origin's keys in the verifier's own configuration), allowed to sign then, over the
-       rebuilt statement's canonical bytes.
+       (all the origin's keys in the verifier's own configuration, never the first alone),
+       allowed by its namespaces and validity to sign at ``withdrawn_at``, over the rebuilt
+       statement's canonical bytes.
 
     Args:
         request: The request as the verifier stores it (well formed).
         statement: The carried withdrawal.
         signature: The SSHSIG over its canonical bytes, bare base64 or armored.
-        keys: The keys that may sign for the request's origin.
+        keys: The keys of the request's origin (``NodeConfig.peers[origin].keys``), or one
+            public key line without limits.
 
     Returns:
         The rebuilt statement (what the signature covers; keep it, not the carried one).
 
     Raises:
         QuorumError: The statement is not a withdrawal of this request.
-        SignatureError: The signature is malformed, by another key, or does not verify.
+        SignatureError: The signature is malformed, was made by a key that is not one of ``keys``
+            or that may not sign withdrawals at ``withdrawn_at``, or does not verify.
     """
     problem = withdrawal_problem(request, statement)
     if problem is not None:
@@ -746,7 +800,7 @@ def verify_withdrawal(
     signing_key(
         statement_bytes(rebuilt),
         signature,
-        keys,
+        _origin_keys(keys),
         WITHDRAWAL_NAMESPACE,
         rebuilt["withdrawn_at"],
         whose=f"the keys of {request['origin']}",

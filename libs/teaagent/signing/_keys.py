@@ -71,6 +71,7 @@ MIN_RSA_BITS = 2048  # smaller RSA moduli are within reach of a determined attac
 MAX_RSA_BITS = 16384  # OpenSSH's own ceiling; larger moduli only make verification a denial of service
 MAX_KEY_LINE_CHARS = 16 * 1024  # a 16384-bit RSA public key line is about 2.8 KB; leave room for a comment
 SK_USER_PRESENCE = 0x01  # PROTOCOL.u2f: the token saw a touch for this very signature
+_RSA_IDENTITY_EXPONENT = 65537  # the exponent an RSA key's identity is written with: only n counts
 RSA_SIGNATURE_ALGORITHMS = {"rsa-sha2-256": hashes.SHA256, "rsa-sha2-512": hashes.SHA512}
 
 CryptographyPublicKey = Ed25519PublicKey | ec.EllipticCurvePublicKey | rsa.RSAPublicKey
@@ -110,7 +111,9 @@ class SSHPublicKey:
     two keys are *the same key*, as PROTOCOL.md "Key identity" means it, is :attr:`identity`:
     an Ed25519 key as ``ssh-ed25519`` and as ``sk-ssh-ed25519@openssh.com``, or a P-256 key as
     ``ecdsa-sha2-nistp256`` and as ``sk-ecdsa-sha2-nistp256@openssh.com``, are two keys but one
-    identity, since whoever holds the private key can sign in either form.
+    identity, since whoever holds the private key can sign in either form. An RSA key's identity
+    is its modulus (PROTOCOL.md "RSA key identity"): the same modulus with another public exponent
+    is the same private key.
     """
 
     __slots__ = (
@@ -147,7 +150,14 @@ class SSHPublicKey:
         # The key material alone, in one encoding for every type: the DER SubjectPublicKeyInfo
         # names the algorithm (and curve) and holds the public key, and knows nothing of the SSH
         # type name or of a security key's application string.
-        self._identity = crypto_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        identity_key: CryptographyPublicKey = crypto_key
+        if isinstance(crypto_key, rsa.RSAPublicKey):
+            # An RSA key is its modulus: whoever factored n signs under any public exponent, so
+            # (n, 65537) and (n, 3) are one private key. The exponent is set to 65537 here, so
+            # that the identity of the usual key is its own DER, and every exponent gives it.
+            modulus = crypto_key.public_numbers().n
+            identity_key = rsa.RSAPublicNumbers(_RSA_IDENTITY_EXPONENT, modulus).public_key()
+        self._identity = identity_key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
 
     @property
     def identity(self) -> bytes:
@@ -155,7 +165,8 @@ class SSHPublicKey:
 
         Compare identities, never blobs or fingerprints, to decide whether two configured keys
         are one key: ``ssh-ed25519 X`` and ``sk-ssh-ed25519@openssh.com X ssh:`` have different
-        blobs and fingerprints but one private key.
+        blobs and fingerprints but one private key, and so have two RSA keys with one modulus
+        and two exponents.
         """
         return self._identity
 

@@ -8,14 +8,21 @@ this configuration. Their seed import path, ``from teaagent.policy import MultiS
 keeps working: :mod:`teaagent.policy` re-exports them.
 
 A signer's several keys (PROTOCOL.md "Keys of a peer") are :class:`SignerKey` objects, read from
-``allowed_signers`` files by :func:`parse_allowed_signers`. Key identity (PROTOCOL.md "Key
+``allowed_signers`` files by :func:`parse_allowed_signers`, which matches principals and namespaces
+as OpenSSH does (:func:`match_pattern_list`). Key identity (PROTOCOL.md "Key
 identity") is key material: :attr:`teaagent.signing.SSHPublicKey.identity`,
 which this package uses wherever it compares two peers' keys.
 """
 
 from __future__ import annotations
 
-from teaagent.trust._keys import MAX_ALLOWED_SIGNERS_BYTES, SignerKey, parse_allowed_signers, unique_keys
+from teaagent.trust._keys import (
+    MAX_ALLOWED_SIGNERS_BYTES,
+    SignerKey,
+    match_pattern_list,
+    parse_allowed_signers,
+    unique_keys,
+)
 from teaagent.trust._multisig import (
     AGENT_ID_PATTERN,
     DEFAULT_QUORUM_TIMEOUT_SECONDS,
@@ -34,6 +41,7 @@ __all__ = [
     "PeerSignature",
     "SignerKey",
     "check_agent_id",
+    "match_pattern_list",
     "parse_allowed_signers",
     "unique_keys",
 ]

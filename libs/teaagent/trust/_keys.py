@@ -7,31 +7,112 @@ signer counts once.
 
 The ``allowed_signers`` format is the one ``ssh-keygen -Y verify`` and git's SSH signing read
 (ssh-keygen(1), "ALLOWED SIGNERS"): one key per line, ``principals [options] keytype base64
-[comment]``; ``principals`` is a comma-separated list of patterns (``*`` and ``?``); the options are
-``namespaces="a,b"``, ``valid-after="YYYYMMDD[HHMM[SS]][Z]"``, ``valid-before=...`` and
-``cert-authority``. Certificates are not supported in protocol version 1, so a ``cert-authority``
-line is refused rather than skipped: a file that trusts a CA must not silently trust nobody, nor
-the CA key itself as a plain key.
+[comment]``; the options are ``namespaces="a,b"``, ``valid-after="YYYYMMDD[HHMM[SS]][Z]"``,
+``valid-before=...`` and ``cert-authority``. OpenSSH is the reference, and this module reads a
+line as its ``sshsig.c`` does: ``principals`` (a quoted string or one word) and ``namespaces`` are
+pattern lists matched as ``match_pattern_list`` matches them (:func:`match_pattern_list`); a time
+without ``Z`` or ``UTC`` is local time as ``mktime`` reads a ``struct tm`` cleared to zero (so
+standard time, even in summer); ``valid-before`` still admits its own second. Certificates are
+not supported in protocol version 1, so a ``cert-authority`` line is refused rather than skipped:
+a file that trusts a CA must not silently trust nobody, nor the CA key itself as a plain key.
 """
 
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Final
 
 from teaagent.errors import SignatureError
 from teaagent.signing import SUPPORTED_KEY_TYPES, SSHPublicKey, parse_public_key
 
-__all__ = ["MAX_ALLOWED_SIGNERS_BYTES", "SignerKey", "parse_allowed_signers", "unique_keys"]
+__all__ = [
+    "MAX_ALLOWED_SIGNERS_BYTES",
+    "SignerKey",
+    "match_pattern_list",
+    "parse_allowed_signers",
+    "unique_keys",
+]
 
 MAX_ALLOWED_SIGNERS_BYTES: Final = 1024 * 1024  # thousands of keys; a configuration file, not a database
-_TIME = re.compile(r"(\d{8})(\d{4}(\d{2})?)?(Z?)")
+# OpenSSH copies each subpattern into a 1024-byte buffer; a longer one makes the whole list fail.
+MAX_SUBPATTERN_BYTES: Final = 1022
+_TIME = re.compile(r"(\d{8})(\d{4}(\d{2})?)?(Z|UTC)?", re.IGNORECASE)
 _KNOWN_OPTIONS: Final = ("cert-authority", "namespaces", "valid-after", "valid-before")
+_WHITESPACE: Final = " \t\r\n"  # OpenSSH's WHITESPACE, which splits the principals from the rest
+
+
+@functools.lru_cache(maxsize=4096)
+def _match_pattern(text: bytes, pattern: bytes) -> bool:
+    """OpenSSH's ``match_pattern``: ``*`` is any run of bytes, ``?`` any one byte, the rest literal.
+
+    Run as a set of pattern positions (no backtracking), so no pattern costs more than
+    ``len(text) * len(pattern)`` steps.
+    """
+
+    def closure(positions: set[int]) -> set[int]:
+        for position in sorted(positions):
+            while position < len(pattern) and pattern[position] == ord("*"):
+                position += 1
+                positions.add(position)
+        return positions
+
+    positions = closure({0})
+    for byte in text:
+        following: set[int] = set()
+        for position in positions:
+            if position == len(pattern):
+                continue
+            wanted = pattern[position]
+            if wanted == ord("*"):
+                following.add(position)
+            elif wanted in (ord("?"), byte):
+                following.add(position + 1)
+        positions = closure(following)
+        if not positions:
+            return False
+    return len(pattern) in positions
+
+
+def _subpatterns(text: str) -> tuple[str, ...]:
+    """A pattern list split as ``match_pattern_list`` splits it: at every comma; a final comma ends it."""
+    parts = text.split(",")
+    if parts[-1] == "":
+        parts.pop()
+    return tuple(parts)
+
+
+def match_pattern_list(text: str, patterns: Iterable[str]) -> int:
+    """OpenSSH's ``match_pattern_list`` (``match.c``), case-sensitive, over subpatterns already split.
+
+    Only ``*`` and ``?`` are wildcards (``[`` is a literal character); a subpattern starting with
+    ``!`` is negated.
+
+    Args:
+        text: The principal or namespace.
+        patterns: The subpatterns (``beta``, ``ops-*``, ``!mallory``).
+
+    Returns:
+        -1 when a negated subpattern matches (the list then matches nobody, whatever else it
+        holds), 1 when a plain one does, 0 otherwise (also when a subpattern is longer than
+        OpenSSH's buffer, which OpenSSH answers with 0).
+    """
+    subject = text.encode("utf-8")
+    matched = 0
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = (pattern[1:] if negated else pattern).encode("utf-8")
+        if len(body) > MAX_SUBPATTERN_BYTES:
+            return 0
+        if _match_pattern(subject, body):
+            if negated:
+                return -1
+            matched = 1
+    return matched
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,9 +121,12 @@ class SignerKey:
 
     Attributes:
         line: The key as an OpenSSH public key line (``TYPE BASE64 [COMMENT]``).
-        namespaces: The signature namespaces it may sign in; None for every namespace.
+        namespaces: The patterns of the namespaces it may sign in (``namespaces="..."`` split at
+            its commas, as OpenSSH splits it, ``*``, ``?`` and ``!`` included); None for every
+            namespace.
         valid_after: Its signatures must carry a ``signed_at`` at or after this (Unix seconds).
-        valid_before: Its signatures must carry a ``signed_at`` before this (Unix seconds).
+        valid_before: Its signatures must carry a ``signed_at`` at or before this (Unix seconds),
+            as OpenSSH refuses only a verify time after ``valid-before``.
         source: Where it was listed, for messages (``peers.beta.public_key``, ``ops.allowed_signers:3``).
     """
 
@@ -77,16 +161,25 @@ class SignerKey:
         """``SHA256:...``, as ``ssh-keygen -lf`` prints it."""
         return self.key.fingerprint
 
+    def limit(self, namespace: str, signed_at: int) -> str | None:
+        """Return which of this key's limits refuses ``namespace`` at ``signed_at`` (a clause), or None.
+
+        OpenSSH's ``check_allowed_keys_line``: the namespace must match the ``namespaces``
+        pattern list, and ``valid_after <= signed_at <= valid_before``.
+        """
+        if self.namespaces is not None and match_pattern_list(namespace, self.namespaces) != 1:
+            allowed = ", ".join(sorted(self.namespaces)) or "no namespace"
+            return f"may sign only in {allowed}, not in {namespace}"
+        if self.valid_after is not None and signed_at < self.valid_after:
+            return f"is valid only from {_shown(self.valid_after)}"
+        if self.valid_before is not None and signed_at > self.valid_before:
+            return f"was valid only until {_shown(self.valid_before)}"
+        return None
+
     def refusal(self, namespace: str, signed_at: int) -> str | None:
         """Return why this key may not sign in ``namespace`` at ``signed_at``, or None when it may."""
-        if self.namespaces is not None and namespace not in self.namespaces:
-            allowed = ", ".join(sorted(self.namespaces)) or "no namespace"
-            return f"the key {self.fingerprint} may sign only in {allowed}, not in {namespace}"
-        if self.valid_after is not None and signed_at < self.valid_after:
-            return f"the key {self.fingerprint} is valid only from {_shown(self.valid_after)}"
-        if self.valid_before is not None and signed_at >= self.valid_before:
-            return f"the key {self.fingerprint} was valid only until {_shown(self.valid_before)}"
-        return None
+        limit = self.limit(namespace, signed_at)
+        return None if limit is None else f"the key {self.fingerprint} {limit}"
 
 
 def _shown(when: int) -> str:
@@ -94,7 +187,12 @@ def _shown(when: int) -> str:
 
 
 def _timestamp(text: str, where: str) -> int:
-    """An allowed_signers time, ``YYYYMMDD[HHMM[SS]]``: UTC with a final Z, else local time (OpenSSH)."""
+    """An allowed_signers time, ``YYYYMMDD[HHMM[SS]]``, as OpenSSH's ``parse_absolute_time`` reads it.
+
+    UTC with a final ``Z`` or ``UTC`` (any case); else local time, by ``mktime`` with
+    ``tm_isdst = 0`` as OpenSSH calls it (its ``struct tm`` is cleared to zero): standard time
+    even while summer time is in force, an hour later than the wall clock then.
+    """
     match = _TIME.fullmatch(text)
     if match is None:
         raise ValueError(f"{where}: the time {text!r} is not YYYYMMDD, YYYYMMDDHHMM or YYYYMMDDHHMMSS.")
@@ -105,9 +203,29 @@ def _timestamp(text: str, where: str) -> int:
         parsed = time.strptime(digits, "%Y%m%d%H%M%S")
     except ValueError:
         raise ValueError(f"{where}: the time {text!r} is not a valid date and time.") from None
-    if match.group(4):
-        return calendar.timegm(parsed)
-    return int(time.mktime(parsed))
+    try:
+        when = calendar.timegm(parsed) if match.group(4) else int(time.mktime((*parsed[:6], 0, 0, 0)))
+    except (OverflowError, ValueError):
+        raise ValueError(f"{where}: the time {text!r} is not a valid date and time.") from None
+    if when <= 0:  # OpenSSH refuses it: zero stands for no limit, and time_t before 1970 for an error
+        raise ValueError(f"{where}: the time {text!r} is not after 1970-01-01 00:00:00 UTC.")
+    return when
+
+
+def _principals_field(line: str) -> tuple[str, str]:
+    """Split off the principals as OpenSSH's ``strdelimw`` does: one word, or a quoted string.
+
+    Returns the principals (their quotes removed) and the rest of the line.
+    """
+    for index, char in enumerate(line):
+        if char == '"':
+            end = line.find('"', index + 1)
+            if end < 0:
+                raise ValueError("the quoted principals are not closed")
+            return line[:index] + line[index + 1 : end], line[end + 1 :].lstrip(_WHITESPACE)
+        if char in _WHITESPACE:
+            return line[:index], line[index:].lstrip(_WHITESPACE)
+    return line, ""
 
 
 def _split_fields(line: str) -> list[str]:
@@ -155,10 +273,6 @@ def _unquote(value: str, where: str, name: str) -> str:
     return value[1:-1]
 
 
-def _principals_match(principals: str, principal: str) -> bool:
-    return any(fnmatchcase(principal, pattern) for pattern in principals.split(",") if pattern)
-
-
 def parse_allowed_signers(text: str, *, principal: str, source: str) -> tuple[SignerKey, ...]:
     """Return the keys an ``allowed_signers`` text lists for ``principal``, in file order.
 
@@ -174,8 +288,10 @@ def parse_allowed_signers(text: str, *, principal: str, source: str) -> tuple[Si
         The keys, each with its namespaces and validity.
 
     Raises:
-        ValueError: A line is malformed, names an unknown option, holds a key that cannot be used,
-            or is a ``cert-authority`` line (the sentence names the file and the line).
+        ValueError: A line is malformed, names an unknown option or one option twice, has a
+            ``valid-before`` not later than its ``valid-after``, holds a key that cannot be used,
+            or is a ``cert-authority`` line (the sentence names the file and the line): OpenSSH
+            refuses such a line too.
     """
     if len(text.encode("utf-8")) > MAX_ALLOWED_SIGNERS_BYTES:
         raise ValueError(f"{source} is larger than {MAX_ALLOWED_SIGNERS_BYTES} bytes.")
@@ -186,14 +302,14 @@ def parse_allowed_signers(text: str, *, principal: str, source: str) -> tuple[Si
             continue
         where = f"{source}:{number}"
         try:
-            fields = _split_fields(line)
+            principals, remainder = _principals_field(line)
+            rest = _split_fields(remainder)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}.") from None
-        if len(fields) < 3:
+        if len(rest) < 2:
             raise ValueError(
                 f"{where}: a line needs principals, a key type and the key ('PRINCIPALS TYPE BASE64')."
             )
-        principals, rest = fields[0], fields[1:]
         options: list[str] = []
         if rest[0] not in SUPPORTED_KEY_TYPES:
             options = _split_options(rest[0])
@@ -203,18 +319,21 @@ def parse_allowed_signers(text: str, *, principal: str, source: str) -> tuple[Si
         namespaces: frozenset[str] | None = None
         valid_after: int | None = None
         valid_before: int | None = None
+        given: set[str] = set()
         for option in options:
             name, _, value = option.partition("=")
             name = name.strip().lower()
+            if name in given:
+                raise ValueError(f"{where}: the option {name} is given twice.")
+            given.add(name)
             if name == "cert-authority":
                 raise ValueError(
                     f"{where}: cert-authority lines are refused: certificates are not supported in "
                     "teaagent's protocol version 1; list the operators' own keys instead."
                 )
             if name == "namespaces":
-                namespaces = frozenset(
-                    part.strip() for part in _unquote(value, where, name).split(",") if part.strip()
-                )
+                # Patterns, kept as written: OpenSSH matches " teaagent-denial" with its space.
+                namespaces = frozenset(_subpatterns(_unquote(value, where, name)))
             elif name == "valid-after":
                 valid_after = _timestamp(_unquote(value, where, name), where)
             elif name == "valid-before":
@@ -222,6 +341,8 @@ def parse_allowed_signers(text: str, *, principal: str, source: str) -> tuple[Si
             else:
                 known = ", ".join(_KNOWN_OPTIONS)
                 raise ValueError(f"{where}: unknown option {name!r} (known: {known}).")
+        if valid_after is not None and valid_before is not None and valid_before <= valid_after:
+            raise ValueError(f"{where}: valid-before is not later than valid-after.")
         key_line = " ".join(rest)
         key = SignerKey(
             line=key_line,
@@ -230,7 +351,8 @@ def parse_allowed_signers(text: str, *, principal: str, source: str) -> tuple[Si
             valid_before=valid_before,
             source=where,
         )
-        if _principals_match(principals, principal):
+        # match_pattern_list: -1 (a negated pattern matched) gives the key to nobody of this list.
+        if match_pattern_list(principal, _subpatterns(principals)) == 1:
             keys.append(key)
     return tuple(keys)
 

@@ -59,13 +59,17 @@ def _clause(error: BaseException) -> str:
 
 
 def check_request_signature(
-    request: Mapping[str, Any], signature: str, public_key: str, *, allow_dev: bool, whose: str
+    request: Mapping[str, Any], signature: str, keys: Sequence[SignerKey], *, allow_dev: bool, whose: str
 ) -> str:
     """Verify the origin's signature over a well-formed request; return the signature in wire form.
 
+    PROTOCOL.md "Keys of the origin": any of ``keys`` (all the origin's keys in this node's
+    configuration) may have signed, if its namespaces and validity allow ``teaagent-request`` at
+    the request's ``created_at`` (:func:`teaagent.quorum.verify_request_signature`).
+
     Raises:
-        ApiError: 403 ``bad_signature`` when it does not verify with ``public_key`` (``whose`` names
-            the key in the message).
+        ApiError: 403 ``bad_signature`` when it does not verify with any of ``keys``, or was made
+            by one that may not sign it (``whose`` names the keys in the message).
     """
     origin = request["origin"]
     if signature.startswith(DEV_SIGNATURE_PREFIX):
@@ -82,7 +86,7 @@ def check_request_signature(
             f"The request signature is a development signature, which {whose} cannot verify.",
         )
     try:
-        verify_request_signature(request, signature, public_key)
+        verify_request_signature(request, signature, keys)
         return wire_signature(signature)
     except (SignatureError, ValueError) as exc:
         raise ApiError(

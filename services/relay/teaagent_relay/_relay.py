@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
@@ -114,6 +114,11 @@ def _own_decision(stored: StoredRequest) -> bytes | None:
     return next(iter(stored.approvals.values()), None) or next(iter(stored.denials.values()), None)
 
 
+def _configured(keys: Sequence[SignerKey], peer: str) -> str:
+    """A peer's configured keys as a phrase for messages."""
+    return f"the key configured for {peer}" if len(keys) == 1 else f"the keys configured for {peer}"
+
+
 def _envelope(document: bytes) -> tuple[dict[str, Any], str]:
     parsed = json.loads(document)
     return parsed["request"], parsed["signature"]
@@ -176,6 +181,8 @@ class Relay:
         self.agent_id = config.agent_id
         self.token = config.load_token()
         self.own_key = config.own_public_key()
+        # What this node's own requests and withdrawals verify with: its node key, which its agent signs with.
+        self.own_node_key = (SignerKey(line=self.own_key.to_line(), source="this node's key"),)
         self.allow_dev = config.quorum.allow_dev_signatures
         self.inbox_limit = RateLimit(settings.inbox_rate_limit, settings.inbox_rate_window_seconds)
         self.deliveries = store.queue(
@@ -270,7 +277,7 @@ class Relay:
             )
         # Never trust the body: the signature must verify with this node's own configured key.
         wire = check_request_signature(
-            request, signature, self.own_key.to_line(), allow_dev=self.allow_dev, whose="this node's own key"
+            request, signature, self.own_node_key, allow_dev=self.allow_dev, whose="this node's own key"
         )
         document = canonical({"request": request, "signature": wire})
         # Queued for every peer on every submission, not only the first: a retry after a crash
@@ -428,9 +435,7 @@ class Relay:
                 signature,
                 self._peer_keys[signer],
                 allow_dev=self.allow_dev,
-                whose=f"the key configured for {signer}"
-                if len(self._peer_keys[signer]) == 1
-                else f"the keys configured for {signer}",
+                whose=_configured(self._peer_keys[signer], signer),
             )
         except ApiError:
             self.metrics.decisions.labels("peer", "rejected").inc()
@@ -465,7 +470,7 @@ class Relay:
         request: dict[str, Any],
         statement: dict[str, Any],
         signature: str,
-        key: SignerKey,
+        keys: Sequence[SignerKey],
         *,
         whose: str,
         now: float,
@@ -474,11 +479,12 @@ class Relay:
 
         1. the carried statement is the withdrawal rebuilt from the request, types included;
         2. it is not dated beyond the clock skew in this node's future;
-        3. its signature verifies with ``key``, the key the origin's requests verify with here.
+        3. its signature verifies with one of ``keys``, the keys the origin's requests verify
+           with here, allowed by its namespaces and validity to sign at ``withdrawn_at``.
 
         Raises:
             ApiError: 422 ``invalid`` (not a withdrawal of this request, dated in the future), 403
-                ``bad_signature`` (it does not verify with ``key``).
+                ``bad_signature`` (it does not verify with any of ``keys``).
         """
         problem = withdrawal_problem(request, statement)
         if problem is not None:
@@ -495,7 +501,7 @@ class Relay:
             # A development signature stands for a signer's vote in experiments, never for an origin.
             raise ApiError(403, "bad_signature", f"The withdrawal is not signed with {whose}.")
         try:
-            rebuilt = verify_withdrawal(request, statement, signature, (key,))
+            rebuilt = verify_withdrawal(request, statement, signature, keys)
         except QuorumError as exc:  # withdrawal_problem said None: not reached, but never a 500
             raise ApiError(422, "invalid", str(exc)) from exc
         except (SignatureError, ValueError, TypeError) as exc:
@@ -530,9 +536,8 @@ class Relay:
                 sentence(f"the withdrawal's origin {origin!r} is not this node ({self.agent_id})"),
             )
         now = time.time()
-        own = SignerKey(line=self.own_key.to_line(), source="this node's key")
         data = self._verified_withdrawal(
-            request, statement, signature, own, whose="this node's own key", now=now
+            request, statement, signature, self.own_node_key, whose="this node's own key", now=now
         )
         try:
             result = await self.store.requests.withdraw(request_id, withdrawal=data, now=math.ceil(now))
@@ -602,13 +607,13 @@ class Relay:
                 404, "not_found", f"No request {request_id} from {origin} is in this node's inbox."
             )
         request, _signature = _envelope(stored.document)
-        origin_key = self._peer_keys[origin][0]  # the key its requests verify with (``public_key``)
+        origin_keys = self._peer_keys[origin]  # every key of the origin, each with its limits
         data = self._verified_withdrawal(
             request,
             statement,
             signature,
-            origin_key,
-            whose=f"the key configured for {origin}",
+            origin_keys,
+            whose=_configured(origin_keys, origin),
             now=time.time(),
         )
         try:
@@ -676,12 +681,13 @@ class Relay:
                 "forbidden",
                 f"This node ({self.agent_id}) is not among the peers of request {request_id}.",
             )
+        origin_keys = self._peer_keys[origin]  # every key of the origin, each with its limits
         wire = check_request_signature(
             request,
             signature,
-            self.config.peers[origin].public_key,
+            origin_keys,
             allow_dev=self.allow_dev,
-            whose=f"the key configured for {origin}",
+            whose=_configured(origin_keys, origin),
         )
         document = canonical({"request": request, "signature": wire})
         # Already here: a repeat (or a clash) is answered from the store and charges nothing. Else
