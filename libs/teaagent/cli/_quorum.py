@@ -10,10 +10,10 @@ import typer
 
 from teaagent.cli._exit import bad_usage
 from teaagent.config import NodeConfig, load_config
-from teaagent.errors import ConfigError, SignatureError
-from teaagent.quorum import verify_certificate
+from teaagent.errors import ConfigError, QuorumError, SignatureError
+from teaagent.quorum import verify_certificate, verify_request_signature
 from teaagent.signing import fingerprint
-from teaagent.trust import MultiSigQuorumConfig
+from teaagent.trust import MultiSigQuorumConfig, SignerKey
 
 app = typer.Typer(no_args_is_help=True, help="Check quorum certificates.")
 
@@ -35,6 +35,16 @@ def _read_certificate(path: Path) -> Any:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
         bad_usage(f"{path}: the certificate is not valid JSON{where}.")
+
+
+def _signed_by(cert: dict[str, Any], keys: str | tuple[SignerKey, ...]) -> str:
+    """The fingerprint of the origin's key that signed the certificate's request (verified already)."""
+    if isinstance(keys, str):
+        return fingerprint(keys)
+    try:
+        return verify_request_signature(cert["request"], cert["request_signature"], keys).fingerprint
+    except (SignatureError, QuorumError):
+        return "(a development signature)"
 
 
 def _own_key_line(node: NodeConfig) -> str | None:
@@ -93,13 +103,16 @@ def verify(
     cert = _read_certificate(certificate)
     request = cert.get("request") if isinstance(cert, dict) else None
     origin = request.get("origin") if isinstance(request, dict) else None
+    origin_keys: str | tuple[SignerKey, ...] | None = origin_key
     if origin_key is None and isinstance(origin, str):
-        origin_key = _own_key_line(node) if origin == node.agent_id else node.public_key_of(origin)
-    outcome = verify_certificate(cert, _verifier_config(node, origin), origin_public_key=origin_key)
+        # Every key configured for the origin, each with its allowed_signers limits.
+        peer = node.peers.get(origin)
+        origin_keys = _own_key_line(node) if origin == node.agent_id else (peer.keys if peer else None)
+    outcome = verify_certificate(cert, _verifier_config(node, origin), origin_public_key=origin_keys)
     typer.echo(f"certificate for request {outcome.request_id}: {outcome.tool_name} from {outcome.origin}")
     typer.echo(outcome.describe())
-    if origin_key is not None:
-        typer.echo(f"request signature: verified with {outcome.origin}'s key {fingerprint(origin_key)}")
+    if origin_keys is not None:
+        typer.echo(f"request signature: verified with {outcome.origin}'s key {_signed_by(cert, origin_keys)}")
     else:
         typer.echo(
             f"request signature: not checked ({outcome.origin}'s key is unknown here; pass --origin-key)"

@@ -34,7 +34,7 @@ from teaagent.quorum._documents import (
     wire_signature,
 )
 from teaagent.quorum._tally import QuorumState, is_expired, quorum_state
-from teaagent.trust import MultiSigQuorumConfig, PeerSignature
+from teaagent.trust import MultiSigQuorumConfig, PeerSignature, SignerKey
 
 __all__ = [
     "MAX_CERTIFICATE_APPROVALS",
@@ -489,7 +489,7 @@ def verify_certificate(
     cert: Mapping[str, Any],
     config: MultiSigQuorumConfig,
     *,
-    origin_public_key: str | None = None,
+    origin_public_key: str | Sequence[SignerKey] | None = None,
     now: float | None = None,
 ) -> QuorumOutcome:
     """Verify that a quorum certificate proves the quorum under the verifier's configuration.
@@ -512,8 +512,10 @@ def verify_certificate(
         cert: ``{"request", "request_signature", "approvals"}`` and optionally ``"denials"``, as
             :func:`build_certificate` makes it.
         config: The verifier's quorum configuration.
-        origin_public_key: The origin's public key line; when given, the origin's signature over
-            the request is checked too (required wherever the request came from someone else).
+        origin_public_key: The origin's keys (a public key line, or its configured keys with
+            their ``allowed_signers`` limits); when given, the origin's signature over the request
+            is checked too, at its ``created_at`` (required wherever the request came from someone
+            else).
         now: The time of the verification in Unix seconds; the clock when None.
 
     Returns:
@@ -579,7 +581,10 @@ def verify_certificate(
 
 
 def _check_request_signature(
-    request: Mapping[str, Any], signature: object, origin_public_key: str, config: MultiSigQuorumConfig
+    request: Mapping[str, Any],
+    signature: object,
+    origin_public_key: str | Sequence[SignerKey],
+    config: MultiSigQuorumConfig,
 ) -> None:
     if not isinstance(signature, str):
         raise QuorumError("The certificate's request_signature is not a string.")
