@@ -33,6 +33,7 @@ from typing import Any, Literal
 import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from lies import Lie, lies
 from relay_support import READY_TIMEOUT, approval, denial, free_port, public_line, signer, write_cluster
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -50,6 +51,7 @@ from teaagent.quorum import (
     sign_approval,
     sign_denial,
     sign_request,
+    verify_certificate,
 )
 from teaagent.relay_client import DEFAULT_TIMEOUT, RelayQuorumGate
 from teaagent.relay_client._gate import LATE_ANSWER_SECONDS
@@ -419,6 +421,64 @@ def test_the_relay_turned_honest_gets_the_call_run(origin: Origin, relay: Hostil
     certificate = granted["payload"]["certificate"]
     assert certificate["request"] == relay.last().request
     assert [a["statement"]["signer"] for a in certificate["approvals"]] == ["beta", "gamma"]
+
+
+# -- 0. every field of every answer, one lie at a time ------------------------------------------------
+
+
+def test_every_field_of_every_answer_rewritten_runs_nothing_without_a_certificate_for_this_call(
+    short_origin: Origin, relay: HostileRelay
+) -> None:
+    """The relay's two answers (the submission's, the outcome's), each field changed in turn.
+
+    The lies come from the fields of a genuine answer (``tests/lies.py``), the certificate's own
+    included. Whatever the lie, the run either runs the call on a certificate that verifies under
+    alpha's configuration for exactly the request alpha signed for it, or ends ``approval_denied``
+    saying why; it never crashes, and a lie inside the signed request never runs.
+    """
+    origin = short_origin
+    first = origin.run(TOUCH)  # the control, honest; and a genuine answer to take the fields from
+    assert first.status == "completed", first.error_message
+    sample = relay.last()
+    submitted = sample.status("pending")
+    approved = sample.status("approved", certificate=genuine(sample), signers=("beta", "gamma"))
+    cases = [("submit", lie) for lie in lies(submitted)] + [("outcome", lie) for lie in lies(approved)]
+    ran = refused = 0
+    for phase, lie in cases:
+        (origin.workspace / MADE).unlink(missing_ok=True)
+
+        def tactic(asked: Asked, now: Phase, phase: str = phase, lie: Lie = lie) -> Answer:
+            honest = (
+                asked.status("pending")
+                if now == "submit"
+                else asked.status("approved", certificate=genuine(asked), signers=("beta", "gamma"))
+            )
+            told = lie.told(honest) if now == phase and lie.fits(honest) else honest
+            return told if now == "submit" or told.get("state") != "pending" else Held(told, 0.05)
+
+        relay.tactic = tactic
+        result = origin.run(TOUCH)
+
+        name = f"{phase} {lie.name}"
+        assert result.status in ("completed", "approval_denied"), (name, result.status, result.error_message)
+        if result.status == "approval_denied":
+            refused += 1
+            assert not (origin.workspace / MADE).exists(), name
+            assert result.error_message, name
+            continue
+        ran += 1
+        assert (origin.workspace / MADE).exists(), name
+        asked = relay.last()
+        (granted,) = [r for r in origin.records(result.run_id) if r["event_type"] == "approval_granted"]
+        certificate = granted["payload"]["certificate"]
+        assert certificate["request"] == asked.request, name
+        own_key = origin.node.own_public_key().to_line()
+        verify_certificate(certificate, origin.node.quorum, origin_public_key=own_key)
+        signed_part = lie.path[:2] in (("certificate", "request"), ("certificate", "request_signature"))
+        assert not signed_part, name
+    print(f"\n{len(cases)} lies about the gate's answers: {ran} ran, {refused} refused")
+    assert refused > len(cases) // 4
+    assert ran > 0
 
 
 # -- 1. "approved" with nothing to show for it --------------------------------------------------------

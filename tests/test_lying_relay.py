@@ -27,10 +27,9 @@ two genuine requests of alpha in beta's inbox (``rm -rf /``, asked; ``echo hello
 from __future__ import annotations
 
 import copy
-import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from lies import Lie, lies
 from relay_support import (
     READY_TIMEOUT,
     Node,
@@ -145,70 +145,6 @@ _FORWARDED = frozenset({"authorization", "content-type", "accept"})
 
 # -- the rewrites, generated from a genuine item's fields ------------------------------------------
 
-Path_ = tuple[str | int, ...]
-
-
-def _paths(value: Any, path: Path_ = ()) -> Iterator[tuple[Path_, Any]]:
-    """Every value inside ``value`` (objects and lists included), with its path; the root excluded."""
-    if path:
-        yield path, value
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield from _paths(inner, (*path, key))
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            yield from _paths(inner, (*path, index))
-
-
-def _set(document: Item, path: Path_, value: Any) -> Item:
-    target: Any = document
-    for step in path[:-1]:
-        target = target[step]
-    target[path[-1]] = value
-    return document
-
-
-def _plausible(path: Path_, value: Any) -> list[tuple[str, Any]]:
-    """Other values a relay could plausibly say at ``path``: (what, value) pairs."""
-    name = next((step for step in reversed(path) if isinstance(step, str)), "")
-    if isinstance(value, bool):
-        return [("negated", not value)]
-    if isinstance(value, int):
-        if name == "required_approvals" or name == "v":
-            return [("another count", value + 1)]
-        return [("moved 61 s later", value + 61), ("moved 61 s earlier", value - 61)]
-    if isinstance(value, str):
-        others = {
-            "tool_name": [("another tool", "fs.read")],
-            "command": [("the command of echo hello", ECHO["command"])],
-            "request_id": [("another id", secrets.token_hex(16))],
-            "origin": [("another origin", "gamma")],
-            "payload_digest": [("another digest", "sha256:" + secrets.token_hex(32))],
-            "state": [(f"state {state}", state) for state in ("approved", "denied", "expired", "withdrawn")],
-            "peers": [("another peer", "zeta")],
-            "type": [("another type", "teaagent.approval")],
-        }.get(name)
-        return [item for item in (others or []) if item[1] != value] + [("edited", value + " (edited)")]
-    if isinstance(value, list):
-        changes = [("one more", [*value, copy.deepcopy(value[-1]) if value else "zeta"])]
-        if len(value) > 1:
-            changes += [("reordered", list(reversed(value))), ("truncated", value[:-1])]
-        return changes
-    if isinstance(value, dict):
-        changes = [("with one more field", {**value, "extra": "x"})]
-        if value:
-            first = next(iter(value))
-            changes.append((f"without {first}", {key: inner for key, inner in value.items() if key != first}))
-        return changes
-    if value is None:
-        return [
-            (
-                "a decision the relay made up",
-                {"statement": {"type": "teaagent.approval"}, "signature": "AAAA"},
-            )
-        ]
-    return []
-
 
 def rewrites(sample: Item) -> list[tuple[str, Rewrite, bool]]:
     """Every rewrite of an item like ``sample``: (name, rewrite, whether the approver must refuse it).
@@ -217,13 +153,12 @@ def rewrites(sample: Item) -> list[tuple[str, Rewrite, bool]]:
     only delays); every other change is a change of what the request says, and is refused.
     """
     made: list[tuple[str, Rewrite, bool]] = []
-    for path, value in _paths(sample):
-        for what, other in _plausible(path, value):
+    for lie in lies(sample):
 
-            def rewrite(item: Item, _other: Item, path: Path_ = path, other: Any = other) -> Item:
-                return _set(item, path, copy.deepcopy(other))
+        def rewrite(item: Item, _other: Item, lie: Lie = lie) -> Item:
+            return lie.told(item)
 
-            made.append((".".join(map(str, path)) + f": {what}", rewrite, path != ("state",)))
+        made.append((lie.name, rewrite, lie.path != ("state",)))
 
     def carried_swapped(item: Item, other: Item) -> Item:
         # echo hello's genuine request and signature under rm -rf /'s description.
