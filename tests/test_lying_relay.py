@@ -27,6 +27,7 @@ two genuine requests of alpha in beta's inbox (``rm -rf /``, asked; ``echo hello
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -52,9 +53,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from teaagent.cli._main import run as run_cli
 from teaagent.config import load_config
 from teaagent.errors import RelayError
 from teaagent.quorum import approval_statement, statement_bytes, verify_decision
+from teaagent.tui._inbox import approver_client, inbox_rows
 
 pytestmark = pytest.mark.slow
 
@@ -380,3 +383,77 @@ async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_b
             assert view["arguments"] == RM
             assert view["state"] == "pending"
             assert truth(beta, rm["request_id"])["decision"] is None
+
+
+class ServedApprover:
+    """beta's approver on its own port, in a thread of this process, reading its relay at ``relay_url``."""
+
+    def __init__(self, beta: Node, relay_url: str) -> None:
+        from teaagent_approver import create_app
+
+        app = create_app(beta.approver_settings(relay_url=relay_url, engine=False))
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=beta.approver_port, log_level="warning", access_log=False
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="approver", daemon=True)
+
+    def __enter__(self) -> ServedApprover:
+        self._thread.start()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the approver did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=15)
+
+
+def test_the_command_line_and_the_tui_show_and_sign_only_the_verified_request(
+    cluster: dict[str, Node], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``teaagent approvals`` and the TUI's inbox, through a real approver behind the lying relay."""
+    alpha, beta = cluster["alpha"], cluster["beta"]
+    config = str(beta.config_path)
+    node = load_config(beta.config_path)
+    with served(beta), LyingRelay(beta.url) as liar, ServedApprover(beta, liar.url):
+        rm, echo = deliver(alpha, beta, RM), deliver(alpha, beta, ECHO)
+        liar.target, liar.other_item = rm["request_id"], truth(beta, echo["request_id"])
+        # rm -rf / labelled echo hello, filed under its own id.
+        liar.rewrite = lambda item, other: {
+            **other,
+            "request_id": item["request_id"],
+            "request": item["request"],
+            "signature": item["signature"],
+        }
+
+        shown = cli_run(capsys, "show", rm["request_id"], "--config", config)
+        listed = cli_run(capsys, "list", "--state", "all", "--json", "--config", config)
+        approved = cli_run(capsys, "approve", rm["request_id"], "--config", config)
+        with approver_client(node) as client:
+            items = client.list_requests(state="all", limit=1000)
+        rows = inbox_rows(items)
+
+        assert shown[0] == 1
+        assert "relay describes request" in shown[2]
+        assert rm["request_id"] not in shown[1]
+        assert [item["request_id"] for item in json.loads(listed[1])] == [echo["request_id"]]
+        assert approved[0] != 0
+        assert truth(beta, rm["request_id"])["decision"] is None
+        assert [item.request_id for item in items] == [echo["request_id"]]
+        assert all(rm["request_id"][:8] not in " ".join(row) for row in rows)
+
+        # The truth told again: shown as it is, rm -rf / and all.
+        liar.rewrite = None
+        shown = cli_run(capsys, "show", rm["request_id"], "--config", config)
+        assert shown[0] == 0, shown[2]
+        assert "rm -rf /" in shown[1]
+
+
+def cli_run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = run_cli(["approvals", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
