@@ -184,6 +184,7 @@ class Engine:
             name: peer.keys for name, peer in node.peers.items()
         }
         self._verified: dict[str, VerifiedRequest] = {}  # origin signature -> the request it verified
+        self._own_verified: set[tuple[str, bytes]] = set()  # this node's decisions that verified
         self._refused: set[tuple[str, str, str]] = set()  # (origin, id, reason) refusals already logged
         self._skip: dict[tuple[str, str], tuple[float, int]] = {}  # ref -> (monotonic until, expires_at)
         self._asked: dict[tuple[str, str], int] = {}  # ask items already looked at -> expires_at
@@ -271,7 +272,12 @@ class Engine:
             mismatch = _mismatch(statement, rebuilt)
             if mismatch is not None:
                 return f"the decision it holds for this node: {mismatch}"
-            verify_decision(statement, signature, self.own_keys)
+            seen = (signature, statement_bytes(statement))
+            if seen not in self._own_verified:  # the statement matched; its signature, once
+                verify_decision(statement, signature, self.own_keys)
+                if len(self._own_verified) >= MAX_REMEMBERED:
+                    self._own_verified.clear()
+                self._own_verified.add(seen)
         except (SignatureError, ValueError, TypeError, KeyError) as exc:
             return f"the decision it holds for this node does not verify: {_clause(exc)}"
         return None
