@@ -329,7 +329,9 @@ async def test_an_attempt_that_hangs_past_the_attempt_timeout_is_abandoned_and_r
             await eventually(lambda: notifier.stats.delivered == 1)
             assert receiver.answered == 1  # the second attempt's answer; the first one still hangs
     first, second = receiver.hits_for(item["request_id"])
-    assert second.monotonic - first.monotonic >= SHORT_TIMEOUT  # it waited the attempt timeout, then gave up
+    # It waited the attempt timeout, then gave up. The hits are stamped as each request arrives, a
+    # little after its attempt began: on a loaded host the first may come late by milliseconds.
+    assert second.monotonic - first.monotonic >= SHORT_TIMEOUT * 0.9
     assert (notifier.stats.attempts, notifier.stats.failed_attempts) == (2, 1)
 
 
@@ -342,7 +344,9 @@ async def test_an_attempt_is_bounded_as_a_whole_not_only_per_read(tmp_path: Path
             await notifier.notify(item)
             await eventually(lambda: notifier.stats.delivered == 1)
     first, second = receiver.hits_for(item["request_id"])
-    assert second.monotonic - first.monotonic >= SHORT_TIMEOUT
+    # The hits are stamped when each request arrives, a little after its attempt began: on a
+    # loaded host the first stamp may come late by some milliseconds, never by a tenth of the bound.
+    assert second.monotonic - first.monotonic >= SHORT_TIMEOUT * 0.9
     assert (notifier.stats.attempts, notifier.stats.failed_attempts) == (2, 1)
 
 

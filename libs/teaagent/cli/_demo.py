@@ -609,6 +609,12 @@ def _summary(story: _Story, audit_path: Path, seen: list[dict[str, Any]], waits:
         for r in records
         if r["event_type"] in ("approval_granted", "approval_denied")
     }
+    # Who approved: the certificate's signers, not the order their decisions happened to arrive in.
+    certified = {
+        r["payload"]["call_id"]: [a["statement"]["signer"] for a in r["payload"]["certificate"]["approvals"]]
+        for r in records
+        if r["event_type"] == "approval_granted" and isinstance(r["payload"].get("certificate"), dict)
+    }
     story.say("[bold]the four calls[/]:")
     waited = iter(waits)
     for turn, (tool, arguments) in enumerate(CALLS, start=1):
@@ -618,11 +624,11 @@ def _summary(story: _Story, audit_path: Path, seen: list[dict[str, Any]], waits:
             story.say(f"  {escape(shown):<62} ran at once: low risk, no peer was asked")
             continue
         kind = "approval" if outcomes.get(call_id) == "granted" else "denial"
-        by = ", ".join(
-            f"{d['node']} ({d['by']})"
-            for d in seen
-            if d["request_id"] == asked[call_id] and d["decision"] == kind
-        )
+        how = {
+            d["node"]: d["by"] for d in seen if d["request_id"] == asked[call_id] and d["decision"] == kind
+        }
+        nodes = certified.get(call_id) if kind == "approval" else None
+        by = ", ".join(f"{node} ({how.get(node, 'signed')})" for node in sorted(nodes or how))
         verb = "[green]approved[/]" if kind == "approval" else "[red]denied[/]"
         story.say(f"  {escape(shown):<62} {verb} by {escape(by)} in {next(waited, 0.0):.1f} s")
 
