@@ -16,6 +16,7 @@ code                    status  meaning
 ``withdrawn``           409     a decision on a request its origin withdrew
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
 ``rate_limited``        429     the origin's window is full; ``Retry-After`` says when to retry
+``origin_full``         429     the origin already holds its cap of pending requests in this inbox
 ``unavailable``         503     Redis is unreachable
 ``internal``            500     a bug; the message says no more than that
 ======================  ======  ===============================================================
