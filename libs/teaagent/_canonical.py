@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import rfc8785
 
-from teaagent._json import MAX_ARGUMENTS_DEPTH, MAX_JSON_DEPTH, JSONDepthError, check_value_depth
+from teaagent._json import MAX_ARGUMENTS_DEPTH, MAX_JSON_DEPTH, check_value_depth
 
 __all__ = ["DIGEST_PREFIX", "canonical", "payload_digest"]
 
@@ -31,11 +31,8 @@ def _plain(value: Any, room: int = MAX_JSON_DEPTH) -> bool:
     points), lists, strings (both write them as UTF-8 with the same escapes: quote, backslash
     and the control characters), integers of I-JSON's exact range, booleans and None. Floats,
     tuples, subclasses and everything else are left to the full encoder. ``room`` is how many
-    more levels of dicts and lists may follow.
-
-    Raises:
-        JSONDepthError: A dict or list lies deeper than ``room`` allows (met before anything
-            that is not plain).
+    more levels of dicts and lists may follow: a value nested deeper is not plain either (the
+    full encoder's path refuses it before encoding).
     """
     kind = type(value)
     if kind is str or kind is bool or value is None:
@@ -44,10 +41,7 @@ def _plain(value: Any, room: int = MAX_JSON_DEPTH) -> bool:
         return bool(-_SAFE <= value <= _SAFE)
     if kind is dict or kind is list:
         if room == 0:
-            raise JSONDepthError(
-                f"The value nests arrays and objects more than {MAX_JSON_DEPTH} levels deep.",
-                limit=MAX_JSON_DEPTH,
-            )
+            return False
         if kind is dict:
             return all(
                 type(key) is str and key.isascii() and _plain(item, room - 1) for key, item in value.items()
@@ -77,7 +71,7 @@ def canonical(obj: Any) -> bytes:
             return text.encode()
         except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 for it
             raise ValueError(f"the value cannot be written as canonical JSON: {exc}") from exc
-    check_value_depth(obj)  # rfc8785 recurses per level; _plain may have stopped before the depth
+    check_value_depth(obj)  # rfc8785 recurses per level (_plain stops at a float, or at the limit)
     try:
         return rfc8785.dumps(obj)
     except (rfc8785.CanonicalizationError, TypeError) as exc:
