@@ -554,33 +554,47 @@ async def until(predicate: Any, timeout: float = 20.0, interval: float = 0.02) -
         await asyncio.sleep(interval)
 
 
-class Served:
-    """The node's relay app served by uvicorn in a thread of this process: real sockets, fast start."""
+class ServedApp:
+    """An ASGI app (a service's, or a stand-in's) served by uvicorn in a thread of this process on a
+    loopback port: real sockets, fast start."""
 
-    def __init__(self, node: Node, **overrides: Any) -> None:
+    def __init__(self, app: Any, *, port: int | None = None, name: str = "app") -> None:
         import uvicorn
 
-        from teaagent_relay import create_app
-
-        self.node = node
-        self.app = create_app(node.settings(**overrides))
+        self.app = app
+        self.port = port or free_port()
+        self.name = name
         self.server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=node.port, log_level="warning", access_log=False)
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
         )
-        self.thread = threading.Thread(target=self.server.run, name=f"relay-{node.name}", daemon=True)
+        self.thread = threading.Thread(target=self.server.run, name=name, daemon=True)
 
-    def __enter__(self) -> Served:
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Any:
         self.thread.start()
         deadline = time.monotonic() + READY_TIMEOUT
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"relay {self.node.name} did not start in this process")
+                raise RuntimeError(f"{self.name} did not start in this process")
             time.sleep(0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=15)
+
+
+class Served(ServedApp):
+    """The node's relay app served by uvicorn in a thread of this process: real sockets, fast start."""
+
+    def __init__(self, node: Node, **overrides: Any) -> None:
+        from teaagent_relay import create_app
+
+        self.node = node
+        super().__init__(create_app(node.settings(**overrides)), port=node.port, name=f"relay {node.name}")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,16 @@ import pytest
 import redis
 import redis.crc
 from redis_cluster_fixture import ClusterNode, RedisCluster
-from relay_support import Node, RelayProcess, approve_next, public_line, running, wait_until, write_cluster
+from relay_support import (
+    Node,
+    RelayProcess,
+    approval,
+    approve_next,
+    public_line,
+    running,
+    wait_until,
+    write_cluster,
+)
 
 from teaagent.config import load_config
 from teaagent.errors import StoreError
@@ -423,4 +432,41 @@ def test_a_relay_on_a_cluster_limits_each_origin_on_its_own(
         .json()["message"]
         .startswith("alpha is over its limit of 2 requests per 30 seconds; retry in ")
     )
+    assert redis_cluster.error_counts("CROSSSLOT") == crossslot
+
+
+@pytest.mark.slow
+def test_a_relay_on_a_cluster_holds_each_origin_to_its_share_of_the_inbox(
+    tmp_path: Path, redis_cluster: RedisCluster, cluster_prefix: str
+) -> None:
+    nodes = cluster_nodes(tmp_path, redis_cluster, cluster_prefix)
+    alpha, beta, gamma = nodes["alpha"], nodes["beta"], nodes["gamma"]
+    beta.extra_env["TEAAGENT_RELAY_INBOX_MAX_PENDING"] = "2"
+    crossslot = redis_cluster.error_counts("CROSSSLOT")
+    requests = [alpha.request(call_id=f"c-{n}") for n in range(3)]
+    with running([beta], tmp_path):
+
+        def post(sender: Node, request: dict[str, Any]) -> httpx.Response:
+            return httpx.post(f"{beta.url}/v1/inbox", json=sender.signed(request), timeout=WAIT)
+
+        taken = [post(alpha, request).status_code for request in requests[:2]]
+        full = post(alpha, requests[2])
+        from_gamma = post(gamma, gamma.request())
+        with RelayClient(beta.url, token=beta.token) as client:
+            first = requests[0]
+            decision = approval(first, "beta")
+            client.submit_decision(first["request_id"], decision["statement"], decision["signature"])
+        after = post(alpha, requests[2])
+
+    assert taken == [201, 201]
+    assert (full.status_code, full.json()) == (
+        429,
+        {
+            "error": "origin_full",
+            "message": "alpha already holds 2 pending requests in this node's inbox, its limit of 2; "
+            "one must be decided, withdrawn or expire first.",
+        },
+    )
+    assert from_gamma.status_code == 201
+    assert after.status_code == 201
     assert redis_cluster.error_counts("CROSSSLOT") == crossslot

@@ -24,6 +24,7 @@ from relay_support import (
     fixture_nodes,  # noqa: F401 - the nodes fixture
     free_port,
     in_process,
+    served,
     signer,
     write_cluster,
 )
@@ -31,7 +32,7 @@ from test_store_requests import decided_in_inbox
 
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
-from teaagent.quorum import approval_statement, build_request, sign_request
+from teaagent.quorum import approval_statement, build_request, sign_request, sign_withdrawal
 from teaagent_relay import MAX_BODY_BYTES
 from teaagent_relay._worker import DeliveryWorker
 
@@ -257,6 +258,57 @@ async def test_an_origin_past_its_rate_limit_gets_429_and_nothing_is_stored(node
     assert third is None
     # A forged request is refused for its signature, before it could use up alpha's window.
     assert error(forged)[:2] == (403, "bad_signature")
+
+
+@pytest.mark.parametrize("path", ["script", "steps"])
+def test_an_origin_holding_its_share_of_the_inbox_gets_429_until_one_of_its_requests_is_settled(
+    nodes: dict[str, Node], path: str
+) -> None:
+    alpha, beta, gamma = nodes["alpha"], nodes["beta"], nodes["gamma"]
+    full = (
+        429,
+        "origin_full",
+        "alpha already holds 2 pending requests in this node's inbox, its limit of 2; one must be "
+        "decided, withdrawn or expire first.",
+    )
+    # A window of 4 a day: alpha's refusals below would use it up if they were charged to it.
+    limits = {"inbox_max_pending": 2, "inbox_rate_limit": 4, "inbox_rate_window_seconds": 3600}
+    with served(beta, deliver=False, **limits) as relays:
+        relays["beta"].app.state.relay.store.inbox._one_server = path == "script"  # else a cluster's steps
+        with httpx.Client(base_url=beta.url, timeout=10) as client:
+
+            def post(node: Node, request: dict[str, Any]) -> httpx.Response:
+                return client.post("/v1/inbox", json=node.signed(request))
+
+            first, second, third, fourth = (alpha.request(call_id=f"call-{n}") for n in range(4))
+            taken = [post(alpha, request).status_code for request in (first, second)]
+            refused = [error(post(alpha, third)) for _ in range(3)]
+            gammas = gamma.request()
+            from_gamma = post(gamma, gammas)
+            decision = approval(first, "beta")
+            decided = client.post(
+                f"/v1/inbox/{first['request_id']}/decision", json=decision, headers=beta.headers
+            )
+            after_decision = post(alpha, third)
+            again_full = error(post(alpha, fourth))
+            withdrawn = client.post(
+                f"/v1/inbox/{second['request_id']}/withdrawal", json=sign_withdrawal(second, alpha.key)
+            )
+            after_withdrawal = post(alpha, fourth)
+            listed = client.get("/v1/inbox", headers=beta.headers).json()
+
+    assert taken == [201, 201]
+    assert refused == [full] * 3
+    assert from_gamma.status_code == 201  # alpha's share holds no other origin back
+    assert (decided.status_code, withdrawn.json()["withdrawn"]) == (200, True)
+    assert after_decision.status_code == 201
+    assert again_full == full
+    assert after_withdrawal.status_code == 201  # the fourth of the window's four: nothing else charged
+    assert {item["request_id"] for item in listed} == {
+        third["request_id"],
+        fourth["request_id"],
+        gammas["request_id"],
+    }
 
 
 @asynctest

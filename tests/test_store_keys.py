@@ -65,6 +65,16 @@ def test_queue_keys_share_a_tag_that_names_the_prefix() -> None:
     assert slot(Keys("ta:beta").queue("deliveries").stream) != slot(queue.stream)
 
 
+def test_an_origins_held_set_is_tagged_by_the_prefix_and_origin_alone() -> None:
+    keys = Keys("ta:beta")
+    held = keys.inbox_held("alpha")
+    assert held == "ta:beta:in:held:{ta:beta/alpha}"
+    assert held not in {keys.inbox_pending(), keys.inbox_index(), keys.inbox_item("alpha", REQUEST_ID).doc}
+    assert slot(keys.inbox_held("gamma")) != slot(held)
+    with pytest.raises(ValueError, match="not a valid agent id"):
+        keys.inbox_held("Alpha}")
+
+
 def test_ratelimit_key_tags_the_scope() -> None:
     assert Keys("ta:alpha").ratelimit("tool:shell.run") == "ta:alpha:gcra:{tool:shell.run}"
 

@@ -15,6 +15,7 @@ import pytest
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
 from teaagent.store import (
     MAX_DOCUMENT_BYTES,
+    MAX_PENDING_PER_ORIGIN,
     REQUEST_RETENTION_SECONDS,
     DecisionResult,
     DecisionToCount,
@@ -1122,13 +1123,16 @@ async def received(
     limit: ToolRateLimit = GENEROUS,
     expires_at: int = EXPIRES,
     queue_length: int | None = None,
+    origin: str = "alpha",
+    max_pending: int = MAX_PENDING_PER_ORIGIN,
+    now: int = NOW,
 ) -> Any:
     """``InboxBook.receive`` from alpha: on one server (``script``), or as a cluster runs it (``steps``)."""
     store.inbox._one_server = path == "script"
     queue = store.inbox_queue if queue_length is None else store.queue("inbox", max_length=queue_length)
-    intake = Intake(store.rate_limiter, "origin:alpha", limit, queue, "approver")
+    intake = Intake(store.rate_limiter, f"origin:{origin}", limit, queue, "approver", max_pending=max_pending)
     return await store.inbox.receive(
-        "alpha", request_id, document, expires_at=expires_at, intake=intake, payload=INBOX_PAYLOAD, now=NOW
+        origin, request_id, document, expires_at=expires_at, intake=intake, payload=INBOX_PAYLOAD, now=now
     )
 
 
@@ -1249,6 +1253,81 @@ def test_receive_into_a_full_queue_fails_and_leaves_the_request_stored_unmarked(
             await received(store, path, request_id, queue_length=1)
         stored = await store.inbox.get("alpha", request_id)
         assert (stored.state, stored.queued) == ("pending", False)  # the origin's repeat queues it
+
+    in_store(scenario)
+
+
+async def held(store: Store, origin: str = "alpha") -> list[str]:
+    """The refs an origin holds in the inbox, as its held set lists them."""
+    return [member.decode() for member in await store.client.zrange(store.keys.inbox_held(origin), 0, -1)]
+
+
+@PATHS
+def test_an_origin_holding_its_cap_is_refused_charging_nothing_and_regains_room_as_its_requests_settle(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        soon, first, second = new_id(), new_id(), new_id()
+        cap = {"max_pending": 3}
+        await received(store, path, soon, expires_at=NOW + 10, **cap)
+        for request_id in (first, second):
+            assert (await received(store, path, request_id, **cap)).accepted.created
+        assert sorted(await held(store)) == sorted(f"alpha/{r}" for r in (soon, first, second))
+        assert 0 < await store.client.pttl(store.keys.inbox_held("alpha")) <= (EXPIRES - NOW + 1) * 1000
+
+        # Full: refused with what it holds, and nothing charged, listed, stored or queued.
+        window, queued = await window_value(store), await inbox_queue_entries(store)
+        third = new_id()
+        refused = await received(store, path, third, **cap)
+        assert (refused.full, refused.held, refused.stored_before) == (True, 3, False)
+        assert (refused.decision, refused.accepted, refused.entry_id) == (None, None, None)
+        assert await window_value(store) == window
+        assert await inbox_queue_entries(store) == queued
+        assert await store.inbox.get("alpha", third) is None
+        assert await store.client.zscore(store.keys.inbox_index(), f"alpha/{third}") is None
+        assert len(await held(store)) == 3
+
+        # Another origin is not held back by alpha's share.
+        from_gamma = await received(store, path, new_id(), origin="gamma", **cap)
+        assert (from_gamma.full, from_gamma.accepted.created) == (False, True)
+
+        # Decided (this node's decision, as the relay records it): room for one more.
+        decision = DecisionToCount(first, "approval", "beta", APPROVAL, NOW)
+        [result] = await store.inbox.record_decisions([("alpha", decision)])
+        assert result.decided
+        assert (await received(store, path, third, **cap)).accepted.created
+        assert (await received(store, path, new_id(), **cap)).full
+
+        # Withdrawn by its origin: room for one more.
+        withdrawal = await store.inbox.withdraw("alpha", second, withdrawal=b'{"withdrawn": 1}', now=NOW)
+        assert withdrawal.withdrawn
+        fourth = new_id()
+        assert (await received(store, path, fourth, **cap)).accepted.created
+        assert (await received(store, path, new_id(), **cap)).full
+
+        # Expired, settled by nobody: its ref counts for nothing once past its expiry.
+        assert (await received(store, path, new_id(), now=NOW + 10, **cap)).full
+        assert (await received(store, path, new_id(), now=NOW + 11, **cap)).accepted.created
+        assert f"alpha/{soon}" not in await held(store)
+        assert len(await held(store)) == 3
+
+    in_store(scenario)
+
+
+@PATHS
+def test_a_request_refused_by_its_origins_window_or_accepted_expired_is_not_held(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        first, second, late = new_id(), new_id(), new_id()
+        once = ToolRateLimit(1, 60.0)
+        assert (await received(store, path, first, limit=once, max_pending=2)).decision.allowed
+        assert not (await received(store, path, second, limit=once, max_pending=2)).decision.allowed
+        assert (await received(store, path, late, expires_at=NOW - 1, origin="gamma")).accepted.state == (
+            "expired"
+        )
+        assert await held(store) == [f"alpha/{first}"]
+        assert await held(store, "gamma") == []
 
     in_store(scenario)
 

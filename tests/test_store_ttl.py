@@ -6,7 +6,7 @@ import asyncio
 import secrets
 import time
 
-from teaagent.store import REQUEST_RETENTION_SECONDS, open_store
+from teaagent.store import REQUEST_RETENTION_SECONDS, Intake, open_store
 from teaagent.tools import ToolRateLimit
 
 
@@ -35,6 +35,13 @@ def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_retention
             [again] = await deliveries.claim("w1", 1, 0, now=now + 60)
             await deliveries.retry_later(again, "refused")  # dead-lettered (second attempt of two)
             await store.rate_limiter.hit("origin:alpha", ToolRateLimit(5, 60.0))
+            intake = Intake(
+                store.rate_limiter, "origin:gamma", ToolRateLimit(5, 60.0), store.inbox_queue, "approver"
+            )
+            taken_in = secrets.token_hex(16)
+            await store.inbox.receive(
+                "gamma", taken_in, b"{}", expires_at=expires_at, intake=intake, payload=b"{}"
+            )
             keys = [
                 key.decode() async for key in store.client.scan_iter(match=store.keys.pattern(), count=1000)
             ]
@@ -45,6 +52,7 @@ def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_retention
     # The scenario reached every kind of key, so the check below is not vacuous.
     assert {"doc", "outcome", "decisions", "events", "index", "stream", "schedule", "dead"} <= kinds
     assert any(":gcra:" in key for key in ttls)
+    assert any(":in:held:" in key for key in ttls)  # gamma's share of the inbox
     ceiling_ms = (expires_at - now + REQUEST_RETENTION_SECONDS + 1) * 1000
     for key, ttl in ttls.items():
         assert 0 < ttl <= ceiling_ms, key

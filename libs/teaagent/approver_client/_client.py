@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from teaagent._http import client_verify
+from teaagent._json import parse_json
 from teaagent.errors import RelayError
 
 __all__ = [
@@ -546,7 +547,7 @@ class _Base:
             code: str | None = None
             message = response.reason_phrase or "no reason given"
             try:
-                body = response.json()
+                body = parse_json(response.content)
                 if isinstance(body, dict) and isinstance(body.get("error"), str):
                     code, message = body["error"], str(body.get("message", message))
             except ValueError:
@@ -559,7 +560,7 @@ class _Base:
                 code=code,
             )
         try:
-            return call.parse(response.json())
+            return call.parse(parse_json(response.content))
         except (ValueError, KeyError, TypeError) as exc:
             detail = f"it has no field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc).rstrip(".")
             raise RelayError(

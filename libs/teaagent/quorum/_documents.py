@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from teaagent._canonical import canonical, payload_digest
+from teaagent._json import MAX_ARGUMENTS_DEPTH, JSONDepthError
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.signing import Signer, fingerprint, parse_sshsig, signature_to_wire, sshsig_sign, sshsig_verify
 from teaagent.trust import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS, PeerSignature, SignerKey
@@ -238,6 +239,8 @@ def request_problem(request: object) -> str | None:
         return "the request's payload_digest is not sha256: followed by 64 lowercase hexadecimal characters"
     try:
         expected = payload_digest(request["tool_name"], dict(request["arguments"].items()))
+    except JSONDepthError:
+        return f"the request's arguments nest arrays and objects more than {MAX_ARGUMENTS_DEPTH} levels deep"
     except ValueError:
         return "the request's arguments cannot be written as canonical JSON"
     if digest != expected:

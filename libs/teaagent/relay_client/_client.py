@@ -19,6 +19,7 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 
 from teaagent._http import KeptAlive, NoAnswer, client_verify
+from teaagent._json import JSONDepthError, parse_json
 from teaagent.errors import RelayError
 from teaagent.quorum import describe_outcome
 
@@ -366,7 +367,13 @@ def _answer(status: int, content: bytes, reason: str, base_url: str, call: _Call
     """The JSON of a 2xx answer; any other answer is the relay's refusal, in one sentence."""
     if 200 <= status < 300:
         try:
-            return json.loads(content)
+            return parse_json(content)
+        except JSONDepthError as exc:
+            raise RelayError(
+                f"The relay at {base_url} answered {call.what} with JSON nested more than {exc.limit} "
+                "levels deep.",
+                status_code=status,
+            ) from exc
         except ValueError as exc:
             raise RelayError(
                 f"The relay at {base_url} answered {call.what} with something that is not JSON.",
@@ -375,7 +382,7 @@ def _answer(status: int, content: bytes, reason: str, base_url: str, call: _Call
     code: str | None = None
     message = reason or "no reason given"
     try:
-        body = json.loads(content)
+        body = parse_json(content)
         if isinstance(body, dict) and isinstance(body.get("error"), str):
             code, message = body["error"], str(body.get("message", message))
     except ValueError:

@@ -26,6 +26,7 @@ from teaagent.store._queue import (
 from teaagent.store._ratelimit import AsyncRedisRateLimiter, RateLimitSpec, RedisRateLimiter
 from teaagent.store._requests import (
     MAX_DOCUMENT_BYTES,
+    MAX_PENDING_PER_ORIGIN,
     AcceptResult,
     DecisionKind,
     DecisionResult,
@@ -47,6 +48,7 @@ __all__ = [
     "CONSUMER_RETENTION_SECONDS",
     "EMBEDDED_URL",
     "MAX_DOCUMENT_BYTES",
+    "MAX_PENDING_PER_ORIGIN",
     "REDIS_ERRORS",
     "REQUEST_RETENTION_SECONDS",
     "AcceptResult",

@@ -13,6 +13,8 @@ Layout (``P`` is the node's prefix, ``ta:<agent_id>`` by default)::
     P:req:index, P:in:index   ZSET    refs by expires_at, for listings
     P:req:pending, P:in:pending  ZSET  the pending ones' refs only, by expires_at: a pending
                               listing never pages through decided requests
+    P:in:held:{P/<origin>}    ZSET    the refs of one origin's pending received requests, by
+                              expires_at: what it holds of this node's inbox, against its cap
     P:q:{P/<name>}:stream     STREAM  a work queue (consumer group "workers"): deliveries, inbox
     P:q:{P/<name>}:schedule   ZSET    entries waiting for their next attempt, scored by not-before (ms)
     P:q:{P/<name>}:dead       STREAM  entries that kept failing or expired (dead letters)
@@ -37,8 +39,9 @@ written before a request's script and a settled request leaves the pending set a
 left behind by a crash is skipped and removed by the next listing.
 
 Every key gets a TTL: request keys live until ``expires_at + REQUEST_RETENTION_SECONDS``; queue keys
-and the index sets are pushed forward to the latest entry's expiry plus the same retention; a
-rate-limit bucket lives until it is full again (at most one window).
+and the index sets are pushed forward to the latest entry's expiry plus the same retention; an
+origin's held set to its latest ref's expiry (an expired ref counts for nothing); a rate-limit
+bucket lives until it is full again (at most one window).
 """
 
 from __future__ import annotations
@@ -182,6 +185,19 @@ class Keys:
     def inbox_pending(self) -> str:
         """Return the sorted set of pending received ``<origin>/<request_id>`` refs, by ``expires_at``."""
         return f"{self.prefix}:in:pending"
+
+    def inbox_held(self, origin: str) -> str:
+        """Return the sorted set of the peer ``origin``'s pending received refs, scored by ``expires_at``.
+
+        Its own hash tag (the prefix and the origin): the step that counts a new request against
+        the origin's cap touches this key alone.
+
+        Raises:
+            ValueError: ``origin`` is not an agent id.
+        """
+        if not AGENT_ID_PATTERN.fullmatch(origin):
+            raise ValueError(f"origin {origin!r} is not a valid agent id")
+        return f"{self.prefix}:in:held:{{{self.prefix}/{origin}}}"
 
     def queue(self, name: str) -> QueueKeys:
         """Return the keys of the work queue ``name`` (``deliveries``, ``inbox``).

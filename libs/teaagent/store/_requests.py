@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
+    "MAX_PENDING_PER_ORIGIN",
     "AcceptResult",
     "DecisionKind",
     "DecisionResult",
@@ -65,6 +66,10 @@ _DECISION_KINDS = ("approval", "denial")
 _STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired", "withdrawn")
 _DELIVERY_STATES: tuple[DeliveryStateName, ...] = ("pending", "delivered", "failing", "given_up")
 MAX_DELIVERY_ERROR_CHARS = 500  # the last error is one sentence, not a traceback
+# Pending requests one origin may hold in this node's inbox: more than any operator works through,
+# and a hundred origins at it still leave room in the approver's queue (MAX_QUEUE_LENGTH, 100,000),
+# so one peer, however fast its window lets it send, cannot crowd the others out.
+MAX_PENDING_PER_ORIGIN = 1_000
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +93,8 @@ class Intake:
     """Where :meth:`InboxBook.receive` charges a received request and queues it.
 
     ``window`` of ``limiter`` (``origin:<id>``) allows ``limit``; the request goes to ``target``
-    (``approver``) on ``queue``.
+    (``approver``) on ``queue``; its origin may hold at most ``max_pending`` pending requests in
+    the inbox.
     """
 
     limiter: AsyncRedisRateLimiter
@@ -96,6 +102,7 @@ class Intake:
     limit: RateLimitSpec
     queue: DeliveryQueue
     target: str
+    max_pending: int = MAX_PENDING_PER_ORIGIN
 
 
 @dataclass(frozen=True)
@@ -103,15 +110,19 @@ class ReceiveResult:
     """What :meth:`InboxBook.receive` did with a peer's request.
 
     ``stored_before``: the request (or another document under its id) was stored already; nothing
-    was charged or written, and the caller reads it to answer a repeat. Otherwise ``decision`` is
-    the origin's window's answer; when it allowed the call, ``accepted`` says how the request was
-    stored and ``entry_id`` is its entry on the approver's queue (None when it was not pending).
+    was charged or written, and the caller reads it to answer a repeat. ``held`` (with ``full``
+    True): its origin already holds that many pending requests here, its cap; nothing was charged
+    or written. Otherwise ``decision`` is the origin's window's answer; when it allowed the call,
+    ``accepted`` says how the request was stored and ``entry_id`` is its entry on the approver's
+    queue (None when it was not pending).
     """
 
     stored_before: bool
     decision: RateDecision | None = None
     accepted: AcceptResult | None = None
     entry_id: str | None = None
+    full: bool = False
+    held: int | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +245,11 @@ def _received(decision: RateDecision, accepted: AcceptResult, entry_id: str | No
     if entry_id is not None and accepted.stored is not None:
         accepted = dataclasses.replace(accepted, stored=dataclasses.replace(accepted.stored, queued=True))
     return ReceiveResult(stored_before=False, decision=decision, accepted=accepted, entry_id=entry_id)
+
+
+def _held_ms(one: _Acceptance) -> int:
+    """An origin's held set lives until its latest ref expires (a ref counts only until then)."""
+    return (max(one.expires_at - one.at, 0) + 1) * 1000
 
 
 def _check_document(name: str, document: bytes) -> None:
@@ -425,17 +441,31 @@ class _Book:
             await self._unlist_pending([member])
         return WithdrawResult(state=result, withdrawn=bool(changed) and result == "withdrawn")
 
-    async def _unlist_pending(self, members: list[str]) -> None:
-        """Remove settled requests from the pending set: a step after the script, not inside it.
+    def _held(self, members: list[str]) -> dict[str, list[str]]:
+        """The sets that count ``members`` against a cap (an inbox's origins'), each with its members."""
+        return {}
 
-        The set has no hash tag of a request, so no request's script may touch it (Redis Cluster).
-        Never raises: the outcome is settled and stored by then, and a member left behind (by a
-        failure here or a crash before it) is skipped and removed by the next pending listing.
+    async def _unlist_pending(self, members: list[str]) -> None:
+        """Remove settled requests from the pending set, and from their origin's held set in an
+        inbox: a step after the script, not inside it.
+
+        The sets have no hash tag of a request, so no request's script may touch them (Redis
+        Cluster). Never raises: the outcome is settled and stored by then, and a member left
+        behind (by a failure here or a crash before it) is skipped and removed by the next pending
+        listing; in a held set it counts until that listing, or until its request expires.
         """
         if not members:
             return
+        held = self._held(members)
         try:
-            await self._client.zrem(self._pending_key, *members)
+            if not held:
+                await self._client.zrem(self._pending_key, *members)
+                return
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.zrem(self._pending_key, *members)
+                for key, refs in held.items():
+                    pipe.zrem(key, *refs)
+                await pipe.execute()
         except REDIS_ERRORS as exc:
             logger.warning(
                 "settled requests stay in %s until a listing removes them: %s",
@@ -677,7 +707,7 @@ class _Book:
                 else:
                     settled.append(name)
             if settled:
-                await self._client.zrem(key, *settled)
+                await self._unlist_pending(settled)  # pending_only: key is the pending set
             # Removed members no longer take a place: the next page starts right after the used ones.
             offset += used - len(settled)
             if used == len(names) and len(names) < page:
@@ -1156,6 +1186,16 @@ class InboxBook(_Book):
         origin, _, request_id = member.partition("/")
         return self._keys.inbox_item(origin, request_id), request_id, origin
 
+    def _held(self, members: list[str]) -> dict[str, list[str]]:
+        held: dict[str, list[str]] = {}
+        for member in members:
+            try:
+                key = self._keys.inbox_held(member.partition("/")[0])
+            except ValueError:
+                continue  # no ref of a request this inbox took in
+            held.setdefault(key, []).append(member)
+        return held
+
     async def accept(
         self, origin: str, request_id: str, document: bytes, *, expires_at: int, now: int | None = None
     ) -> AcceptResult:
@@ -1193,17 +1233,20 @@ class InboxBook(_Book):
         payload: bytes,
         now: int | None = None,
     ) -> ReceiveResult:
-        """Take a verified request from ``origin`` in: charge, store, queue and mark it; or say why not.
+        """Take a verified request from ``origin`` in: hold, charge, store, queue and mark it; or say why not.
 
         A peer relay's steps for a new request, in their order: nothing when the request is stored
         already (``stored_before``: the caller reads it and answers a repeat, and no window is
-        charged); else one call against the intake's window (a refusal writes nothing); else
-        :meth:`accept`, then, while it is pending, one entry ``payload`` for the intake's target on
-        its queue, and :meth:`mark_queued`. On one server the four are one script
-        (``receive_request.lua``): one round trip and one sync, and no crash between two of them.
-        On a cluster their keys have several hash tags, so they run one by one, as their own
-        methods do; a crash between two leaves the item unqueued or unmarked, and the origin's
-        repeat completes it.
+        charged); else the request is counted against what its origin may hold pending in this
+        inbox, ``intake.max_pending`` (``full`` when it holds that many already: nothing is
+        charged or written); else one call against the intake's window (a refusal writes
+        nothing: the hold is taken back); else :meth:`accept`, then, while it is pending, one entry
+        ``payload`` for the intake's target on its queue, and :meth:`mark_queued`. A request leaves
+        its origin's count when it is decided, withdrawn or expires. On one server the five are
+        one script (``receive_request.lua``): one round trip and one sync, and no crash between
+        two of them. On a cluster their keys have several hash tags, so they run one by one, as
+        their own methods do; a crash between two leaves the item unqueued or unmarked, and the
+        origin's repeat completes it (a hold left behind counts the request once until it expires).
 
         Raises:
             StoreError: Redis is unreachable or failed, or the queue is full (the request is stored
@@ -1213,18 +1256,24 @@ class InboxBook(_Book):
             TypeError: ``document`` or ``payload`` is not bytes.
         """
         one = self._item(origin, request_id, document, expires_at=expires_at, now=now)
+        if intake.max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, not {intake.max_pending}")
+        held_key = self._keys.inbox_held(origin)
         if not self._one_server:
-            return await self._receive_in_steps(origin, one, intake, payload, now)
+            return await self._receive_in_steps(origin, one, intake, payload, now, held_key)
         limiter, queue = intake.limiter, intake.queue
         window_key, charge = limiter.charge(intake.window, intake.limit, now=now)
         entry = queue.entry(intake.target, request_id, payload, expires_at, now=now)
-        keys = [*one.keys, self._index_key, self._pending_key, window_key, queue.stream]
-        args = [one.member, expires_at, one.ttl_ms, *charge, *one.args, *entry]
+        keys = [*one.keys, self._index_key, self._pending_key, window_key, queue.stream, held_key]
+        hold = [intake.max_pending, _held_ms(one)]
+        args = [one.member, expires_at, one.ttl_ms, *charge, *one.args, *hold, *entry]
         with converting(self._url):
             reply = await self._scripts.run("receive_request", keys, args)
         status = reply[0]
         if status == b"stored":
             return ReceiveResult(stored_before=True)
+        if status == b"full":
+            return ReceiveResult(stored_before=False, full=True, held=int(reply[1]))
         if status == b"refused":
             return ReceiveResult(stored_before=False, decision=limiter.decision(reply[1]))
         _created, state, remaining, entry_id = reply
@@ -1233,19 +1282,26 @@ class InboxBook(_Book):
         return _received(limiter.decision(remaining), accepted, queued)
 
     async def _receive_in_steps(
-        self, origin: str, one: _Acceptance, intake: Intake, payload: bytes, now: int | None
+        self, origin: str, one: _Acceptance, intake: Intake, payload: bytes, now: int | None, held_key: str
     ) -> ReceiveResult:
         """:meth:`receive` on a cluster: each step its own call, in the script's order."""
         if await self.exists(origin, one.request_id):
             return ReceiveResult(stored_before=True)
+        hold = [one.member, one.expires_at, one.at, intake.max_pending, _held_ms(one)]
+        with converting(self._url):
+            held = await self._scripts.run("hold", [held_key], hold)
+        if held < 0:
+            return ReceiveResult(stored_before=False, full=True, held=-held)
         decision = await intake.limiter.hit(intake.window, intake.limit, now=now)
         if not decision.allowed:
+            with converting(self._url):
+                await self._client.zrem(held_key, one.member)  # as the script takes its hold back
             return ReceiveResult(stored_before=False, decision=decision)
         try:
             accepted = await self._accept(one)
         except RequestConflictError:
             return ReceiveResult(stored_before=True)  # stored between the look and here: a concurrent copy
-        entry_id = None
+        entry_id = None  # accepted already expired: _accept took it out of the pending and held sets
         if accepted.state == "pending":
             entry_id = await intake.queue.enqueue(
                 intake.target, one.request_id, payload, one.expires_at, now=now

@@ -40,13 +40,14 @@ SCRIPT_NAMES = (
     "withdraw",
     "receive_request",
     "submit_request",
+    "hold",
 )
 
 # A composite script runs other scripts, in one call, on one server (never on a cluster: its keys
 # have several hash tags). Its source is each part's own file as a local function of (KEYS, ARGV),
 # then its own file, which calls them: the parts are never written twice.
 COMPOSITES: dict[str, tuple[str, ...]] = {
-    "receive_request": ("ratelimit", "accept_request", "enqueue", "mark_queued"),
+    "receive_request": ("hold", "ratelimit", "accept_request", "enqueue", "mark_queued"),
     "submit_request": ("accept_request", "enqueue"),
 }
 

@@ -3,7 +3,7 @@
 ================  ======  ====================================================================
 code              status  meaning
 ================  ======  ====================================================================
-``invalid``       400     the body is not JSON, or cannot be read
+``invalid``       400     the body is not JSON, cannot be read, or nests deeper than ``MAX_JSON_DEPTH``
 ``invalid``       422     the JSON is not what the call takes, or breaks a rule of the call
 ``invalid``       409     the call contradicts the state (a model that exists, no model to run)
 ``invalid``       405     the path exists, the method does not

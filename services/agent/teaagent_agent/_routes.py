@@ -7,12 +7,15 @@ the run routes) names the session a call is about; it is the current session whe
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from teaagent._json import JSONDepthError, parse_json
 from teaagent_agent._errors import ApiError, ErrorOut
 from teaagent_agent._runs import ActiveRun, RunChannel
 from teaagent_agent._schemas import (
@@ -56,6 +59,7 @@ from teaagent_agent._schemas import (
 from teaagent_agent._service import AgentService
 
 __all__ = [
+    "BoundedJSONRoute",
     "models_router",
     "operations_router",
     "runs_router",
@@ -71,6 +75,33 @@ _SSE: Final = {
     ),
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
+
+
+class _BoundedRequest(Request):
+    """A request whose JSON body FastAPI reads with :func:`~teaagent._json.parse_json`."""
+
+    async def json(self) -> Any:
+        try:
+            return parse_json(await self.body(), what="The request body")
+        except JSONDepthError as exc:
+            raise ApiError("invalid", str(exc), status=400) from exc
+
+
+class BoundedJSONRoute(APIRoute):
+    """A route whose JSON body is refused (400 ``invalid``) when nested deeper than ``MAX_JSON_DEPTH``.
+
+    FastAPI reads a body parameter with ``Request.json()`` (``json.loads``, which recurses per
+    level); this route hands its handler a request that reads it bounded (FastAPI's documented
+    way to change how a route reads its request: a custom ``APIRoute`` class).
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            return await handler(_BoundedRequest(request.scope, request.receive))
+
+        return bounded
 
 
 async def _service(request: Request) -> AgentService:
@@ -130,7 +161,7 @@ def _run(service: AgentService, session: str | None) -> ActiveRun | None:
 
 # -- operations ----------------------------------------------------------------------------------
 
-operations_router = APIRouter(tags=["operations"])
+operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 
 
 @operations_router.get(
@@ -149,7 +180,7 @@ async def openapi(request: Request, _auth: Authorized) -> JSONResponse:
 
 # -- runs ----------------------------------------------------------------------------------------
 
-runs_router = APIRouter(prefix="/runs", tags=["runs"])
+runs_router = APIRouter(prefix="/runs", tags=["runs"], route_class=BoundedJSONRoute)
 
 
 @runs_router.post(
@@ -272,7 +303,7 @@ async def cancel(service: ServiceDep, _auth: Authorized, session: SessionQuery =
 
 # -- sessions ------------------------------------------------------------------------------------
 
-sessions_router = APIRouter(prefix="/sessions", tags=["sessions"])
+sessions_router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=BoundedJSONRoute)
 
 
 @sessions_router.get(
@@ -388,7 +419,7 @@ async def context(session_id: SessionPath, service: ServiceDep, _auth: Authorize
 
 # -- models and settings -------------------------------------------------------------------------
 
-models_router = APIRouter(tags=["models"])
+models_router = APIRouter(tags=["models"], route_class=BoundedJSONRoute)
 
 
 @models_router.get("/models", response_model=ModelsOut, responses=_errors(), summary="The configured models")
@@ -453,7 +484,7 @@ async def doctor(service: ServiceDep, _auth: Authorized, body: DoctorRequest | N
 
 # -- usage, plugins, mentions, side questions -----------------------------------------------------
 
-usage_router = APIRouter(tags=["usage"])
+usage_router = APIRouter(tags=["usage"], route_class=BoundedJSONRoute)
 
 
 @usage_router.get(

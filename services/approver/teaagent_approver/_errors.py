@@ -3,7 +3,7 @@
 ======================  ======  ===============================================================
 code                    status  meaning
 ======================  ======  ===============================================================
-``invalid``             400     the body is not JSON, or cannot be read
+``invalid``             400     the body is not JSON, cannot be read, or nests deeper than ``MAX_JSON_DEPTH``
 ``invalid``             422     malformed: a parameter, a body, a statement that does not match
                                 its request, a request whose origin signature does not verify
 ``unauthorized``        401     no bearer token, or the wrong one

@@ -29,14 +29,17 @@ import asyncio
 import contextlib
 import hmac
 import time
+from collections.abc import Callable, Coroutine
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import teaagent
+from teaagent._json import JSONDepthError, parse_json
 from teaagent.errors import RelayError, StoreError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
@@ -59,7 +62,7 @@ from teaagent_approver._models import (
     StatementOut,
 )
 
-__all__ = ["MAX_LISTED", "MAX_WAIT_SECONDS", "operations_router", "requests_router"]
+__all__ = ["MAX_LISTED", "MAX_WAIT_SECONDS", "BoundedJSONRoute", "operations_router", "requests_router"]
 
 MAX_LISTED = 1000  # one listing; the relay's own bound
 MAX_WAIT_SECONDS = 60.0  # one long-poll; the relay's own bound
@@ -113,6 +116,33 @@ ExpectPayloadDigest = Annotated[
         "differs.",
     ),
 ]
+
+
+class _BoundedRequest(Request):
+    """A request whose JSON body FastAPI reads with :func:`~teaagent._json.parse_json`."""
+
+    async def json(self) -> Any:
+        try:
+            return parse_json(await self.body(), what="The request body")
+        except JSONDepthError as exc:
+            raise ApiError(400, "invalid", str(exc)) from exc
+
+
+class BoundedJSONRoute(APIRoute):
+    """A route whose JSON body is refused (400 ``invalid``) when nested deeper than ``MAX_JSON_DEPTH``.
+
+    FastAPI reads a body parameter with ``Request.json()`` (``json.loads``, which recurses per
+    level); this route hands its handler a request that reads it bounded (FastAPI's documented
+    way to change how a route reads its request: a custom ``APIRoute`` class).
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            return await handler(_BoundedRequest(request.scope, request.receive))
+
+        return bounded
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -245,7 +275,7 @@ async def _listing(
     return await engine.relay.list_inbox(state, limit=MAX_LISTED, wait=0.0)
 
 
-requests_router = APIRouter(prefix="/v1/requests", tags=["requests"])
+requests_router = APIRouter(prefix="/v1/requests", tags=["requests"], route_class=BoundedJSONRoute)
 
 
 @requests_router.get(
@@ -398,7 +428,7 @@ async def submit_decision(
     return await _decide(engine, item, proposal)
 
 
-operations_router = APIRouter(tags=["operations"])
+operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 
 
 @operations_router.get(

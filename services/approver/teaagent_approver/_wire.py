@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from teaagent._batch import Coalescer
 from teaagent._http import KeptAlive, NoAnswer
+from teaagent._json import parse_json
 from teaagent.errors import RelayError
 
 __all__ = ["DecisionPoster"]
@@ -139,8 +140,8 @@ class DecisionPoster:
 def _answer(status: int, body: bytes, base_url: str, what: str) -> Any:
     """The JSON of a 2xx answer; a RelayError with the relay's code and sentence otherwise."""
     try:
-        data = json.loads(body) if body else None
-    except ValueError:
+        data = parse_json(body) if body else None
+    except ValueError:  # not JSON, or nested deeper than MAX_JSON_DEPTH: no answer of a relay
         data = None
     if 200 <= status < 300:
         if data is None:

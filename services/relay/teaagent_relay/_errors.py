@@ -3,7 +3,7 @@
 ======================  ======  ===============================================================
 code                    status  meaning
 ======================  ======  ===============================================================
-``invalid``             400     the body is not JSON, or cannot be read
+``invalid``             400     the body is not JSON, cannot be read, or nests deeper than ``MAX_JSON_DEPTH``
 ``invalid``             422     the JSON is not the document the call takes, or breaks a rule
 ``expired``             422     a peer's request that expired before it arrived (never stored)
 ``unauthorized``        401     no bearer token, or the wrong one (calls of the node itself)
@@ -16,13 +16,15 @@ code                    status  meaning
 ``withdrawn``           409     a decision on a request its origin withdrew
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
 ``rate_limited``        429     the origin's window is full; ``Retry-After`` says when to retry
+``origin_full``         429     the origin already holds its cap of pending requests in this inbox
 ``unavailable``         503     Redis is unreachable
 ``internal``            500     a bug; the message says no more than that
 ======================  ======  ===============================================================
 
 ``bad_signature`` is 403, not 422: the document is well formed, its sender is not who it claims to
 be. A delivering relay treats every 4xx but 408, 425 and 429 as permanent (dead letter), and 5xx
-as temporary (retry).
+as temporary (retry); an answer nested deeper than ``MAX_JSON_DEPTH`` is permanent whatever its
+status (no relay sends one).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from teaagent._json import parse_json
 from teaagent_relay._errors import ApiError, response_of, validation_message
 from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._middleware import BodyLimitMiddleware, MetricsMiddleware
@@ -48,6 +49,7 @@ from teaagent_relay._routes import (
     count_decision,
     own_decision,
     own_decisions,
+    refuse_deep,
 )
 
 __all__ = ["RelayApp"]
@@ -91,16 +93,18 @@ async def inbox(request: Request, state: str = "pending", limit: int = 100, wait
 async def _read_request(request: Request) -> SignedRequestIn:
     """The body as the documented routes read it, refused with their sentences.
 
-    pydantic-core parses and checks it in one step; only a refused body is read again the way
-    FastAPI reads it (``json.loads``, then the model), whose error wording the routes document.
+    pydantic-core parses and checks it in one step, once its depth is known to be within
+    ``MAX_JSON_DEPTH``; only a refused body is read again the way FastAPI reads it (``json.loads``,
+    then the model), whose error wording the routes document.
     """
     raw = await request.body()
+    refuse_deep(raw)
     try:
         return SignedRequestIn.model_validate_json(raw)
     except ValidationError:
         pass
     try:
-        data = json.loads(raw)
+        data = parse_json(raw)
     except ValueError as exc:
         why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         errors: list[Any] = [{"type": "json_invalid", "loc": ("body",), "ctx": {"error": why}}]

@@ -185,6 +185,7 @@ class Relay:
         self.own_node_key = (SignerKey(line=self.own_key.to_line(), source="this node's key"),)
         self.allow_dev = config.quorum.allow_dev_signatures
         self.inbox_limit = RateLimit(settings.inbox_rate_limit, settings.inbox_rate_window_seconds)
+        self.inbox_max_pending = settings.inbox_max_pending
         self.deliveries = store.queue(
             "deliveries",
             max_attempts=None,  # a peer down for hours gets the delivery once back, until expiry
@@ -641,11 +642,14 @@ class Relay:
         PROTOCOL.md "What a peer's relay refuses": everything is checked before the origin's
         window is charged, and an exact repeat of a stored request is charged to no window, so a
         captured request (it travels to every peer) re-posted forever never shuts the origin out.
+        Each origin may hold at most ``inbox_max_pending`` pending requests here, so no peer can
+        fill the approver's queue for the others.
 
         Raises:
             ApiError: 403 unknown origin, not addressed to this node, or a bad signature; 422
                 malformed, created too far ahead (``invalid``) or already expired (``expired``);
-                429 the origin's window is full; 409 another document holds the id.
+                429 the origin's window is full (``rate_limited``), or it holds its cap of pending
+                requests here (``origin_full``); 409 another document holds the id.
             StoreError: Redis failed.
         """
         origin = request.get("origin")
@@ -700,6 +704,7 @@ class Relay:
             self.inbox_limit,
             self.store.inbox_queue,
             APPROVER_TARGET,
+            max_pending=self.inbox_max_pending,
         )
         for _attempt in range(2):
             got = await self.store.inbox.receive(
@@ -718,6 +723,15 @@ class Relay:
             # Gone between the two reads (it expired): taken in again, as a new request.
         else:
             raise self._clash(origin, request_id)
+        if got.full:
+            # Its share of the inbox, not its pace: room comes back as its requests are decided,
+            # withdrawn or expire, so 429 (the origin's relay retries) with nothing charged.
+            raise ApiError(
+                429,
+                "origin_full",
+                f"{origin} already holds {got.held} pending requests in this node's inbox, its limit "
+                f"of {self.inbox_max_pending}; one must be decided, withdrawn or expire first.",
+            )
         decision = got.decision
         assert decision is not None  # not stored before: the window answered
         if not decision.allowed:

@@ -6,15 +6,18 @@ import asyncio
 import hmac
 import json
 import re
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 import teaagent
+from teaagent._json import JSONDepthError, check_json_depth, parse_json
 from teaagent.errors import StoreError
 from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
 from teaagent_relay._models import (
@@ -37,12 +40,14 @@ from teaagent_relay._protocol import sentence
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
 __all__ = [
+    "BoundedJSONRoute",
     "count_decision",
     "deliveries_router",
     "inbox_router",
     "operations_router",
     "own_decision",
     "own_decisions",
+    "refuse_deep",
     "requests_router",
 ]
 
@@ -97,19 +102,61 @@ Wait = Annotated[
 ]
 
 
-async def _read(request: Request, model: type[_Model]) -> _Model:
+def refuse_deep(raw: bytes) -> None:
+    """Refuse (400 ``invalid``) a body nested deeper than ``MAX_JSON_DEPTH``, before any parser
+    recurses into it.
+
+    Raises:
+        ApiError: 400, the body nests arrays and objects too deep.
+    """
     try:
-        return model.model_validate_json(await request.body())
+        check_json_depth(raw, what="The request body")
+    except JSONDepthError as exc:
+        raise ApiError(400, "invalid", str(exc)) from exc
+
+
+async def _read(request: Request, model: type[_Model]) -> _Model:
+    raw = await request.body()
+    refuse_deep(raw)
+    try:
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         status, message = validation_message(exc.errors())
         raise ApiError(status, "invalid", message) from exc
+
+
+class _BoundedRequest(Request):
+    """A request whose JSON body FastAPI reads with :func:`~teaagent._json.parse_json`."""
+
+    async def json(self) -> Any:
+        try:
+            return parse_json(await self.body(), what="The request body")
+        except JSONDepthError as exc:
+            raise ApiError(400, "invalid", str(exc)) from exc
+
+
+class BoundedJSONRoute(APIRoute):
+    """A route whose JSON body is refused (400 ``invalid``) when nested deeper than ``MAX_JSON_DEPTH``.
+
+    FastAPI reads a body parameter with ``Request.json()`` (``json.loads``, which recurses per
+    level); this route hands its handler a request that reads it bounded, the way FastAPI's
+    documentation changes how a route reads its request (a custom ``APIRoute`` class).
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            return await handler(_BoundedRequest(request.scope, request.receive))
+
+        return bounded
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorOut} for status in statuses}
 
 
-requests_router = APIRouter(prefix="/v1/requests", tags=["requests"])
+requests_router = APIRouter(prefix="/v1/requests", tags=["requests"], route_class=BoundedJSONRoute)
 
 
 @requests_router.post(
@@ -211,7 +258,7 @@ async def count_decision(request: Request) -> Response:
     return JSONResponse(await relay.count(request_id, body.statement, body.signature))
 
 
-inbox_router = APIRouter(prefix="/v1/inbox", tags=["inbox"])
+inbox_router = APIRouter(prefix="/v1/inbox", tags=["inbox"], route_class=BoundedJSONRoute)
 
 
 @inbox_router.post(
@@ -360,7 +407,7 @@ async def receive_withdrawal(request_id: RequestId, body: SignedWithdrawalIn, re
     return await relay.receive_withdrawal(request_id, body.statement, body.signature)
 
 
-deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
+deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"], route_class=BoundedJSONRoute)
 
 
 @deliveries_router.get(
@@ -407,7 +454,7 @@ def _queued_path(payload: bytes) -> str | None:
     return path if isinstance(path, str) else None
 
 
-operations_router = APIRouter(tags=["operations"])
+operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 
 
 @operations_router.get(

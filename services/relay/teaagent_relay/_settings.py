@@ -7,6 +7,8 @@ from typing import Final
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from teaagent.store import MAX_PENDING_PER_ORIGIN
+
 __all__ = [
     "DEFAULT_INBOX_RATE_LIMIT",
     "DEFAULT_INBOX_RATE_WINDOW_SECONDS",
@@ -33,6 +35,10 @@ class Settings(BaseSettings):
         inbox_rate_limit: Requests accepted per peer origin per window (a burst of that many, then
             one back every window / limit, see ``teaagent.tools``); past it, 429.
         inbox_rate_window_seconds: The window of ``inbox_rate_limit``.
+        inbox_max_pending: Pending requests one peer origin may hold in this node's inbox
+            (``teaagent.store.MAX_PENDING_PER_ORIGIN``); past it, 429 ``origin_full`` until one of
+            them is decided, withdrawn or expires. The window alone lets an origin keep a day's
+            worth of requests waiting, enough to fill the approver's queue for every origin.
         delivery_min_idle_seconds: How long a claimed delivery may sit unacknowledged before
             another consumer takes it over (the claimer crashed). Keep it above the delivery
             timeout, which is derived from it.
@@ -47,6 +53,7 @@ class Settings(BaseSettings):
     deliver: bool = True
     inbox_rate_limit: int = Field(default=DEFAULT_INBOX_RATE_LIMIT, ge=1, le=100_000)
     inbox_rate_window_seconds: float = Field(default=DEFAULT_INBOX_RATE_WINDOW_SECONDS, gt=0, le=3600)
+    inbox_max_pending: int = Field(default=MAX_PENDING_PER_ORIGIN, ge=1, le=100_000)
     delivery_min_idle_seconds: float = Field(default=60.0, ge=1.0, le=3600)
     delivery_retry_base_seconds: float = Field(default=0.5, gt=0, le=60)
     delivery_retry_cap_seconds: float = Field(default=30.0, gt=0, le=3600)

@@ -21,6 +21,7 @@ from typing import Final
 import httpx
 
 from teaagent._http import KeptAlive, NoAnswer, client_verify
+from teaagent._json import JSONDepthError, check_json_depth
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
 from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery, DeliveryStateName
@@ -49,6 +50,12 @@ def consumer_name() -> str:
 
 
 def _refusal(status: int, answer: bytes) -> str:
+    """The peer's reason for a refusal: its ``ErrorOut``, else the start of its answer.
+
+    Raises:
+        JSONDepthError: The answer nests arrays and objects deeper than ``MAX_JSON_DEPTH``.
+    """
+    check_json_depth(answer, what="The answer")
     try:
         body = json.loads(answer)
         return f"{body['error']}: {body['message']}"
@@ -279,7 +286,18 @@ class DeliveryWorker:
             if own:
                 await self._note(delivery, "delivered", None)
             return
-        error = f"{delivery.target}'s relay at {url} answered {status} {_refusal(status, answer)}"
+        try:
+            error = f"{delivery.target}'s relay at {url} answered {status} {_refusal(status, answer)}"
+        except JSONDepthError as exc:
+            # No relay answers that (an ErrorOut is flat): a hostile or broken peer, which another
+            # attempt would only feed. Given up at once, whatever the status.
+            await self._dead(
+                delivery,
+                f"{delivery.target}'s relay at {url} answered {status} with JSON nested more than "
+                f"{exc.limit} levels deep",
+                own=own,
+            )
+            return
         if status == 404 and _is_own_withdrawal(payload, self.relay.agent_id):
             await self._unknown_withdrawn(delivery, error)
         elif status >= 500 or status in _TEMPORARY:
