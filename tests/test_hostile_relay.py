@@ -271,10 +271,11 @@ class Origin:
         found = [json.loads(line) for line in lines]
         return [record for record in found if run_id is None or record["run_id"] == run_id]
 
-    def gate(self, timeout: float) -> RelayQuorumGate:
+    def gate(self, timeout: float, on_status: Callable[[Any], None] | None = None) -> RelayQuorumGate:
         """The node's gate, as ``node_quorum_gate`` makes it, but waiting ``timeout`` seconds in all."""
         node = self.node
         return RelayQuorumGate(
+            on_status=on_status,
             relay_url=node.relay_url,
             token=node.load_token(),
             origin=node.agent_id,
@@ -978,8 +979,9 @@ def test_what_the_asking_side_shows_of_a_wait_is_only_what_verifies(
 
     relay.tactic = tactic
     seen: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
-    gate = short_origin.gate(SHORT_TIMEOUT)
-    gate._on_status = lambda status: seen.append((tuple(status.signers), tuple(status.denied_by)))
+    gate = short_origin.gate(
+        SHORT_TIMEOUT, on_status=lambda status: seen.append((tuple(status.signers), tuple(status.denied_by)))
+    )
 
     result = short_origin.run(TOUCH, gate=gate)
 

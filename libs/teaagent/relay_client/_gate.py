@@ -144,6 +144,7 @@ class RelayQuorumGate:
         self._config = config
         self._timeout = timeout if timeout is not None else config.timeout_seconds + EXPIRY_GRACE_SECONDS
         self._progress = on_progress or (lambda _line: None)
+        self._shown = on_status is not None or on_progress is not None  # someone reads the progress
         self._on_status = on_status
         self._stop = stop
         self._poll = STATUS_POLL_SECONDS if on_status is not None or stop is not None else MAX_WAIT_SECONDS
@@ -341,7 +342,9 @@ class RelayQuorumGate:
         )
 
     def _report(self, request: dict[str, Any], status: RequestStatus) -> RequestStatus:
-        """Hand the verified status to ``on_status``; return it."""
+        """Hand the verified status to ``on_status``; return it (the relay's, unread, when nobody looks)."""
+        if not self._shown:
+            return status  # nothing is shown: the signatures are verified once, in the certificate
         shown = self._verified(request, status)
         if self._on_status is None:
             return shown
