@@ -342,7 +342,7 @@ async def one_case(
 
 @asynctest
 async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_both_decided(
-    cluster: dict[str, Node],
+    cluster: dict[str, Node], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The attack of the issue, then the control: the same proxy telling the truth."""
     alpha, beta = cluster["alpha"], cluster["beta"]
@@ -373,6 +373,11 @@ async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_b
             assert approved.status_code == 502
             assert truth(beta, rm["request_id"])["decision"] is None
             assert metric(client, "teaagent_approver_refused_items_total", reason="relay_disagrees") >= 3
+            refusals = [
+                r.getMessage() for r in caplog.records if "is refused (relay_disagrees)" in r.getMessage()
+            ]
+            assert len(refusals) == 1  # logged once per item, however often it is listed
+            assert refusals[0].startswith(f"inbox item {rm['request_id']} filed under alpha is refused")
 
             # Honest: a new pair. echo is approved by its rule; rm waits for an operator, shown as it is.
             liar.rewrite = None
