@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -37,14 +35,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from lies import Lie, lies
 from relay_support import (
-    READY_TIMEOUT,
     Node,
+    ServedApp,
     approver_in_process,
     asynctest,
-    free_port,
     served,
     write_cluster,
 )
@@ -77,43 +73,26 @@ Rewrite = Callable[[Item, Item], Item]  # (the item of rm -rf /, the item of ech
 # -- the lying relay -------------------------------------------------------------------------------
 
 
-class LyingRelay:
+class LyingRelay(ServedApp):
     """A proxy in front of a real relay that rewrites one item of every inbox answer.
 
-    ``target`` is the id of the item to lie about, ``other`` the id of another genuine item of
-    the same origin (for swaps), ``rewrite`` the lie; everything else passes through unchanged.
+    ``target`` is the id of the item to lie about, ``other_item`` another genuine item of the same
+    origin (for swaps), ``rewrite`` the lie; everything else passes through unchanged.
     """
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self.port = free_port()
         self.target = ""
-        self.other = ""
         self.rewrite: Rewrite | None = None
         self.other_item: Item = {}  # the other genuine item, for swaps
         self.lies = 0  # answers rewritten
         self._client: httpx.AsyncClient | None = None
         app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "DELETE"])])
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="lying-relay", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(app, name="lying relay")
 
     def __enter__(self) -> LyingRelay:
-        self._thread.start()
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the lying relay did not start")
-            time.sleep(0.01)
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=15)
 
     async def _forward(self, request: Request) -> Response:
         if self._client is None:
@@ -284,7 +263,7 @@ async def one_case(
     refused: bool,
 ) -> None:
     rm, echo = deliver(alpha, beta, RM), deliver(alpha, beta, ECHO)
-    liar.target, liar.other, liar.rewrite = rm["request_id"], echo["request_id"], rewrite
+    liar.target, liar.rewrite = rm["request_id"], rewrite
     liar.other_item = truth(beta, echo["request_id"])
     refusals_before = sum(
         metric(client, "teaagent_approver_refused_items_total", reason=reason)
@@ -390,31 +369,14 @@ async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_b
             assert truth(beta, rm["request_id"])["decision"] is None
 
 
-class ServedApprover:
+class ServedApprover(ServedApp):
     """beta's approver on its own port, in a thread of this process, reading its relay at ``relay_url``."""
 
     def __init__(self, beta: Node, relay_url: str) -> None:
         from teaagent_approver import create_app
 
         app = create_app(beta.approver_settings(relay_url=relay_url, engine=False))
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=beta.approver_port, log_level="warning", access_log=False
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="approver", daemon=True)
-
-    def __enter__(self) -> ServedApprover:
-        self._thread.start()
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the approver did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=15)
+        super().__init__(app, port=beta.approver_port, name="approver beta")
 
 
 def test_the_command_line_and_the_tui_show_and_sign_only_the_verified_request(

@@ -28,6 +28,7 @@ from typing import Any, Final, NoReturn, final
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum._documents import (
     DEV_SIGNATURE_PREFIX,
+    REQUEST_FIELDS,
     REQUEST_NAMESPACE,
     approval_statement,
     denial_statement,
@@ -42,20 +43,8 @@ __all__ = ["VerifiedRequest", "verify_request"]
 
 logger = logging.getLogger("teaagent.quorum")
 
-_FIELDS: Final = (
-    "request_id",
-    "origin",
-    "run_id",
-    "call_id",
-    "tool_name",
-    "arguments",
-    "payload_digest",
-    "reason",
-    "required_approvals",
-    "peers",
-    "created_at",
-    "expires_at",
-)
+# Every field of a request a relay may describe beside it; the constant ones (v, type) it never does.
+_FIELDS: Final = tuple(sorted(REQUEST_FIELDS - {"v", "type"}))
 _SEAL: Final = object()  # held by this module alone: the proof that verify_request built the object
 
 
