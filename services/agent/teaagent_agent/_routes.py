@@ -7,15 +7,13 @@ the run routes) names the session a call is about; it is the current session whe
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from teaagent._json import JSONDepthError, parse_json
+from teaagent._bounded_route import bounded_json_route
 from teaagent_agent._errors import ApiError, ErrorOut
 from teaagent_agent._runs import ActiveRun, RunChannel
 from teaagent_agent._schemas import (
@@ -77,31 +75,8 @@ _SSE: Final = {
 }
 
 
-class _BoundedRequest(Request):
-    """A request whose JSON body FastAPI reads with :func:`~teaagent._json.parse_json`."""
-
-    async def json(self) -> Any:
-        try:
-            return parse_json(await self.body(), what="The request body")
-        except JSONDepthError as exc:
-            raise ApiError("invalid", str(exc), status=400) from exc
-
-
-class BoundedJSONRoute(APIRoute):
-    """A route whose JSON body is refused (400 ``invalid``) when nested deeper than ``MAX_JSON_DEPTH``.
-
-    FastAPI reads a body parameter with ``Request.json()`` (``json.loads``, which recurses per
-    level); this route hands its handler a request that reads it bounded (FastAPI's documented
-    way to change how a route reads its request: a custom ``APIRoute`` class).
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def bounded(request: Request) -> Response:
-            return await handler(_BoundedRequest(request.scope, request.receive))
-
-        return bounded
+# JSON bodies nested deeper than MAX_JSON_DEPTH are 400 invalid, never a RecursionError (a 500).
+BoundedJSONRoute = bounded_json_route(lambda exc: ApiError("invalid", str(exc), status=400))
 
 
 async def _service(request: Request) -> AgentService:

@@ -29,17 +29,15 @@ import asyncio
 import contextlib
 import hmac
 import time
-from collections.abc import Callable, Coroutine
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import teaagent
-from teaagent._json import JSONDepthError, parse_json
+from teaagent._bounded_route import bounded_json_route
 from teaagent.errors import RelayError, StoreError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
@@ -118,31 +116,8 @@ ExpectPayloadDigest = Annotated[
 ]
 
 
-class _BoundedRequest(Request):
-    """A request whose JSON body FastAPI reads with :func:`~teaagent._json.parse_json`."""
-
-    async def json(self) -> Any:
-        try:
-            return parse_json(await self.body(), what="The request body")
-        except JSONDepthError as exc:
-            raise ApiError(400, "invalid", str(exc)) from exc
-
-
-class BoundedJSONRoute(APIRoute):
-    """A route whose JSON body is refused (400 ``invalid``) when nested deeper than ``MAX_JSON_DEPTH``.
-
-    FastAPI reads a body parameter with ``Request.json()`` (``json.loads``, which recurses per
-    level); this route hands its handler a request that reads it bounded (FastAPI's documented
-    way to change how a route reads its request: a custom ``APIRoute`` class).
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def bounded(request: Request) -> Response:
-            return await handler(_BoundedRequest(request.scope, request.receive))
-
-        return bounded
+# JSON bodies nested deeper than MAX_JSON_DEPTH are 400 invalid, never a RecursionError (a 500).
+BoundedJSONRoute = bounded_json_route(lambda exc: ApiError(400, "invalid", str(exc)))
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -6,18 +6,17 @@ import asyncio
 import hmac
 import json
 import re
-from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 import teaagent
-from teaagent._json import JSONDepthError, check_json_depth, parse_json
+from teaagent._bounded_route import bounded_json_route
+from teaagent._json import JSONDepthError, check_json_depth
 from teaagent.errors import StoreError
 from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
 from teaagent_relay._models import (
@@ -125,31 +124,8 @@ async def _read(request: Request, model: type[_Model]) -> _Model:
         raise ApiError(status, "invalid", message) from exc
 
 
-class _BoundedRequest(Request):
-    """A request whose JSON body FastAPI reads with :func:`~teaagent._json.parse_json`."""
-
-    async def json(self) -> Any:
-        try:
-            return parse_json(await self.body(), what="The request body")
-        except JSONDepthError as exc:
-            raise ApiError(400, "invalid", str(exc)) from exc
-
-
-class BoundedJSONRoute(APIRoute):
-    """A route whose JSON body is refused (400 ``invalid``) when nested deeper than ``MAX_JSON_DEPTH``.
-
-    FastAPI reads a body parameter with ``Request.json()`` (``json.loads``, which recurses per
-    level); this route hands its handler a request that reads it bounded, the way FastAPI's
-    documentation changes how a route reads its request (a custom ``APIRoute`` class).
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def bounded(request: Request) -> Response:
-            return await handler(_BoundedRequest(request.scope, request.receive))
-
-        return bounded
+# JSON bodies nested deeper than MAX_JSON_DEPTH are 400 invalid, never a RecursionError (a 500).
+BoundedJSONRoute = bounded_json_route(lambda exc: ApiError(400, "invalid", str(exc)))
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
