@@ -95,7 +95,25 @@ class StatementOut(BaseModel):
     bytes: str = Field(description="The canonical JSON to sign, exactly (UTF-8, no trailing newline).")
 
 
-class ApproveIn(BaseModel):
+class _Confirmed(BaseModel):
+    """What the operator was shown and confirmed: the approver signs nothing for a request that differs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expect_tool_name: str | None = Field(
+        default=None,
+        max_length=MAX_TOOL_NAME_CHARS,
+        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
+    )
+    expect_payload_digest: str | None = Field(
+        default=None,
+        pattern=PAYLOAD_DIGEST,
+        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
+        "differs.",
+    )
+
+
+class ApproveIn(_Confirmed):
     """Approve with the node key."""
 
     model_config = ConfigDict(extra="forbid")
@@ -104,20 +122,9 @@ class ApproveIn(BaseModel):
     origin: str | None = Field(
         default=None, pattern=AGENT_ID, description="The origin, when several sent a request of this id."
     )
-    expect_tool_name: str | None = Field(
-        default=None,
-        max_length=MAX_TOOL_NAME_CHARS,
-        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
-    )
-    expect_payload_digest: str | None = Field(
-        default=None,
-        pattern=PAYLOAD_DIGEST,
-        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
-        "differs.",
-    )
 
 
-class DenyIn(BaseModel):
+class DenyIn(_Confirmed):
     """Deny with the node key."""
 
     model_config = ConfigDict(extra="forbid")
@@ -126,37 +133,15 @@ class DenyIn(BaseModel):
     origin: str | None = Field(
         default=None, pattern=AGENT_ID, description="The origin, when several sent a request of this id."
     )
-    expect_tool_name: str | None = Field(
-        default=None,
-        max_length=MAX_TOOL_NAME_CHARS,
-        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
-    )
-    expect_payload_digest: str | None = Field(
-        default=None,
-        pattern=PAYLOAD_DIGEST,
-        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
-        "differs.",
-    )
 
 
-class DecisionIn(BaseModel):
+class DecisionIn(_Confirmed):
     """A decision signed elsewhere (an operator's own key): the statement and its SSHSIG."""
 
     model_config = ConfigDict(extra="forbid")
 
     statement: dict[str, Any] = Field(description="The approval or denial statement, exactly as signed.")
     signature: str = Field(description="The SSHSIG over its canonical bytes, base64 or armored.")
-    expect_tool_name: str | None = Field(
-        default=None,
-        max_length=MAX_TOOL_NAME_CHARS,
-        description="The tool the operator confirmed: 409 `changed` when the signed request calls another.",
-    )
-    expect_payload_digest: str | None = Field(
-        default=None,
-        pattern=PAYLOAD_DIGEST,
-        description="The payload digest the operator confirmed: 409 `changed` when the signed request's "
-        "differs.",
-    )
 
 
 class DecisionOut(BaseModel):
