@@ -9,7 +9,8 @@ before each command), and then:
   and loads with ``load_config``, for the node the service is named after;
 - the ports agree: each health check calls its own service's port from the configuration, the
   relay URLs name the relay services, ``redis_url`` the Valkey service;
-- every health check calls ``/health``, a real GET route of that service's application;
+- every health check calls ``/ready`` (readiness, not mere liveness), a real GET route of that
+  service's application;
 - services start in dependency order, each on the health of what it needs;
 - the Dockerfile: a Python the project supports, the README's install step, the entrypoint a
   console script of pyproject.toml, every file the compose file runs copied into the image.
@@ -249,7 +250,7 @@ def test_every_health_check_calls_a_real_route(cluster: Path, kind: str) -> None
     for node in NODES:
         service = SERVICES[f"{kind}-{node}"]
         path = urlsplit(_health_url(service)).path
-        assert path == "/health"
+        assert path == "/ready"
         application = _app_of(kind, _config_of(service, cluster))
         # The application's own OpenAPI document lists its routes (FastAPI includes routers lazily).
         paths = application.openapi()["paths"]

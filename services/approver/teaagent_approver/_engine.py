@@ -191,6 +191,8 @@ class Engine:
         self._failures: dict[tuple[str, str], int] = {}  # ref -> relay failures in a row
         self._busy: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Why the engine's last finished round failed, None once one succeeds (for /ready).
+        self.last_round_error: str | None = None
 
     # -- what may be shown, matched and signed -------------------------------------------------
 
@@ -569,17 +571,20 @@ class Engine:
             try:
                 await self.round()
                 failures = 0
+                self.last_round_error = None
             except asyncio.CancelledError:
                 raise
             except (RelayError, StoreError) as exc:
                 failures += 1
                 kind = "relay" if isinstance(exc, RelayError) else "redis"
+                self.last_round_error = f"its last round failed on its {kind}: {exc}"
                 self.metrics.engine_errors.labels(kind).inc()
                 log = logger.warning if failures == 1 else logger.debug  # once per outage
                 log("approver of %s waits for its %s: %s", self.agent_id, kind, exc)
                 await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
-            except Exception:
+            except Exception as exc:
                 failures += 1
+                self.last_round_error = f"its last round failed: {exc!r}"
                 self.metrics.engine_errors.labels("other").inc()
                 logger.exception("approver of %s failed a round", self.agent_id)
                 await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))

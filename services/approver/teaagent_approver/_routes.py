@@ -38,6 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 import teaagent
 from teaagent._bounded_route import bounded_json_route
+from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
 from teaagent.errors import RelayError, StoreError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
@@ -407,7 +408,10 @@ operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 
 
 @operations_router.get(
-    "/health", response_model=HealthOut, responses=_errors(503), summary="Liveness, Redis included"
+    "/health",
+    response_model=HealthOut,
+    responses=_errors(503),
+    summary="Liveness (readiness: /ready)",
 )
 async def health(engine: EngineDep) -> Any:
     """Answer 200 when the approver and its Redis answer, 503 ``unavailable`` otherwise."""
@@ -423,6 +427,35 @@ async def health(engine: EngineDep) -> Any:
         "redis_ms": round(seconds * 1000, 3),
         "engine": engine.settings.engine,
     }
+
+
+@operations_router.get(
+    "/ready",
+    response_model=ReadyOut,
+    responses=ready_responses(),
+    summary="Readiness: the store and the relay answer, and the engine's last round succeeded",
+)
+async def ready(engine: EngineDep) -> Response:
+    """Answer 200 when the approver's Redis answers a PING, its relay answers an authenticated
+    listing of one inbox item (the token included), and the engine's last finished round did not
+    fail (``off`` when this process applies no rules); else 503 ``unavailable`` naming what is not
+    ready."""
+
+    async def store() -> str:
+        return f"PING answered in {await engine.store.ping() * 1000:.1f} ms"
+
+    async def relay() -> str:
+        await engine.relay.list_inbox("pending", limit=1, wait=0)
+        return f"{engine.relay.base_url} answers with this node's token"
+
+    async def rounds() -> Dependency:
+        if not engine.settings.engine:
+            return Dependency("off", "this process applies no rules (TEAAGENT_APPROVER_ENGINE=false)")
+        if engine.last_round_error is not None:
+            return Dependency("failing", engine.last_round_error)
+        return Dependency("ok", "no round failed since the last one that succeeded")
+
+    return await readiness("approver", {"store": check(store), "relay": check(relay), "engine": rounds()})
 
 
 @operations_router.get(

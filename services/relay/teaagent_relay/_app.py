@@ -76,6 +76,7 @@ def _lifespan(
                 stack.push_async_callback(worker.aclose)
                 task = asyncio.create_task(worker.run(), name="teaagent-relay-deliveries")
             app.state.relay = relay
+            app.state.delivery_task = task  # /ready checks that it runs
             logger.info(
                 "relay of %s serving (store %r, delivery worker %s)",
                 config.agent_id,
@@ -86,6 +87,7 @@ def _lifespan(
                 yield
             finally:
                 app.state.relay = None
+                app.state.delivery_task = None
                 if task is not None:
                     await cancel_and_wait(task)
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 import teaagent
 from teaagent._bounded_route import bounded_json_route
 from teaagent._json import JSONDepthError, check_json_depth
+from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
 from teaagent.errors import StoreError
 from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
 from teaagent_relay._models import (
@@ -434,7 +435,10 @@ operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 
 
 @operations_router.get(
-    "/health", response_model=HealthOut, responses=_errors(503), summary="Liveness, Redis included"
+    "/health",
+    response_model=HealthOut,
+    responses=_errors(503),
+    summary="Liveness (readiness: /ready)",
 )
 async def health(relay: RelayDep) -> Any:
     """Answer 200 when the relay and its Redis answer, 503 ``unavailable`` otherwise."""
@@ -449,6 +453,31 @@ async def health(relay: RelayDep) -> Any:
         "agent_id": relay.agent_id,
         "redis_ms": round(seconds * 1000, 3),
     }
+
+
+@operations_router.get(
+    "/ready",
+    response_model=ReadyOut,
+    responses=ready_responses(),
+    summary="Readiness: the store answers and the delivery worker runs",
+)
+async def ready(relay: RelayDep, request: Request) -> Response:
+    """Answer 200 when the relay's Redis answers a PING and its delivery worker task runs (``off``
+    when this process delivers nothing), else 503 ``unavailable`` naming what is not ready."""
+
+    async def store() -> str:
+        return f"PING answered in {await relay.store.ping() * 1000:.1f} ms"
+
+    async def worker() -> Dependency:
+        task: asyncio.Task[None] | None = getattr(request.app.state, "delivery_task", None)
+        if task is None:
+            return Dependency("off", "this process delivers nothing (TEAAGENT_RELAY_DELIVER=false)")
+        if not task.done():
+            return Dependency("ok", "running")
+        error = None if task.cancelled() else task.exception()
+        return Dependency("failing", f"the delivery worker stopped ({error or 'cancelled'})")
+
+    return await readiness("relay", {"store": check(store), "worker": worker()})
 
 
 @operations_router.get(
