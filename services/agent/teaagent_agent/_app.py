@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import teaagent
 from teaagent.config import load_config
 from teaagent_agent._errors import ApiError, install_error_handlers
+from teaagent_agent._metrics import AgentMetrics, MetricsMiddleware
 from teaagent_agent._routes import (
     models_router,
     operations_router,
@@ -40,10 +41,10 @@ answered by POST, steering, cancel and resume, sessions, models, settings, usage
 tool call goes through the peers' quorum whatever the run's approvals say, and its progress is
 streamed.
 
-Every call but `GET /health` carries the node's bearer token. Bodies are limited to
-{MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`
-with a stable code: `not_found`, `busy`, `locked`, `invalid`, `timeout`, `run`, `internal`
-(`unauthorized` without the token).
+Every call but `GET /health`, `GET /ready` and `GET /metrics` carries the node's bearer token.
+Bodies are limited to {MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut`
+`{{"error": code, "message": sentence}}` with a stable code: `not_found`, `busy`, `locked`,
+`invalid`, `timeout`, `run`, `internal` (`unauthorized` without the token).
 
 The frames,{_FRAMES}"""
 
@@ -158,8 +159,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.config = node
     # Set before the lifespan too, so that an app driven without one (ASGI transport) still answers.
     app.state.service = service
+    app.state.metrics = AgentMetrics()
     install_error_handlers(app)
     for router in (operations_router, runs_router, sessions_router, models_router, usage_router):
         app.include_router(router)
+    # The last added is the outermost: metrics see every call, the body limit's refusals included.
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

@@ -1,7 +1,8 @@
 """The agent service's routes, grouped by resource: runs, sessions, models and settings, usage and the rest.
 
-Every route but ``GET /health`` needs the node's bearer token. ``session`` (a query parameter of
-the run routes) names the session a call is about; it is the current session when left out.
+Every route but ``GET /health``, ``GET /ready`` and ``GET /metrics`` needs the node's bearer token.
+``session`` (a query parameter of the run routes) names the session a call is about; it is the
+current session when left out.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from teaagent._bounded_route import bounded_json_route
+from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
 from teaagent_agent._errors import ApiError, ErrorOut
+from teaagent_agent._probes import redis_ping, relay_ping
 from teaagent_agent._runs import ActiveRun, RunChannel
 from teaagent_agent._schemas import (
     AnswerOut,
@@ -145,6 +149,51 @@ operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 async def health(service: ServiceDep) -> Any:
     """Answer without the token: whether a model can run, the current session, whether a run is going."""
     return service.health()
+
+
+@operations_router.get(
+    "/ready",
+    response_model=ReadyOut,
+    responses=ready_responses(),
+    summary="Readiness: the node's Redis (rate limits) and relay (quorum) answer",
+)
+async def ready(service: ServiceDep) -> Response:
+    """Answer without the token: 200 when the node's Redis answers a PING (``off`` without
+    ``[agent.rate_limits]``) and its relay answers an authenticated listing with the node's token
+    (``off`` with the quorum disabled), else 503 ``unavailable`` naming what is not ready."""
+    node = service.node
+
+    async def store() -> str:
+        return await redis_ping(node)
+
+    async def relay() -> str:
+        return await relay_ping(node, service.token)
+
+    off_store = Dependency("off", "no [agent.rate_limits]: tool calls are not counted in Redis")
+    off_relay = Dependency("off", "the quorum is disabled: no call goes to the relay")
+    return await readiness(
+        "agent service",
+        {
+            "store": check(store) if node.agent.rate_limits else _now(off_store),
+            "relay": check(relay) if node.quorum.enabled else _now(off_relay),
+        },
+    )
+
+
+async def _now(dependency: Dependency) -> Dependency:
+    return dependency
+
+
+@operations_router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    summary="Prometheus metrics",
+)
+async def metrics(request: Request) -> Response:
+    """Answer without the token (as the relay's and the approver's): calls by route, method and
+    status, and their latency."""
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 @operations_router.get("/openapi.json", include_in_schema=False)
