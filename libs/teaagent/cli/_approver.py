@@ -24,7 +24,9 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int | None, typer.Option(help="Port to listen on (default: [approver] port).")] = None,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
-    access_log: Annotated[bool, typer.Option(help="Log one line per HTTP call.")] = True,
+    access_log: Annotated[
+        bool, typer.Option(help="Log one line per HTTP call (off by default: long-polls make many).")
+    ] = False,
 ) -> None:
     """Serve the approver of the node in CONFIG on [approver] port, one worker, until interrupted.
 

@@ -24,7 +24,9 @@ def serve(
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (default: relay_url's port).")] = None,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
-    access_log: Annotated[bool, typer.Option(help="Log one line per HTTP call.")] = True,
+    access_log: Annotated[
+        bool, typer.Option(help="Log one line per HTTP call (off by default: long-polls make many).")
+    ] = False,
 ) -> None:
     """Serve the relay of the node in CONFIG on its relay_url, one worker, until interrupted.
 

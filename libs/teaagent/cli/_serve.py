@@ -150,7 +150,7 @@ def serve_app(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     log_level: str = "info",
-    access_log: bool = True,
+    access_log: bool = False,
 ) -> None:
     """Serve ``app`` on ``host:port`` in the foreground, one worker, until SIGTERM or SIGINT.
 
@@ -166,7 +166,7 @@ def serve_app(
         tls_cert: A PEM certificate chain: serve HTTPS with it (``tls_key`` required too).
         tls_key: The PEM private key of ``tls_cert``.
         log_level: uvicorn's log level (critical, error, warning, info, debug, trace).
-        access_log: Log one line per HTTP call.
+        access_log: Log one line per HTTP call (off by default).
 
     Raises:
         typer.Exit: Exit code 2 with one sentence when the address cannot be bound (in use, not an
