@@ -13,7 +13,7 @@ from relay_support import Node, approve_next, public_line, served, wait_until, w
 from teaagent.errors import ApprovalDeniedError
 from teaagent.quorum import verify_certificate
 from teaagent.relay_client import RelayQuorumGate, RequestStatus
-from teaagent.relay_client._gate import STATUS_POLL_SECONDS
+from teaagent.relay_client._gate import STOP_CHECK_SECONDS
 
 WAIT = 20.0
 
@@ -123,7 +123,7 @@ def test_stop_ends_the_wait_within_a_poll_with_a_denial(nodes: dict[str, Node]) 
         ):
             gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r"))
         gate.close()
-    assert time.monotonic() - started < 0.3 + STATUS_POLL_SECONDS + 2.0
+    assert time.monotonic() - started < 0.3 + STOP_CHECK_SECONDS + 2.0
 
 
 @pytest.mark.slow
@@ -143,3 +143,49 @@ def test_a_callback_that_raises_does_not_break_the_gate(nodes: dict[str, Node]) 
             thread.join(WAIT)
         gate.close()
     assert verify_certificate(certificate, alpha.quorum(), origin_public_key=public_line("alpha")).signers
+
+
+def outcome_polls(alpha: Node) -> float:
+    """How many outcome long-polls alpha's relay has answered (its own counter, by route)."""
+    import re
+
+    import httpx
+
+    text = httpx.get(f"{alpha.url}/metrics", headers=alpha.headers, timeout=10).text
+    pattern = (
+        r'^teaagent_relay_http_requests_total\{[^}]*route="/v1/requests/\{request_id\}/outcome"[^}]*\} (\S+)$'
+    )
+    return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_stop", [False, True], ids=["on_status", "on_status-and-stop"])
+def test_a_watched_wait_holds_one_long_poll_per_change_not_one_per_half_second(
+    nodes: dict[str, Node], with_stop: bool
+) -> None:
+    alpha, beta, gamma = nodes["alpha"], nodes["beta"], nodes["gamma"]
+    watch = Watch()
+    result: dict[str, object] = {}
+    extra: dict[str, object] = {"on_status": watch}
+    if with_stop:
+        extra["stop"] = threading.Event()
+    with served(alpha, beta, gamma):
+        before = outcome_polls(alpha)
+        gate = gate_of(alpha, **extra)
+        request = alpha.request(arguments={"command": "make"}, call_id="c-1", run_id="r-1")
+        worker = threading.Thread(target=lambda: result.update(certificate=gate.obtain(request)), daemon=True)
+        worker.start()
+        assert wait_until(lambda: len(watch.statuses) >= 1, WAIT)  # submitted; now it waits
+        time.sleep(4.0)  # the quiet wait whose requests are counted (a 0.5 s poll sent 8 here)
+        quiet = outcome_polls(alpha) - before
+        approve_next(beta)
+        assert wait_until(lambda: (("beta",), ()) in watch.counted(), WAIT)
+        approve_next(gamma)
+        worker.join(WAIT)
+        gate.close()
+        total = outcome_polls(alpha) - before
+
+    assert "certificate" in result
+    assert quiet <= 1  # one long-poll held through four quiet seconds
+    assert total <= 3  # one per change: beta's approval, then the outcome (plus the first)
+    assert watch.counted()[-1] == (("beta", "gamma"), ())

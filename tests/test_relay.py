@@ -700,6 +700,7 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         "/v1/inbox/{request_id}/withdrawal",
         "/v1/deliveries/dead",
         "/health",
+        "/ready",
         "/metrics",
     }
     batch = schema["paths"]["/v1/inbox/decisions"]["post"]
@@ -710,6 +711,11 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         "/SignedDecisionIn"
     )
     assert "ErrorOut" in schema["components"]["schemas"]
+    outcome = {
+        parameter["name"]
+        for parameter in schema["paths"]["/v1/requests/{request_id}/outcome"]["get"]["parameters"]
+    }
+    assert {"wait", "approvals", "denials"} <= outcome
 
 
 @asynctest

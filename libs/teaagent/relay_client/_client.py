@@ -474,14 +474,23 @@ class _Calls:
         return _Call("GET", f"/v1/requests/{request_id}", f"the status of request {request_id}")
 
     @staticmethod
-    def wait_outcome(request_id: str, wait: float, timeout: float, limit: float | None = None) -> _Call:
+    def wait_outcome(
+        request_id: str,
+        wait: float,
+        timeout: float,
+        limit: float | None = None,
+        counted: tuple[int, int] | None = None,
+    ) -> _Call:
         wait = max(0.0, min(wait, MAX_WAIT_SECONDS))
         http_timeout = wait + max(timeout, _WAIT_MARGIN)
+        params: dict[str, Any] = {"wait": wait}
+        if counted is not None:
+            params["approvals"], params["denials"] = counted
         return _Call(
             "GET",
             f"/v1/requests/{request_id}/outcome",
             f"the outcome of request {request_id}",
-            params={"wait": wait},
+            params=params,
             timeout=http_timeout if limit is None else max(0.001, min(http_timeout, limit)),
         )
 
@@ -647,7 +656,14 @@ class RelayClient:
         call = _Calls.get_request(request_id)
         return _status(self._send(call), self.base_url, call)
 
-    def wait_outcome(self, request_id: str, wait: float, *, limit: float | None = None) -> RequestStatus:
+    def wait_outcome(
+        self,
+        request_id: str,
+        wait: float,
+        *,
+        limit: float | None = None,
+        counted: tuple[int, int] | None = None,
+    ) -> RequestStatus:
         """Long-poll until the request is decided or ``wait`` seconds (at most 60) pass.
 
         Args:
@@ -655,12 +671,14 @@ class RelayClient:
             wait: Seconds the relay may hold the answer back.
             limit: Seconds this call may take at most, however the relay behaves (a caller's
                 deadline); the wait plus the client's timeout when None.
+            counted: The approvals and denials last seen: the relay also answers as soon as a
+                decision changes them (one long-poll per change, for a caller showing progress).
 
         Raises:
             RelayError: The relay does not know the request, is unreachable, did not answer
                 within the limit, or answered with something that is not a request status.
         """
-        call = _Calls.wait_outcome(request_id, wait, self._timeout, limit)
+        call = _Calls.wait_outcome(request_id, wait, self._timeout, limit, counted)
         return _status(self._send(call), self.base_url, call)
 
     def list_inbox(

@@ -19,7 +19,7 @@ from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, Rel
 from teaagent.signing import Signer
 from teaagent.trust import MultiSigQuorumConfig
 
-__all__ = ["EXPIRY_GRACE_SECONDS", "STATUS_POLL_SECONDS", "WITHDRAW_TIMEOUT_SECONDS", "RelayQuorumGate"]
+__all__ = ["EXPIRY_GRACE_SECONDS", "STOP_CHECK_SECONDS", "WITHDRAW_TIMEOUT_SECONDS", "RelayQuorumGate"]
 
 logger = logging.getLogger("teaagent.relay_client")
 
@@ -27,9 +27,9 @@ EXPIRY_GRACE_SECONDS: Final = 5  # past expires_at the relay settles "expired" a
 LATE_ANSWER_SECONDS: Final = 2.0  # how long past a long-poll's wait its answer may take to arrive
 RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay failed; it doubles per failure
 RETRY_CAP_SECONDS: Final = 5.0
-# With on_status or stop, one long-poll waits at most this long: the relay's outcome long-poll
-# returns only once decided, so each counted decision is reported (and a stop noticed) within it.
-STATUS_POLL_SECONDS: Final = 0.5
+# How often a wait with a stop event looks at it. Locally: the long-poll itself goes on beside,
+# one per change of the counts (or per minute), never a request every half second.
+STOP_CHECK_SECONDS: Final = 0.05
 _TRANSIENT_STATUSES: Final = frozenset({502, 503, 504})  # a proxy or the relay's Redis, briefly away
 # An interrupted wait withdraws its request at once or not at all: a user who pressed Ctrl-C is not
 # kept waiting on a relay that does not answer (the request then simply expires at the peers).
@@ -117,13 +117,14 @@ class RelayQuorumGate:
                 when None (the request expires by then, and the relay says so).
             on_progress: Called with one line per step (submitted, still waiting...), for a
                 command line's stderr.
-            on_status: Called with every status the relay sends for the request (the submission's,
-                then one at least every :data:`STATUS_POLL_SECONDS` while it is pending), so a
-                watcher sees each peer's counted decision as it arrives. It is only the relay's
-                word, for display: the certificate is still verified by the policy. A callback
-                that raises is logged and ignored.
+            on_status: Called with every status the relay sends for the request: the submission's,
+                then one per change of its counted decisions (the relay answers the one long-poll
+                the gate holds as soon as a decision is counted), and one a minute while nothing
+                changes. It shows only the decisions that verify here; the certificate is still
+                verified by the policy. A callback that raises is logged and ignored.
             stop: Set it to stop waiting: ``obtain`` then raises ``ApprovalDeniedError`` within
-                :data:`STATUS_POLL_SECONDS` (a cancelled run).
+                :data:`STOP_CHECK_SECONDS` (a cancelled run); the long-poll in flight is left to
+                end on its own.
             transport: An httpx transport, for tests.
             verify: How an ``https://`` relay's certificate is checked: True for the public CAs,
                 or a context trusting a private CA (``NodeConfig.tls.client_verify()``).
@@ -147,7 +148,6 @@ class RelayQuorumGate:
         self._shown = on_status is not None or on_progress is not None  # someone reads the progress
         self._on_status = on_status
         self._stop = stop
-        self._poll = STATUS_POLL_SECONDS if on_status is not None or stop is not None else MAX_WAIT_SECONDS
         self._last_withdrawal: str | None = None
 
     @property
@@ -223,7 +223,6 @@ class RelayQuorumGate:
         request_id = request["request_id"]
         deadline = time.monotonic() + self._timeout
         failures, last_error = 0, None
-        seen: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         try:
             status = self._client.submit_request(
                 request, signature, timeout=min(DEFAULT_TIMEOUT, self._timeout)
@@ -264,9 +263,10 @@ class RelayQuorumGate:
                     continue
                 # A relay that holds its answer back only delays: no call runs past the deadline by
                 # more than the time an honest relay's answer needs to arrive.
-                status = self._client.wait_outcome(
-                    request_id, min(remaining, self._poll), limit=remaining + LATE_ANSWER_SECONDS
-                )
+                answer = self._long_poll(request_id, remaining, status)
+                if answer is None:
+                    continue  # stopped: the loop's first step withdraws
+                status = answer
             except RelayError as exc:
                 if not _transient(exc):
                     raise
@@ -275,11 +275,53 @@ class RelayQuorumGate:
                 failures, last_error = failures + 1, exc
                 continue
             shown = self._report(request, status)
-            counted = (shown.signers, shown.denied_by)
-            # Polling often, a line only when the count moved; else one per long-poll, as before.
-            if not status.decided and (self._poll == MAX_WAIT_SECONDS or counted != seen):
+            if not status.decided:  # a line per change of the count, or per minute unchanged
                 self._progress(f"request {request_id}: {shown.describe()}.")
-            seen = counted
+        return status
+
+    def _long_poll(
+        self, request_id: str, remaining: float, last: RequestStatus | None
+    ) -> RequestStatus | None:
+        """One long-poll for the rest of the wait (at most a minute); None when ``stop`` was set meanwhile.
+
+        When someone reads the progress it carries the counts last seen, so the relay answers as
+        soon as a decision is counted: one request per change, not one every half second. With a
+        ``stop`` event the long-poll runs in a thread of its own and the gate watches the event,
+        so that a stop ends the wait at once; the abandoned long-poll ends when the relay answers.
+
+        Raises:
+            RelayError: The relay failed, refused, or did not answer in time.
+        """
+        counted = (len(last.signers), len(last.denied_by)) if self._shown and last is not None else None
+
+        def poll() -> RequestStatus:
+            return self._client.wait_outcome(
+                request_id,
+                min(remaining, MAX_WAIT_SECONDS),
+                limit=remaining + LATE_ANSWER_SECONDS,
+                counted=counted,
+            )
+
+        if self._stop is None:
+            return poll()
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["status"] = poll()
+            except BaseException as exc:  # handed to the waiting thread as it is
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="teaagent-quorum-wait", daemon=True).start()
+        while not done.wait(STOP_CHECK_SECONDS):
+            if self._stop.is_set():
+                return None
+        if "error" in box:
+            raise box["error"]
+        status: RequestStatus = box["status"]
         return status
 
     def _withdraw(self, request: dict[str, Any]) -> str:

@@ -582,6 +582,7 @@ class _Book:
         timeout: float,
         clock: Callable[[], float],
         label: str,
+        counted: tuple[int, int] | None = None,
     ) -> None:
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, not {timeout}")
@@ -589,12 +590,14 @@ class _Book:
         with converting(self._url):
             # One transaction reads the state and the last event id, so no outcome slips between them.
             async with self._client.pipeline(transaction=True) as pipe:
-                pipe.hmget(keys.outcome, ["state", "expires_at"])
+                pipe.hmget(keys.outcome, ["state", "expires_at", "approvals", "denials"])
                 pipe.xrevrange(keys.events, "+", "-", count=1)
-                (raw_state, raw_expires), last = await pipe.execute()
+                (raw_state, raw_expires, raw_approvals, raw_denials), last = await pipe.execute()
             if raw_state is None:
                 raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
             state, expires_at = _state(raw_state), int(raw_expires)
+            if counted is not None and (int(raw_approvals or 0), int(raw_denials or 0)) != counted:
+                return  # the counts moved since the caller last looked: it wants to know at once
             last_id: bytes | str = last[0][0] if last else "0-0"
             while state == "pending":
                 now = clock()
@@ -612,11 +615,17 @@ class _Book:
                 reply = await self._blocking.xread(
                     {keys.events: last_id}, count=64, block=max(1, int(block * 1000))
                 )
+                moved = False
                 for _stream, entries in _stream_entries(reply):
                     for entry_id, fields in entries:
                         last_id = entry_id
                         if fields.get(b"type") == b"outcome":
                             state = _state(fields.get(b"state"))
+                        elif counted is not None and fields.get(b"type") == b"decision":
+                            now_counted = (int(fields.get(b"approvals", 0)), int(fields.get(b"denials", 0)))
+                            moved = moved or now_counted != counted
+                if moved:
+                    return
 
     async def _list(
         self,
@@ -1116,13 +1125,20 @@ class RequestBook(_Book):
         )
 
     async def wait_outcome(
-        self, request_id: str, timeout: float, *, clock: Callable[[], float] = time.time
+        self,
+        request_id: str,
+        timeout: float,
+        *,
+        clock: Callable[[], float] = time.time,
+        counted: tuple[int, int] | None = None,
     ) -> StoredRequest:
         """Block until the request is decided or ``timeout`` seconds pass, then return it.
 
         Blocks on XREAD of the request's events stream (no polling loop); settles expiry itself
         when the request expires during the wait. The returned state is still ``pending`` when
-        the timeout came first.
+        the timeout came first. With ``counted`` (the approvals and denials the caller last saw),
+        it also returns as soon as the counted decisions differ from those: one long-poll serves a
+        caller that shows progress for the whole wait.
 
         Raises:
             RequestNotFoundError: no request is stored under ``request_id``.
@@ -1131,7 +1147,7 @@ class RequestBook(_Book):
         """
         keys = self._keys.request(request_id)
         label = f"request {request_id}"
-        await self._wait(keys, request_id, timeout, clock, label)
+        await self._wait(keys, request_id, timeout, clock, label, counted)
         stored = await self._get(keys, request_id, None, deliveries=True)
         if stored is None:
             raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")

@@ -68,11 +68,14 @@ async def submit(request: Request) -> Response:
     return JSONResponse(status, status_code=201 if created else 200)
 
 
-async def outcome(request: Request, wait: float = 0.0) -> Response:
+async def outcome(
+    request: Request, wait: float = 0.0, approvals: int | None = None, denials: int | None = None
+) -> Response:
     """``GET /v1/requests/{id}/outcome``, as ``wait_outcome`` answers it."""
     relay = await _relay(request)
     _check_token(relay, _bearer_token(request))
-    return JSONResponse(await relay.wait(request.path_params["request_id"], wait))
+    counted = None if approvals is None or denials is None else (approvals, denials)
+    return JSONResponse(await relay.wait(request.path_params["request_id"], wait, counted))
 
 
 async def receive(request: Request) -> Response:
@@ -137,7 +140,19 @@ def _state(value: str) -> str | None:
     return value if value in _STATES else None
 
 
-_READERS: Final[dict[str, Callable[[str], Any]]] = {"wait": _wait, "limit": _limit, "state": _state}
+def _count(value: str) -> int | None:
+    if not (value.isascii() and value.isdigit() and len(value) <= 4):
+        return None
+    return int(value)
+
+
+_READERS: Final[dict[str, Callable[[str], Any]]] = {
+    "wait": _wait,
+    "limit": _limit,
+    "state": _state,
+    "approvals": _count,
+    "denials": _count,
+}
 
 
 @dataclass(frozen=True)
@@ -179,7 +194,12 @@ def _route(method: str, path: str, endpoint: Endpoint, *, request_id: str = _HEX
 # their own sentence), so they still do; the others leave a malformed id to the documented route.
 ROUTES: Final = (
     _route("POST", "/v1/requests", submit, json_body=True),
-    _route("GET", "/v1/requests/{request_id}/outcome", outcome, query=frozenset({"wait"})),
+    _route(
+        "GET",
+        "/v1/requests/{request_id}/outcome",
+        outcome,
+        query=frozenset({"wait", "approvals", "denials"}),
+    ),
     _route("POST", "/v1/requests/{request_id}/decisions", count_decision, request_id="[^/]+"),
     _route("POST", "/v1/inbox", receive, json_body=True),
     _route("GET", "/v1/inbox", inbox, query=frozenset({"state", "limit", "wait"})),

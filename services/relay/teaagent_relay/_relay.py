@@ -333,8 +333,13 @@ class Relay:
             stored = await self.store.requests.get(request_id) or stored
         return self._status(stored)
 
-    async def wait(self, request_id: str, wait: float) -> dict[str, Any]:
+    async def wait(
+        self, request_id: str, wait: float, counted: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
         """Block until the request is decided or ``wait`` seconds pass (XREAD BLOCK on its events).
+
+        With ``counted`` (the approvals and denials the caller last saw), it also answers as soon as
+        the counted decisions differ: a caller showing progress holds one long-poll per change.
 
         Raises:
             ApiError: 404 when no such request is stored.
@@ -345,8 +350,14 @@ class Relay:
             while True:
                 remaining = max(0.0, deadline - time.monotonic())
                 block = min(remaining, OUTCOME_WAKE_SECONDS)
-                stored = await self.store.requests.wait_outcome(request_id, block)
-                if stored.state != "pending" or remaining <= OUTCOME_WAKE_SECONDS or self.stopping.is_set():
+                stored = await self.store.requests.wait_outcome(request_id, block, counted=counted)
+                moved = counted is not None and (len(stored.approvals), len(stored.denials)) != counted
+                if (
+                    stored.state != "pending"
+                    or moved
+                    or remaining <= OUTCOME_WAKE_SECONDS
+                    or self.stopping.is_set()
+                ):
                     return self._status(stored)
 
     async def _settle(self, request_id: str, now: int | None = None) -> DecisionResult:

@@ -100,6 +100,14 @@ Wait = Annotated[
         ge=0, le=MAX_WAIT_SECONDS, description=f"Seconds to wait for a change, at most {MAX_WAIT_SECONDS:g}."
     ),
 ]
+Counted = Annotated[
+    int | None,
+    Query(
+        ge=0,
+        le=9999,
+        description="The counted approvals (or denials) the caller last saw; answer on a change.",
+    ),
+]
 
 
 def refuse_deep(raw: bytes) -> None:
@@ -173,12 +181,22 @@ async def get_request(request_id: RequestId, relay: RelayDep, _auth: Authorized)
     responses=_errors(401, 404, 422, 503),
     summary="Long-poll until the request is decided",
 )
-async def wait_outcome(request_id: RequestId, relay: RelayDep, _auth: Authorized, wait: Wait = 0.0) -> Any:
+async def wait_outcome(
+    request_id: RequestId,
+    relay: RelayDep,
+    _auth: Authorized,
+    wait: Wait = 0.0,
+    approvals: Counted = None,
+    denials: Counted = None,
+) -> Any:
     """Block (on the request's event stream, not by polling) until it is decided or ``wait`` passes.
 
-    The state is still ``pending`` when the wait ran out first.
+    With ``approvals`` and ``denials`` (the counts the caller last saw), it also answers as soon as
+    a decision changes them: a caller that shows progress holds one long-poll per change, not a
+    request every half second. The state is still ``pending`` when the wait ran out first.
     """
-    return await relay.wait(request_id, wait)
+    counted = None if approvals is None or denials is None else (approvals, denials)
+    return await relay.wait(request_id, wait, counted)
 
 
 @requests_router.post(
