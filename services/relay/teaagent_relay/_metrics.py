@@ -79,7 +79,8 @@ class RelayMetrics:
         self.decisions = Counter(
             "teaagent_relay_decisions",
             "Signed decisions received, from peers or this node's approver: counted, duplicate (verified, "
-            "already counted or decided), late (the request had expired), rejected.",
+            "already counted or decided), late (the request had expired), rejected; source settlement: "
+            "an origin's evidence of an outcome that did not verify here (rejected).",
             ["source", "result"],
             registry=self.registry,
         )
