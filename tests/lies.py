@@ -20,7 +20,7 @@ __all__ = ["Lie", "Path", "lies"]
 
 Path = tuple[str | int, ...]
 ECHO_COMMAND = "echo hello"  # what a relay labels a dangerous command with
-STATES = ("pending", "approved", "denied", "expired", "withdrawn")
+STATES = ("pending", "approved", "denied", "expired", "withdrawn", "settled")
 
 
 @dataclass(frozen=True)

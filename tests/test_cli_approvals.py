@@ -285,7 +285,8 @@ def test_list_refuses_an_unknown_state(cluster: Cluster, capsys: pytest.CaptureF
 
     assert code == 2
     assert (
-        one_sentence(err) == "--state is pending, approved, denied, expired, withdrawn or all, not 'maybe'."
+        one_sentence(err)
+        == "--state is pending, approved, denied, expired, withdrawn, settled or all, not 'maybe'."
     )
 
 

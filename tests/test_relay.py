@@ -679,7 +679,9 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         'teaagent_relay_quorum_requests_total{result="created",source="own"} 1.0',
         'teaagent_relay_http_requests_total{method="POST",route="/v1/requests/{request_id}/decisions",'
         'status="200"} 3.0',
-        'teaagent_relay_queue_entries{kind="length",queue="deliveries"} 3.0',
+        # The request for each of the 3 peers, then its settlement (the certificate) for delta, the
+        # one peer that did not decide it.
+        'teaagent_relay_queue_entries{kind="length",queue="deliveries"} 4.0',
         # Refusals by their ErrorOut code: mallory is no peer, a call without the token, no such path.
         'teaagent_relay_refusals_total{code="forbidden"} 1.0',
         'teaagent_relay_refusals_total{code="unauthorized"} 1.0',
@@ -698,6 +700,7 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         "/v1/inbox/{request_id}/decision",
         "/v1/inbox/decisions",
         "/v1/inbox/{request_id}/withdrawal",
+        "/v1/inbox/{request_id}/settled",
         "/v1/deliveries/dead",
         "/health",
         "/ready",

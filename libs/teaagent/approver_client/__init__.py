@@ -25,6 +25,7 @@ from teaagent.approver_client._client import (
     Expected,
     MatchingRule,
     OwnDecision,
+    Settled,
     StatementToSign,
 )
 from teaagent.approver_client._resolve import MIN_PREFIX_CHARS, REQUEST_ID_CHARS, resolve_request
@@ -43,6 +44,7 @@ __all__ = [
     "MatchingRule",
     "OwnDecision",
     "RelayError",
+    "Settled",
     "StatementToSign",
     "resolve_request",
 ]

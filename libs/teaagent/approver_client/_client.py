@@ -38,10 +38,10 @@ DEFAULT_TIMEOUT: Final = (
 MAX_WAIT_SECONDS: Final = 60.0  # the longest single long-poll asked for; longer waits are several polls
 _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the approver answers first
 
-ItemState = Literal["pending", "approved", "denied", "expired", "withdrawn"]
-ListState = Literal["pending", "approved", "denied", "expired", "withdrawn", "all"]
+ItemState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
+ListState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled", "all"]
 DecisionKind = Literal["approval", "denial"]
-ITEM_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
+ITEM_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn", "settled")
 LIST_STATES: Final = (*ITEM_STATES, "all")
 
 
@@ -160,6 +160,52 @@ class MatchingRule:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Settled:
+    """A request's outcome at its origin, as the approver verified its evidence.
+
+    Attributes:
+        outcome: ``approved`` or ``denied``.
+        decided_by: The counted approvers, or deniers.
+        at: The latest ``signed_at`` of those decisions, Unix seconds.
+    """
+
+    outcome: str
+    decided_by: tuple[str, ...]
+    at: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Settled:
+        """Build it from the approver's JSON (``Item.settled``).
+
+        Raises:
+            KeyError: A field is missing.
+            TypeError: A field has the wrong type.
+            ValueError: The outcome is unknown.
+        """
+        outcome, decided_by = _text(data, "outcome"), data["decided_by"]
+        if outcome not in ("approved", "denied"):
+            raise ValueError(f"the settled outcome {outcome!r} is not approved or denied")
+        if not isinstance(decided_by, list) or not all(isinstance(peer, str) for peer in decided_by):
+            raise TypeError("decided_by is not a list of agent ids")
+        return cls(outcome=outcome, decided_by=tuple(decided_by), at=_integer(data, "at"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The approver's JSON form."""
+        return {"outcome": self.outcome, "decided_by": list(self.decided_by), "at": self.at}
+
+    def phrase(self, origin: str, now: float) -> str:
+        """``approved at alpha by beta, gamma 12s ago``: what operators' screens print."""
+        ago = max(0, int(now - self.at))
+        if ago >= 3600:
+            when = f"{ago // 3600}h {ago % 3600 // 60:02d}m ago"
+        elif ago >= 60:
+            when = f"{ago // 60}m {ago % 60:02d}s ago"
+        else:
+            when = f"{ago}s ago"
+        return f"{self.outcome} at {origin} by {', '.join(self.decided_by)} {when}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ApprovalItem:
     """A request that reached this node from a peer origin, as its approver sees it.
 
@@ -177,9 +223,10 @@ class ApprovalItem:
         created_at: Unix seconds.
         expires_at: Unix seconds.
         seconds_left: Seconds until it expires, when the approver answered.
-        state: This node's view: ``pending``, ``approved``/``denied`` (by this node), ``expired``
-            or ``withdrawn`` (by its origin: never to be signed);
-            never the request's overall outcome, which only its origin counts.
+        state: This node's view: ``pending``, ``approved``/``denied`` (by this node), ``expired``,
+            ``withdrawn`` (by its origin: never to be signed) or ``settled`` (decided at its
+            origin first, on evidence the approver verified: never to be signed).
+        settled: The outcome at its origin, once the approver verified its evidence, or None.
         decision: This node's own decision, or None.
         rule: The first rule that matches it, or None (an operator decides).
         request: The request document.
@@ -204,6 +251,7 @@ class ApprovalItem:
     rule: MatchingRule | None
     request: dict[str, Any]
     signature: str
+    settled: Settled | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ApprovalItem:
@@ -224,6 +272,9 @@ class ApprovalItem:
             raise TypeError("decision is not a JSON object")
         if rule is not None and not isinstance(rule, Mapping):
             raise TypeError("rule is not a JSON object")
+        settled = data.get("settled")
+        if settled is not None and not isinstance(settled, Mapping):
+            raise TypeError("settled is not a JSON object")
         return cls(
             request_id=_text(data, "request_id"),
             origin=_text(data, "origin"),
@@ -243,6 +294,7 @@ class ApprovalItem:
             rule=None if rule is None else MatchingRule.from_json(rule),
             request=_object(data, "request"),
             signature=_text(data, "signature"),
+            settled=None if settled is None else Settled.from_json(settled),
         )
 
     def to_dict(self, *, documents: bool = True) -> dict[str, Any]:
@@ -268,6 +320,7 @@ class ApprovalItem:
             "state": self.state,
             "decision": None if self.decision is None else self.decision.to_dict(),
             "rule": None if self.rule is None else self.rule.to_dict(),
+            "settled": None if self.settled is None else self.settled.to_dict(),
         }
         if documents:
             data["request"] = self.request

@@ -89,6 +89,7 @@ _EXIT_BY_CODE: Final = {
     "unauthorized": EXIT_USAGE,  # the configuration's token is not the node's
     "expired": EXIT_DENIED,
     "withdrawn": EXIT_DENIED,  # its origin withdrew it: nothing is signed, as for an expired one
+    "settled": EXIT_FAILED,  # decided at its origin already: nothing is signed, the call did not fail
 }
 
 # watch: how it follows the approver.
@@ -218,6 +219,12 @@ def _decision_phrase(item: ApprovalItem) -> str:
     return f"{verb} by {decision.by} with key {decision.key_fingerprint} at {_clock(decision.at)}{reason}"
 
 
+def settled_phrase(item: ApprovalItem, now: float) -> str | None:
+    """``approved at alpha by beta, gamma 12s ago``: the outcome at its origin, as the approver
+    verified its evidence; None while it has none."""
+    return None if item.settled is None else item.settled.phrase(item.origin, now)
+
+
 def _left_phrase(item: ApprovalItem, now: float) -> str:
     left = item.expires_at - now
     if left <= 0:
@@ -248,6 +255,9 @@ def show_lines(item: ApprovalItem, node_id: str, now: float | None = None) -> li
         f"time left    {_left_phrase(item, now)}",
         f"rule         {_rule_phrase(item)}",
     ]
+    settled = settled_phrase(item, now)
+    if settled is not None:
+        lines.insert(-2, f"settled      {settled} (the outcome at its origin, its evidence verified here)")
     return lines
 
 
@@ -474,6 +484,14 @@ def decide(
         RelayError: The approver refused (its code says why) or is unreachable.
         ConfigError: The local key could not sign.
     """
+    settled = settled_phrase(item, time.time())
+    if settled is not None:
+        # Refused before anything is signed, a local key's signature included.
+        raise RelayError(
+            f"Request {item.request_id} was already {settled}; this node signs nothing for it.",
+            status_code=409,
+            code="settled",
+        )
     if signer is not None:
         return sign_and_submit(client, node, item, signer, deny=deny, reason=reason)
     expected = Expected.of(item)
@@ -536,7 +554,8 @@ def list_requests(
     state: Annotated[
         str,
         typer.Option(
-            "--state", help="pending, approved, denied, expired, withdrawn or all (this node's view)."
+            "--state",
+            help="pending, approved, denied, expired, withdrawn, settled or all (this node's view).",
         ),
     ] = "pending",
     origin: Annotated[str | None, typer.Option("--origin", help="Only this origin's requests.")] = None,
@@ -545,8 +564,8 @@ def list_requests(
     as_json: JsonOption = False,
 ) -> None:
     """List the requests that reached this node from its peers, those waiting for a decision first."""
-    if state not in ("pending", "approved", "denied", "expired", "withdrawn", "all"):
-        bad_usage(f"--state is pending, approved, denied, expired, withdrawn or all, not {state!r}.")
+    if state not in ("pending", "approved", "denied", "expired", "withdrawn", "settled", "all"):
+        bad_usage(f"--state is pending, approved, denied, expired, withdrawn, settled or all, not {state!r}.")
     node, client = _connect(config)
     with client, _answers():
         items = client.list_requests(state, origin=origin, tool=tool, limit=limit)  # type: ignore[arg-type]
@@ -570,7 +589,7 @@ def list_requests(
                 item.request_id,
                 item.origin,
                 visible(item.tool_name),
-                item.state,
+                settled_phrase(item, now) or item.state,
                 time_left(item.expires_at - now),
                 rule,
                 arguments,
@@ -894,6 +913,9 @@ class Watch:
             return f"request {item.request_id} of {item.origin} left the queue."
         if now_item.state == "withdrawn" and now_item.decision is None:
             return f"request {item.request_id} of {item.origin} was withdrawn by its origin."
+        settled = settled_phrase(now_item, time.time())
+        if settled is not None and now_item.decision is None:
+            return f"request {item.request_id} of {item.origin} was {settled}."
         if now_item.state == "expired" or now_item.decision is None:
             return f"request {item.request_id} of {item.origin} expired undecided."
         return (

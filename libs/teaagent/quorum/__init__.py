@@ -55,6 +55,7 @@ from teaagent.quorum._documents import (
     withdrawal_problem,
     withdrawal_statement,
 )
+from teaagent.quorum._settlement import SETTLEMENT_OUTCOMES, Settlement, verify_settlement
 from teaagent.quorum._tally import Tally, is_expired, quorum_state
 from teaagent.quorum._verified import VerifiedRequest, verify_request
 
@@ -68,11 +69,13 @@ __all__ = [
     "PROTOCOL_VERSION",
     "REQUEST_NAMESPACE",
     "REQUEST_TYPE",
+    "SETTLEMENT_OUTCOMES",
     "WITHDRAWAL_NAMESPACE",
     "WITHDRAWAL_TYPE",
     "QuorumError",
     "QuorumOutcome",
     "QuorumState",
+    "Settlement",
     "Tally",
     "VerifiedRequest",
     "approval_statement",
@@ -98,6 +101,7 @@ __all__ = [
     "verify_decision",
     "verify_request",
     "verify_request_signature",
+    "verify_settlement",
     "verify_withdrawal",
     "wire_signature",
     "withdrawal_problem",

@@ -41,9 +41,9 @@ MAX_WAIT_SECONDS: Final = 60.0  # the relay's cap on one long-poll; longer waits
 _MAX_ANSWER_BYTES: Final = 1000 * 80 * 1024
 _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the relay answers first
 
-State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
-InboxState = Literal["pending", "approved", "denied", "expired", "withdrawn", "all"]
-_INBOX_STATES: Final = frozenset(("pending", "approved", "denied", "expired", "withdrawn"))
+State = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
+InboxState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled", "all"]
+_INBOX_STATES: Final = frozenset(("pending", "approved", "denied", "expired", "withdrawn", "settled"))
 _REQUEST_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 _DELIVERY_STATES: Final = ("pending", "delivered", "failing", "given_up")
@@ -209,6 +209,9 @@ class InboxItem:
         signature: The origin's signature over it, as carried.
         decision: This node's signed decision ``{"statement", "signature"}``, as the relay holds it.
         described: Every other field of the relay's answer (its own description of the request).
+        settlement: The evidence of its outcome at its origin, ``{"certificate"}`` or
+            ``{"denials"}``, as the relay holds it: believed only once verified
+            (:func:`teaagent.quorum.verify_settlement`).
     """
 
     request_id: str
@@ -218,6 +221,7 @@ class InboxItem:
     signature: str
     decision: dict[str, Any] | None
     described: dict[str, Any] = field(default_factory=dict)
+    settlement: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> InboxItem:
@@ -239,7 +243,10 @@ class InboxItem:
             raise ValueError(f"inbox item {request_id} carries no request object and signature string")
         if decision is not None and not isinstance(decision, dict):
             raise ValueError(f"inbox item {request_id} has a decision that is not a JSON object")
-        kept = {"request_id", "origin", "state", "request", "signature", "decision"}
+        settlement = data.get("settlement")
+        if settlement is not None and not isinstance(settlement, dict):
+            raise ValueError(f"inbox item {request_id} has a settlement that is not a JSON object")
+        kept = {"request_id", "origin", "state", "request", "signature", "decision", "settlement"}
         return cls(
             request_id=request_id,
             origin=origin,
@@ -248,6 +255,7 @@ class InboxItem:
             signature=signature,
             decision=decision,
             described={name: value for name, value in data.items() if name not in kept},
+            settlement=settlement,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -260,6 +268,7 @@ class InboxItem:
             "request": self.request,
             "signature": self.signature,
             "decision": self.decision,
+            "settlement": self.settlement,
         }
 
 

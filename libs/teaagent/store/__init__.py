@@ -38,6 +38,7 @@ from teaagent.store._requests import (
     ReceiveResult,
     RequestBook,
     RequestState,
+    SettleResult,
     StoredRequest,
     WithdrawResult,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "RequestNotFoundError",
     "RequestState",
     "RetryResult",
+    "SettleResult",
     "Store",
     "StoreError",
     "StoreOptions",

@@ -51,19 +51,22 @@ __all__ = [
     "ReceiveResult",
     "RequestBook",
     "RequestState",
+    "SettleResult",
     "StoredRequest",
     "WithdrawResult",
 ]
 
 # withdrawn: the origin withdrew it (PROTOCOL.md, Withdrawal); final, as the other decided states are
-RequestState = Literal["pending", "approved", "denied", "expired", "withdrawn"]
+# settled: an inbox item its origin decided (approved or denied) before this node did, on verified
+# evidence (docs/protocol.md, Settlement); final too
+RequestState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
 DecisionKind = Literal["approval", "denial"]
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 
 MAX_EVENTS = 1000  # a request sees one event per decision plus two; the bound only guards against abuse
 MAX_LISTED = 1000  # one listing call returns at most this many requests
 _DECISION_KINDS = ("approval", "denial")
-_STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired", "withdrawn")
+_STATES: tuple[RequestState, ...] = ("pending", "approved", "denied", "expired", "withdrawn", "settled")
 _DELIVERY_STATES: tuple[DeliveryStateName, ...] = ("pending", "delivered", "failing", "given_up")
 MAX_DELIVERY_ERROR_CHARS = 500  # the last error is one sentence, not a traceback
 # Pending requests one origin may hold in this node's inbox: more than any operator works through,
@@ -154,6 +157,18 @@ class WithdrawResult:
 
 
 @dataclass(frozen=True)
+class SettleResult:
+    """What recording a settlement did: ``changed`` is True when this very call wrote it.
+
+    ``state`` is the item's state after it: ``settled`` (by this call, or before), this node's own
+    decision (``approved``, ``denied``, which keep it), or ``withdrawn``/``expired``.
+    """
+
+    state: RequestState
+    changed: bool
+
+
+@dataclass(frozen=True)
 class DecisionToCount:
     """One verified decision for :meth:`RequestBook.record_decisions` (``record_decision``'s arguments)."""
 
@@ -219,6 +234,7 @@ class StoredRequest:
     denials: dict[str, bytes] = field(default_factory=dict)
     queued: bool = False  # an inbox item queued for the approver (InboxBook.mark_queued)
     withdrawal: bytes | None = None  # the origin's verified withdrawal, verbatim, once withdrawn
+    settlement: bytes | None = None  # the origin's verified outcome evidence, verbatim (inbox items)
     # peer -> how the request's delivery to its relay went (own requests, RequestBook.get only)
     deliveries: dict[str, DeliveryState] = field(default_factory=dict)
 
@@ -440,6 +456,21 @@ class _Book:
         if changed:
             await self._unlist_pending([member])
         return WithdrawResult(state=result, withdrawn=bool(changed) and result == "withdrawn")
+
+    async def _settle_elsewhere(
+        self, keys: RequestKeys, member: str, *, settlement: bytes, now: int | None, label: str
+    ) -> SettleResult:
+        _check_document("settlement", settlement)
+        with converting(self._url):
+            state, changed = await self._scripts.run(
+                "settle_elsewhere", [keys.outcome, keys.events], [settlement, _now(now), MAX_EVENTS]
+            )
+        if state == b"unknown":
+            raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
+        result = _state(state)
+        if changed and result in ("settled", "expired"):
+            await self._unlist_pending([member])
+        return SettleResult(state=result, changed=bool(changed))
 
     def _held(self, members: list[str]) -> dict[str, list[str]]:
         """The sets that count ``members`` against a cap (an inbox's origins'), each with its members."""
@@ -789,6 +820,7 @@ def _stored(
         denials=denials,
         queued=b"queued" in outcome,
         withdrawal=outcome.get(b"withdrawal"),
+        settlement=outcome.get(b"settlement"),
     )
 
 
@@ -1389,6 +1421,28 @@ class InboxBook(_Book):
             kind=kind,
             signer=signer,
             decision=decision,
+            now=now,
+            label=f"request {request_id} from {origin}",
+        )
+
+    async def settle(
+        self, origin: str, request_id: str, *, settlement: bytes, now: int | None = None
+    ) -> SettleResult:
+        """Mark a received request ``settled`` on its origin's verified evidence (``settle_elsewhere``).
+
+        A pending item becomes ``settled`` (final); an item this node decided keeps its decision and
+        gains the evidence; a withdrawn, expired or already settled one is left as it is.
+
+        Raises:
+            RequestNotFoundError: no such request was received (or it expired and was removed).
+            StoreError: Redis is unreachable or failed.
+            ValueError: a malformed origin or id, or evidence too large.
+            TypeError: ``settlement`` is not bytes.
+        """
+        return await self._settle_elsewhere(
+            self._keys.inbox_item(origin, request_id),
+            f"{origin}/{request_id}",
+            settlement=settlement,
             now=now,
             label=f"request {request_id} from {origin}",
         )

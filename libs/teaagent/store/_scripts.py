@@ -38,6 +38,7 @@ SCRIPT_NAMES = (
     "mark_queued",
     "record_delivery",
     "withdraw",
+    "settle_elsewhere",
     "receive_request",
     "submit_request",
     "hold",

@@ -55,7 +55,11 @@ def _one_line(arguments: Any, width: int) -> str:
 
 
 def inbox_rows(items: Sequence[ApprovalItem], now: float | None = None) -> list[list[str]]:
-    """The ``/inbox`` table's rows: id, origin, tool, time left, the matching rule, the arguments."""
+    """The ``/inbox`` table's rows: id, origin, tool, time left, the matching rule, the arguments.
+
+    A request settled at its origin says so instead of its time left (``approved at beta by
+    gamma 12s ago``): nobody is to decide it any more.
+    """
     now = time.time() if now is None else now
     rows = []
     for item in items:
@@ -65,7 +69,9 @@ def inbox_rows(items: Sequence[ApprovalItem], now: float | None = None) -> list[
                 item.request_id,
                 item.origin,
                 visible(item.tool_name),
-                time_left(item.expires_at - now),
+                item.settled.phrase(item.origin, now)
+                if item.settled is not None
+                else time_left(item.expires_at - now),
                 rule,
                 _one_line(item.arguments, INBOX_ARGUMENTS_CHARS),
             ]

@@ -1074,6 +1074,9 @@ class TeaAgentTUI:
         with client:
             try:
                 items = client.list_requests("pending")
+                # Settled at their origin while they could still be decided: shown as such, once.
+                now = time.time()
+                items += [item for item in client.list_requests("settled") if item.expires_at >= now]
             except RelayError as exc:
                 self._screen.say(str(exc), "red")
                 return

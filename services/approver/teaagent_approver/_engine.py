@@ -3,7 +3,8 @@
 A decision, by a rule or by an operator (node key or a key of their own), goes the same way
 (:meth:`Engine.settle`):
 
-1. Refuse to sign what must never be signed: a request that expired or that its origin withdrew.
+1. Refuse to sign what must never be signed: a request that expired, that its origin withdrew, or
+   that its origin settled (approved or denied) on evidence this node verified itself.
    Before that, every item the relay hands over went through :meth:`Engine.receive`: its request
    verified with the origin's configured keys, addressed to this node, and the relay's description
    of it equal to that request; only the :class:`~teaagent_approver._items.Received` it returns,
@@ -51,10 +52,13 @@ from teaagent.quorum import (
     DENIAL_NAMESPACE,
     DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
+    Settlement,
     VerifiedRequest,
+    canonical,
     statement_bytes,
     verify_decision,
     verify_request,
+    verify_settlement,
     wire_signature,
 )
 from teaagent.relay_client import AsyncRelayClient, InboxItem
@@ -63,7 +67,7 @@ from teaagent.store import Store
 from teaagent.trust import SignerKey
 from teaagent_approver._audit import AuditWriteError, DecisionAudit
 from teaagent_approver._errors import ApiError, sentence
-from teaagent_approver._items import Received, item_view, matching_rule
+from teaagent_approver._items import Received, item_view, matching_rule, settled_sentence
 from teaagent_approver._ledger import DecisionKind, Ledger, Record
 from teaagent_approver._metrics import ApproverMetrics
 from teaagent_approver._settings import Settings
@@ -185,6 +189,8 @@ class Engine:
         }
         self._verified: dict[str, VerifiedRequest] = {}  # origin signature -> the request it verified
         self._own_verified: set[tuple[str, bytes]] = set()  # this node's decisions that verified
+        # (request signature, canonical evidence) -> what it proved, or why it did not verify
+        self._settlements: dict[tuple[str, bytes], Settlement | str] = {}
         self._refused: set[tuple[str, str, str]] = set()  # (origin, id, reason) refusals already logged
         self._skip: dict[tuple[str, str], tuple[float, int]] = {}  # ref -> (monotonic until, expires_at)
         self._asked: dict[tuple[str, str], int] = {}  # ask items already looked at -> expires_at
@@ -230,7 +236,48 @@ class Engine:
                     f"request it carries ({problem}); this node neither shows nor signs it"
                 ),
             )
-        return Received.of(verified, item)
+        return Received.of(verified, item, self._settlement(verified, item))
+
+    def _settlement(self, request: VerifiedRequest, item: InboxItem) -> Settlement | None:
+        """The outcome at its origin that the evidence the relay holds proves here, or None without any.
+
+        The relay is trusted only for delay: its evidence is verified again under this node's own
+        configuration (cached per request signature and evidence). Evidence that does not verify
+        is a relay that lies or is broken: the item is refused as any other disagreement is.
+
+        Raises:
+            ApiError: 502 ``relay_disagrees``: the evidence does not prove the outcome here.
+        """
+        if item.settlement is None:
+            return None
+        seen = (request.signature, canonical(item.settlement))
+        if seen not in self._settlements:
+            found: Settlement | str
+            try:
+                found = verify_settlement(
+                    request.document(),
+                    item.settlement,
+                    self.node.quorum,
+                    self._origin_keys.get(request.origin, ()),
+                    now=time.time(),
+                )
+            except QuorumError as exc:
+                found = _clause(exc)
+            if len(self._settlements) >= MAX_REMEMBERED:
+                self._settlements.clear()
+            self._settlements[seen] = found
+        found = self._settlements[seen]
+        if isinstance(found, Settlement):
+            return found
+        self._refuse(item, "relay_disagrees", f"the settlement it holds does not verify: {found}")
+        raise ApiError(
+            502,
+            "relay_disagrees",
+            sentence(
+                f"this node's relay holds a settlement of request {item.request_id} that does not verify "
+                f"here ({found}); this node neither shows nor signs it"
+            ),
+        )
 
     def _verify(self, item: InboxItem) -> VerifiedRequest:
         origin = item.request.get("origin")
@@ -305,9 +352,11 @@ class Engine:
         """Refuse a request this node must never sign (its signature verified in :meth:`receive`).
 
         Raises:
-            ApiError: 409 ``withdrawn`` or ``expired``.
+            ApiError: 409 ``withdrawn``, ``settled`` or ``expired``.
         """
         request = item.request
+        if item.settled is not None:
+            raise ApiError(409, "settled", settled_sentence(request, item.settled))
         if item.state == "withdrawn":
             raise ApiError(
                 409,
@@ -557,7 +606,7 @@ class Engine:
             self.metrics.forwards.labels("refused").inc()
             status = exc.status_code if exc.status_code in _RELAY_CODES else 409
             # Withdrawn between the listing and here: said as such (its signature counts nowhere).
-            code = "withdrawn" if exc.code == "withdrawn" else _RELAY_CODES.get(status, "conflict")
+            code = exc.code if exc.code in ("withdrawn", "settled") else _RELAY_CODES.get(status, "conflict")
             raise ApiError(status, code, sentence(str(exc))) from exc
         self.metrics.forwards.labels("ok").inc()
         return True
@@ -660,6 +709,10 @@ class Engine:
         ref = (item.request.origin, item.request.request_id)
         if item.state == "withdrawn":
             self.metrics.skipped.labels("withdrawn").inc()
+            self._remember(ref, item.request.expires_at, None)
+            return 0
+        if item.settled is not None:
+            self.metrics.skipped.labels("settled").inc()
             self._remember(ref, item.request.expires_at, None)
             return 0
         if time.time() > item.request.expires_at:

@@ -5,7 +5,9 @@ verified (:class:`Received`, built only by ``Engine.receive``): never from the r
 of the item (PROTOCOL.md "What an approving node decides on").
 
 The state is this node's view (pending, approved or denied by this node, expired), never the
-request's outcome: only its origin counts that, from every peer's decision.
+request's outcome: only its origin counts that, from every peer's decision. The one exception is
+``settled``: the outcome at its origin, shown only once this approver verified its evidence (the
+certificate, or the denials) itself (:func:`teaagent.quorum.verify_settlement`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from typing import Any
 
 from teaagent.config import ApproverRule
 from teaagent.errors import SignatureError
-from teaagent.quorum import VerifiedRequest
+from teaagent.quorum import Settlement, VerifiedRequest
 from teaagent.relay_client import InboxItem
 from teaagent.signing import parse_sshsig
 from teaagent_approver._ledger import Record
 
-__all__ = ["RELAY_DECIDED_BY", "Received", "item_view", "matching_rule", "rule_view"]
+__all__ = ["RELAY_DECIDED_BY", "Received", "item_view", "matching_rule", "rule_view", "settled_sentence"]
 
 RELAY_DECIDED_BY = "relay"  # a decision this approver did not record: handed to the relay directly
 
@@ -36,21 +38,36 @@ class Received:
         state: The relay's state of the item (``pending``, ``withdrawn``...). A hint: a relay that
             lies about it can only delay (a withdrawn or expired item is never signed anyway).
         decision: This node's signed decision as the relay holds it, or None.
+        settled: Its outcome at its origin, proven by evidence this node verified, or None.
     """
 
     request: VerifiedRequest
     state: str
     decision: dict[str, Any] | None
+    settled: Settlement | None = None
 
     @classmethod
-    def of(cls, request: VerifiedRequest, item: InboxItem) -> Received:
-        """The verified request with the relay's state and decision of ``item``."""
-        return cls(request=request, state=item.state, decision=item.decision)
+    def of(cls, request: VerifiedRequest, item: InboxItem, settled: Settlement | None = None) -> Received:
+        """The verified request with the relay's state and decision of ``item``, and its verified outcome."""
+        return cls(request=request, state=item.state, decision=item.decision, settled=settled)
 
     @property
     def ref(self) -> tuple[str, str]:
         """``(origin, request_id)``, this node's name for the item in its records."""
         return self.request.origin, self.request.request_id
+
+
+def settled_phrase(request: VerifiedRequest, settled: Settlement) -> str:
+    """``approved at alpha by beta, gamma``: the outcome at the origin, as its evidence proves it."""
+    return f"{settled.outcome} at {request.origin} by {', '.join(settled.decided_by)}"
+
+
+def settled_sentence(request: VerifiedRequest, settled: Settlement) -> str:
+    """Why this node signs nothing for a settled request, in one sentence."""
+    return (
+        f"Request {request.request_id} was already {settled_phrase(request, settled)}; "
+        "this node signs nothing for it."
+    )
 
 
 def matching_rule(rules: Sequence[ApproverRule], request: VerifiedRequest) -> tuple[int, ApproverRule] | None:
@@ -124,6 +141,10 @@ def item_view(
         state = item.state
         if state in ("approved", "denied") and decision is None:
             state = "pending"
+        if state == "settled" and item.settled is None:
+            state = "pending"  # the relay's word alone: it can only delay
+        if state == "pending" and item.settled is not None:
+            state = "settled"
         if state == "pending" and now > request.expires_at:
             state = "expired"
     return {
@@ -142,6 +163,7 @@ def item_view(
         "seconds_left": max(0, math.ceil(request.expires_at - now)),
         "state": state,
         "decision": decision,
+        "settled": item.settled.to_dict() if item.settled is not None else None,
         "rule": rule_view(matching_rule(rules, request)),
         "request": request.document(),
         "signature": request.signature,

@@ -76,7 +76,8 @@ class ApproverMetrics:
         )
         self.skipped = Counter(
             "teaagent_approver_skipped",
-            "Inbox items the engine did not sign: ask (left to an operator), expired, withdrawn, bad_origin "
+            "Inbox items the engine did not sign: ask (left to an operator), expired, withdrawn, settled "
+            "(decided at its origin, on evidence verified here), bad_origin "
             "(the origin's signature does not verify), deferred (another process is deciding it).",
             ["reason"],
             registry=self.registry,

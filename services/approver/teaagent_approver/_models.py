@@ -29,7 +29,7 @@ AGENT_ID = "^[a-z0-9][a-z0-9._-]{0,63}$"
 MAX_REASON_CHARS = 4096  # a sentence or a paragraph; the origin shows it to its user
 MAX_TOOL_NAME_CHARS = 256  # a tool's name; the request's own bound is checked against the request
 PAYLOAD_DIGEST = "^sha256:[0-9a-f]{64}$"
-State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
+State = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
 Kind = Literal["approval", "denial"]
 
 
@@ -55,6 +55,14 @@ class RuleOut(BaseModel):
     decision: Literal["approve", "deny", "ask"]
 
 
+class SettledOut(BaseModel):
+    """A request's outcome at its origin, as evidence verified here proves it."""
+
+    outcome: Literal["approved", "denied"]
+    decided_by: list[str] = Field(description="The counted approvers, or deniers, in peer order.")
+    at: int = Field(description="The latest signed_at of those decisions, Unix seconds.")
+
+
 class ItemOut(BaseModel):
     """A request that reached this node from a peer origin, as this node's approver sees it."""
 
@@ -72,11 +80,17 @@ class ItemOut(BaseModel):
     expires_at: int
     seconds_left: int = Field(description="Seconds until it expires (0 once expired).")
     state: State = Field(
-        description="This node's view: pending, approved or denied (by this node), expired, or "
-        "withdrawn (by its origin: never signed). "
+        description="This node's view: pending, approved or denied (by this node), expired, "
+        "withdrawn (by its origin: never signed), or settled (approved or denied at its origin "
+        "first, on evidence this approver verified: never signed). "
         "Not the request's outcome: its origin counts that from every peer's decision."
     )
     decision: OwnDecisionOut | None = Field(description="This node's own decision, once made.")
+    settled: SettledOut | None = Field(
+        default=None,
+        description="Its outcome at its origin, once this approver verified the evidence "
+        "(the quorum certificate, or the denials) its relay received.",
+    )
     rule: RuleOut | None = Field(description="The first rule that matches (None: an operator decides).")
     request: dict[str, Any] = Field(description="The request document, exactly as its origin signed it.")
     signature: str = Field(description="The origin's signature over the request.")

@@ -264,7 +264,7 @@ async def list_requests(
     request: Request,
     engine: EngineDep,
     _auth: Authorized,
-    state: Literal["pending", "approved", "denied", "expired", "withdrawn", "all"] = "pending",
+    state: Literal["pending", "approved", "denied", "expired", "withdrawn", "settled", "all"] = "pending",
     origin: Origin = None,
     tool: Annotated[
         str | None, Query(max_length=256, description="An fnmatch pattern on the tool name.")

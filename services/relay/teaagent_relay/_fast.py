@@ -55,7 +55,7 @@ from teaagent_relay._routes import (
 __all__ = ["RelayApp"]
 
 Endpoint = Callable[..., Awaitable[Response]]
-_STATES: Final = frozenset({"pending", "approved", "denied", "expired", "withdrawn", "all"})
+_STATES: Final = frozenset({"pending", "approved", "denied", "expired", "withdrawn", "settled", "all"})
 _HEX32: Final = "[0-9a-f]{32}"
 
 

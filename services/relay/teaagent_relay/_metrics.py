@@ -65,8 +65,9 @@ class RelayMetrics:
         )
         self.deliveries = Counter(
             "teaagent_relay_deliveries",
-            "Deliveries to peer relays that ended: ok (2xx), dead (refused for good, or expired), or "
-            "withdrawn (a request withdrawn before it reached a peer out of reach).",
+            "Deliveries to peer relays that ended: ok (2xx), dead (refused for good, or expired), "
+            "withdrawn (a request withdrawn before it reached a peer out of reach), or settled (the "
+            "settlement of a request that never reached that peer).",
             ["result"],
             registry=self.registry,
         )
@@ -78,7 +79,8 @@ class RelayMetrics:
         self.decisions = Counter(
             "teaagent_relay_decisions",
             "Signed decisions received, from peers or this node's approver: counted, duplicate (verified, "
-            "already counted or decided), late (the request had expired), rejected.",
+            "already counted or decided), late (the request had expired), rejected; source settlement: "
+            "an origin's evidence of an outcome that did not verify here (rejected).",
             ["source", "result"],
             registry=self.registry,
         )

@@ -19,13 +19,15 @@ __all__ = [
     "InboxDecisionOut",
     "InboxItemOut",
     "RequestStatusOut",
+    "SettlementIn",
+    "SettlementReceiptOut",
     "SignedDecisionIn",
     "SignedRequestIn",
     "SignedWithdrawalIn",
     "WithdrawalReceiptOut",
 ]
 
-State = Literal["pending", "approved", "denied", "expired", "withdrawn"]
+State = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
 
 
 class SignedRequestIn(BaseModel):
@@ -60,6 +62,42 @@ class SignedWithdrawalIn(BaseModel):
     signature: str = Field(
         description="The origin's SSHSIG (namespace teaagent-withdrawal) over the canonical withdrawal."
     )
+
+
+class SettlementIn(BaseModel):
+    """The evidence of a request's outcome at its origin (docs/protocol.md, Settlement): exactly one
+    of ``certificate`` (approved) and ``denials`` (denied)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    origin: str = Field(description="The request's origin, whose inbox item it settles.")
+    certificate: dict[str, Any] | None = Field(
+        default=None, description="The quorum certificate of exactly that request (approved)."
+    )
+    denials: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="The signed denials ({statement, signature}) that made it fail (denied).",
+    )
+
+
+class SettledOut(BaseModel):
+    """What verified evidence proves of a request's outcome at its origin."""
+
+    outcome: Literal["approved", "denied"]
+    decided_by: list[str] = Field(description="The counted approvers, or deniers, in peer order.")
+    at: int = Field(description="The latest signed_at of those decisions, Unix seconds.")
+
+
+class SettlementReceiptOut(BaseModel):
+    """What a peer's relay did with the evidence of a request's outcome at its origin."""
+
+    request_id: str
+    origin: str
+    state: State = Field(
+        description="The inbox item's state after it: settled, or this node's decision, the "
+        "withdrawal or the expiry that came first."
+    )
+    settled: SettledOut
 
 
 class WithdrawalReceiptOut(BaseModel):
@@ -151,11 +189,17 @@ class InboxItemOut(BaseModel):
     created_at: int
     expires_at: int
     state: State = Field(
-        description="pending, approved or denied (by this node), expired, or withdrawn (by its origin)."
+        description="pending, approved or denied (by this node), expired, withdrawn (by its origin), "
+        "or settled (approved or denied at its origin first, on evidence this relay verified)."
     )
     request: dict[str, Any] = Field(description="The request document, to build the statement to sign.")
     signature: str = Field(description="The origin's signature over the request.")
     decision: dict[str, Any] | None = Field(description="This node's signed decision, once given.")
+    settlement: dict[str, Any] | None = Field(
+        default=None,
+        description="The evidence of its outcome at its origin, {certificate} or {denials}, as this "
+        "relay verified and stored it; an approver verifies it again before it believes it.",
+    )
 
 
 class InboxDecisionOut(BaseModel):

@@ -14,7 +14,10 @@ Stored forms (all in the node's store, ``teaagent.store``):
   node's approver, which may also list ``GET /v1/inbox``;
 - a withdrawal (own request or received one) is ``{"statement": <rebuilt from the request>,
   "signature": <wire>}`` on the request's outcome, stored only after it verified; it is queued for
-  every peer's relay (``/v1/inbox/{id}/withdrawal``) as a decision is queued for its origin.
+  every peer's relay (``/v1/inbox/{id}/withdrawal``) as a decision is queued for its origin;
+- a settlement (own request approved or denied here) is its evidence, ``{"certificate": ...}`` or
+  ``{"denials": [...]}``, queued for every peer's relay (``/v1/inbox/{id}/settled``) when the
+  outcome is recorded; a received one is stored on the inbox item, verbatim, only after it verified.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from teaagent.quorum import (
     build_certificate,
     is_expired,
     request_problem,
+    verify_settlement,
     verify_withdrawal,
     wire_signature,
     withdrawal_problem,
@@ -146,6 +150,10 @@ def _deliveries(peers: tuple[str, ...], stored: StoredRequest) -> dict[str, dict
 
 def _withdrawal_path(request_id: str) -> str:
     return f"/v1/inbox/{request_id}/withdrawal"
+
+
+def _settled_path(request_id: str) -> str:
+    return f"/v1/inbox/{request_id}/settled"
 
 
 def _payload(path: str, body: dict[str, Any]) -> bytes:
@@ -459,7 +467,41 @@ class Relay:
         self.metrics.decisions.labels("peer", "counted" if result.counted else "duplicate").inc()
         if result.decided:
             self.metrics.outcomes.labels(result.state).inc()
+            await self._send_settlement(known)
         return self._receipt(request, signer, kind, result)
+
+    async def _send_settlement(self, known: KnownRequest) -> None:
+        """Queue the evidence of an own request's outcome for the relays of the peers that did not
+        decide it (approved or denied).
+
+        Sent once, by the call that settled the outcome; a crash before it costs the peers only
+        time (their items expire). The certificate is the one the origin's agent receives.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        request = known.request
+        request_id = request["request_id"]
+        stored = await self.store.requests.get(request_id)
+        if stored is None or stored.state not in ("approved", "denied"):
+            return
+        status = self._status(stored)
+        body: dict[str, Any] = (
+            {"origin": self.agent_id, "certificate": status["certificate"]}
+            if stored.state == "approved"
+            else {"origin": self.agent_id, "denials": status["denials"]}
+        )
+        payload = _payload(_settled_path(request_id), body)
+        # Only to the peers whose decision is not in the evidence: the others decided already (and
+        # a node never counts its own signature as a peer's, so it could not verify its own part).
+        decided = set(status["signers"]) | set(status["denied_by"])
+        await asyncio.gather(
+            *(
+                self.deliveries.enqueue(peer, request_id, payload, request["expires_at"])
+                for peer in known.peers
+                if peer not in decided
+            )
+        )
 
     @staticmethod
     def _receipt(request: dict[str, Any], signer: str, kind: str, result: DecisionResult) -> dict[str, Any]:
@@ -645,6 +687,56 @@ class Relay:
             "withdrawn": result.withdrawn,
         }
 
+    async def receive_settlement(self, request_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Mark a received request ``settled`` on the verified evidence of its outcome at its origin.
+
+        The origin's relay is not trusted here: ``body`` names the origin (``origin``) and carries
+        ``certificate`` (approved) or ``denials`` (denied), which must prove that outcome of the
+        very request stored here under this node's own configuration and the origin's keys
+        (:func:`teaagent.quorum.verify_settlement`). Nothing is written before it did. An item this
+        node decided keeps its decision (and gains the evidence); a withdrawn or expired one stays.
+
+        Raises:
+            ApiError: 422 malformed, or evidence that does not prove it (``unverified``); 403 unknown
+                origin; 404 no such request from that origin.
+            StoreError: Redis failed.
+        """
+        origin = body.get("origin")
+        if not isinstance(origin, str):
+            raise ApiError(422, "invalid", "The settlement's origin is not a string.")
+        if origin not in self.config.peers:
+            raise ApiError(403, "forbidden", sentence(f"{origin!r} is not a configured peer of this node"))
+        stored = await self.store.inbox.get(origin, request_id)
+        if stored is None:
+            raise ApiError(
+                404, "not_found", f"No request {request_id} from {origin} is in this node's inbox."
+            )
+        request, _signature = _envelope(stored.document)
+        evidence = {name: value for name, value in body.items() if name != "origin"}
+        try:
+            settled = verify_settlement(
+                request, evidence, self.config.quorum, self._peer_keys[origin], now=time.time()
+            )
+        except QuorumError as exc:
+            self.metrics.decisions.labels("settlement", "rejected").inc()
+            raise ApiError(422, "unverified", sentence(str(exc))) from None
+        try:
+            result = await self.store.inbox.settle(
+                origin, request_id, settlement=canonical(evidence), now=int(time.time())
+            )
+        except RequestNotFoundError:
+            raise ApiError(
+                404, "not_found", f"No request {request_id} from {origin} is in this node's inbox."
+            ) from None
+        if result.changed:
+            logger.info("request %s of %s %s at its origin", request_id, origin, settled.outcome)
+        return {
+            "request_id": request_id,
+            "origin": origin,
+            "state": result.state,
+            "settled": settled.to_dict(),
+        }
+
     # -- the inbox -------------------------------------------------------------------------------
 
     async def receive(self, request: dict[str, Any], signature: str) -> tuple[bool, dict[str, Any]]:
@@ -785,6 +877,15 @@ class Relay:
         )
 
     @staticmethod
+    def _settled(request_id: str, origin: str) -> ApiError:
+        return ApiError(
+            409,
+            "settled",
+            f"Request {request_id} was already decided at its origin {origin}; no decision on it "
+            "counts any more.",
+        )
+
+    @staticmethod
     def _clash(origin: str, request_id: str) -> ApiError:
         return ApiError(
             409,
@@ -878,6 +979,7 @@ class Relay:
             "request": request,
             "signature": signature,
             "decision": json.loads(raw) if raw is not None else None,
+            "settlement": json.loads(stored.settlement) if stored.settlement is not None else None,
         }
 
     async def inbox(self, state: RequestState | None, limit: int, wait: float) -> list[dict[str, Any]]:
@@ -977,6 +1079,8 @@ class Relay:
         stored = await self._find_inbox(request_id, origin)  # one coalesced read, origin given
         if stored.state == "withdrawn":
             raise self._withdrawn(request_id, origin)
+        if stored.state == "settled":
+            raise self._settled(request_id, origin)
         request, _signature = _envelope(stored.document)
         signer = statement.get("signer")
         if signer != self.agent_id:
@@ -1013,6 +1117,8 @@ class Relay:
         )
         if result.state == "withdrawn" and not result.counted:
             raise self._withdrawn(request_id, origin)  # withdrawn between the read above and here
+        if result.state == "settled" and not result.counted:
+            raise self._settled(request_id, origin)  # settled between the read above and here
         if not result.counted:
             self._refuse_another(await self.store.inbox.get(origin, request_id), signer, data, request_id)
         self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()

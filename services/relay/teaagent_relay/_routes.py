@@ -31,6 +31,8 @@ from teaagent_relay._models import (
     InboxDecisionOut,
     InboxItemOut,
     RequestStatusOut,
+    SettlementIn,
+    SettlementReceiptOut,
     SignedDecisionIn,
     SignedRequestIn,
     SignedWithdrawalIn,
@@ -286,7 +288,7 @@ async def receive_request(body: SignedRequestIn, relay: RelayDep, response: Resp
 async def list_inbox(
     relay: RelayDep,
     _auth: Authorized,
-    state: Literal["pending", "approved", "denied", "expired", "withdrawn", "all"] = "pending",
+    state: Literal["pending", "approved", "denied", "expired", "withdrawn", "settled", "all"] = "pending",
     limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100,
     wait: Wait = 0.0,
 ) -> Any:
@@ -400,6 +402,26 @@ async def receive_withdrawal(request_id: RequestId, body: SignedWithdrawalIn, re
     false).
     """
     return await relay.receive_withdrawal(request_id, body.statement, body.signature)
+
+
+@inbox_router.post(
+    "/{request_id}/settled",
+    response_model=SettlementReceiptOut,
+    responses=_errors(400, 403, 404, 413, 422, 503),
+    summary="A peer relay delivers the evidence of its request's outcome (approved or denied) there",
+)
+async def receive_settlement(request_id: RequestId, body: SettlementIn, relay: RelayDep) -> Any:
+    """Mark the inbox item ``settled``: it leaves the pending listing, and this node's decision on
+    it is refused (409 ``settled``).
+
+    No token: the evidence is the authentication. ``certificate`` must be the quorum certificate of
+    exactly that request, ``denials`` signed denials that deny it, each verified here under this
+    node's own configuration and the origin's keys; anything else is refused (422 ``unverified``)
+    and the item stays as it was. An item this node decided keeps its decision.
+    """
+    if (body.certificate is None) == (body.denials is None):
+        raise ApiError(422, "invalid", "A settlement carries exactly one of certificate and denials.")
+    return await relay.receive_settlement(request_id, body.model_dump(exclude_none=True))
 
 
 deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"], route_class=BoundedJSONRoute)

@@ -298,21 +298,23 @@ class DeliveryWorker:
                 own=own,
             )
             return
-        if status == 404 and _is_own_withdrawal(payload, self.relay.agent_id):
-            await self._unknown_withdrawn(delivery, error)
+        notice = _own_notice(payload, self.relay.agent_id)
+        if status == 404 and notice is not None:
+            await self._unknown_there(delivery, error, notice)
         elif status >= 500 or status in _TEMPORARY:
             await self._retry(delivery, error, own=own)
         else:
             await self._dead(delivery, error, own=own)
 
-    async def _unknown_withdrawn(self, delivery: Delivery, error: str) -> None:
-        """A peer answered 404 to the withdrawal of one of this node's requests.
+    async def _unknown_there(self, delivery: Delivery, error: str, notice: str) -> None:
+        """A peer answered 404 to the withdrawal or the settlement (``notice``) of one of this
+        node's requests.
 
-        Either the withdrawal overtook its request (both are delivered concurrently, and a slow
-        peer may store the request after the withdrawal was refused), or the request never
+        Either the notice overtook its request (both are delivered concurrently, and a slow or
+        returning peer may store the request after the notice was refused), or the request never
         reached that peer. The first must not leave the peer offering a request nobody waits for,
-        so the withdrawal is retried until the request's own delivery to that peer is known to
-        have ended without reaching it (given up, or dropped once withdrawn), or it expires.
+        so the notice is retried until the request's own delivery to that peer is known to have
+        ended without reaching it (given up, or dropped once withdrawn), or it expires.
 
         Raises:
             StoreError: Redis failed.
@@ -320,8 +322,8 @@ class DeliveryWorker:
         stored = await self.relay.store.requests.get(delivery.request_id)
         state = stored.deliveries.get(delivery.target) if stored is not None else None
         if stored is None or (state is not None and state.state == "given_up"):
-            await self.relay.deliveries.ack(delivery)  # the peer never had it: nothing to withdraw there
-            self.relay.metrics.deliveries.labels("withdrawn").inc()
+            await self.relay.deliveries.ack(delivery)  # the peer never had it: nothing to tell it
+            self.relay.metrics.deliveries.labels(notice).inc()
             return
         await self._retry(delivery, f"{error} (the request may still be on its way there)")
 
@@ -362,15 +364,16 @@ def _is_own_request(payload: dict[str, object], agent_id: str) -> bool:
     )
 
 
-def _is_own_withdrawal(payload: dict[str, object], agent_id: str) -> bool:
-    """True for the withdrawal of one of this node's own requests, sent to a peer's relay."""
+def _own_notice(payload: dict[str, object], agent_id: str) -> str | None:
+    """``withdrawn`` for the withdrawal of one of this node's own requests sent to a peer's relay,
+    ``settled`` for its settlement; None for anything else."""
     body = payload.get("body")
-    statement = body.get("statement") if isinstance(body, dict) else None
     path = payload.get("path")
-    return (
-        isinstance(path, str)
-        and path.startswith("/v1/inbox/")
-        and path.endswith("/withdrawal")
-        and isinstance(statement, dict)
-        and statement.get("origin") == agent_id
-    )
+    if not (isinstance(path, str) and path.startswith("/v1/inbox/") and isinstance(body, dict)):
+        return None
+    statement = body.get("statement")
+    if path.endswith("/withdrawal") and isinstance(statement, dict) and statement.get("origin") == agent_id:
+        return "withdrawn"
+    if path.endswith("/settled") and body.get("origin") == agent_id:
+        return "settled"
+    return None
