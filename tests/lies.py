@@ -75,7 +75,11 @@ def _plausible(path: Path, value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, int | float):
         if name in ("required_approvals", "required", "v"):
             return [("another count", value + 1)]
-        return [("moved 61 s later", value + 61), ("moved 61 s earlier", value - 61)]
+        return [
+            ("moved 61 s later", value + 61),
+            ("moved 61 s earlier", value - 61),
+            ("beyond JSON's exact integers", 2**63),
+        ]
     if isinstance(value, str):
         others = {
             "tool_name": [("another tool", "fs.read")],

@@ -250,7 +250,11 @@ class Engine:
         """
         if item.settlement is None:
             return None
-        seen = (request.signature, canonical(item.settlement))
+        try:
+            seen = (request.signature, canonical(item.settlement))
+        except ValueError as exc:  # not even JSON a verifier could read (a NaN, a huge integer...)
+            seen = (request.signature, repr(item.settlement).encode())
+            self._settlements[seen] = f"it is not canonical JSON ({_clause(exc)})"
         if seen not in self._settlements:
             found: Settlement | str
             try:
