@@ -110,9 +110,9 @@ def _plausible(path: Path, value: Any) -> list[tuple[str, Any]]:
             changes.append((f"without {first}", {key: inner for key, inner in value.items() if key != first}))
         return changes
     if value is None:
-        return [
-            ("a signed decision made up", {"statement": {"type": "teaagent.approval"}, "signature": "AAAA"})
-        ]
+        made_up = {"statement": {"type": "teaagent.approval"}, "signature": "AAAA"}
+        huge = {"certificate": {"request": {}, "request_signature": "AAAA", "approvals": [2**63]}}
+        return [("a signed document made up", made_up), ("evidence made up, with a huge integer", huge)]
     return []
 
 
