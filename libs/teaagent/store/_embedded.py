@@ -77,11 +77,19 @@ def _password(folder: Path) -> str:
         kept = path.read_text().strip()
         if kept:
             return kept
-    password = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # Written whole beside it, then linked in place: a relay and an approver starting together
+    # agree on the first one linked, and neither ever reads a half-written file.
+    draft = folder / f".{_PASSWORD}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
-        handle.write(password + "\n")
-    return password
+        handle.write(secrets.token_hex(32) + "\n")
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    return path.read_text().strip()
 
 
 def socket_url(data_dir: Path | str) -> str:
