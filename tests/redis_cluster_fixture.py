@@ -88,11 +88,18 @@ class ClusterNode:
 
 
 class RedisCluster:
-    """Three masters and one replica of the first, started in ``folder`` (see the module)."""
+    """Three masters and one replica of the first, started in ``folder`` (see the module).
 
-    def __init__(self, folder: Path) -> None:
+    ``replicas=0`` starts the masters alone; ``persistent`` gives each an append-only file fsynced
+    before every reply, so that a master killed (``kill``) and started again (``restart``) on its
+    port comes back with what it acknowledged. Such a cluster is a test's own, not the session's.
+    """
+
+    def __init__(self, folder: Path, *, replicas: int = 1, persistent: bool = False) -> None:
         self.folder = folder
         self.nodes: list[ClusterNode] = []
+        self.replicas = replicas
+        self.persistent = persistent
 
     @property
     def url(self) -> str:
@@ -101,9 +108,9 @@ class RedisCluster:
 
     def start(self) -> RedisCluster:
         binary = find_server_binary()
-        for index in range(MASTERS + 1):
+        for index in range(MASTERS + self.replicas):
             self.nodes.append(self._spawn(binary, self.folder / f"node-{index}"))
-        masters, replica = self.nodes[:MASTERS], self.nodes[MASTERS]
+        masters = self.nodes[:MASTERS]
         bounds = [SLOTS * index // MASTERS for index in range(MASTERS + 1)]
         for node, low, high in zip(masters, bounds, bounds[1:], strict=False):
             with contextlib.closing(node.client()) as client:
@@ -116,11 +123,35 @@ class RedisCluster:
             START_TIMEOUT,
             "meet",
         )
-        master_id = masters[0].node_id()
-        with contextlib.closing(replica.client()) as client:
-            client.execute_command("CLUSTER REPLICATE", master_id)
+        if self.replicas:
+            master_id = masters[0].node_id()
+            with contextlib.closing(self.nodes[MASTERS].client()) as client:
+                client.execute_command("CLUSTER REPLICATE", master_id)
         _wait(self._ready, START_TIMEOUT, "say cluster_state:ok")
         return self
+
+    def kill(self, node: ClusterNode) -> None:
+        """``kill -9`` one node: no shutdown, nothing flushed but what its fsyncs wrote."""
+        node.process.kill()
+        node.process.wait(timeout=10)
+
+    def restart(self, node: ClusterNode) -> None:
+        """Start a killed node again on its port, with its nodes.conf and data; wait until all say ok."""
+        node.process = self._run(find_server_binary(), node.folder / "valkey.conf")
+        _wait(lambda: self._answers(node), START_TIMEOUT, "restart a node")
+        _wait(self._ready, START_TIMEOUT, "say cluster_state:ok after a restart")
+
+    @staticmethod
+    def _run(binary: Path, config: Path) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [str(binary), str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    @staticmethod
+    def _answers(node: ClusterNode) -> bool:
+        with contextlib.suppress(redis.exceptions.RedisError), contextlib.closing(node.client()) as client:
+            return bool(client.ping())
+        return False
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -138,6 +169,7 @@ class RedisCluster:
         for _attempt in range(PORT_ATTEMPTS):
             port, bus_port = _free_port(), _free_port()
             config = folder / "valkey.conf"
+            persistence = "appendonly yes\nappendfsync always\n" if self.persistent else "appendonly no\n"
             config.write_text(
                 f"port {port}\n"
                 f"cluster-port {bus_port}\n"
@@ -146,16 +178,14 @@ class RedisCluster:
                 f"cluster-config-file {folder / 'nodes.conf'}\n"
                 f"cluster-node-timeout {NODE_TIMEOUT_MS}\n"
                 'save ""\n'
-                "appendonly no\n"
+                f"{persistence}"
                 "repl-diskless-sync yes\n"
                 "repl-diskless-sync-delay 0\n"  # a replica syncs at once, not 5 s later
                 f'dir "{folder}"\n'
                 f'logfile "{folder / "valkey.log"}"\n'
             )
             (folder / "nodes.conf").unlink(missing_ok=True)
-            process = subprocess.Popen(
-                [str(binary), str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
+            process = self._run(binary, config)
             node = ClusterNode(port, bus_port, folder, process)
             deadline = time.monotonic() + START_TIMEOUT
             while process.poll() is None and time.monotonic() < deadline:
@@ -184,6 +214,8 @@ class RedisCluster:
     def _ready(self) -> bool:
         if not all(node.cluster_info().get("cluster_state") == "ok" for node in self.nodes):
             return False
+        if not self.replicas:
+            return True
         replica = self.nodes[MASTERS]
         return replica.info("replication").get("master_link_status") == "up"
 

@@ -354,7 +354,8 @@ class RelayProcess:
         self.log_path = log_folder / f"relay-{node.name}-{int(time.time() * 1000)}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, wait: bool = True) -> RelayProcess:
+    def start(self, *, wait: bool = True, new_session: bool = False) -> RelayProcess:
+        """Start it; ``new_session`` puts it in a process group of its own, as a shell does a command."""
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [
@@ -372,6 +373,7 @@ class RelayProcess:
             env=self.node.env(),
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=new_session,
         )
         log.close()
         if wait:

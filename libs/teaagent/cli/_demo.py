@@ -310,7 +310,7 @@ def _start_redis(folder: Path, processes: _Processes) -> str:
     # Its first line is the URL (with the server's password: kept out of the logs).
     ready, _, _ = select.select([keeper.stdout], [], [], READY_TIMEOUT_SECONDS)
     line = keeper.stdout.readline().decode("utf-8", errors="replace").strip() if ready else ""
-    if not line.startswith("redis://"):
+    if not line.startswith(("redis://", "unix://")):  # its Unix socket, with its password
         raise TeaAgentError(f"the embedded Redis did not start within {READY_TIMEOUT_SECONDS} s: {line}")
     return line
 

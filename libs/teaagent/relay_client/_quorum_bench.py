@@ -470,9 +470,14 @@ async def _resp_call(connection: tuple[asyncio.StreamReader, asyncio.StreamWrite
     return line[1:-2]
 
 
-async def _redis_connect(port: int, password: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    connection = await asyncio.open_connection("127.0.0.1", port)
-    await _resp_call(connection, _resp(b"AUTH", password.encode()))
+async def _redis_connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":  # the embedded server listens on its socket only
+        connection = await asyncio.open_unix_connection(parts.path)
+    else:
+        connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
+    if parts.password:
+        await _resp_call(connection, _resp(b"AUTH", parts.password.encode()))
     return connection
 
 
@@ -492,8 +497,7 @@ async def _hop(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], re
 @dataclass(frozen=True)
 class _FloorJob:
     http_port: int
-    redis_port: int
-    redis_password: str
+    redis_url: str
     callers: int
     seconds: float
     plan: _Plan
@@ -534,7 +538,7 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
     value = canonical({"statement": approval_statement(request, "beta", 0), "signature": approvals["beta"]})
-    loader = await _redis_connect(job.redis_port, job.redis_password)
+    loader = await _redis_connect(job.redis_url)
     sha = await _resp_call(loader, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
     loader[1].close()
     plan = job.plan
@@ -547,7 +551,7 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
 
     async def caller(index: int) -> None:
         origin_http, *branch_http = await connections(3, job.http_port)
-        branch_redis = [await _redis_connect(job.redis_port, job.redis_password) for _ in PEERS]
+        branch_redis = [await _redis_connect(job.redis_url) for _ in PEERS]
         key = f"bench:floor:{{{os.getpid()}-{index}}}:decision".encode()
         write, read = _resp(b"EVALSHA", sha, b"1", key, value), _resp(b"GET", key)
         await _resp_call(branch_redis[0], write)  # the key exists before the first GET
@@ -613,7 +617,7 @@ def floor_main() -> None:
     sys.stdout.flush()
 
 
-def _floor(concurrency: int, seconds: float, http_port: int, store: tuple[int, str], plan: _Plan) -> _Run:
+def _floor(concurrency: int, seconds: float, http_port: int, store: tuple[str], plan: _Plan) -> _Run:
     count = 1 if concurrency == 1 else max(1, min(concurrency, os.cpu_count() or 1))
     shares = [concurrency // count + (index < concurrency % count) for index in range(count)]
     command = [
@@ -704,7 +708,7 @@ def _crypto_costs() -> tuple[float, float]:
     return _median_seconds(signs), _median_seconds(verifies)
 
 
-async def _io_costs(http_port: int, store: tuple[int, str]) -> tuple[float, float, float]:
+async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, float]:
     """The median seconds of one raw HTTP hop, one EVALSHA write and one GET, one at a time."""
     body = b"x" * 700
     http_request = b"POST /v1/requests HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (
@@ -786,8 +790,7 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, float]:
             timeout_seconds=600,
         )
         client = redis.Redis.from_url(server.url)
-        parts = urlsplit(server.url)
-        store = (int(parts.port or 6379), parts.password or "")
+        store = (server.url,)
         counted: dict[int, _Counters] = {}
         runs: dict[int, _Run] = {}
         with _cluster(folder, nodes) as processes:

@@ -54,23 +54,15 @@ class _NodeRateLimiter:
         self._limiter: RateLimiter | None = None
 
     def _connect(self) -> RateLimiter:
-        from teaagent.store import EMBEDDED_URL, EmbeddedRedis, connect_sync, node_prefix
+        from teaagent.store import EMBEDDED_URL, EmbeddedRedis, connect_node_sync
 
-        url = self._node.redis_url
-        if url == EMBEDDED_URL:
+        node = self._node
+        if node.redis_url == EMBEDDED_URL and EmbeddedRedis.running_url(node.data_dir) is None:
             # Only the relay owns the node's embedded server: an agent that started it would stop
             # it on exit, under the relay's feet. No server running: no count, no call.
-            found = EmbeddedRedis.running_url(self._node.data_dir)
-            if found is None:
-                raise StoreError(
-                    f"{self._node.agent_id}'s rate limits are counted in its embedded Redis, which runs "
-                    f"with its relay: start it (teaagent relay serve --config {self._node.path})"
-                )
-            url = found
+            raise self._no_relay()
         # A cluster's client learns the cluster's layout here: no node answering is a StoreError too.
-        return connect_sync(
-            url, prefix=node_prefix(self._node.agent_id), cluster=self._node.redis_cluster
-        ).rate_limiter
+        return connect_node_sync(self._node).rate_limiter
 
     def hit(self, key: str, limit: ToolRateLimit) -> RateDecision:
         with self._lock:
@@ -79,21 +71,32 @@ class _NodeRateLimiter:
             limiter = self._limiter
         try:
             return limiter.hit(key, limit)
-        except StoreError:
-            # A restarted relay's embedded server has a new port and password: look again next time.
-            with self._lock:
+        except StoreError as exc:
+            from teaagent.store import EMBEDDED_URL, EmbeddedRedis
+
+            with self._lock:  # a fresh client next time (a cluster may have moved its slots)
                 if self._limiter is limiter:
                     self._limiter = None
+            node = self._node
+            if node.redis_url == EMBEDDED_URL and EmbeddedRedis.running_url(node.data_dir) is None:
+                raise self._no_relay() from exc
             raise
+
+    def _no_relay(self) -> StoreError:
+        return StoreError(
+            f"{self._node.agent_id}'s rate limits are counted in its embedded Redis, which runs "
+            f"with its relay: start it (teaagent relay serve --config {self._node.path})"
+        )
 
 
 def node_rate_limiter(node: NodeConfig) -> RateLimiter:
     """Return the limiter that counts the node's tool calls in its Redis, shared by all its processes.
 
-    It connects at the first call it counts. With ``redis_url = "embedded"`` the node's private
-    server is shared with the relay when the relay runs it, and started otherwise (then stopped
-    when this process exits); with ``redis_cluster = true``, the windows live on the cluster, each
-    on the node of its slot. A Redis that cannot be reached fails that call: no count, no call.
+    It connects at the first call it counts, and again after a failure. With ``redis_url =
+    "embedded"`` the node's private server is the one its relay runs (its socket and password are
+    the same at every start, so a restarted relay heals this by itself); with ``redis_cluster =
+    true``, the windows live on the cluster, each on the node of its slot. A Redis that cannot be
+    reached fails that call: no count, no call.
     """
     return _NodeRateLimiter(node)
 

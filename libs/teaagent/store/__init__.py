@@ -1,8 +1,9 @@
 """Redis for a node: connection, key names, Lua scripts, queues, rate-limit windows, embedded server.
 
-The relay builds on the asyncio ``Store`` (``open_node_store(config)``, or ``connect`` and
-``open_store``); the tools' rate limiter uses the synchronous ``RedisRateLimiter``
-(``connect_sync(...).rate_limiter``). The store is one server or a Redis Cluster (``redis_cluster =
+Every process of a node opens its store with ``open_node_store(config)`` (asyncio: relay,
+approver) or ``connect_node_sync(config)`` (the tools' rate limiter), so that none forgets
+``redis_cluster`` or the embedded server's socket; ``connect``, ``connect_sync`` and
+``open_store`` take a URL. The store is one server or a Redis Cluster (``redis_cluster =
 true``; ``cluster=True`` here). Every Redis failure surfaces as ``StoreError`` with one sentence
 naming the server (its password redacted); code that calls ``Store.client`` itself catches
 ``REDIS_ERRORS`` (redis-py's cluster client raises one error class that is no ``RedisError``).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
 from teaagent.store._connection import EMBEDDED_URL, REDIS_ERRORS, StoreOptions, redact_url
-from teaagent.store._embedded import EmbeddedRedis, find_server_binary
+from teaagent.store._embedded import EmbeddedRedis, find_server_binary, socket_url
 from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, QueueKeys, RequestKeys, node_prefix
 from teaagent.store._queue import (
     CONSUMER_RETENTION_SECONDS,
@@ -42,7 +43,16 @@ from teaagent.store._requests import (
     StoredRequest,
     WithdrawResult,
 )
-from teaagent.store._store import Store, SyncStore, connect, connect_sync, open_node_store, open_store
+from teaagent.store._store import (
+    Store,
+    SyncStore,
+    connect,
+    connect_node_sync,
+    connect_sync,
+    node_redis_url,
+    open_node_store,
+    open_store,
+)
 from teaagent.tools import RateDecision  # the tools' answer type, re-exported: one class
 
 __all__ = [
@@ -87,10 +97,13 @@ __all__ = [
     "WithdrawResult",
     "backoff_delay",
     "connect",
+    "connect_node_sync",
     "connect_sync",
     "find_server_binary",
     "node_prefix",
+    "node_redis_url",
     "open_node_store",
     "open_store",
     "redact_url",
+    "socket_url",
 ]

@@ -291,7 +291,10 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
         await ours.hset(outcome, mapping={"state": "pending", "required": "2", "peers": "2"})
         await ours.hset(decisions, mapping={"approval:beta": value})
         for _ in range(CALLERS + 1):
-            connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
+            if parts.scheme == "unix":  # the embedded server listens on its socket only
+                connection = await asyncio.open_unix_connection(parts.path)
+            else:
+                connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
             if parts.password:
                 user = [parts.username.encode()] if parts.username else []
                 connection[1].write(pack_command(b"AUTH", *user, parts.password.encode()))

@@ -11,7 +11,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,13 +26,13 @@ import redis.retry
 
 from teaagent.errors import StoreError
 
-__all__ = ["EmbeddedRedis", "find_server_binary"]
+__all__ = ["EmbeddedRedis", "find_server_binary", "socket_url"]
 
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT = 15.0  # seconds until PING must answer; replaying a large append-only file takes a while
 STOP_TIMEOUT = 10.0  # seconds a server gets to flush its append-only file after SIGTERM before SIGKILL
-PORT_ATTEMPTS = 5  # another process may take the free port we picked before the server binds it
+MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path (sun_path is 108 with its NUL on Linux)
 _POLL_SECONDS = 0.02  # start-up and shutdown polling step (no event exists to wait on)
 RESTART_BACKOFF_START = 0.5  # seconds before starting again a server that died soon after its start
 RESTART_BACKOFF_CAP = 30.0  # a server that keeps dying is started at most this rarely
@@ -44,6 +43,8 @@ _PIDFILE = "valkey.pid"
 _LOGFILE = "valkey.log"
 _STATE = "server.json"  # pid, owner pid and URL of the running server, for the next process
 _LOCK = "start.lock"
+_SOCKET = "redis.sock"
+_PASSWORD = "password"  # noqa: S105 - a file name; the password is generated once, 0600: the URL stays the same across restarts
 
 
 def find_server_binary() -> Path:
@@ -69,10 +70,46 @@ def find_server_binary() -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _password(folder: Path) -> str:
+    """The server's password, generated into ``<folder>/password`` (0600) the first time."""
+    path = folder / _PASSWORD
+    with contextlib.suppress(FileNotFoundError):
+        kept = path.read_text().strip()
+        if kept:
+            return kept
+    # Written whole beside it, then linked in place: a relay and an approver starting together
+    # agree on the first one linked, and neither ever reads a half-written file.
+    draft = folder / f".{_PASSWORD}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32) + "\n")
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    return path.read_text().strip()
+
+
+def socket_url(data_dir: Path | str) -> str:
+    """The URL of the embedded server of ``data_dir``: its Unix socket, with its kept password.
+
+    The same at every start of the server, so a client that keeps it reconnects by itself after
+    a restart. Creates the password file (and the folder) the first time; starts nothing.
+
+    Raises:
+        StoreError: the socket's path is longer than a Unix socket's path may be.
+    """
+    folder = Path(data_dir).resolve() / "redis"
+    path = folder / _SOCKET
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise StoreError(
+            f"the embedded Redis socket {path} is longer than {MAX_SOCKET_PATH} bytes: "
+            "give the node a shorter data_dir"
+        )
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return f"unix://:{_password(folder)}@{path}?db=0"
 
 
 def _quote(value: str) -> str:
@@ -144,14 +181,19 @@ def _locked(path: Path) -> Iterator[None]:
 class EmbeddedRedis:
     """A Valkey (or Redis) server private to one node, with its data in ``<data_dir>/redis/``.
 
-    It listens on a free loopback port only, with protected mode, a random password (the URL
-    carries it), and append-only persistence fsynced before every reply (``appendfsync always``):
+    It listens on a Unix socket only, ``<data_dir>/redis/redis.sock`` (mode 0700, in a 0700
+    folder; no TCP port), with a password generated once into ``<data_dir>/redis/password``
+    (0600), and append-only persistence fsynced before every reply (``appendfsync always``):
     what the server acknowledged survives a restart, a crash of the server and one of the host.
-    ``start()`` waits until PING answers. A server that dies while started is started again on
-    the same port with the same password and its data, so clients of ``url`` reconnect by
-    themselves. A server left behind by a crashed run of the same folder is stopped first (its data
-    is kept); a server whose owner process still runs is shared instead (``owned`` is False,
-    ``stop()`` leaves it running, and nothing here restarts it). Use it as a context manager.
+    Its URL (:func:`socket_url`) is the same at every start, this one's or a later relay's, so
+    every client of the node reconnects by itself after a restart. The password guards the data
+    where the socket's permissions are not enforced (a volume mounted without Unix permissions).
+    ``start()`` waits until PING answers. The server runs in a session of its own: a Ctrl-C in
+    the owner's terminal reaches the owner only, which stops it once. A server that dies while
+    started is started again with its data. A server left behind by a crashed run of the same
+    folder is stopped first (its data is kept); a server whose owner process still runs is
+    shared instead (``owned`` is False, ``stop()`` leaves it running, and nothing here restarts
+    it). Use it as a context manager.
 
     Args:
         data_dir: The node's data folder; the server keeps its files in ``<data_dir>/redis/``.
@@ -202,7 +244,7 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
-        """The server's URL (``redis://:<password>@127.0.0.1:<port>/0``).
+        """The server's URL (``unix://:<password>@<data_dir>/redis/redis.sock?db=0``).
 
         Raises:
             StoreError: the server is not started.
@@ -230,14 +272,8 @@ class EmbeddedRedis:
             if self._adopt_or_clear():
                 return
             binary = self._binary or find_server_binary()
-            error = "it did not start"
-            for _attempt in range(PORT_ATTEMPTS):
-                error = self._spawn(binary)
-                if not error:
-                    break
-                if "in use" not in error:
-                    raise StoreError(f"the embedded Redis in {self.folder} did not start: {error}")
-            else:
+            error = self._spawn(binary)
+            if error:
                 raise StoreError(f"the embedded Redis in {self.folder} did not start: {error}")
             process = self._process
             if process is not None:  # always, once _spawn succeeded
@@ -345,9 +381,9 @@ class EmbeddedRedis:
         """Start the server again, on its port and with its data, each time it dies without ``stop()``.
 
         A killed server (the OOM killer, ``kill -9``) would otherwise stay down until its owner,
-        the relay, is restarted, and the relay answers 503 meanwhile. The same port and password
-        keep the URL, so the owner's clients reconnect with their retries and the agents'
-        ``running_url`` stays right. A server that keeps dying is started again ever more slowly.
+        the relay, is restarted, and the relay answers 503 meanwhile. The same socket and password
+        keep the URL, so the node's clients reconnect with their retries. A server that keeps
+        dying is started again ever more slowly.
         """
         delay = 0.0
         started = time.monotonic()
@@ -382,15 +418,15 @@ class EmbeddedRedis:
             process, started = restarted, time.monotonic()
 
     def _spawn(self, binary: Path) -> str:
-        """Start one server process on a new port; return "" when it answers PING, else why it failed."""
-        port = _free_port()
-        password = secrets.token_hex(32)
+        """Start one server process on the node's socket; return "" when it answers PING, else why not."""
+        url = socket_url(self.folder.parent)
+        password = _password(self.folder)
         config_path = self.folder / _CONFIG
         lines = [
             "# written by teaagent at every start of the embedded Redis; edits are overwritten",
-            "bind 127.0.0.1",
-            f"port {port}",
-            "protected-mode yes",
+            "port 0",  # no TCP: the socket's path is the address, the same at every start
+            f"unixsocket {_quote(str(self.folder / _SOCKET))}",
+            "unixsocketperm 700",
             f"requirepass {password}",
             f"dir {_quote(str(self.folder))}",
             f"pidfile {_quote(str(self.folder / _PIDFILE))}",
@@ -407,7 +443,7 @@ class EmbeddedRedis:
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write("\n".join(lines) + "\n")
-        return self._launch(binary, config_path, f"redis://:{password}@127.0.0.1:{port}/0")
+        return self._launch(binary, config_path, url)
 
     def _launch(self, binary: Path, config_path: Path, url: str) -> str:
         """Run the server of ``config_path``; return "" once it answers PING at ``url``, else why not."""
@@ -415,7 +451,13 @@ class EmbeddedRedis:
             offset = out.tell()
             try:
                 process = subprocess.Popen(
-                    [str(binary), str(config_path)], stdout=out, stderr=subprocess.STDOUT, cwd=self.folder
+                    [str(binary), str(config_path)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.folder,
+                    # Its own session: a Ctrl-C (SIGINT to the terminal's process group) reaches the
+                    # owner alone, which stops the server once, instead of the server dying under it.
+                    start_new_session=True,
                 )
             except OSError as exc:
                 return f"{binary} cannot be run: {exc.strerror or exc}"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import redis.asyncio.cluster
 import redis.cluster
@@ -24,7 +25,7 @@ from teaagent.store._connection import (
     make_sync_client,
     redact_url,
 )
-from teaagent.store._embedded import EmbeddedRedis
+from teaagent.store._embedded import EmbeddedRedis, socket_url
 from teaagent.store._keys import Keys, node_prefix
 from teaagent.store._queue import DeliveryQueue
 from teaagent.store._ratelimit import AsyncRedisRateLimiter, RedisRateLimiter
@@ -34,7 +35,20 @@ from teaagent.store._scripts import AsyncScripts
 if TYPE_CHECKING:
     from teaagent.config import NodeConfig
 
-__all__ = ["Store", "SyncStore", "connect", "connect_sync", "open_node_store", "open_store"]
+__all__ = [
+    "Store",
+    "SyncStore",
+    "connect",
+    "connect_node_sync",
+    "connect_sync",
+    "node_redis_url",
+    "open_node_store",
+    "open_store",
+]
+
+logger = logging.getLogger(__name__)
+
+STARTUP_RETRY_SECONDS: Final = 0.5  # between PINGs of a store that does not answer yet
 
 
 class Store:
@@ -265,6 +279,30 @@ async def open_store(
             await asyncio.to_thread(server.stop)
 
 
+def node_redis_url(config: NodeConfig) -> str:
+    """The URL every process of the node ``config`` describes connects to.
+
+    Its ``redis_url``; for ``embedded``, the Unix socket of the server its relay runs, whose
+    address and password are the same at every start of it (:func:`socket_url`).
+
+    Raises:
+        StoreError: the embedded server's socket path is too long.
+    """
+    if config.redis_url == EMBEDDED_URL:
+        return socket_url(config.data_dir)
+    return config.redis_url
+
+
+def _absent(config: NodeConfig, exc: StoreError) -> str:
+    """Why the node's store does not answer, in the sentence its operator needs."""
+    if config.redis_url == EMBEDDED_URL:
+        return (
+            f"{config.agent_id}'s embedded Redis runs with its relay: start it "
+            f"(teaagent relay serve --config {config.path})"
+        )
+    return str(exc)
+
+
 @asynccontextmanager
 async def open_node_store(
     config: NodeConfig,
@@ -272,35 +310,82 @@ async def open_node_store(
     prefix: str | None = None,
     options: StoreOptions | None = None,
     start_embedded: bool = True,
+    wait: bool = True,
+    service: str | None = None,
 ) -> AsyncIterator[Store]:
     """Open the store of the node ``config`` describes, for the life of an ``async with`` block.
 
-    Its ``redis_url``, a Redis Cluster when ``redis_cluster = true``, under ``prefix``
-    (``ta:<agent_id>`` when None); every service of a node opens its store with this, so they
-    all read the same keys. With ``redis_url = "embedded"``, the server in its ``data_dir`` is
-    started as :func:`open_store` does, or, with ``start_embedded=False`` (a service that must
-    not own it, as the approver), the one the node's relay runs is used. The store answers PING
-    before the block starts.
+    Every process of a node opens its store with this (or :func:`connect_node_sync`), so they
+    all read the same keys on the same server: its ``redis_url``, a Redis Cluster when
+    ``redis_cluster = true``, under ``prefix`` (``ta:<agent_id>`` when None). With ``redis_url =
+    "embedded"``, the server in its ``data_dir`` is started as :func:`open_store` does, or, with
+    ``start_embedded=False`` (a service that must not own it, as the approver), the socket of the
+    one the node's relay runs is used. The store answers PING before the block starts: with
+    ``wait``, a Redis that does not answer yet (a service started before its relay or its Redis)
+    is waited for however long it takes, with one log line when the wait starts and one when it
+    ends. Later failures heal by themselves: the clients reconnect to the same URL.
 
     Raises:
-        StoreError: Redis is unreachable, the embedded server did not start, or (with
-            ``start_embedded=False``) the node's relay runs no embedded server.
+        StoreError: the embedded server did not start, or (without ``wait``) Redis is unreachable.
         ValueError: ``prefix`` is malformed.
     """
-    url = config.redis_url
-    if url == EMBEDDED_URL and not start_embedded:
-        running = EmbeddedRedis.running_url(config.data_dir)
-        if running is None:
-            raise StoreError(
-                f"{config.agent_id}'s embedded Redis runs with its relay: start it "
-                f"(teaagent relay serve --config {config.path})"
-            )
-        url = running
-    async with open_store(
-        url,
+    who = service or config.agent_id
+    server: EmbeddedRedis | None = None
+    if config.redis_url == EMBEDDED_URL and start_embedded:
+        server = EmbeddedRedis(config.data_dir)
+        await asyncio.to_thread(server.start)
+    try:
+        url = server.url if server is not None else node_redis_url(config)
+        store = connect(
+            url,
+            prefix=prefix if prefix is not None else node_prefix(config.agent_id),
+            options=options,
+            cluster=config.redis_cluster,
+        )
+        try:
+            await _answering(store, config, who, wait=wait)
+            yield store
+        finally:
+            await store.aclose()
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+async def _answering(store: Store, config: NodeConfig, who: str, *, wait: bool) -> None:
+    """Return once ``store`` answers PING; log once when it has to be waited for, once when it answers."""
+    waited_since: float | None = None
+    while True:
+        try:
+            await store.ping()
+        except StoreError as exc:
+            if not wait:
+                raise StoreError(_absent(config, exc)) from exc
+            if waited_since is None:
+                waited_since = time.monotonic()
+                logger.warning("%s waits for its Redis: %s", who, _absent(config, exc))
+            await asyncio.sleep(STARTUP_RETRY_SECONDS)
+        else:
+            break
+    if waited_since is not None:
+        logger.warning(
+            "%s's Redis answers after %.1f s of waiting; carrying on", who, time.monotonic() - waited_since
+        )
+
+
+def connect_node_sync(config: NodeConfig, *, prefix: str | None = None) -> SyncStore:
+    """Return a synchronous store of the node ``config`` describes (:func:`open_node_store`'s twin).
+
+    Its ``redis_url`` (for ``embedded``, the socket of the server its relay runs), a Redis Cluster
+    when ``redis_cluster = true``, under ``prefix`` (``ta:<agent_id>`` when None). Nothing is
+    started; a client reconnects to the same URL after a failure.
+
+    Raises:
+        StoreError: with ``redis_cluster``, no node of the cluster answered.
+        ValueError: ``prefix`` is malformed.
+    """
+    return connect_sync(
+        node_redis_url(config),
         prefix=prefix if prefix is not None else node_prefix(config.agent_id),
-        data_dir=config.data_dir,
-        options=options,
         cluster=config.redis_cluster,
-    ) as store:
-        yield store
+    )

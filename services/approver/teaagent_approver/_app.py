@@ -6,20 +6,19 @@ import asyncio
 import contextlib
 import logging
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Final
+from typing import Any
 
 from fastapi import FastAPI
 
 import teaagent
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
-from teaagent.errors import ConfigError, SignatureError, StoreError
+from teaagent.errors import ConfigError, SignatureError
 from teaagent.relay_client import AsyncRelayClient
 from teaagent.signing import Signer
-from teaagent.store import EMBEDDED_URL, EmbeddedRedis, Keys, Store, connect, node_prefix
+from teaagent.store import Keys, Store, node_prefix, open_node_store
 from teaagent_approver._audit import AUDIT_FILE_NAME, DecisionAudit
 from teaagent_approver._engine import Engine, Notifies
 from teaagent_approver._errors import install_error_handlers
@@ -33,8 +32,6 @@ __all__ = ["create_app"]
 
 logger = logging.getLogger("teaagent.approver")
 
-STARTUP_REDIS_WAIT_SECONDS: Final = 30.0  # an approver started beside its relay waits this long for Redis
-STARTUP_RETRY_SECONDS: Final = 0.5
 
 DESCRIPTION = f"""\
 A teaagent node's signing authority and its operators' inbox. It applies the node's
@@ -49,44 +46,15 @@ A decision here is this node's own; the request's outcome is counted by its orig
 """
 
 
-def _redis_url(config: NodeConfig) -> str | None:
-    """The node's Redis; for ``embedded``, the server its relay runs (None while none runs)."""
-    if config.redis_url != EMBEDDED_URL:
-        return config.redis_url
-    # Only the relay owns the node's embedded server: an approver that started it would stop it
-    # on exit, under the relay's feet.
-    return EmbeddedRedis.running_url(config.data_dir)
-
-
 async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) -> Store:
-    """Connect to the node's store, waiting up to ``STARTUP_REDIS_WAIT_SECONDS`` for it to answer.
+    """Open the node's store (a Redis Cluster with ``redis_cluster = true``), waiting for it however long.
 
-    Raises:
-        StoreError: Redis does not answer (or, embedded, the relay runs no server) in time.
+    Only the relay owns the node's embedded server: an approver that started it would stop it on
+    exit, under the relay's feet; this one uses its socket, waiting until the relay runs it.
     """
-    deadline = time.monotonic() + STARTUP_REDIS_WAIT_SECONDS
-    while True:
-        url = _redis_url(config)
-        problem: str
-        if url is None:
-            problem = (
-                f"{config.agent_id}'s embedded Redis runs with its relay: start it "
-                f"(teaagent relay serve --config {config.path})"
-            )
-        else:
-            store = connect(url, prefix=prefix)
-            try:
-                await store.ping()
-            except StoreError as exc:
-                await store.aclose()
-                problem = str(exc)
-            else:
-                stack.push_async_callback(store.aclose)
-                return store
-        if time.monotonic() > deadline:
-            raise StoreError(problem)
-        logger.warning("approver of %s waits for Redis: %s", config.agent_id, problem)
-        await asyncio.sleep(STARTUP_RETRY_SECONDS)
+    return await stack.enter_async_context(
+        open_node_store(config, prefix=prefix, start_embedded=False, service=f"approver of {config.agent_id}")
+    )
 
 
 def _notifier(config: NodeConfig) -> Any:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Final
 
 from fastapi import FastAPI
 
 import teaagent
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
-from teaagent.errors import ConfigError, StoreError
+from teaagent.errors import ConfigError
 from teaagent.store import Keys, Store, node_prefix, open_node_store
 from teaagent_relay._errors import install_error_handlers
 from teaagent_relay._fast import RelayApp
@@ -30,8 +28,6 @@ __all__ = ["create_app"]
 
 logger = logging.getLogger("teaagent.relay")
 
-STARTUP_REDIS_WAIT_SECONDS: Final = 30.0  # a relay started beside its Redis (compose) waits for it this long
-STARTUP_RETRY_SECONDS: Final = 0.5
 
 DESCRIPTION = f"""\
 A teaagent node's mailbox. It sends this node's approval requests to the peers' relays, receives
@@ -47,17 +43,10 @@ send is signed and verified against this node's configuration. Bodies are limite
 
 
 async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) -> Store:
-    """Open the node's store (a Redis Cluster with ``redis_cluster = true``), waiting up to
-    ``STARTUP_REDIS_WAIT_SECONDS`` for Redis to answer."""
-    deadline = time.monotonic() + STARTUP_REDIS_WAIT_SECONDS
-    while True:
-        try:
-            return await stack.enter_async_context(open_node_store(config, prefix=prefix))
-        except StoreError as exc:
-            if time.monotonic() > deadline:
-                raise
-            logger.warning("relay of %s waits for Redis: %s", config.agent_id, exc)
-            await asyncio.sleep(STARTUP_RETRY_SECONDS)
+    """Open the node's store (a Redis Cluster with ``redis_cluster = true``), waiting for it however long."""
+    return await stack.enter_async_context(
+        open_node_store(config, prefix=prefix, service=f"relay of {config.agent_id}")
+    )
 
 
 def _lifespan(
