@@ -150,3 +150,41 @@ def test_ctrl_c_in_the_relays_terminal_stops_relay_and_redis_once_and_cleanly(tm
     assert wait_until(lambda: gone(redis_pid), timeout=WAIT)
     assert not lines_with(relay.log_path, "starting it again")
     assert not lines_with(relay.log_path, "Traceback")
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "kill -9"])
+def test_a_restarted_approver_decides_what_waited_and_nothing_else_is_restarted(
+    tmp_path: Path, how: str
+) -> None:
+    """The approver stopped, a request arrives meanwhile, a new approver decides it; relays run on."""
+    nodes = two_nodes(tmp_path)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    relays = [RelayProcess(alpha, tmp_path).start(), RelayProcess(beta, tmp_path).start()]
+    approver = ApproverProcess(beta, tmp_path).start()
+    gate = gate_of(alpha)
+    try:
+        approved(gate, alpha, 1)
+        assert approver.process is not None
+        if how == "kill -9":
+            approver.kill()
+        else:
+            approver.process.send_signal(getattr(signal, how))
+            assert approver.process.wait(timeout=WAIT) == 0
+        restarted = time.monotonic()
+        approver = ApproverProcess(beta, tmp_path).start()
+        ready = time.monotonic()
+        approved(gate, alpha, 2)
+        healed = time.monotonic()
+        print(
+            f"\napprover restart after {how}: ready {ready - restarted:.2f} s after its start, "
+            f"its first approval {healed - restarted:.2f} s after it"
+        )
+        for relay in relays:
+            assert relay.process is not None
+            assert relay.process.poll() is None  # never restarted
+        assert not lines_with(approver.log_path, "Traceback")
+    finally:
+        gate.close()
+        approver.stop()
+        for relay in relays:
+            relay.stop()
