@@ -76,3 +76,24 @@ def test_a_port_in_use_is_one_sentence_and_exit_2(tmp_path: Path, capsys: pytest
         holder.listen()
         assert run(["agent", "serve", "--config", str(node.config_path)]) == 2
     assert f"cannot listen on 127.0.0.1:{node.port}: the address is already in use" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "kill -9"])
+def test_the_agent_service_restarted_serves_again_on_its_port(tmp_path: Path, how: str) -> None:
+    """Nothing else is restarted with it: started again, it is ready on the same port (time printed)."""
+    node = write_node(tmp_path)
+    process = AgentProcess(node, tmp_path).start()
+    assert process.process is not None
+    if how == "kill -9":
+        process.process.kill()
+        process.process.wait(15)
+    else:
+        process.process.send_signal(getattr(signal, how))
+        assert process.process.wait(15) == 0
+    restarted = time.monotonic()
+    with AgentProcess(node, tmp_path):
+        ready = httpx.get(f"{node.url}/ready", timeout=5)
+        healed = time.monotonic()
+    print(f"\nagent service after {how}: ready {healed - restarted:.2f} s after its start")
+    assert ready.status_code == 200, ready.text
