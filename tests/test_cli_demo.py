@@ -282,3 +282,47 @@ def test_the_demo_refuses_a_folder_that_is_not_empty(
         capsys.readouterr().err
         == f"teaagent: the demo folder {tmp_path} is not empty; give an empty or new one.\n"
     )
+
+
+def test_the_summary_names_approvers_from_the_certificate_in_name_order_whatever_order_they_arrived(
+    tmp_path: Path,
+) -> None:
+    """The four calls' lines do not depend on which peer's decision the demo saw first (issue 26)."""
+    import io
+
+    from rich.console import Console
+
+    from teaagent.cli import _demo
+
+    def record(event_type: str, call: int, **payload: object) -> str:
+        body = {"call_id": f"call_{call}_1", "request_id": f"r{call}", **payload}
+        return json.dumps({"event_type": event_type, "payload": body})
+
+    certificate = {"approvals": [{"statement": {"signer": "gamma"}}, {"statement": {"signer": "beta"}}]}
+    audit = tmp_path / "alpha.jsonl"
+    audit.write_text(
+        "\n".join(
+            [
+                record("approval_request", 2),
+                record("approval_granted", 2, certificate=certificate),
+                record("approval_request", 4),
+                record("approval_denied", 4),
+            ]
+        )
+    )
+    # As they arrived on a loaded host: gamma before beta, and delta's late approval after the quorum.
+    seen = [
+        {"node": "gamma", "by": "rule 2", "request_id": "r2", "decision": "approval"},
+        {"node": "delta", "by": "operator", "request_id": "r2", "decision": "approval"},
+        {"node": "beta", "by": "rule 2", "request_id": "r2", "decision": "approval"},
+        {"node": "gamma", "by": "rule 1", "request_id": "r4", "decision": "denial"},
+        {"node": "beta", "by": "rule 1", "request_id": "r4", "decision": "denial"},
+    ]
+    out = io.StringIO()
+    _demo._summary(_demo._Story(Console(file=out, width=200)), audit, seen, [1.0, 2.0])
+
+    text = out.getvalue()
+    assert re.search(
+        r"2\. fs\.delete build/app\.log +approved by beta \(rule 2\), gamma \(rule 2\) in 1\.0 s", text
+    )
+    assert re.search(r"4\. shell\.run .* +denied by beta \(rule 1\), gamma \(rule 1\) in 2\.0 s", text)
