@@ -176,6 +176,8 @@ def bench_approver_only(count: int) -> dict[str, float]:
             **os.environ,
             "TEAAGENT_RELAY_DELIVER": "0",
             "TEAAGENT_RELAY_INBOX_RATE_LIMIT": "100000",
+            # One origin sends every request of the bench at once: above the per-origin cap.
+            "TEAAGENT_RELAY_INBOX_MAX_PENDING": str(max(count, 1)),
             "TEAAGENT_RELAY_REDIS_PREFIX": "bench:beta",
             "TEAAGENT_APPROVER_REDIS_PREFIX": "bench:beta",
         }
