@@ -53,7 +53,7 @@ from teaagent.quorum import (
     sign_request,
     verify_certificate,
 )
-from teaagent.relay_client import DEFAULT_TIMEOUT, RelayQuorumGate
+from teaagent.relay_client import DEFAULT_TIMEOUT, RelayQuorumGate, RequestStatus
 from teaagent.relay_client._gate import LATE_ANSWER_SECONDS
 from teaagent.runner import AgentRunner, RunResult
 from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate, node_registry
@@ -974,20 +974,27 @@ def test_what_the_asking_side_shows_of_a_wait_is_only_what_verifies(
             reasons={"delta": "no"},
             denials=(sign_denial(asked.request, "delta", STRANGER, "no"),),
         )
-        body["approvals"] = [approval(asked.request, "gamma")] if phase == "outcome" else []
+        forged = approval_by(STRANGER, asked.request, "beta")  # beta's name, another key
+        body["approvals"] = [forged, approval(asked.request, "gamma")] if phase == "outcome" else []
         return body if phase == "submit" else Held(body)
 
     relay.tactic = tactic
     seen: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
-    gate = short_origin.gate(
-        SHORT_TIMEOUT, on_status=lambda status: seen.append((tuple(status.signers), tuple(status.denied_by)))
-    )
+    documents: list[tuple[list[str], int]] = []  # the signed documents shown beside the names
+
+    def shown(status: RequestStatus) -> None:
+        seen.append((tuple(status.signers), tuple(status.denied_by)))
+        documents.append(([a["statement"]["signer"] for a in status.approvals], len(status.denials)))
+
+    gate = short_origin.gate(SHORT_TIMEOUT, on_status=shown)
 
     result = short_origin.run(TOUCH, gate=gate)
 
     assert_refused(short_origin, result, LEAD + f"no quorum was reached within {SHORT_TIMEOUT} seconds.")
     assert seen[0] == ((), ())
     assert set(seen[1:]) == {(("gamma",), ())}
+    assert documents[0] == ([], 0)
+    assert all(found == (["gamma"], 0) for found in documents[1:])
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ def test_only_verify_request_builds_one() -> None:
     with pytest.raises(
         TypeError, match=r"^a VerifiedRequest is built only by teaagent\.quorum\.verify_request\(\)\.$"
     ):
-        VerifiedRequest(object(), request, b"{}", "sig", "")  # type: ignore[arg-type]
+        VerifiedRequest(object(), request, "sig")
     verified = verify_request(request, sign_request(request, signer("alpha")), ALPHA, recipient="beta")
     assert verified.tool_name == "shell.run"
     assert verified.arguments == request["arguments"]

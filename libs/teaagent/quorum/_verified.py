@@ -68,19 +68,15 @@ class VerifiedRequest:
         created_at: Unix seconds.
         expires_at: Unix seconds.
         signature: The origin's signature, wire form (bare base64, or ``dev:<origin>``).
-        key_fingerprint: The fingerprint of the origin's key that signed it; empty for a
-            development signature.
         development: True when only ``allow_dev_signatures`` let it through.
     """
 
     __slots__ = (
-        "_bytes",
         "_document",
         "call_id",
         "created_at",
         "development",
         "expires_at",
-        "key_fingerprint",
         "origin",
         "payload_digest",
         "peers",
@@ -104,14 +100,10 @@ class VerifiedRequest:
     created_at: int
     expires_at: int
     signature: str
-    key_fingerprint: str
     development: bool
-    _bytes: bytes
     _document: dict[str, Any]
 
-    def __init__(
-        self, seal: object, request: Mapping[str, Any], signed: bytes, signature: str, key_fingerprint: str
-    ) -> None:
+    def __init__(self, seal: object, request: Mapping[str, Any], signature: str) -> None:
         """Only :func:`verify_request` calls this.
 
         Raises:
@@ -121,14 +113,12 @@ class VerifiedRequest:
             raise TypeError("a VerifiedRequest is built only by teaagent.quorum.verify_request().")
         document = copy.deepcopy(dict(request))  # our own copy of what verified: nobody else holds it
         put = object.__setattr__
-        put(self, "_bytes", signed)
         put(self, "_document", document)
         for name in _FIELDS:
             if name not in ("arguments", "peers"):
                 put(self, name, document[name])
         put(self, "peers", tuple(document["peers"]))
         put(self, "signature", signature)
-        put(self, "key_fingerprint", key_fingerprint)
         put(self, "development", signature.startswith(DEV_SIGNATURE_PREFIX))
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
@@ -140,23 +130,10 @@ class VerifiedRequest:
     def __repr__(self) -> str:
         return f"VerifiedRequest({self.request_id!r}, origin={self.origin!r}, tool_name={self.tool_name!r})"
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, VerifiedRequest):
-            return NotImplemented
-        return self._bytes == other._bytes and self.signature == other.signature
-
-    def __hash__(self) -> int:
-        return hash((self._bytes, self.signature))
-
     @property
     def arguments(self) -> dict[str, Any]:
         """The call's arguments, as signed (a fresh copy)."""
         return copy.deepcopy(self._document["arguments"])
-
-    @property
-    def signed_bytes(self) -> bytes:
-        """The canonical bytes the origin signed."""
-        return self._bytes
 
     def document(self) -> dict[str, Any]:
         """The request document, as signed (a fresh copy)."""
@@ -271,15 +248,14 @@ def verify_request(
         raise QuorumError(f"Request {request['request_id']} of {origin} is not addressed to {recipient}.")
     if not isinstance(signature, str):
         raise SignatureError("The request signature is not a string.")
-    signed = request_statement(request)
     if signature.startswith(DEV_SIGNATURE_PREFIX):  # step 3, the development form
         if not (allow_dev and signature == DEV_SIGNATURE_PREFIX + origin):
             raise SignatureError(f"The development signature of request {request['request_id']} is refused.")
         logger.warning("request %s of %s passes on a development signature", request["request_id"], origin)
-        return VerifiedRequest(_SEAL, request, signed, signature, "")
+        return VerifiedRequest(_SEAL, request, signature)
     try:
-        key = signing_key(
-            signed,
+        signing_key(
+            request_statement(request),
             signature,
             keys,
             REQUEST_NAMESPACE,
@@ -298,4 +274,4 @@ def verify_request(
         raise SignatureError(
             f"The origin signature of request {request['request_id']} is malformed: {text}."
         ) from None
-    return VerifiedRequest(_SEAL, request, signed, wire, key.fingerprint)
+    return VerifiedRequest(_SEAL, request, wire)

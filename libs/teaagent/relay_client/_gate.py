@@ -370,17 +370,27 @@ class RelayQuorumGate:
         certificate = status.certificate or {}
         approvals = [*status.approvals, *(certificate.get("approvals") or ())]
         denials = [*status.denials, *(certificate.get("denials") or ())]
+        now = min(time.time(), request["expires_at"])
         try:
-            counted = evaluate(
-                request, approvals, denials, self._config, now=min(time.time(), request["expires_at"])
+            counted = evaluate(request, approvals, denials, self._config, now=now)
+            # The signed documents shown beside the names (their keys) are the ones that verify.
+            verified_denials = tuple(
+                denial
+                for denial in denials
+                if evaluate(request, [], [denial], self._config, now=now).denied_by
             )
         except (QuorumError, ValueError, TypeError):
-            return dataclasses.replace(status, signers=(), denied_by=(), denial_reasons={})
+            empty: tuple[dict[str, Any], ...] = ()
+            return dataclasses.replace(
+                status, signers=(), denied_by=(), denial_reasons={}, approvals=empty, denials=empty
+            )
         return dataclasses.replace(
             status,
             signers=tuple(counted.signers),
             denied_by=tuple(counted.denied_by),
             denial_reasons=dict(counted.denial_reasons),
+            approvals=tuple(counted.approvals),
+            denials=verified_denials,
         )
 
     def _report(self, request: dict[str, Any], status: RequestStatus) -> RequestStatus:
