@@ -1500,3 +1500,19 @@ def test_an_answer_that_is_not_the_documented_one_is_one_sentence(
 
 def config_port(config: str) -> int:
     return load_config(config).approver.port
+
+
+@pytest.mark.parametrize("typed", ["", "  ", "xyz!", "abc"])
+@pytest.mark.parametrize("command", ["approve", "deny", "show", "statement"])
+def test_an_id_that_names_nothing_is_refused_before_the_approver_is_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str, typed: str
+) -> None:
+    """``approvals approve ''`` is refused here, in one sentence: no approver runs for this node."""
+    assert run(["init", str(tmp_path / "node"), "--name", "solo"]) == 0
+    capsys.readouterr()
+    extra = ["--reason", "no"] if command == "deny" else []
+    code, out, err = cli(capsys, command, typed, *extra, "--config", str(tmp_path / "node" / "node.toml"))
+    assert (code, out) == (2, "")
+    assert one_sentence(err) == (
+        f"{typed!r} is not a request id: type its 32 hexadecimal characters, or at least its first 4."
+    )
