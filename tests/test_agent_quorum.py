@@ -357,7 +357,7 @@ def test_beta_and_gammas_approvers_approve_by_rule_and_the_certificate_verifies(
     shown = capsys.readouterr().out.splitlines()
     assert shown[:2] == [
         f"certificate for request {request_id}: shell.run from alpha",
-        "approved by beta, gamma (2 of 3)",
+        "approved by beta, gamma (2 approvals of the 2 needed)",
     ]
     assert shown[2].startswith("request signature: verified with alpha's key ")
 

@@ -357,7 +357,7 @@ def test_a_call_both_rules_deny_exits_3_naming_the_deniers(cluster: Cluster) -> 
     # The last line says it once, naming both deniers and their reasons.
     assert done.stderr.splitlines()[-1] == (
         "teaagent: shell.run was denied by beta: beta downloads nothing; "
-        "gamma: gamma downloads nothing (2 of 3)."
+        "gamma: gamma downloads nothing (2 approvals from 3 peers needed)."
     ), done.stderr
     assert not (cluster.folder / "workspace-alpha" / "install").exists()
 

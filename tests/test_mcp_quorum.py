@@ -195,7 +195,7 @@ def check(seen: dict[str, Any], alpha: Node) -> None:
     assert denied.meta == {"teaagent/error": "denied"}
     # Who denied, and why, as the peers signed it.
     assert text(denied) == (
-        "shell.run was denied by beta: nothing is removed here; gamma: nothing is removed here (2 of 3)."
+        "shell.run was denied by beta: nothing is removed here; gamma: nothing is removed here (2 approvals from 3 peers needed)."
     )
     values = [value for value, _total, _message in seen["progress"]]
     assert values == sorted(values)
