@@ -233,7 +233,8 @@ def test_the_nodes_key_is_needed_only_by_a_high_risk_call(
     capsys.readouterr()
     assert run(["tools", "call", "--config", str(config), "shell.run", '{"command": "touch made"}']) == 3
     assert (
-        "shell.run needs 2 approvals from 3 peers but no quorum could be obtained: " in capsys.readouterr().err
+        "shell.run needs 2 approvals from 3 peers but no quorum could be obtained: "
+        in capsys.readouterr().err
     )
     assert not (tmp_path / "workspace" / "made").exists()
 

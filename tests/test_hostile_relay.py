@@ -908,7 +908,8 @@ def test_a_denial_on_the_relays_word_alone_blames_no_peer(origin: Origin, relay:
     assert_refused(
         origin,
         result,
-        "shell.run was not run: the relay reported it denied by beta: made up; gamma: made up (2 approvals from 3 peers needed), "
+        "shell.run was not run: the relay reported it denied by beta: made up; gamma: made up "
+        "(2 approvals from 3 peers needed), "
         "but the denials it sent do not prove it (it sent no signed denials).",
     )
 
@@ -939,7 +940,9 @@ def test_a_denial_signed_by_the_peers_names_them(origin: Origin, relay: HostileR
 
     result = origin.run(TOUCH)
 
-    assert_refused(origin, result, "shell.run was denied by beta: not now; gamma: no (2 approvals from 3 peers needed).")
+    assert_refused(
+        origin, result, "shell.run was denied by beta: not now; gamma: no (2 approvals from 3 peers needed)."
+    )
 
 
 # -- 8. never answering: a delay, then a denial -----------------------------------------------------------

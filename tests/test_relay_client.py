@@ -252,7 +252,8 @@ def test_the_gate_raises_expired_when_the_peers_stay_silent(
         gate = gate_of(alpha)
         started = time.monotonic()
         with pytest.raises(
-            ApprovalDeniedError, match=r"^The request for shell\.run expired with 0 approvals of the 1 needed\.$"
+            ApprovalDeniedError,
+            match=r"^The request for shell\.run expired with 0 approvals of the 1 needed\.$",
         ):
             gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         gate.close()

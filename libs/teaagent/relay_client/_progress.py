@@ -261,9 +261,8 @@ def wait_news(before: WaitProgress | None, after: WaitProgress, now: float | Non
     old_received = set(before.received) if before is not None else set()
     old_unreachable = dict(before.unreachable) if before is not None else {}
     old_given_up = set(before.given_up) if before is not None else set()
-    answered = set(after.signers) | set(after.denied_by)
     for peer in after.peers:
-        if peer in after.received and peer not in old_received and peer not in answered:
+        if peer in after.received and peer not in old_received:
             lines.append(f"{peer}'s relay received the request.")
         elif peer in after.given_up and peer not in old_given_up:
             lines.append(f"{peer} could not be reached, and the relay gave up: {after.unreachable[peer]}.")

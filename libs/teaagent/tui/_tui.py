@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from teaagent._words import plural, time_left
 from teaagent.approver_client import resolve_request
 from teaagent.audit import AuditLogger
 from teaagent.budget import RunBudget
@@ -64,7 +65,7 @@ from teaagent.tui._context import (
     transcript,
 )
 from teaagent.tui._inbox import approver_client, decide, decision_lines, inbox_rows
-from teaagent.tui._quorum import QuorumBoard, time_left
+from teaagent.tui._quorum import QuorumBoard
 from teaagent.tui._screen import (
     FunctionReader,
     LineReader,
@@ -516,8 +517,8 @@ class TeaAgentTUI:
         if self.node is not None and self.node.quorum.enabled:
             quorum = self.node.quorum
             say(
-                f"High-risk calls ({', '.join(quorum.high_risk_patterns)}) need {quorum.required_approvals} "
-                f"of {', '.join(quorum.peer_agent_ids)}.",
+                f"High-risk calls ({', '.join(quorum.high_risk_patterns)}) need "
+                f"{plural(quorum.required_approvals, 'approval')} from {', '.join(quorum.peer_agent_ids)}.",
                 "dim",
             )
         if self.route_model and self._cheaper_choice() is None:
