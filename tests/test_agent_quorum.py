@@ -111,7 +111,26 @@ def test_a_2_of_3_quorum_is_watched_decision_by_decision(
         audit_path = tmp_path / "data-alpha" / "audit" / "alpha.jsonl"
 
     kinds = [kind for kind, _ in seen]
-    quorum = [(kind, data) for kind, data in seen if kind.startswith("quorum") or kind.startswith("approval")]
+    quorum = [
+        (kind, data)
+        for kind, data in seen
+        if (kind.startswith("quorum") or kind.startswith("approval")) and kind != "quorum_progress"
+    ]
+    # The wait as every surface words it: sent (with the command a peer runs), each change, decided.
+    progress = [data for kind, data in seen if kind == "quorum_progress"]
+    assert progress[0]["why"] == "sent"
+    assert progress[-1]["why"] == "decided"
+    assert progress[-1]["state"] == "approved"
+    short = progress[0]["request_id"][:8]
+    assert progress[0]["approve_command"] == f"teaagent approvals approve {short} --config <their node.toml>"
+    assert progress[0]["text"].startswith(f"request {short} for shell.run: 0 approvals of the 2 needed; ")
+    assert progress[0]["text"].endswith(progress[0]["approve_command"])
+    assert 0 < progress[0]["seconds_left"] <= 120
+    assert [p["signers"] for p in progress if p["signers"]] == [
+        ["beta"],
+        ["beta", "gamma"],
+    ]
+    assert any("denied by delta: not on Fridays" in p["text"] for p in progress)
     assert [kind for kind, _ in quorum] == [
         "approval_waiting",  # the local check: auto
         "approval_answered",
@@ -290,7 +309,11 @@ def test_beta_and_gammas_approvers_approve_by_rule_and_the_certificate_verifies(
     seen = watch(tmp_path, nodes, agent)
 
     kinds = [kind for kind, _ in seen]
-    quorum = [(kind, data) for kind, data in seen if kind.startswith(("quorum", "approval"))]
+    quorum = [
+        (kind, data)
+        for kind, data in seen
+        if kind.startswith(("quorum", "approval")) and kind != "quorum_progress"
+    ]
     assert [kind for kind, _ in quorum] == [
         "approval_waiting",  # the local check: auto
         "approval_answered",
@@ -357,7 +380,7 @@ def test_beta_and_gammas_approvers_approve_by_rule_and_the_certificate_verifies(
     shown = capsys.readouterr().out.splitlines()
     assert shown[:2] == [
         f"certificate for request {request_id}: shell.run from alpha",
-        "approved by beta, gamma (2 of 3)",
+        "approved by beta, gamma (2 approvals of the 2 needed)",
     ]
     assert shown[2].startswith("request signature: verified with alpha's key ")
 

@@ -310,7 +310,10 @@ def test_show_prints_the_whole_request_and_what_would_decide_it(
     assert '"path": "build/"' in out
     assert "reason       clean the build" in out
     assert f"digest       {request['payload_digest']}" in out
-    assert "quorum       2 approval(s) of beta, gamma, counted by alpha" in out
+    assert "quorum       2 approvals needed from beta, gamma, counted by alpha" in out
+    assert re.search(
+        r"^time left    (1m 5\ds|2m 00s) \(expires at \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\)$", out, re.M
+    )
     assert "beta         not decided yet (this node's own decision, not the request's outcome)" in out
     assert "time left    1m 5" in out or "time left    2m 00s" in out
     assert "rule         #2 tool='fs.delete' -> ask" in out
@@ -366,7 +369,7 @@ def test_approve_names_this_nodes_decision_not_the_outcome(
     first, _, third = out.splitlines()
     assert (
         first
-        == f"beta approved request {request['request_id']} of alpha: signed by operator with key {node_key}."
+        == f"beta approved request {request['request_id']} of alpha: signed with the node key {node_key}."
     )
     assert third == "This node's decision; the request's outcome is counted by its origin, alpha."
     assert "state" not in out
@@ -395,7 +398,14 @@ def test_deny_needs_a_reason_and_signs_it(
     assert out.startswith(f"beta denied request {request['request_id']} of alpha (not on Fridays): ")
 
     code, out, _ = cli(capsys, "show", request["request_id"], "--config", cluster.config)
-    assert "beta         denied by operator with key" in out
+    node_key = load_config(cluster.beta.config_path).own_public_key().fingerprint
+    # Signed with the node key: it says so; the time is a date with how long ago.
+    assert re.search(
+        rf"^beta         denied with the node key {re.escape(node_key)} at "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ, (now|\d+s ago): not on Fridays",
+        out,
+        re.M,
+    ), out
     assert ": not on Fridays (this node's own decision" in out
 
 
@@ -445,7 +455,7 @@ def test_statement_signed_by_ssh_keygen_is_submitted(
     )  # fmt: skip
 
     assert (code, err) == (0, "")
-    assert f"with key {fingerprint_of(cluster.operator)}." in out.splitlines()[0]
+    assert f"with an operator's own key {fingerprint_of(cluster.operator)}." in out.splitlines()[0]
     assert out.startswith(f"beta approved request {request['request_id']} of alpha")
 
 
@@ -510,7 +520,7 @@ def test_key_file_signs_as_an_operator(
     )
 
     assert (code, err) == (0, "")
-    assert f"with key {fingerprint_of(cluster.operator)}." in out
+    assert f"with an operator's own key {fingerprint_of(cluster.operator)}." in out
 
 
 @pytest.mark.slow
@@ -538,7 +548,7 @@ def test_a_passphrase_is_asked_once_without_echo(
 
     assert (code, err) == (0, "")
     assert prompts == [f"Passphrase for {cluster.locked.private_path}: "]
-    assert f"with key {fingerprint_of(cluster.locked)}." in out
+    assert f"with an operator's own key {fingerprint_of(cluster.locked)}." in out
 
 
 @pytest.mark.slow
@@ -603,7 +613,7 @@ def test_a_passphrase_is_read_from_a_real_terminal_without_echo(cluster: Cluster
             os.close(terminal)
     assert os.waitstatus_to_exitcode(status) == 0, prompt + rest
     assert PASSPHRASE.encode() not in prompt + rest  # not echoed
-    assert f"with key {fingerprint_of(cluster.locked)}.".encode() in rest
+    assert f"with an operator's own key {fingerprint_of(cluster.locked)}.".encode() in rest
 
 
 @pytest.mark.slow
@@ -768,7 +778,7 @@ def test_agent_signs_with_the_one_key_of_this_node_it_holds(
     code, out, err = cli(capsys, "approve", request["request_id"], "--agent", "--config", cluster.config)
 
     assert (code, err) == (0, "")
-    assert f"with key {fingerprint_of(cluster.operator)}." in out
+    assert f"with an operator's own key {fingerprint_of(cluster.operator)}." in out
 
 
 @pytest.mark.slow
@@ -816,7 +826,7 @@ def test_agent_with_several_keys_of_this_node_needs_a_key_id(
         cluster.config,
     )
     assert (code, err) == (0, "")
-    assert f"with key {two}." in out
+    assert f"with an operator's own key {two}." in out
 
 
 def test_agent_without_ssh_auth_sock_is_a_usage_error(
@@ -854,7 +864,9 @@ def test_show_approve_deny_statement_and_submit_take_a_unique_prefix(
 
     code, out, err = cli(capsys, "approve", approved["request_id"][:8], *config)
     assert (code, err) == (0, "")
-    assert out.startswith(f"beta approved request {approved['request_id']} of alpha: signed by operator ")
+    assert out.startswith(
+        f"beta approved request {approved['request_id']} of alpha: signed with the node key "
+    )
 
     code, out, err = cli(capsys, "deny", denied["request_id"][:8], "--reason", "not now", *config)
     assert (code, err) == (0, "")
@@ -873,7 +885,7 @@ def test_show_approve_deny_statement_and_submit_take_a_unique_prefix(
     )  # fmt: skip
     assert (code, err) == (0, "")
     assert out.startswith(
-        f"beta approved request {signed['request_id']} of alpha: signed by operator with key "
+        f"beta approved request {signed['request_id']} of alpha: signed with an operator's own key "
         f"{fingerprint_of(cluster.operator)}."
     )
 

@@ -60,7 +60,7 @@ from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate
 from teaagent.signing import SSHPrivateKey, fingerprint
 
 PEERS = ("beta", "delta", "gamma")
-LEAD = "shell.run needs 2 of 3 peer approvals but "
+LEAD = "shell.run needs 2 approvals from 3 peers but "
 UNVERIFIED = LEAD + "its quorum certificate does not verify: the certificate proves "
 NOT_THIS_REQUEST = "does not match the request this node signed for this call."
 MADE = "made"  # what the refused command would create in the workspace
@@ -908,7 +908,8 @@ def test_a_denial_on_the_relays_word_alone_blames_no_peer(origin: Origin, relay:
     assert_refused(
         origin,
         result,
-        "shell.run was not run: the relay reported it denied by beta: made up; gamma: made up (2 of 3), "
+        "shell.run was not run: the relay reported it denied by beta: made up; gamma: made up "
+        "(2 approvals from 3 peers needed), "
         "but the denials it sent do not prove it (it sent no signed denials).",
     )
 
@@ -939,7 +940,9 @@ def test_a_denial_signed_by_the_peers_names_them(origin: Origin, relay: HostileR
 
     result = origin.run(TOUCH)
 
-    assert_refused(origin, result, "shell.run was denied by beta: not now; gamma: no (2 of 3).")
+    assert_refused(
+        origin, result, "shell.run was denied by beta: not now; gamma: no (2 approvals from 3 peers needed)."
+    )
 
 
 # -- 8. never answering: a delay, then a denial -----------------------------------------------------------

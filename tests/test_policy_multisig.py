@@ -67,7 +67,7 @@ def config(**changes: Any) -> MultiSigQuorumConfig:
 def test_a_valid_configuration() -> None:
     built = config()
     assert built.enabled
-    assert built.describe_quorum() == "2 of 3 peer approvals"
+    assert built.describe_quorum() == "2 approvals from 3 peers"
     assert built.allow_dev_signatures is False
 
 
@@ -459,7 +459,7 @@ class RecordingGate:
         return self.answer  # type: ignore[no-any-return]
 
 
-LEAD = "shell.run needs 2 of 3 peer approvals but "
+LEAD = "shell.run needs 2 approvals from 3 peers but "
 
 
 def gated(workspace: Path, gate: Any, mode: str = "danger-full-access", **fields: Any) -> ApprovalPolicy:
@@ -503,7 +503,7 @@ def test_local_pre_approvals_do_not_replace_the_quorum(workspace: Path) -> None:
 
 def test_a_high_risk_read_only_tool_needs_the_quorum_too(workspace: Path) -> None:
     policy = gated(workspace, None, multi_sig_config=config(high_risk_patterns=["fs.*"]))
-    with pytest.raises(ApprovalDeniedError, match=r"^fs\.read needs 2 of 3 peer approvals"):
+    with pytest.raises(ApprovalDeniedError, match=r"^fs\.read needs 2 approvals from 3 peers"):
         policy.assert_allowed("fs.read", "c1", False, {"path": "a"}, read_only=True)
 
 

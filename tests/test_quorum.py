@@ -431,7 +431,7 @@ def test_story_tampered_fails_wrong_key_fails_one_short_fails_threshold_met_pass
     # Threshold met.
     met = outcome_of([gamma, beta])
     assert (met.state, met.signers, met.rejected) == ("approved", ("beta", "gamma"), {})
-    assert met.describe() == "approved by beta, gamma (2 of 3)"
+    assert met.describe() == "approved by beta, gamma (2 approvals of the 2 needed)"
 
 
 def test_an_outcome_is_json_ready() -> None:
@@ -453,7 +453,7 @@ def test_an_outcome_is_json_ready() -> None:
         "approvals": [full(approve("beta"))],
         "dev_signers": [],
     }
-    assert outcome.describe() == "waiting: 1 of 2 approvals (2 of 3)"
+    assert outcome.describe() == "waiting: 1 approval of the 2 needed (asked of 3 peers)"
 
 
 def test_all_three_approvals_are_counted_and_ordered_by_peer() -> None:
@@ -661,7 +661,7 @@ def test_rule4_the_request_expires_one_second_after_expires_at() -> None:
     assert outcome_of(approvals, now=expiry).state == "approved"
     expired = outcome_of(approvals, now=expiry + 1)
     assert (expired.state, expired.signers, expired.approvals) == ("expired", (), ())
-    assert expired.describe() == "expired before 2 of 3 peers approved"
+    assert expired.describe() == "expired with 0 approvals of the 2 needed"
 
 
 def test_rule4_a_fractional_compact_timestamp_does_not_count() -> None:
@@ -701,7 +701,7 @@ def test_denied_as_soon_as_the_quorum_can_no_longer_be_reached() -> None:
     two = outcome_of([approve("delta")], [deny("beta", reason="not now"), deny("gamma", reason="")])
     assert (two.state, two.denied_by, two.signers) == ("denied", ("beta", "gamma"), ("delta",))
     assert two.denial_reasons == {"beta": "not now", "gamma": ""}
-    assert two.describe() == "denied by beta: not now; gamma (2 of 3)"
+    assert two.describe() == "denied by beta: not now; gamma (2 approvals from 3 peers needed)"
 
 
 def test_a_three_of_three_quorum_is_denied_by_one_denial() -> None:

@@ -108,7 +108,7 @@ def test_the_client_speaks_every_call_of_the_api(nodes: dict[str, Node]) -> None
     )
     assert (counted.counted, counted.state, counted.approvals) == (True, "pending", 1)
     assert waited.state == "pending"  # one of two: the wait ran out
-    assert waited.describe() == "waiting: 1 of 2 approvals (2 of 2)"
+    assert waited.describe() == "waiting: 1 approval of the 2 needed (asked of 2 peers)"
     assert health["agent_id"] == "alpha"
 
 
@@ -182,9 +182,9 @@ def test_a_status_describes_itself() -> None:
     )
     expired = RequestStatus.from_json({**base, "state": "expired", "signers": []})
 
-    assert approved.describe() == "approved by beta, gamma (2 of 3)"
-    assert denied.describe() == "denied by delta: no; gamma (2 of 3)"
-    assert expired.describe() == "expired before 2 of 3 peers approved"
+    assert approved.describe() == "approved by beta, gamma (2 approvals of the 2 needed)"
+    assert denied.describe() == "denied by delta: no; gamma (2 approvals from 3 peers needed)"
+    assert expired.describe() == "expired with 0 approvals of the 2 needed"
     assert [approved.decided, denied.decided, expired.decided] == [True, True, True]
 
 
@@ -222,8 +222,8 @@ def test_the_gate_returns_the_certificate_of_the_quorum(nodes: dict[str, Node]) 
     assert outcome.signers == ("beta", "gamma")
     assert certificate["request"]["run_id"] == ""
     assert certificate["request"]["reason"] == "build"
-    assert progress[0].startswith("shell.run needs 2 of 2 peer approvals; request ")
-    assert progress[-1].endswith(": approved by beta, gamma (2 of 2).")
+    assert progress[0].startswith("shell.run needs 2 approvals from 2 peers; request ")
+    assert progress[-1].endswith(": approved by beta, gamma (2 approvals of the 2 needed).")
 
 
 @pytest.mark.slow
@@ -252,7 +252,8 @@ def test_the_gate_raises_expired_when_the_peers_stay_silent(
         gate = gate_of(alpha)
         started = time.monotonic()
         with pytest.raises(
-            ApprovalDeniedError, match=r"^The request for shell\.run expired before 1 of 1 peers approved\.$"
+            ApprovalDeniedError,
+            match=r"^The request for shell\.run expired with 0 approvals of the 1 needed\.$",
         ):
             gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         gate.close()

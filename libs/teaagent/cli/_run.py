@@ -297,7 +297,7 @@ def run(
     # Who received each quorum request, each decision as it arrives, and why one expired.
     stop = threading.Event()  # Ctrl-C sets it: a quorum wait (in the run's worker thread) withdraws
     quorum_gate = node_quorum_gate(
-        node, on_progress=display.note, on_status=QuorumWatch(display.note), stop=stop
+        node, on_progress=display.note, on_wait=QuorumWatch(display.note), stop=stop
     )
     policy = node_policy(node, prompter=terminal_prompter(console), quorum_gate=quorum_gate)
     store, session = _session(node, session_id, task)

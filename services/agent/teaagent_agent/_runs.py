@@ -332,6 +332,25 @@ class ActiveRun:
         """
         self.channel.send("", {"status": status}, lambda _event, data: self._quorum_status(data["status"]))
 
+    def quorum_wait(self, progress: Any) -> None:
+        """``RelayQuorumGate``'s ``on_wait``: a ``quorum_progress`` frame, worded as every surface words it.
+
+        When the request is sent, on each change (a peer's relay received it, a peer signed or
+        denied), at the reminder marks of the time left, and when it is decided: the counts, who
+        received it, ``seconds_left``, ``approve_command`` (what a peer's operator runs) and
+        ``text`` (``describe_wait``). The signers and deniers are the ones that verify here.
+        """
+        self.channel.send(
+            "", {"progress": progress}, lambda _event, data: self._quorum_wait(data["progress"])
+        )
+
+    def _quorum_wait(self, progress: Any) -> None:
+        with self._lock:
+            watch = self._quorum.get(progress.request_id)
+        if watch is None or self.channel.closed:
+            return
+        self.channel.publish("quorum_progress", {"call_id": watch.call_id, **progress.to_dict()})
+
     def _quorum_status(self, status: Any) -> None:
         with self._lock:
             watch = self._quorum.get(status.request_id)

@@ -771,7 +771,9 @@ class AgentService:
     def _runner(
         self, run: ActiveRun, session: ChatSession, entry: ModelEntry, adapter: Any
     ) -> tuple[AgentRunner, AuditLogger]:
-        gate = node_quorum_gate(self.node, on_status=run.quorum_status, stop=run.stop_event)
+        gate = node_quorum_gate(
+            self.node, on_status=run.quorum_status, on_wait=run.quorum_wait, stop=run.stop_event
+        )
         policy = node_policy(self.node, prompter=run.prompter, quorum_gate=gate, mode=self.permission_mode())
         audit = AuditLogger(node_audit_path(self.node), run_id=run.run_id)
         try:
