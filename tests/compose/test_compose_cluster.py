@@ -102,8 +102,8 @@ def test_every_service_becomes_healthy_from_one_built_image(cluster: Cluster) ->
         "agent-alpha",
         "sh",
         "-c",
-        "find / -xdev \\( -name '*.egg-info' -o \\( -name build -o -name libs -o -name src -o -name wheelhouse \\)"
-        " ! -path '*/site-packages/*' ! -path '/usr/*' \\) -print",
+        "find / -xdev \\( -name '*.egg-info' -o \\( -name build -o -name libs -o -name src"
+        " -o -name wheelhouse \\) ! -path '*/site-packages/*' ! -path '/usr/*' \\) -print",
         root=True,
     )
     assert code == 0, err
