@@ -730,7 +730,7 @@ async def test_a_side_question_never_touches_the_history(tmp_path: Path) -> None
         history = (await client.get("/sessions/current/history")).json()["messages"]
         node.script([{"content": "slow", "delay_seconds": 5}])
         slow = await client.post("/side-question", json={"question": "q", "timeout": 0.2})
-        node.script([])
+        node.script([{"content": "never", "expect": ["a text nobody wrote"]}])
         broken = await client.post("/side-question", json={"question": "q"})
     assert answer == {"answer": "On the side: 42."}
     assert [m["text"] for m in history] == ["the task", "first answer"]

@@ -538,12 +538,27 @@ def test_context_and_compact(workspace: Path) -> None:
 
 
 def test_a_failed_compaction_changes_nothing(workspace: Path) -> None:
-    _, out, tui = repl(workspace, ["one", "two", "/compact"], [{"content": "A."}, {"content": "B."}])
+    turns = [{"content": "A."}, {"content": "B."}, {"content": "S.", "expect": ["never said"]}]
+    _, out, tui = repl(workspace, ["one", "two", "/compact"], turns)
     assert (
-        "The session was not compacted: The script <script> has no turn 3: all 2 turns were played.\n" in out
+        "The session was not compacted: Turn 3 of the script <script> expects the conversation to "
+        "contain 'never said', but it does not.\n" in out
     )
     assert len(tui.session.messages) == 4
     assert "Nothing to compact: the session has 0 messages.\n" in repl(workspace, ["/compact"])[1]
+
+
+def test_the_offline_model_compacts_a_session_whose_script_it_has_played(workspace: Path) -> None:
+    _, out, tui = repl(workspace, ["one", "two", "/compact"], [{"content": "A."}, {"content": "B."}])
+
+    assert re.search(r"^Compacted 2 messages into a summary: about \d+ → \d+ tokens\.$", out, re.M)
+    [summary, *kept] = [(m.role, m.content) for m in tui.session.messages]
+    assert summary[0] == "system"
+    assert summary[1].startswith(
+        "Summary of the earlier conversation: An offline answer of the scripted model, which plays the "
+        "script <script> and understands nothing: what it was asked begins «USER: one"
+    )
+    assert kept == [("user", "two"), ("assistant", "B.")]
 
 
 # -- with a node: routing and the approver --------------------------------------------------------------
