@@ -198,9 +198,7 @@ class _Display:
         )
 
 
-def _adapter(
-    provider: str, model: str | None, script: Path | None, base_url: str | None = None
-) -> LLMAdapter:
+def _adapter(provider: str, model: str | None, script: str | None, base_url: str | None = None) -> LLMAdapter:
     from teaagent.llm import create_llm_adapter
 
     if script is not None and provider != "scripted":
@@ -256,7 +254,12 @@ def run(
         str | None, typer.Option("--model", help="The model; [agent] model, else the provider's default.")
     ] = None,
     script: Annotated[
-        Path | None, typer.Option("--script", help="The script the scripted provider plays (JSON).")
+        str | None,
+        typer.Option(
+            "--script",
+            help="What the scripted provider plays: a bundled script (demo, quorum, denied, question) "
+            "or a JSON file; [agent] script by default.",
+        ),
     ] = None,
     max_iterations: Annotated[
         int, typer.Option("--max-iterations", help="Model turns allowed.")
@@ -285,6 +288,8 @@ def run(
     own = chosen == node.agent.provider
     if own:
         model = model or node.agent.model
+    if own and script is None:
+        script = node.agent.script  # [agent] script, like model and base_url, is [agent] provider's
     adapter = _adapter(chosen, model, script, node.agent.base_url if own else None)
     from teaagent.runner._node import node_registry
 

@@ -77,7 +77,16 @@ ROOT_KEYS: Final = (
 TLS_KEYS: Final = ("cert", "key", "ca")
 MCP_KEYS: Final = ("upstreams",)
 MCP_UPSTREAM_KEYS: Final = ("command", "env", "url")
-AGENT_KEYS: Final = ("permission_mode", "provider", "model", "base_url", "port", "host", "rate_limits")
+AGENT_KEYS: Final = (
+    "permission_mode",
+    "provider",
+    "model",
+    "base_url",
+    "script",
+    "port",
+    "host",
+    "rate_limits",
+)
 MODEL_KEYS: Final = (
     "model",
     "token",
@@ -270,7 +279,23 @@ def _read(label: str, path: Path) -> dict[str, Any]:
         raise ConfigError(f"{label}: invalid TOML: {exc}.") from None
 
 
-def _agent_settings(table: _Table | None) -> AgentSettings:
+def _agent_script(table: _Table, base: Path, provider: str) -> str | None:
+    """``[agent] script``: a bundled script's name as it is, a file's path resolved against ``base``."""
+    script = table.string("script")
+    if script is None:
+        return None
+    script = script.strip()
+    if not script:
+        raise table.error("script", "is empty")
+    if provider != DEFAULT_PROVIDER:
+        raise table.error("script", f"is set, but provider {provider!r} plays no script")
+    # Here, not at the top: only a node that names a script needs the LLM package.
+    from teaagent.llm import BUNDLED_SCRIPTS
+
+    return script if script in BUNDLED_SCRIPTS else str(_resolve(base, script))
+
+
+def _agent_settings(table: _Table | None, base: Path) -> AgentSettings:
     if table is None:
         return AgentSettings()
     mode_text = table.string("permission_mode", PermissionMode.PROMPT.value)
@@ -297,6 +322,7 @@ def _agent_settings(table: _Table | None) -> AgentSettings:
         base_url = _check_http_url(table, "base_url", base_url.strip())
         if provider == DEFAULT_PROVIDER:
             raise table.error("base_url", f"is set, but provider {provider!r} calls no server")
+    script = _agent_script(table, base, provider)
     rate_limits = _rate_limits(table.table("rate_limits"))
     table.finish()
     return AgentSettings(
@@ -304,6 +330,7 @@ def _agent_settings(table: _Table | None) -> AgentSettings:
         provider=provider,
         model=model.strip() if model is not None else None,
         base_url=base_url,
+        script=script,
         port=port,
         host=host.strip(),
         rate_limits=rate_limits,
@@ -769,7 +796,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
         raise root.error("token", f"must be at least {MIN_TOKEN_CHARS} characters long")
 
-    agent = _agent_settings(root.table("agent", AGENT_KEYS))
+    agent = _agent_settings(root.table("agent", AGENT_KEYS), base)
     peers = _peers(root, agent_id, base)
     quorum = _quorum(root.table("quorum", QUORUM_KEYS), peers, relay_url)
     approver = _approver(root.table("approver", APPROVER_KEYS), base, agent_id)

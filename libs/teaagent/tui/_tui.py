@@ -1182,6 +1182,13 @@ class TeaAgentTUI:
         if choice.provider == "scripted":
             base_url = None  # the offline provider calls no server
         script = self._script_path if choice.provider == "scripted" else None
+        if (
+            script is None
+            and node is not None
+            and choice.name is None
+            and choice.provider == node.agent.provider
+        ):
+            script = node.agent.script  # [agent] script belongs to [agent] provider
         return create_llm_adapter(
             choice.provider, choice.model, environ=environ, base_url=base_url, script_path=script
         )
