@@ -65,6 +65,18 @@ def test_init_makes_one_node_with_its_key_config_and_data_folder(
     assert f"teaagent relay serve --config {folder / 'node.toml'}" in out
 
 
+def test_the_commented_script_line_of_a_new_node_names_a_bundled_script(tmp_path: Path) -> None:
+    folder = tmp_path / "alpha"
+    assert run(["init", str(folder)]) == 0
+    path = folder / "node.toml"
+    text = path.read_text()
+    assert load_config(path).agent.script is None  # commented out: the demo plays
+
+    path.write_text(text.replace('# script = "quorum"', 'script = "quorum"', 1))
+
+    assert load_config(path).agent.script == "quorum"
+
+
 def test_init_cluster_configurations_name_each_other(tmp_path: Path) -> None:
     names = ["alpha", "beta", "gamma"]
 

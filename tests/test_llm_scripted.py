@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -493,3 +494,17 @@ def test_the_script_variable_may_name_a_bundled_script(tmp_path: Path) -> None:
     assert isinstance(adapter, ScriptedAdapter)
     assert isinstance(given, ScriptedAdapter)
     assert (adapter.source, given.source) == ("denied (bundled)", "question (bundled)")
+
+
+def test_docs_llm_md_describes_every_turn_key_and_bundled_script_and_its_example_parses() -> None:
+    from teaagent.llm._scripted import _TURN_KEYS
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "llm.md").read_text()
+    [example] = re.findall(r"```json\n(.*?)```", page, re.DOTALL)
+    turns = parse_script(json.loads(example), source="docs/llm.md")
+
+    assert turns[0].tool_calls[0].tool_name == "fs.read"
+    for key in _TURN_KEYS:
+        assert f"`{key}`" in page, key
+    for name in BUNDLED_SCRIPTS:
+        assert f"| `{name}`" in page, name

@@ -561,6 +561,19 @@ def test_the_offline_model_compacts_a_session_whose_script_it_has_played(workspa
     assert kept == [("user", "two"), ("assistant", "B.")]
 
 
+def test_the_bundled_question_script_asks_and_hears_the_answer(workspace: Path) -> None:
+    terminal = Terminal(["Clean up.", "yes"])
+    tui = TeaAgentTUI(
+        root=workspace, input_fn=terminal.input, output_fn=terminal.print, script_path="question"
+    )
+
+    assert tui.run_repl() == 0
+    out = terminal.text
+    assert "Shall I clean the build folder?" in out
+    assert "Thank you: your answer is in the ask_user result above" in out
+    assert tui.session.messages[-1].content.startswith("Thank you")
+
+
 # -- with a node: routing and the approver --------------------------------------------------------------
 
 

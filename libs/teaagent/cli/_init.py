@@ -231,6 +231,7 @@ data_dir = "data"                        # state, audit logs, and the bearer tok
 [agent]
 permission_mode = {_toml_string(mode)}{mode_note}
 provider = "scripted"                    # offline; anthropic, openai, openai-compatible: docs/llm.md
+# script = "quorum"                      # what scripted plays: demo (default), quorum, denied, question
 port = {plan.agent_port}
 
 [quorum]

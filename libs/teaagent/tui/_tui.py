@@ -294,7 +294,9 @@ class TeaAgentTUI:
         operator_signer: Sign ``/approve`` and ``/deny`` here with an operator's key instead of
             leaving it to the approver's node key.
         budget: Every run's limits; :class:`~teaagent.budget.RunBudget` defaults when None.
-        script_path: The script the offline ``scripted`` provider plays (the built-in factory).
+        script_path: The script the offline ``scripted`` provider plays (the built-in factory): a
+            bundled script's name (``quorum``...) or a file; None for the node's ``[agent] script``,
+            else ``$TEAAGENT_LLM_SCRIPT``, else the bundled ``demo``.
 
     Raises:
         ValueError: ``root`` is not a readable directory, ``provider`` is unknown,
