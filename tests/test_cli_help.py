@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import typer.core
@@ -85,3 +86,51 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["--version"]) == 0
     assert capsys.readouterr().out == f"teaagent {version('teaagent')}\n"
     assert "--version" in helped(capsys)
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_commands() -> set[str]:
+    """The commands the README's command list names: ``teaagent approvals list|show`` names two."""
+    text = README.read_text()
+    block = text.split("\n## Command line\n", 1)[1].split("\n```\n", 1)[1].split("\n```", 1)[0]
+    found: set[str] = set()
+    for line in block.splitlines():
+        words = line.split()[1:3]
+        paths = [""]
+        for word in words:
+            if not re.fullmatch(r"[a-z|]+", word):
+                break
+            paths = [f"{path} {choice}".strip() for path in paths for choice in word.split("|")]
+            found.update(paths)  # `teaagent bench core|signing` names `bench` (its argument follows)
+    return found
+
+
+def test_the_readme_command_list_names_every_command() -> None:
+    leaves = {
+        " ".join(path)
+        for path in ALL
+        if path and not any(other[: len(path)] == path and other != path for other in ALL)
+    }
+    assert "mcp gateway" in leaves
+    assert leaves - readme_commands() == set()
+
+
+def test_the_readme_lists_every_route_of_the_agent_http_api() -> None:
+    from fastapi.routing import APIRoute
+
+    from teaagent_agent import _routes
+
+    routers = [value for value in vars(_routes).values() if type(value).__name__ == "APIRouter"]
+    served = {
+        (method, route.path)
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.include_in_schema
+        for method in route.methods
+    }
+    text = README.read_text().split("\n### The agent HTTP API\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| ([A-Z]+) \| `([^`]+)` \|", text, flags=re.MULTILINE))
+    assert len(served) > 30
+    assert listed == served
