@@ -94,7 +94,10 @@ EXAMPLES: Final[dict[str, tuple[str, ...]]] = {
     "keys fingerprint": (f"teaagent keys fingerprint --config {_TEA}",),
     "mcp serve": (f"teaagent mcp serve --config {_TEA}", f"teaagent mcp serve --config {_TEA} --http 8710"),
     "mcp gateway": (f"teaagent mcp gateway --config {_TEA} --http 8711",),
-    "peers add": (f"teaagent peers add beta ~/tea/beta/keys/beta.pub http://127.0.0.1:8704 --config {_TEA}",),
+    "peers add": (
+        f"teaagent peers add beta ~/tea/beta/keys/beta.pub http://127.0.0.1:8704 --config {_TEA}",
+        f"teaagent peers add beta --replace --operator-key ~/.ssh/id_ed25519.pub --config {_TEA}",
+    ),
     "operators add": (f"teaagent operators add ~/.ssh/id_ed25519.pub --config {_BETA}",),
     "quorum verify": (f"teaagent quorum verify certificates/1-shell.run.json --config {_TEA}",),
     "relay serve": (f"teaagent relay serve --config {_TEA}",),
