@@ -151,14 +151,29 @@ class Background:
                 time.sleep(0.05)
         return code
 
-    def stop(self) -> int:
-        if self.process.poll() is None:
+    def group(self) -> list[int]:
+        """The live processes of the command's session (bash, what it started, what they started)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and not gone(int(entry.name)):
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    if int(fields[3]) == self.process.pid:  # its session id
+                        found.append(int(entry.name))
+        return found
+
+    def stop(self) -> None:
+        """SIGTERM to the whole session, then SIGKILL to what is left of it a while later."""
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            return self.process.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while self.group() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in self.group():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=30)
 
 
 class Reader:
