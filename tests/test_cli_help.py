@@ -134,3 +134,13 @@ def test_the_readme_lists_every_route_of_the_agent_http_api() -> None:
     listed = set(re.findall(r"^\| ([A-Z]+) \| `([^`]+)` \|", text, flags=re.MULTILINE))
     assert len(served) > 30
     assert listed == served
+
+
+@pytest.mark.parametrize("path", [["approvals"], ["mcp"], []], ids=lambda p: " ".join(p) or "root")
+def test_a_group_without_a_command_shows_its_own_help(
+    capsys: pytest.CaptureFixture[str], path: list[str]
+) -> None:
+    assert run(path) == 2
+    text = capsys.readouterr().out
+    assert text.startswith(f"Usage: teaagent {' '.join([*path, ''])}[OPTIONS] COMMAND [ARGS]...\n")
+    assert "Examples:" in text

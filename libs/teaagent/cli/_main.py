@@ -254,7 +254,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         # Usage errors (a missing argument, an unknown option). typer vendors its own click, whose
         # exceptions all derive from TyperException; "no arguments" shows the help.
         if type(exc).__name__ == "NoArgsIsHelpError":
-            sys.stdout.write(root.get_help(root.make_context("teaagent", [], resilient_parsing=True)) + "\n")
+            # The help of the command that was given no arguments: `teaagent approvals` shows approvals'.
+            context = getattr(exc, "ctx", None)
+            if context is None:
+                context = root.make_context("teaagent", [], resilient_parsing=True)
+            sys.stdout.write(context.get_help() + "\n")
             return EXIT_USAGE
         format_message = getattr(exc, "format_message", None)
         return fail(format_message() if callable(format_message) else str(exc), EXIT_USAGE)
