@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/teaagent demo
+	@echo "teaagent is in $(BIN): run '. $(BIN)/activate' to type 'teaagent' in this shell, or call $(BIN)/teaagent."
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

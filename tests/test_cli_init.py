@@ -336,3 +336,14 @@ def test_init_refuses_a_tls_key_of_another_certificate_before_making_anything(
     assert code == 2
     assert capsys.readouterr().err == "teaagent: the TLS files do not load: key values mismatch.\n"
     assert not (tmp_path / "alpha").exists()
+
+
+def test_init_takes_the_base_port_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$TEAAGENT_BASE_PORT, as the README says: the same commands, the nodes elsewhere."""
+    monkeypatch.setenv("TEAAGENT_BASE_PORT", "31000")
+    code = run(["init", "--cluster", "alpha,beta", str(tmp_path), "--host", "relay-{name}"])
+
+    assert code == 0
+    assert _ports(tmp_path / "alpha") + _ports(tmp_path / "beta") == list(range(31000, 31006))

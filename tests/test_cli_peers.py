@@ -388,3 +388,48 @@ def test_operators_add_refuses_a_key_that_already_signs(
 
     assert capsys.readouterr().err == f"teaagent: {path}: that key already signs for beta.\n" * 2
     assert (tmp_path / "beta" / "operators.allowed_signers").read_bytes() == listed
+
+
+def test_peers_add_replace_without_key_and_url_keeps_them_and_adds_an_operator_key(
+    node: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's `peers add beta --replace --operator-key KEY`: beta keeps its key and relay URL."""
+    operator = ssh_key_factory("beta-operator")
+    before = load_config(node).peers["beta"]
+
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "beta",
+                "--replace",
+                "--operator-key",
+                operator.public_line,
+                "--config",
+                str(node),
+            ]
+        )
+        == 0
+    )
+
+    after = load_config(node).peers["beta"]
+    assert (after.public_key, after.relay_url) == (before.public_key, before.relay_url)
+    assert [key.line for key in after.keys][1:] == [operator.public_line]
+    assert capsys.readouterr().out.startswith(f"{node}: peers.beta updated (")
+
+
+@pytest.mark.parametrize("arguments", [["gamma", "--replace"], ["beta"], ["gamma"]])
+def test_peers_add_without_key_and_url_needs_replace_on_an_existing_peer(
+    node: Path, capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
+    before = node.read_bytes()
+
+    assert run(["peers", "add", *arguments, "--config", str(node)]) == 2
+
+    name = arguments[0]
+    assert capsys.readouterr().err == (
+        f"teaagent: give {name}'s node key and relay URL (teaagent peers add {name} KEY URL); only "
+        "--replace on an existing peer keeps them.\n"
+    )
+    assert node.read_bytes() == before

@@ -10,7 +10,8 @@ One node, in ``DIR``::
 ``--cluster alpha,beta,gamma DIR`` makes one such folder per node (``DIR/alpha/`` ...) whose
 configurations already name each other as peers (keys and relay URLs), with the quorum on.
 
-Ports: each node takes three consecutive ports from ``--base-port`` (agent, relay, approver), the
+Ports: each node takes three consecutive ports from ``--base-port`` (or ``$TEAAGENT_BASE_PORT``;
+8700 by default: agent, relay, approver), the
 next node the three after. On a loopback host the block is moved up until every port is free.
 """
 
@@ -366,7 +367,12 @@ def init(
     ] = "127.0.0.1",
     base_port: Annotated[
         int,
-        typer.Option("--base-port", help="The first port; each node takes three (agent, relay, approver)."),
+        typer.Option(
+            "--base-port",
+            envvar="TEAAGENT_BASE_PORT",
+            help="The first port; each node takes three (agent, relay, approver). $TEAAGENT_BASE_PORT "
+            "when set.",
+        ),
     ] = DEFAULT_BASE_PORT,
     redis_url: Annotated[
         str,

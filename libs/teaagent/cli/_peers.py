@@ -155,8 +155,16 @@ def edit_peers(
 @app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="The peer's agent id.")],
-    key: Annotated[str, typer.Argument(help="Its node key: a public key line, or its .pub file.")],
-    url: Annotated[str, typer.Argument(help="Its relay's URL (https:// across hosts).")],
+    key: Annotated[
+        str | None,
+        typer.Argument(
+            help="Its node key: a public key line, or its .pub file (with --replace: kept when omitted)."
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Argument(help="Its relay's URL, https:// across hosts (with --replace: kept when omitted)."),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
@@ -185,12 +193,21 @@ def add(
 ) -> None:
     """Add the peer NAME (its KEY, its relay URL) to node.toml, keeping its comments; checked first."""
     path = _config_path(config)
-    load_config(path)  # a file that does not load now is not edited: its own sentence says why
+    current = load_config(path)  # a file that does not load now is not edited: its own sentence says why
     if AGENT_ID_PATTERN.fullmatch(name) is None:
         bad_usage(
             f"{name!r} is not a valid agent id: use 1 to 64 lowercase letters, digits, '.', '_' or '-', "
             "starting with a letter or digit."
         )
+    if key is None or url is None:
+        # `peers add beta --replace --operator-key KEY`: the peer keeps its node key and relay URL.
+        if not replace or name not in current.peers:
+            bad_usage(
+                f"give {name}'s node key and relay URL (teaagent peers add {name} KEY URL); only "
+                "--replace on an existing peer keeps them."
+            )
+        key = current.peers[name].public_key if key is None else key
+        url = current.peers[name].relay_url if url is None else url
     line = _key_line(key)
     text = path.read_text(encoding="utf-8")
     try:

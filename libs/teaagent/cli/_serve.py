@@ -33,6 +33,7 @@ import logging
 import signal
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Generator
 from pathlib import Path
@@ -118,7 +119,12 @@ class _Server(uvicorn.Server):
         if self.started:  # uvicorn names no address when it is handed the socket
             if threading.current_thread() is threading.main_thread():
                 _settle_heap()
-            logger.info("%s serving on %s (Ctrl-C or SIGTERM stops it)", self._what, self._url)
+            line = f"{self._what} serving on {self._url} (Ctrl-C or SIGTERM stops it)"
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("%s", line)
+            else:  # a quieter --log-level still says where the service listens
+                sys.stderr.write(f"teaagent: {line}\n")
+                sys.stderr.flush()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         stopping = getattr(self._app.state, "stopping", None)
@@ -151,6 +157,7 @@ def serve_app(
     tls_key: Path | None = None,
     log_level: str = "info",
     access_log: bool = False,
+    path: str = "",
 ) -> None:
     """Serve ``app`` on ``host:port`` in the foreground, one worker, until SIGTERM or SIGINT.
 
@@ -167,6 +174,9 @@ def serve_app(
         tls_key: The PEM private key of ``tls_cert``.
         log_level: uvicorn's log level (critical, error, warning, info, debug, trace).
         access_log: Log one line per HTTP call (off by default).
+        path: The path to name after the address in the start-up line (``"/mcp"``).
+
+    The start-up line (``<what> serving on <url>``) is written whatever ``log_level`` is.
 
     Raises:
         typer.Exit: Exit code 2 with one sentence when the address cannot be bound (in use, not an
@@ -200,7 +210,7 @@ def serve_app(
                 f"{str(reason).rstrip('.').lower().replace('_', ' ')}."
             )
         scheme = "https" if tls_cert is not None else "http"
-        server = _Server(config, app, what, f"{scheme}://{_where(host, port)}")
+        server = _Server(config, app, what, f"{scheme}://{_where(host, port)}{path}")
         with contextlib.suppress(SystemExit):  # uvicorn's own exit when the start-up fails: reported below
             server.run(sockets=[sock])
     finally:
