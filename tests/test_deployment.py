@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import click
 import pytest
 import typer
 import yaml
@@ -81,16 +80,17 @@ def _teaagent_services() -> dict[str, dict[str, Any]]:
     return {name: service for name, service in SERVICES.items() if service.get("image") == "teaagent:local"}
 
 
-def _cli_command(args: list[str]) -> tuple[click.Command, list[str]]:
+def _cli_command(args: list[str]) -> tuple[Any, list[str]]:
     """Walk the teaagent command tree along ``args``; return the command reached and its arguments.
 
     Raises:
         LookupError: A word names no command of the CLI.
     """
-    command: click.Command = typer.main.get_command(cli_app)
+    # typer carries a click of its own: a group is what lists commands, whichever click made it.
+    command: Any = typer.main.get_command(cli_app)
     rest = list(args)
-    while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
-        found = command.get_command(click.Context(command), rest[0])
+    while hasattr(command, "list_commands") and rest and not rest[0].startswith("-"):
+        found = command.get_command(command.context_class(command), rest[0])
         if found is None:
             raise LookupError(f"teaagent has no command {' '.join(args[: len(args) - len(rest) + 1])!r}")
         command = found
