@@ -35,7 +35,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -43,11 +43,14 @@ import typer
 import uvicorn
 
 from teaagent.cli._exit import EXIT_FAILED, bad_usage, fail
+from teaagent.store import EMBEDDED_URL, open_node_store
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["GC_OLDER_THRESHOLD", "GC_YOUNG_THRESHOLD", "STOP_GRACE_SECONDS", "serve_app"]
+    from teaagent.config import NodeConfig
+
+__all__ = ["GC_OLDER_THRESHOLD", "GC_YOUNG_THRESHOLD", "STOP_GRACE_SECONDS", "serve_app", "wait_for_store"]
 
 STOP_GRACE_SECONDS: Final = 5  # for the requests in flight after a stop signal; long-polls end in ~1 s
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
@@ -147,6 +150,56 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def wait_for_store(node: NodeConfig, what: str, *, starts_embedded: bool) -> None:
+    """Before serving, wait until the node's Redis answers, however long; SIGTERM or Ctrl-C ends the wait.
+
+    A service started before its Redis (an approver before its relay, whose embedded server it
+    uses) waits here rather than in its application's start-up, where uvicorn hears a stop signal
+    but cannot act on it until the start-up ends: stopped while it waits, the command says so in
+    one line and exits 0, as a stop of a running service does.
+
+    Args:
+        node: The node's configuration.
+        what: The service, for the log and the sentence: ``"the approver of alpha"``.
+        starts_embedded: The service starts the node's embedded server itself (the relay): nothing
+            to wait for when ``redis_url = "embedded"``.
+
+    Raises:
+        typer.Exit: Exit code 0 when stopped before the Redis answered.
+    """
+    if starts_embedded and node.redis_url == EMBEDDED_URL:
+        return
+
+    async def wait() -> bool:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        stopped = False
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, stop)
+        try:
+            async with open_node_store(node, start_embedded=False, service=what):
+                pass
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+        finally:
+            for sig in _STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+        return stopped
+
+    if threading.current_thread() is threading.main_thread() and asyncio.run(wait()):
+        sys.stderr.write(f"teaagent: {what} stopped before its Redis answered.\n")
+        sys.stderr.flush()
+        raise typer.Exit(0)
+
+
 def serve_app(
     app: FastAPI,
     *,
@@ -158,6 +211,7 @@ def serve_app(
     log_level: str = "info",
     access_log: bool = False,
     path: str = "",
+    wait_first: Callable[[], None] | None = None,
 ) -> None:
     """Serve ``app`` on ``host:port`` in the foreground, one worker, until SIGTERM or SIGINT.
 
@@ -175,6 +229,8 @@ def serve_app(
         log_level: uvicorn's log level (critical, error, warning, info, debug, trace).
         access_log: Log one line per HTTP call (off by default).
         path: The path to name after the address in the start-up line (``"/mcp"``).
+        wait_first: Called once the address is bound, before the application starts: what the
+            service waits for before it can start (:func:`wait_for_store`).
 
     The start-up line (``<what> serving on <url>``) is written whatever ``log_level`` is.
 
@@ -209,6 +265,8 @@ def serve_app(
                 f"{what} cannot load its TLS certificate {tls_cert} and key {tls_key}: "
                 f"{str(reason).rstrip('.').lower().replace('_', ' ')}."
             )
+        if wait_first is not None:
+            wait_first()  # uvicorn's Config has set the logging up: the wait logs as the service will
         scheme = "https" if tls_cert is not None else "http"
         server = _Server(config, app, what, f"{scheme}://{_where(host, port)}{path}")
         with contextlib.suppress(SystemExit):  # uvicorn's own exit when the start-up fails: reported below
