@@ -524,6 +524,7 @@ async def test_every_refusal_is_an_error_out_with_its_code(
         "/v1/requests/{request_id}/decision",
         "/health",
         "/metrics",
+        "/v1/reload",
     }
 
 
