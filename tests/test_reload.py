@@ -24,18 +24,20 @@ from relay_support import (
     Node,
     RelayProcess,
     approval,
+    approver_in_process,
+    asynctest,
+    in_process,
     private_key,
     public_line,
+    served,
     signer,
     wait_until,
     write_cluster,
 )
 
 from teaagent.policy import MultiSigQuorumConfig
-from teaagent.quorum import approval_statement, build_request, sign_approval
+from teaagent.quorum import approval_statement, build_request, sign_approval, sign_withdrawal
 from teaagent.relay_client import RelayQuorumGate
-
-pytestmark = pytest.mark.slow
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
@@ -119,6 +121,7 @@ def decide(alpha: Node, request: dict[str, Any], decision: dict[str, Any]) -> ht
     return httpx.post(f"{alpha.url}/v1/requests/{request['request_id']}/decisions", json=decision, timeout=20)
 
 
+@pytest.mark.slow
 def test_peers_add_while_the_services_run_counts_the_new_peer_without_a_restart(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -195,6 +198,7 @@ def operated(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Nod
     )
 
 
+@pytest.mark.slow
 def test_sighup_after_editing_allowed_signers_counts_the_new_key(
     operated: dict[str, Node], tmp_path: Path
 ) -> None:
@@ -218,6 +222,7 @@ def test_sighup_after_editing_allowed_signers_counts_the_new_key(
         relay.stop()
 
 
+@pytest.mark.slow
 def test_a_broken_file_on_reload_keeps_the_old_trust(operated: dict[str, Node], tmp_path: Path) -> None:
     alpha = operated["alpha"]
     relay = RelayProcess(alpha, tmp_path).start()
@@ -255,6 +260,7 @@ def wait_for_inbox(beta: Node, request_id: str) -> None:
     wait_until(arrived, timeout=WAIT)
 
 
+@pytest.mark.slow
 def test_an_operator_key_the_approver_has_not_loaded_is_named_then_sighup_loads_it(
     operated: dict[str, Node], tmp_path: Path
 ) -> None:
@@ -299,6 +305,7 @@ def test_an_operator_key_the_approver_has_not_loaded_is_named_then_sighup_loads_
             relay.stop()
 
 
+@pytest.mark.slow
 def test_operators_add_reloads_the_running_relay_and_approver(
     operated: dict[str, Node], tmp_path: Path
 ) -> None:
@@ -324,3 +331,115 @@ def test_operators_add_reloads_the_running_relay_and_approver(
         alone.stdout.splitlines()[-1]
         == "beta's relay and approver are not running; they read it when they start."
     )
+
+
+def _without_peer(config: Path, peer: str) -> None:
+    """Remove ``[peers.PEER]`` from a node.toml written by ``write_cluster``."""
+    text = config.read_text()
+    start = text.index(f"\n[peers.{peer}]\n")
+    end = text.index("\n[", start + 1)
+    config.write_text(text[:start] + text[end:])
+
+
+@asynctest
+async def test_a_check_in_flight_keeps_its_snapshot_when_a_reload_removes_the_peer(
+    tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = write_cluster(
+        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
+    )
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    request = alpha.request()
+    async with in_process(beta, deliver=False) as client:
+        stored = await client.post("/v1/inbox", json=alpha.signed(request))
+        assert stored.status_code == 201, stored.text
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        read = relay.store.inbox.get
+
+        async def read_then_reload(origin: str, request_id: str) -> Any:
+            found = await read(origin, request_id)
+            # Between the withdrawal's check of its origin and its verification: alpha is removed.
+            _without_peer(beta.config_path, "alpha")
+            outcome = await client.app.state.trust.reload("test")  # type: ignore[attr-defined]
+            assert outcome.result == "reloaded", outcome
+            return found
+
+        monkeypatch.setattr(relay.store.inbox, "get", read_then_reload)
+        withdrawal = sign_withdrawal(request, alpha.key)
+        path = f"/v1/inbox/{request['request_id']}/withdrawal"
+        in_flight = await client.post(path, json=withdrawal)
+        monkeypatch.undo()
+        after = await client.post("/v1/inbox", json=alpha.signed(alpha.request(call_id="call-2")))
+
+    # The withdrawal began under the old trust and ends under it (not a 500 half-way between two);
+    # what comes after the reload is checked with the new one: alpha is no peer of beta any more.
+    assert in_flight.status_code == 200, in_flight.text
+    assert in_flight.json()["withdrawn"] is True
+    assert after.status_code == 403
+    assert after.json()["message"] == "'alpha' is not a configured peer of this node."
+
+
+@asynctest
+async def test_a_peer_removed_by_a_reload_counts_for_nothing_on_a_request_made_before(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(
+        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
+    )
+    alpha = nodes["alpha"]
+    request = alpha.request()
+    async with in_process(alpha, deliver=False) as client:
+        submitted = await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        assert submitted.status_code == 201, submitted.text
+        known = await client.get(f"/v1/requests/{request['request_id']}", headers=alpha.headers)
+        assert known.status_code == 200  # counted peers computed, and remembered, under the old trust
+        _without_peer(alpha.config_path, "gamma")
+        reloaded = await client.post("/v1/reload", headers=alpha.headers)
+        refused = await client.post(
+            f"/v1/requests/{request['request_id']}/decisions", json=approval(request, "gamma")
+        )
+        counted = await client.post(
+            f"/v1/requests/{request['request_id']}/decisions", json=approval(request, "beta")
+        )
+
+    assert reloaded.status_code == 200, reloaded.text
+    assert reloaded.json() == {
+        "result": "reloaded",
+        "generation": 2,
+        "peers": ["beta"],
+        "operators": 0,
+        "restart": [],
+    }
+    assert refused.status_code == 403, refused.text
+    assert counted.status_code == 200, counted.text
+    assert (counted.json()["counted"], counted.json()["state"]) == (True, "approved")
+
+
+@asynctest
+async def test_the_approver_forgets_what_verified_under_the_old_trust(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    nodes = write_cluster(
+        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
+    )
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    request = alpha.request()
+    path = f"/v1/requests/{request['request_id']}"
+    with served(beta, deliver=False):
+        stored = httpx.post(f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=20)
+        assert stored.status_code == 201, stored.text
+        async with approver_in_process(beta, engine=False) as client:
+            client.headers["Authorization"] = f"Bearer {beta.token}"
+            shown = await client.get(path)  # verified once, and remembered
+            _without_peer(beta.config_path, "alpha")
+            reloaded = await client.post("/v1/reload")
+            refused = await client.get(path)
+            approved = await client.post(f"{path}/approve", json={})
+
+    assert shown.status_code == 200, shown.text
+    assert reloaded.status_code == 200, reloaded.text
+    assert reloaded.json()["peers"] == ["gamma"]
+    # alpha is no peer of beta any more: its request is neither shown nor signed.
+    assert refused.status_code == 422, refused.text
+    assert "is not a configured peer of beta" in refused.json()["message"]
+    assert approved.status_code == 422, approved.text
