@@ -669,7 +669,8 @@ def test_a_public_key_file_given_as_key_says_to_give_the_private_half(
 
     assert code == 2
     assert one_sentence(err) == (
-        f"{public} is the public half of the key; give the private key file ({cluster.operator.private_path})."
+        f"{public} is the public half of the key; "
+        f"give the private key file ({cluster.operator.private_path})."
     )
 
 

@@ -443,3 +443,35 @@ async def test_the_approver_forgets_what_verified_under_the_old_trust(
     assert refused.status_code == 422, refused.text
     assert "is not a configured peer of beta" in refused.json()["message"]
     assert approved.status_code == 422, approved.text
+
+
+@asynctest
+async def test_a_reload_refuses_another_identity_and_names_what_takes_a_restart(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    from teaagent._reload import TrustReloader
+    from teaagent.config import load_config
+
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    path = nodes["alpha"].config_path
+    original = path.read_text()
+    reloader = TrustReloader(load_config(path), what="the relay of alpha")
+
+    path.write_text(original.replace("[quorum]\n", "[agent]\nport = 18700\n\n[quorum]\n"))
+    moved = await reloader.reload("test")
+    path.write_text(original.replace("allow_dev_signatures = false", "allow_dev_signatures = true"))
+    dev = await reloader.reload("test")
+    write_private_key(tmp_path, "omega")
+    path.write_text(original.replace('private_key = "keys/alpha"', 'private_key = "keys/omega"'))
+    other_key = await reloader.reload("test")
+    path.write_text(original.replace('agent_id = "alpha"', 'agent_id = "gamma"'))
+    other_node = await reloader.reload("test")
+
+    assert (moved.result, moved.restart) == ("unchanged", ("agent",))
+    assert dev.result == "failed"
+    assert dev.problem == f"{path}: quorum.allow_dev_signatures changed; that takes a restart."
+    assert other_key.problem == f"{path}: the node key changed; a new node key takes a restart."
+    assert (
+        other_node.problem == f"{path}: agent_id is now 'gamma', not 'alpha'; another node takes a restart."
+    )
+    assert reloader.trust.generation == 1

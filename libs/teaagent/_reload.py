@@ -145,6 +145,9 @@ def _merged(old: NodeConfig, new: NodeConfig) -> tuple[NodeConfig, tuple[str, ..
         )
     if new.own_public_key().identity != old.own_public_key().identity:
         raise ConfigError(f"{old.path}: the node key changed; a new node key takes a restart.")
+    if new.quorum.allow_dev_signatures != old.quorum.allow_dev_signatures:
+        # Read once at start by the checks that take it: half of them changed would be worse than none.
+        raise ConfigError(f"{old.path}: quorum.allow_dev_signatures changed; that takes a restart.")
     approver = dataclasses.replace(
         old.approver, operators=new.approver.operators, operator_keys=new.approver.operator_keys
     )
