@@ -272,6 +272,14 @@ def test_an_operator_key_the_approver_has_not_loaded_is_named_then_sighup_loads_
         request = submitted(alpha, alpha.quorum(), "dave-2")
         request_id = request["request_id"]
         wait_for_inbox(beta, request_id)
+        unknown = teaagent("approvals", "approve", request_id, "--key", dave, "--config", beta.config_path)
+        assert unknown.returncode == 2
+        assert unknown.stderr.count("\n") == 1, unknown.stderr
+        assert unknown.stderr.endswith(
+            f"(403 forbidden): The approval was signed by {signer('dave').public_key.fingerprint}, which "
+            "is not a key of beta: list it first "
+            f"(teaagent operators add KEY.pub --config {beta.config_path}).\n"
+        )
         with (tmp_path / "beta.operators").open("a") as handle:
             handle.write(f"beta {public_line('dave')} dave\n")  # by hand: nothing reloads it
 

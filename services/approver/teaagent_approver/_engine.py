@@ -498,10 +498,12 @@ class Engine:
         )
 
     def _not_loaded_yet(self, wire: str) -> str | None:
-        """The clause for a signature by a key node.toml lists now but this process has not loaded; else None.
+        """Why a decision signed by a key this process does not know is refused, as a clause; else None.
 
         Read only when a decision did not verify: an operator key added to the files while the
-        approver ran (and no reload since) is told apart from a key that may not sign at all.
+        approver ran (and no reload since) is told apart from a key that is listed nowhere (the
+        command that lists it is named). None for a loaded key (a bad signature, a namespace or
+        a date it may not sign in) and when the files do not load now: the plain refusal says it.
         """
         try:
             signed_by = parse_sshsig(wire).public_key().identity
@@ -517,7 +519,10 @@ class Engine:
                     f"{self.agent_id} but this approver has not loaded yet: reload it "
                     f"(kill -HUP {os.getpid()}, or restart it) and submit the decision again"
                 )
-        return None
+        return (
+            f"was signed by {fingerprint(parse_sshsig(wire).public_key())}, which is not a key of "
+            f"{self.agent_id}: list it first (teaagent operators add KEY.pub --config {self.node.path})"
+        )
 
     @contextlib.asynccontextmanager
     async def _one_at_a_time(self, ref: tuple[str, str]) -> AsyncIterator[None]:
