@@ -430,6 +430,8 @@ def test_operators_add_refuses_a_private_key_without_showing_it(
     from_file = capsys.readouterr()
     assert run(["operators", "add", "--config", str(path), "--", secret]) == 2  # pasted
     pasted = capsys.readouterr()
+    assert run(["operators", "add", secret, "--config", str(path)]) == 2  # pasted, read as an option
+    as_option = capsys.readouterr()
 
     assert _one_sentence(from_file.err) == (
         f"{ana.private_path} is a private key; give its public half ({ana.private_path}.pub, or the line "
@@ -439,8 +441,11 @@ def test_operators_add_refuses_a_private_key_without_showing_it(
         "that is a private key; give its public half "
         "(the .pub file, or the line ssh-keygen -y -f KEY prints)."
     )
+    assert _one_sentence(as_option.err) == (
+        "an argument is a private key, which is never shown; give its public half (the .pub file)."
+    )
     body = [line for line in secret.splitlines() if line and not line.startswith("-----")]
-    for captured in (from_file, pasted):
+    for captured in (from_file, pasted, as_option):
         assert not any(line in captured.err + captured.out for line in body)
     assert path.read_bytes() == before
     assert not (tmp_path / "beta" / "operators.allowed_signers").exists()
