@@ -285,7 +285,10 @@ async def test_a_key_that_may_not_sign_for_this_node_is_403_and_nothing_is_recor
 
     status, code, message = error(refused)
     assert (status, code) == (403, "forbidden")
-    assert message.startswith("The approval was not signed by a key that may sign for beta: ")
+    assert message == (
+        f"The approval was signed by {fingerprint(stranger.public_line)}, which is not a key of beta: "
+        f"list it first (teaagent operators add KEY.pub --config {beta.config_path})."
+    )
     assert after.json()["state"] == "pending"
     assert after.json()["decision"] is None
     assert audit_records(beta) == []
@@ -524,6 +527,7 @@ async def test_every_refusal_is_an_error_out_with_its_code(
         "/v1/requests/{request_id}/decision",
         "/health",
         "/metrics",
+        "/v1/reload",
     }
 
 

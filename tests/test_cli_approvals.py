@@ -666,6 +666,24 @@ def test_a_missing_key_file_is_a_usage_error(
     assert one_sentence(err) == f"the private key file {missing} does not exist."
 
 
+@pytest.mark.parametrize("command", ["approve", "deny"])
+def test_a_public_key_file_given_as_key_says_to_give_the_private_half(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    public = cluster.operator.public_path
+    public.chmod(0o644)  # as ssh-keygen writes it: no warning about its mode comes before the sentence
+
+    code, _, err = cli(
+        capsys, command, "0" * 32, "--key", str(public), "--reason", "no", "--config", cluster.config
+    )
+
+    assert code == 2
+    assert one_sentence(err) == (
+        f"{public} is the public half of the key; "
+        f"give the private key file ({cluster.operator.private_path})."
+    )
+
+
 @pytest.mark.slow
 def test_an_unreadable_key_file_is_a_usage_error(
     cluster: Cluster, approver: Approver, tmp_path: Path

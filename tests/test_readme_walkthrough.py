@@ -375,7 +375,9 @@ def test_the_readme_from_make_demo_to_your_own_cluster_runs_as_written(tmp_path:
                     followed.append(command)
                 if reader.pending is not None and reader.denied:  # the block's denials end its call
                     reader.ended(followed[-1])
-                # "(restart the relays and beta's approver to read the files again)"
+                # Where the README says to restart the services, the test does. Today it says that
+                # `peers add` and `operators add` have the running services reload: nothing is
+                # restarted, and the own-key approvals that follow prove the reload.
                 after = text.split(block, 1)[1].removeprefix("```").split("```", 1)[0]
                 if re.search(r"\brestart\b", after, flags=re.IGNORECASE):
                     reader.restart_services()

@@ -705,6 +705,7 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         "/health",
         "/ready",
         "/metrics",
+        "/v1/reload",
     }
     batch = schema["paths"]["/v1/inbox/decisions"]["post"]
     batch_body = batch["requestBody"]["content"]["application/json"]["schema"]["$ref"].rpartition("/")[2]

@@ -329,12 +329,15 @@ def key_file_signer(path: Path) -> Signer:
     path = path.expanduser()
     if path.is_dir():
         bad_usage(f"the private key {path} is a folder, not a key file.")
-    _warn_if_exposed(path)
     try:
-        return load_private_key(path)
+        key = load_private_key(path)
     except ConfigError as exc:
         if _PASSPHRASE_NEEDED not in str(exc):
-            bad_usage(str(exc))
+            bad_usage(str(exc))  # a .pub file among them: only that sentence, no warning about its mode
+    else:
+        _warn_if_exposed(path)
+        return key
+    _warn_if_exposed(path)
     if not _terminal_available():
         bad_usage(
             f"the private key {path} is protected by a passphrase, and there is no terminal to ask "

@@ -11,6 +11,10 @@ it), so its long-polls answer at once with the state as it is; then uvicorn stop
 waits up to :data:`STOP_GRACE_SECONDS` for the requests in flight, and runs the application's
 shutdown. The command then exits 0.
 
+SIGHUP makes a relay or an approver read its trust again (its peers, its operators, their
+``allowed_signers`` files; :mod:`teaagent._reload`), as sshd and nginx read their files again: a
+file that does not load leaves the old trust in use, with one line in the log.
+
 Once a service has started in a process of its own (``serve_app`` on the main thread, as every
 ``serve`` command runs it), its heap is settled for serving. What start-up built (modules, the
 application, its clients) is collected once and frozen out of the cyclic collector's reach
@@ -143,9 +147,12 @@ class _Server(uvicorn.Server):
             yield
             return
         original = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        reload = _reload_on_hangup(self._app, self._what)
         try:
             yield
         finally:
+            if reload is not None:
+                reload.remove_signal_handler(signal.SIGHUP)
             for sig, handler in original.items():
                 signal.signal(sig, handler)
 
@@ -198,6 +205,28 @@ def wait_for_store(node: NodeConfig, what: str, *, starts_embedded: bool) -> Non
         sys.stderr.write(f"teaagent: {what} stopped before its Redis answered.\n")
         sys.stderr.flush()
         raise typer.Exit(0)
+
+
+def _reload_on_hangup(app: FastAPI, what: str) -> asyncio.AbstractEventLoop | None:
+    """Reload the application's trust on SIGHUP, as sshd and nginx reload their files; the loop, or None.
+
+    Only for an application that has one (``app.state.trust``, a :class:`teaagent._reload.TrustReloader`);
+    the others keep SIGHUP's default. Each reload logs its outcome; a failed one keeps the old trust.
+    """
+    reloader = getattr(app.state, "trust", None)
+    if reloader is None:
+        return None
+    loop = asyncio.get_running_loop()
+    running: set[asyncio.Task[object]] = set()
+
+    def hangup() -> None:
+        logger.info("%s: SIGHUP, reading its peers and operators again", what)
+        task: asyncio.Task[object] = loop.create_task(reloader.reload("SIGHUP"), name="teaagent-reload")
+        running.add(task)  # kept until done: the loop holds tasks weakly
+        task.add_done_callback(running.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, hangup)
+    return loop
 
 
 def serve_app(

@@ -43,7 +43,7 @@ from teaagent.policy import (
     MultiSigQuorumConfig,
     PermissionMode,
 )
-from teaagent.signing import SSHPublicKey, parse_public_key
+from teaagent.signing import SUPPORTED_KEY_TYPES, SSHPublicKey, parse_public_key
 from teaagent.tools import ToolRateLimit
 from teaagent.tools._ratelimit import gcra_parameters
 from teaagent.trust import MAX_ALLOWED_SIGNERS_BYTES, SignerKey, parse_allowed_signers, unique_keys
@@ -496,6 +496,17 @@ def _peers(root: _Table, agent_id: str, base: Path) -> dict[str, PeerConfig]:
     return peers
 
 
+def _holds_a_public_key(path: Path) -> bool:
+    """Whether ``path`` starts like an OpenSSH public key file (``TYPE BASE64``), not a private key."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return False  # reading the key later names the problem
+    first = head.lstrip().split(None, 1)[:1]
+    return bool(first) and first[0].decode("ascii", "replace") in SUPPORTED_KEY_TYPES
+
+
 def _is_agent_id(value: str) -> bool:
     return AGENT_ID_PATTERN.fullmatch(value) is not None
 
@@ -757,6 +768,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         if not private_key.is_file():
             raise ConfigError(
                 f"{label}: private_key {private_text} does not exist (looked for {private_key})."
+            )
+        if _holds_a_public_key(private_key):
+            raise ConfigError(
+                f"{label}: private_key {private_text} is the public half of the key; "
+                "name the private key file (the one without .pub)."
             )
         own_key = read_public_key_of_private_key_file(private_key)
     else:
