@@ -26,8 +26,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -344,9 +346,22 @@ def test_the_readme_tells_how_to_reach_teaagent_after_make_demo() -> None:
     assert ".venv/bin/teaagent" in after_demo
 
 
-def test_the_readme_from_make_demo_to_your_own_cluster_runs_as_written(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="rw-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_readme_from_make_demo_to_your_own_cluster_runs_as_written(short_tmp: Path) -> None:
     if shutil.which("ssh-agent") is None or shutil.which("ssh-add") is None:
         pytest.skip("the README's ssh-agent step needs OpenSSH's ssh-agent and ssh-add")
+    # A home as short as a newcomer's: each node's Redis socket lies under it (~/tea/alpha/data/redis/
+    # redis.sock), and a socket's path must fit in 107 bytes, which pytest's tmp_path under xdist
+    # does not leave.
+    tmp_path = short_tmp
     home = tmp_path / "home"
     reader = Reader(home)
     # The nodes' ports: nine consecutive ones of this test process's own (8700-8708 may be another
