@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from relay_support import (
     wait_until,
     write_cluster,
 )
+from words_support import AN_HOUR_AHEAD, moment_re
 
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import sign_withdrawal
@@ -208,9 +210,16 @@ async def test_the_origin_relay_refuses_forged_and_mismatched_withdrawals(nodes:
             "invalid",
             "The withdrawal's withdrawn_at is not an integer Unix time.",
         )
-        future = sign_withdrawal(request, alpha.key, withdrawn_at=int(time.time()) + 3600)
+        ahead = int(time.time()) + 3600
+        future = sign_withdrawal(request, alpha.key, withdrawn_at=ahead)
         response = await client.post(path, json=future, headers=alpha.headers)
-        assert error(response)[:2] == (422, "invalid")
+        status, code, message = error(response)
+        assert (status, code) == (422, "invalid")
+        assert re.fullmatch(  # a date and how far ahead, not Unix seconds
+            f"The withdrawal is dated {moment_re(ahead, AN_HOUR_AHEAD)}, more than 60 seconds "
+            "in the future\\.",
+            message,
+        ), message
         response = await client.post(
             path, json={"statement": genuine["statement"], "signature": "dev:alpha"}, headers=alpha.headers
         )
