@@ -84,6 +84,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port that refuses every connection for as long as the context lasts.
+
+    For a peer that is down. A :func:`free_port` is free only when it is handed out: any other
+    process of the machine (another test run, another engineer's service) may listen on it a moment
+    later and answer in the down peer's place. A socket bound to the port and never listening
+    holds it instead: nobody else can bind it, and the kernel refuses every connection to it.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        while True:
+            port = free_port()
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken since free_port looked: another one
+            break
+        yield port
+
+
 _KEYS: dict[str, Ed25519PrivateKey] = {}
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 from pathlib import Path
 
-from relay_support import free_port
+import pytest
+from relay_support import free_port, refusing_port
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
@@ -25,3 +27,17 @@ def test_a_port_something_holds_is_skipped() -> None:
         holder.bind(("127.0.0.1", nxt))
         holder.listen()
         assert free_port() != nxt
+
+
+def test_a_refusing_port_refuses_connections_and_nobody_else_can_listen_on_it_meanwhile() -> None:
+    with refusing_port() as port:
+        for _ in range(3):  # every time, not once
+            with socket.socket() as client, pytest.raises(ConnectionRefusedError):
+                client.connect(("127.0.0.1", port))
+        with socket.socket() as other:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+            with pytest.raises(OSError, match="Address already in use") as taken:
+                other.bind(("127.0.0.1", port))
+            assert taken.value.errno == errno.EADDRINUSE
+    with socket.socket() as after:
+        after.bind(("127.0.0.1", port))  # let go once the test is over

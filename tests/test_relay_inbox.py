@@ -23,8 +23,8 @@ from relay_support import (
     denial,
     error,
     fixture_nodes,  # noqa: F401 - the nodes fixture
-    free_port,
     in_process,
+    refusing_port,
     served,
     signer,
     write_cluster,
@@ -817,26 +817,27 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
 async def test_the_worker_retries_an_unreachable_peer_later(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        ports={"beta": free_port()},  # nothing listens there
-    )
-    alpha = nodes["alpha"]
-    async with in_process(alpha, deliver=False) as client:
-        request = alpha.request()
-        await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
-        relay = client.app.state.relay  # type: ignore[attr-defined]
-        worker = DeliveryWorker(relay, min_idle_seconds=10)
-        try:
-            await worker.run_once(block_ms=0)
-        finally:
-            await worker.aclose()
-        scheduled = await relay.deliveries.scheduled()
-        metrics = relay.metrics.render().decode()
+    with refusing_port() as down:  # beta is down: its port refuses every connection
+        nodes = write_cluster(
+            tmp_path,
+            ["alpha", "beta"],
+            redis_url=redis_url,
+            prefix=redis_prefix,
+            required=1,
+            ports={"beta": down},
+        )
+        alpha = nodes["alpha"]
+        async with in_process(alpha, deliver=False) as client:
+            request = alpha.request()
+            await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+            relay = client.app.state.relay  # type: ignore[attr-defined]
+            worker = DeliveryWorker(relay, min_idle_seconds=10)
+            try:
+                await worker.run_once(block_ms=0)
+            finally:
+                await worker.aclose()
+            scheduled = await relay.deliveries.scheduled()
+            metrics = relay.metrics.render().decode()
 
     [(not_before, delivery)] = scheduled
     assert delivery.target == "beta"

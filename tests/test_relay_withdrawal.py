@@ -29,6 +29,7 @@ from relay_support import (
     asynctest,
     error,
     in_process,
+    refusing_port,
     served,
     signer,
     undelivered,
@@ -356,16 +357,18 @@ def test_an_interrupted_wait_whose_relay_is_gone_says_the_request_was_not_withdr
 ) -> None:
     alpha = nodes["alpha"]
     request = alpha.request()
-    # Nobody listens on alpha's port: the gate fails its submission at once; the withdrawal
-    # sentence of an interrupted wait says what happened instead of raising.
-    gate = gate_of(alpha)
-    sentence = gate._withdraw(request)
+    # alpha's relay is down (its port refuses every connection): the gate fails its submission at
+    # once; the withdrawal sentence of an interrupted wait says what happened instead of raising.
+    with refusing_port() as down:
+        gone = f"http://127.0.0.1:{down}"
+        gate = gate_of(alpha, relay_url=gone)
+        sentence = gate._withdraw(request)
+        gate.close()
     assert sentence.startswith(
         f"Not withdrawn: request {request['request_id']} of shell.run stays with the peers until it expires "
-        f"(The relay at {alpha.url} is unreachable"
+        f"(The relay at {gone} is unreachable"
     )
     assert gate.last_withdrawal == sentence
-    gate.close()
 
 
 # -- the command line ----------------------------------------------------------------------------------
