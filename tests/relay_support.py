@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import os
 import re
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
@@ -65,14 +67,41 @@ def _port_slice() -> range | None:
     return range(start, start + size)
 
 
+_RESERVED: list[int] = []  # open lock files, one per reserved port, held until the process exits
+_RESERVATIONS = Path(tempfile.gettempdir()) / f"teaagent-test-ports-{os.getuid()}"
+
+
+def _reserve(port: int) -> bool:
+    """Reserve ``port`` among this machine's test processes until this one exits (a held ``flock``)."""
+    try:
+        _RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
+        handle = os.open(_RESERVATIONS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return True  # no place to reserve in: the bind probe alone decides
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(handle)
+        return False
+    _RESERVED.append(handle)
+    return True
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, never handed out twice in this process (see _port_slice)."""
     ports = _port_slice()
     if ports is not None:
-        for port in ports:
+        # Each test process starts at a place of its own in its slice and reserves every port it
+        # hands out for its whole life (_reserve): test runs of other checkouts on this machine
+        # use the same slices, and a port one probed free may be listened on by another a moment
+        # later, answering in place of this run's service.
+        first = os.getpid() * 7919 % len(ports)
+        for port in (*ports[first:], *ports[:first]):
             if port in _HANDED_OUT:
                 continue
             _HANDED_OUT.add(port)
+            if not _reserve(port):
+                continue  # another test process of this machine handed it out
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 try:
                     sock.bind(("127.0.0.1", port))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import errno
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from relay_support import free_port, refusing_port
+from relay_support import _reserve, free_port, refusing_port
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
@@ -41,3 +43,26 @@ def test_a_refusing_port_refuses_connections_and_nobody_else_can_listen_on_it_me
             assert taken.value.errno == errno.EADDRINUSE
     with socket.socket() as after:
         after.bind(("127.0.0.1", port))  # let go once the test is over
+
+
+def test_a_port_another_test_process_handed_out_is_never_handed_out_here_while_it_lives() -> None:
+    code = (
+        "import relay_support, sys; print(*[relay_support.free_port() for _ in range(20)]); "
+        "sys.stdout.flush(); sys.stdin.read()"
+    )
+    child = subprocess.Popen(  # another checkout's test run, on this machine at the same time
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        theirs = [int(port) for port in child.stdout.readline().split()]
+        assert len(theirs) == 20
+        assert not any(_reserve(port) for port in theirs)  # reserved by the child while it lives
+        assert not set(theirs) & {free_port() for _ in range(50)}
+    finally:
+        child.communicate("", timeout=30)
+    assert _reserve(theirs[0])  # let go when it exits
