@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from teaagent._words import moment, plural, time_left
+from teaagent._words import moment, needed_from, plural, time_left
 from teaagent.approver_client import resolve_request
 from teaagent.audit import AuditLogger
 from teaagent.budget import RunBudget
@@ -869,8 +869,8 @@ class TeaAgentTUI:
             quorum = self.node.quorum
             say(
                 f"High-risk calls ({', '.join(quorum.high_risk_patterns)}) also need "
-                f"{quorum.required_approvals} of {', '.join(quorum.peer_agent_ids)}: no local approval "
-                "replaces the quorum."
+                f"{needed_from(quorum.required_approvals, len(quorum.peer_agent_ids))} "
+                f"({', '.join(quorum.peer_agent_ids)}): no local approval replaces the quorum."
             )
 
     def _cmd_cost(self, _argument: str) -> None:
