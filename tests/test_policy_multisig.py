@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from key_forms import rsa_exponent_forms, rsa_line, sk_form
+from words_support import AGO, DATE
 
 from teaagent._canonical import payload_digest
 from teaagent.errors import ApprovalDeniedError
@@ -883,8 +884,8 @@ def test_a_certificate_that_expired_before_its_use_never_runs_the_call(
     )
     with pytest.raises(
         ApprovalDeniedError,
-        match=rf"^{re.escape(LEAD)}its quorum certificate expired at \d+, \d+ seconds before it "
-        r"was to be used\.$",
+        match=rf"^{re.escape(LEAD)}its quorum certificate expired at {DATE}, {AGO}, before it was to be "
+        r"used\.$",
     ):
         policy.assert_allowed("shell.run", "c1", True, {"command": "make"})
     # The same certificate, as an offline audit reads it, still verifies: expiry is information there.

@@ -619,7 +619,10 @@ def test_rule4_an_approval_signed_at_expiry_counts_one_second_later_does_not() -
     assert at_expiry.state == "approved"
     late = outcome_of([approve("beta", at=expiry + 1), approve("gamma")], now=expiry)
     assert late.state == "pending"
-    assert late.rejected == {"beta": f"it was signed at {expiry + 1}, after the request expired at {expiry}"}
+    assert late.rejected == {  # dates with their distance from the evaluation's now
+        "beta": "it was signed at 2025-12-01 06:22:01Z, in 1s, after the request expired at "
+        "2025-12-01 06:22:00Z, now"
+    }
 
 
 def test_rule4_an_approval_counts_from_sixty_seconds_before_the_request_was_created() -> None:
@@ -628,9 +631,10 @@ def test_rule4_an_approval_counts_from_sixty_seconds_before_the_request_was_crea
     assert (at_bound.state, at_bound.signers) == ("approved", ("beta", "gamma"))
     early = outcome_of([approve("beta", at=created - 61), approve("gamma")])
     assert (early.state, early.signers) == ("pending", ("gamma",))
+    assert created == NOW
     assert early.rejected == {
-        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
-        f"at {created}"
+        "beta": "it was signed at 2025-12-01 06:18:59Z, 1m 11s ago, more than 60 seconds before the request "
+        "was created at 2025-12-01 06:20:00Z, 10s ago"
     }
 
 
@@ -641,8 +645,8 @@ def test_rule4_a_denial_counts_from_sixty_seconds_before_the_request_was_created
     early = outcome_of([], [deny("beta", at=created - 61), deny("gamma")])
     assert (early.state, early.denied_by) == ("pending", ("gamma",))
     assert early.rejected_denials == {
-        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
-        f"at {created}"
+        "beta": "it was signed at 2025-12-01 06:18:59Z, 1m 11s ago, more than 60 seconds before the request "
+        "was created at 2025-12-01 06:20:00Z, 10s ago"
     }
 
 
@@ -652,7 +656,9 @@ def test_rule4_the_clock_skew_allowance_is_exactly_sixty_seconds() -> None:
     ahead = outcome_of([approve("beta", at=now + 60), approve("gamma")], now=now)
     assert ahead.state == "approved"
     too_far = outcome_of([approve("beta", at=now + 61), approve("gamma")], now=now)
-    assert too_far.rejected == {"beta": f"it is dated {now + 61}, more than 60 seconds in the future"}
+    assert too_far.rejected == {
+        "beta": "it is dated 2025-12-01 06:21:11Z, in 1m 01s, more than 60 seconds in the future"
+    }
 
 
 def test_rule4_the_request_expires_one_second_after_expires_at() -> None:
@@ -868,7 +874,12 @@ def test_a_certificate_never_trusts_the_carried_statement() -> None:
 def test_a_certificate_approval_signed_after_expiry_does_not_count() -> None:
     cert = make_certificate([approve("beta"), approve("gamma", at=REQUEST["expires_at"] + 1)])
     with pytest.raises(
-        QuorumError, match=r"gamma: it was signed at \d+, after the request expired at \d+\)\.$"
+        QuorumError,
+        match=re.escape(
+            "gamma: it was signed at 2025-12-01 06:22:01Z, 9s ago, after the request expired at "
+            "2025-12-01 06:22:00Z, 10s ago)."
+        )
+        + "$",
     ):
         verify_certificate(cert, CONFIG, now=REQUEST["expires_at"] + 10)
 
@@ -884,7 +895,8 @@ def test_a_certificate_approval_signed_before_the_request_existed_does_not_count
         QuorumError,
         match=exactly(
             "The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: it was "
-            f"signed at {created - 61}, more than 60 seconds before the request was created at {created})."
+            "signed at 2025-12-01 06:18:59Z, 720h 01m ago, more than 60 seconds before the request was "
+            "created at 2025-12-01 06:20:00Z, 720h 00m ago)."
         ),
     ):
         verify_certificate(early, CONFIG, now=NOW + 30 * 86400)

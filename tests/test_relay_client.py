@@ -11,7 +11,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from relay_support import Node, approval, asynctest, denial, free_port, public_line, served, write_cluster
+from relay_support import (
+    Node,
+    approval,
+    asynctest,
+    denial,
+    public_line,
+    refusing_port,
+    served,
+    write_cluster,
+)
 
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import verify_certificate
@@ -141,9 +150,10 @@ async def test_the_async_client_reports_the_relays_refusals(nodes: dict[str, Nod
 
 
 def test_an_unreachable_relay_is_a_relay_error() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
-    with RelayClient(url, token="t" * 20, timeout=2) as client, pytest.raises(RelayError) as unreachable:
-        client.get_request("a" * 32)
+    with refusing_port() as down:
+        url = f"http://127.0.0.1:{down}"
+        with RelayClient(url, token="t" * 20, timeout=2) as client, pytest.raises(RelayError) as unreachable:
+            client.get_request("a" * 32)
 
     assert unreachable.value.status_code is None
     assert str(unreachable.value).startswith(
@@ -233,7 +243,8 @@ def test_the_gate_raises_the_denial_with_who_and_why(nodes: dict[str, Node]) -> 
         gate = gate_of(alpha)
         [thread] = in_threads((beta, "too risky"))
         with pytest.raises(
-            ApprovalDeniedError, match=r"^shell\.run was denied by beta: too risky \(2 of 2\)\.$"
+            ApprovalDeniedError,
+            match=r"^shell\.run was denied by beta: too risky \(2 approvals from 2 peers needed\)\.$",
         ):
             gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         thread.join(WAIT)
@@ -273,10 +284,11 @@ def test_the_gate_gives_up_after_its_timeout(nodes: dict[str, Node]) -> None:
 
 def test_the_gate_reports_a_relay_that_refuses_or_is_away(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
-    away = gate_of(alpha, relay_url=f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(RelayError, match=r"is unreachable \(request [0-9a-f]{32}\)"):
-        away.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
-    away.close()
+    with refusing_port() as down:
+        away = gate_of(alpha, relay_url=f"http://127.0.0.1:{down}")
+        with pytest.raises(RelayError, match=r"is unreachable \(request [0-9a-f]{32}\)"):
+            away.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
+        away.close()
 
 
 def test_the_gate_refuses_an_origin_among_its_peers_and_a_bad_timeout(nodes: dict[str, Node]) -> None:
@@ -355,14 +367,13 @@ def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch
     import asyncio
     import socket
 
-    closed = f"http://127.0.0.1:{free_port()}"
-
-    async def main() -> tuple[RelayError, RelayError]:
-        url = closed
-        async with AsyncRelayClient(url, token="t" * 20, timeout=2) as client:
-            assert client._raw is not None
-            with pytest.raises(RelayError) as unreachable:
-                await client.get_request("a" * 32)
+    async def main() -> tuple[str, RelayError, RelayError]:
+        with refusing_port() as down:
+            url = closed = f"http://127.0.0.1:{down}"
+            async with AsyncRelayClient(url, token="t" * 20, timeout=2) as client:
+                assert client._raw is not None
+                with pytest.raises(RelayError) as unreachable:
+                    await client.get_request("a" * 32)
         with socket.socket() as silent:  # accepts, never answers
             silent.bind(("127.0.0.1", 0))
             silent.listen()
@@ -370,9 +381,9 @@ def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch
             async with AsyncRelayClient(url, token="t" * 20, timeout=0.5) as client:
                 with pytest.raises(RelayError) as late:
                     await client.get_request("a" * 32)
-        return unreachable.value, late.value
+        return closed, unreachable.value, late.value
 
-    unreachable, late = asyncio.run(main())
+    closed, unreachable, late = asyncio.run(main())
     assert unreachable.status_code is None
     assert str(unreachable).startswith(
         f"The relay at {closed} is unreachable (the status of request {'a' * 32}):"

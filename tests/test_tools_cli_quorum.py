@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, served, signer, write_cluster
+from relay_support import ApproverProcess, Node, refusing_port, served, signer, write_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -53,38 +53,41 @@ decision = "approve"
 def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[dict[str, Node]]:
     folder = tmp_path_factory.mktemp("tools-cli-quorum")
     prefix = f"test:{uuid.uuid4().hex[:12]}"
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_server,
-        prefix=prefix,
-        required=2,
-        timeout_seconds=60,
-        peers_of={
-            "alpha": ["beta", "gamma", "delta"],
-            "beta": ["alpha"],
-            "gamma": ["alpha"],
-            "delta": ["alpha"],
-        },
-        rules=RULES,
-    )
-    alpha = nodes["alpha"]
-    with alpha.config_path.open("a") as handle:
-        handle.write('\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\n')
-    short = alpha.config_path.read_text().replace(
-        "timeout_seconds = 60", f"timeout_seconds = {SHORT_TIMEOUT}"
-    )
-    (folder / "alpha-short.toml").write_text(short)
-    (folder / "workspace-alpha").mkdir()
-    with ExitStack() as stack:
-        # delta's relay is not served: its port is free, so every delivery to it is refused.
-        stack.enter_context(served(alpha, nodes["beta"], nodes["gamma"]))
-        approvers = [ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma")]
-        for approver in approvers:
-            stack.callback(approver.stop)
-        for approver in approvers:
-            approver.wait_ready()
-        yield nodes
+    # delta is down: its relay's port is held, never listening, so every delivery to it is refused
+    # for the whole module, whatever else this machine starts meanwhile.
+    with refusing_port() as down:
+        nodes = write_cluster(
+            folder,
+            ["alpha", "beta", "gamma", "delta"],
+            redis_url=redis_server,
+            prefix=prefix,
+            required=2,
+            timeout_seconds=60,
+            peers_of={
+                "alpha": ["beta", "gamma", "delta"],
+                "beta": ["alpha"],
+                "gamma": ["alpha"],
+                "delta": ["alpha"],
+            },
+            rules=RULES,
+            ports={"delta": down},
+        )
+        alpha = nodes["alpha"]
+        with alpha.config_path.open("a") as handle:
+            handle.write('\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\n')
+        short = alpha.config_path.read_text().replace(
+            "timeout_seconds = 60", f"timeout_seconds = {SHORT_TIMEOUT}"
+        )
+        (folder / "alpha-short.toml").write_text(short)
+        (folder / "workspace-alpha").mkdir()
+        with ExitStack() as stack:
+            stack.enter_context(served(alpha, nodes["beta"], nodes["gamma"]))
+            approvers = [ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma")]
+            for approver in approvers:
+                stack.callback(approver.stop)
+            for approver in approvers:
+                approver.wait_ready()
+            yield nodes
     client = redis.Redis.from_url(redis_server)
     try:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))

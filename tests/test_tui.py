@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 from agent_support import write_node
+from words_support import moment_re
 
 from teaagent.config import load_config
 from teaagent.llm import PRICE_FILE_FORMAT, PRICE_UNIT, LLMAdapter, ScriptedAdapter
-from teaagent.policy import PermissionMode
+from teaagent.policy import ApprovalPresetStore, PermissionMode
 from teaagent.session import SessionStore
 from teaagent.tui import COMMANDS, STATE_FILE, SUBAGENT_TOOL, TeaAgentTUI
 
@@ -322,6 +323,17 @@ def test_prompt_mode_asks_once_session_or_deny(notes: Path) -> None:
     assert "✓ fs.delete approved (session)\n" in out
     assert [(notes / name).exists() for name in ("notes.txt", "other.txt", "third.txt")] == [False] * 3
     assert "Approved for this session: fs.delete.\n" in out
+
+
+def test_approvals_lists_a_workspace_presets_expiry_as_a_date_with_the_time_left(notes: Path) -> None:
+    expires_at = int(time.time()) + 7200
+    preset = ApprovalPresetStore(notes).add("fs.*", expires_at=expires_at)
+    code, out, _ = repl(notes, ["/approvals", "/quit"])
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if preset.preset_id in line]
+    # UTC with a Z and how far off, as every other time a person reads, not the local wall clock.
+    until = moment_re(expires_at, r"in 1h 59m|in 2h 00m")
+    assert re.fullmatch(rf"  {preset.preset_id}  fs\.\*, until {until}", line), line
 
 
 def test_ctrl_c_at_an_approval_prompt_denies_and_the_repl_goes_on(notes: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, served, signer, wait_until, write_cluster
+from relay_support import ApproverProcess, Node, refusing_port, served, signer, wait_until, write_cluster
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -462,21 +462,31 @@ def test_an_expired_quorum_is_shown_as_expired(tmp_path: Path, redis_url: str, r
 
 
 def test_a_relay_that_is_down_is_one_sentence_and_the_repl_goes_on(tmp_path: Path) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta"], redis_url="redis://127.0.0.1:1/0", prefix="unused", required=1
-    )
-    (tmp_path / "workspace-alpha").mkdir()
-    terminal = Terminal(["run it", "/quorum"])
-    adapter = scripted([shell("echo hi")])
-    tui = TeaAgentTUI(
-        node=load_config(nodes["alpha"].config_path),
-        input_fn=terminal.input,
-        output_fn=terminal.print,
-        adapter_factory=lambda provider, model: adapter,
-        permission_mode=PermissionMode.DANGER_FULL_ACCESS,
-    )
-    assert tui.run_repl() == 0  # no relay runs: nothing is served
+    with refusing_port() as down:  # alpha's relay is down: its port refuses every connection
+        nodes = write_cluster(
+            tmp_path,
+            ["alpha", "beta"],
+            redis_url="redis://127.0.0.1:1/0",
+            prefix="unused",
+            required=1,
+            ports={"alpha": down},
+        )
+        (tmp_path / "workspace-alpha").mkdir()
+        terminal = Terminal(["run it", "/quorum", "/approvals"])
+        adapter = scripted([shell("echo hi")])
+        tui = TeaAgentTUI(
+            node=load_config(nodes["alpha"].config_path),
+            input_fn=terminal.input,
+            output_fn=terminal.print,
+            adapter_factory=lambda provider, model: adapter,
+            permission_mode=PermissionMode.DANGER_FULL_ACCESS,
+        )
+        assert tui.run_repl() == 0
     out = terminal.text
+    assert (
+        "High-risk calls (shell.*, fs.delete) also need 1 approval from 1 peer (beta): no local approval "
+        "replaces the quorum.\n" in out
+    ), out
     denial = [
         line for line in out.splitlines() if line.startswith("The run ended approval_denied: shell.run needs")
     ]

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from teaagent._words import needed_from, span
 from teaagent.audit import AuditLogger
 from teaagent.budget import (
     DEFAULT_MAX_ESTIMATED_COST_CENTS,
@@ -158,9 +159,9 @@ class _Display:
         elif kind == "approval_waiting":
             if data.get("via") == "quorum":
                 self._spin(
-                    f"{data['tool_name']} waits for {data['required_approvals']} of "
-                    f"{len(data['peers'])} peers ({', '.join(data['peers'])}) to sign it, "
-                    f"up to {data['timeout_seconds']} s…",
+                    f"{data['tool_name']} waits for "
+                    f"{needed_from(data['required_approvals'], len(data['peers']))} "
+                    f"({', '.join(data['peers'])}), up to {span(data['timeout_seconds'])}…",
                     say=True,
                 )
             else:

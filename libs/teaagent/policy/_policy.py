@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Final, NoReturn, Protocol
 
 from teaagent._canonical import canonical, payload_digest
+from teaagent._words import moment
 from teaagent.errors import ApprovalDeniedError
 from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest
 from teaagent.policy._modes import PermissionMode
@@ -666,8 +667,8 @@ class ApprovalPolicy:
         now = time.time()
         if now > request["expires_at"]:
             _deny(
-                f"{lead} but its quorum certificate expired at {request['expires_at']}, "
-                f"{int(now) - request['expires_at']} seconds before it was to be used."
+                f"{lead} but its quorum certificate expired at {moment(request['expires_at'], now)}, "
+                "before it was to be used."
             )
         # 3. The signatures, counted under this node's own configuration.
         try:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from teaagent._words import approvals_of, needed_from, plural
+from teaagent._words import approvals_of, moment, needed_from, plural
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum._documents import (
     APPROVAL_NAMESPACE,
@@ -299,13 +299,19 @@ class _Counter:
         earliest = self.created_at - MAX_CLOCK_SKEW_SECONDS
         if signed_at < earliest:
             return (
-                f"it was signed at {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
-                f"the request was created at {self.created_at}"
+                f"it was signed at {moment(signed_at, self.now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                f"seconds before the request was created at {moment(self.created_at, self.now)}"
             )
         if signed_at > self.expires_at:
-            return f"it was signed at {signed_at}, after the request expired at {self.expires_at}"
+            return (
+                f"it was signed at {moment(signed_at, self.now)}, after the request expired at "
+                f"{moment(self.expires_at, self.now)}"
+            )
         if signed_at > self.now + MAX_CLOCK_SKEW_SECONDS:
-            return f"it is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds in the future"
+            return (
+                f"it is dated {moment(signed_at, self.now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
+                "in the future"
+            )
         signature = submission.signature
         if not isinstance(signature, str):
             return "its signature is not a string"

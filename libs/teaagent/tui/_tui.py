@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from teaagent._words import plural, time_left
+from teaagent._words import moment, needed_from, plural, time_left
 from teaagent.approver_client import resolve_request
 from teaagent.audit import AuditLogger
 from teaagent.budget import RunBudget
@@ -862,11 +862,7 @@ class TeaAgentTUI:
             say(f"Workspace presets ({ApprovalPresetStore(self.root).path}):")
             for preset in presets:
                 scope = f", run {preset.origin_run_id}" if preset.origin_run_id else ""
-                until = (
-                    f", until {time.strftime('%Y-%m-%d %H:%M', time.localtime(preset.expires_at))}"
-                    if preset.expires_at
-                    else ""
-                )
+                until = f", until {moment(preset.expires_at)}" if preset.expires_at else ""
                 digest = f", only {preset.payload_digest[:19]}…" if preset.payload_digest else ""
                 say(f"  {preset.preset_id}  {preset.tool_pattern}{digest}{scope}{until}")
         else:
@@ -875,8 +871,8 @@ class TeaAgentTUI:
             quorum = self.node.quorum
             say(
                 f"High-risk calls ({', '.join(quorum.high_risk_patterns)}) also need "
-                f"{quorum.required_approvals} of {', '.join(quorum.peer_agent_ids)}: no local approval "
-                "replaces the quorum."
+                f"{needed_from(quorum.required_approvals, len(quorum.peer_agent_ids))} "
+                f"({', '.join(quorum.peer_agent_ids)}): no local approval replaces the quorum."
             )
 
     def _cmd_cost(self, _argument: str) -> None:

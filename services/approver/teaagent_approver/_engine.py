@@ -46,6 +46,7 @@ from typing import Any, Final, Protocol
 import redis.exceptions
 
 from teaagent._reload import Trust, TrustReloader
+from teaagent._words import moment
 from teaagent.config import ConfigError, NodeConfig, load_config
 from teaagent.errors import QuorumError, RelayError, SignatureError, StoreError
 from teaagent.quorum import (
@@ -392,7 +393,8 @@ class Engine:
             raise ApiError(
                 409,
                 "expired",
-                f"Request {request.request_id} expired at {request.expires_at}; this node signs nothing for "
+                f"Request {request.request_id} expired at {moment(request.expires_at, now)}; this node signs "
+                "nothing for "
                 "it any more.",
             )
 
@@ -448,26 +450,27 @@ class Engine:
         if mismatch is not None:
             raise ApiError(422, "invalid", sentence(mismatch))
         request = item.request
+        now = time.time()
         if signed_at > request.expires_at:
             raise ApiError(
                 422,
                 "invalid",
-                f"The statement was signed at {signed_at}, after the request expired at "
-                f"{request.expires_at}.",
+                f"The statement was signed at {moment(signed_at, now)}, after the request expired at "
+                f"{moment(request.expires_at, now)}.",
             )
         if signed_at < request.created_at - MAX_CLOCK_SKEW_SECONDS:  # rule 4: nobody signs before it exists
             raise ApiError(
                 422,
                 "invalid",
-                f"The statement is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
-                f"the request was created at {request.created_at}.",
+                f"The statement is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                f"seconds before the request was created at {moment(request.created_at, now)}.",
             )
-        if signed_at > time.time() + MAX_CLOCK_SKEW_SECONDS:
+        if signed_at > now + MAX_CLOCK_SKEW_SECONDS:
             raise ApiError(
                 422,
                 "invalid",
-                f"The statement is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-                "in the future.",
+                f"The statement is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                "seconds in the future.",
             )
         try:
             wire = wire_signature(signature)
@@ -588,8 +591,8 @@ class Engine:
                 raise ApiError(
                     409,
                     "expired",
-                    f"Request {item.request.request_id} expired at {item.request.expires_at}; this node "
-                    "signs nothing for it any more.",
+                    f"Request {item.request.request_id} expired at {moment(item.request.expires_at)}; "
+                    "this node signs nothing for it any more.",
                 )
             made = self._sign(item, record)
             signature = await self.ledger.attach(

@@ -36,6 +36,7 @@ from typing import Any, Final
 from teaagent._batch import Coalescer
 from teaagent._canonical import canonical
 from teaagent._reload import Trust, TrustReloader
+from teaagent._words import moment
 from teaagent.config import NodeConfig
 from teaagent.errors import (
     QuorumError,
@@ -564,8 +565,8 @@ class Relay:
             raise ApiError(
                 422,
                 "invalid",
-                f"The withdrawal is dated {withdrawn_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-                "in the future.",
+                f"The withdrawal is dated {moment(withdrawn_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                "seconds in the future.",
             )
         if not isinstance(signature, str) or signature.startswith(DEV_SIGNATURE_PREFIX):
             # A development signature stands for a signer's vote in experiments, never for an origin.
@@ -788,7 +789,7 @@ class Relay:
             raise ApiError(
                 422,
                 "invalid",
-                f"Request {request_id} was created at {request['created_at']}, more than "
+                f"Request {request_id} was created at {moment(request['created_at'], now)}, more than "
                 f"{MAX_CLOCK_SKEW_SECONDS} seconds ahead of this node's clock.",
             )
         if now > request["expires_at"]:
@@ -799,7 +800,8 @@ class Relay:
             raise ApiError(
                 422,
                 "expired",
-                f"Request {request_id} expired at {request['expires_at']}; this node no longer accepts it.",
+                f"Request {request_id} expired at {moment(request['expires_at'], now)}; this node no longer "
+                "accepts it.",
             )
         if self.agent_id not in request["peers"]:
             raise ApiError(
@@ -1128,7 +1130,8 @@ class Relay:
             raise ApiError(
                 409,
                 "conflict",
-                f"Request {request_id} expired at {request['expires_at']}; a decision can no longer count.",
+                f"Request {request_id} expired at {moment(request['expires_at'], now)}; a decision can no "
+                "longer count.",
             )
         data = decision_bytes(rebuilt, wire)
         # Recorded first, queued only once it is this node's decision: a contrary one never leaves.
