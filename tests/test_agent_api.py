@@ -74,11 +74,6 @@ async def test_health_needs_no_token_and_says_what_the_service_has(node: AgentNo
 async def test_every_other_route_needs_the_token(node: AgentNode) -> None:
     async with in_app(node) as client:
         schema = (await client.get("/openapi.json")).json()
-        assert error_of(await client.get("/openapi.json", headers={"Authorization": ""}))[:2] == (
-            401,
-            "unauthorized",
-        )
-        assert error_of(await client.get("/docs"))[:2] == (404, "not_found")
         checked = 0
         for path, methods in schema["paths"].items():
             if path in ("/health", "/ready", "/metrics"):  # liveness, readiness, metrics: no token

@@ -14,9 +14,10 @@ One :class:`AgentRunner` makes one run. Each iteration, in order:
 6. each tool call, in order: refuse it past ``max_tool_calls`` (audit ``tool_call_limit``, status
    ``limit_exceeded``); ``ask_user`` asks the user (:attr:`AgentRunner.ask`); any other goes through
    the :class:`~teaagent.runner._gate.ToolGate` (policy, quorum, schema, rate limit, audit). A
-   refusal by the policy or the quorum ends the run ``approval_denied``; any other failure (unknown
-   tool, bad arguments, rate limit, the handler's exception) goes back to the model as an error
-   result, and the run goes on.
+   refusal by the policy or the quorum ends the run ``approval_denied`` (a wait that
+   :meth:`AgentRunner.cancel` ended ends it cancelled); any other failure (unknown tool, bad
+   arguments, rate limit, the handler's exception) goes back to the model as an error result, and
+   the run goes on.
 
 Whatever happens, ``run_start`` and ``run_end`` are audited and ``run_finished`` is the last event.
 """
@@ -317,8 +318,10 @@ class AgentRunner:
     def cancel(self) -> bool:
         """Stop the run: a model call in flight is abandoned, no further model or tool step starts.
 
-        A tool call already running (or waiting for an approval) finishes first. The run ends with
-        status ``failed``, error message :data:`CANCELLED_MESSAGE` and ``metadata["cancelled"]``.
+        A tool call already running (or waiting for an approval) finishes first; a wait for an
+        approval that the cancel ends (the quorum gate's ``stop``, a prompt answered no) counts as
+        the cancel, not as a denial. The run ends with status ``failed``, error message
+        :data:`CANCELLED_MESSAGE` and ``metadata["cancelled"]``.
         Thread-safe.
 
         Returns:
@@ -660,6 +663,10 @@ class AgentRunner:
                 try:
                     content = await self._call_tool(request)
                 except ApprovalDeniedError as exc:
+                    if self._cancel.is_set():
+                        # The cancel ended the wait (a quorum withdrawn, a prompt answered no):
+                        # the run was cancelled, not denied; the call's event says what became of it.
+                        raise _Cancelled from None
                     reason = _sentence(exc)
                     if request.tool_name not in reason:
                         reason = f"{request.tool_name} was denied: {reason}"
