@@ -8,6 +8,7 @@ the same program run unasked and nothing else, and a ``tool_call`` audit record 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_support import AgentNode, AgentProcess, frames, write_node
+from httpx_sse import connect_sse
 
 pytestmark = pytest.mark.slow
 
@@ -61,3 +63,55 @@ def test_the_openapi_document_and_its_pages_need_no_token_like_the_relays(
     assert redoc.status_code == 200
     assert refused.status_code == 401
     assert refused.json()["error"] == "unauthorized"
+
+
+def shell(command: str) -> dict[str, Any]:
+    return {"content": "", "tool_calls": [{"tool_name": "shell.run", "arguments": {"command": command}}]}
+
+
+def test_remember_lets_the_same_program_run_unasked_and_nothing_else(
+    node: AgentNode, client: httpx.Client
+) -> None:
+    (node.workspace / "sub").mkdir()
+    commands = ["echo hi", "echo bye", "touch x", "echo c; touch y", "echo c; touch y", "rm -rf sub"]
+    node.script([*(shell(command) for command in commands), {"content": "never"}])
+    # What the client answers to each command it is asked about: approve, remember.
+    answers = {
+        "echo hi": [(True, True)],
+        "touch x": [(True, False)],
+        "echo c; touch y": [(True, True), (True, False)],  # remember asked for, not given
+        "rm -rf sub": [(False, False)],
+    }
+    seen: list[tuple[str, dict[str, Any]]] = []
+    with (
+        httpx.Client(base_url=node.url, headers=node.headers, timeout=WAIT) as other,
+        connect_sse(client, "POST", "/runs", json={"text": "go", "approvals": {"mode": "ask"}}) as source,
+    ):
+        for event in source.iter_sse():
+            data = json.loads(event.data)
+            seen.append((event.event, data))
+            if event.event == "approval_requested":
+                approve, remember = answers[data["command"]].pop(0)
+                answered = other.post(
+                    "/runs/approvals",
+                    json={"call_id": data["call_id"], "approve": approve, "remember": remember},
+                )
+                assert answered.json() == {"resolved": True}
+
+    asked = [(d["command"], d["remember_supported"]) for kind, d in seen if kind == "approval_requested"]
+    assert asked == [
+        ("echo hi", True),
+        ("touch x", True),  # another program: asked, though echo was remembered
+        ("echo c; touch y", False),  # compound: never remembered
+        ("echo c; touch y", False),
+        ("rm -rf sub", True),
+    ]
+    remembered = [d["remember"] for kind, d in seen if kind == "approval_answered"]
+    assert remembered == [True, False, False, False, False]
+    ran = [d["arguments"]["command"] for kind, d in seen if kind == "tool_call"]
+    assert ran == commands
+    result = seen[-1][1]
+    assert result["stop"] == "approval_denied"
+    assert [tool["ok"] for tool in result["tools"]] == [True, True, True, True, True, False]
+    assert (node.workspace / "x").exists()
+    assert (node.workspace / "sub").is_dir()  # rm -rf was asked about, and refused
