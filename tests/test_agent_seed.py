@@ -115,3 +115,44 @@ def test_remember_lets_the_same_program_run_unasked_and_nothing_else(
     assert [tool["ok"] for tool in result["tools"]] == [True, True, True, True, True, False]
     assert (node.workspace / "x").exists()
     assert (node.workspace / "sub").is_dir()  # rm -rf was asked about, and refused
+
+
+def audit_records(node: AgentNode) -> list[dict[str, Any]]:
+    path = node.folder / "data-alpha" / "audit" / "alpha.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_audit_log_has_a_tool_call_record_for_every_invoked_tool_read_only_ones_included(
+    node: AgentNode, client: httpx.Client
+) -> None:
+    (node.workspace / "notes.md").write_text("hello\n")
+    node.script(
+        [
+            {
+                "content": "Looking.",
+                "tool_calls": [
+                    {"tool_name": "fs.list", "arguments": {"path": "."}},
+                    {"tool_name": "fs.read", "arguments": {"path": "notes.md"}},
+                    {"tool_name": "ask_user", "arguments": {"question": "Which one?"}},
+                    {"tool_name": "shell.run", "arguments": {"command": "echo hi"}},
+                ],
+            },
+            {"content": "Done."},
+        ]
+    )
+    done = run(client, {"text": "look", "approvals": {"mode": "auto"}})
+    assert done["stop"] == "completed", done["stop_message"]
+
+    records = [r for r in audit_records(node) if r["run_id"] == done["run_id"]]
+    calls = [r["payload"] for r in records if r["event_type"] == "tool_call"]
+    assert [(c["tool_name"], c["arguments"]) for c in calls] == [
+        ("fs.list", {"path": "."}),
+        ("fs.read", {"path": "notes.md"}),
+        ("ask_user", {"question": "Which one?"}),
+        ("shell.run", {"command": "echo hi"}),
+    ]
+    assert {c["reason"] for c in calls} == {"Looking."}
+    # Each call's record comes before its end's.
+    order = [(r["event_type"], r["payload"].get("call_id")) for r in records]
+    for call in calls:
+        assert order.index(("tool_call", call["call_id"])) < order.index(("tool_result", call["call_id"]))

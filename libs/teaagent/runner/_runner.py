@@ -789,6 +789,7 @@ class AgentRunner:
                 {"call_id": request.call_id, "tool_name": ASK_USER_TOOL, "ok": False, "error": error},
             )
             return _json_text({"error": error, "error_type": "SchemaValidationError"})
+        self._audit("tool_call", {**base, "reason": request.reasoning or ""})
         asked = Question(
             call_id=request.call_id, question=question, options=tuple(options), run_id=self.run_id
         )
