@@ -156,3 +156,21 @@ def test_the_audit_log_has_a_tool_call_record_for_every_invoked_tool_read_only_o
     order = [(r["event_type"], r["payload"].get("call_id")) for r in records]
     for call in calls:
         assert order.index(("tool_call", call["call_id"])) < order.index(("tool_result", call["call_id"]))
+
+
+def test_a_sessions_usage_counts_its_runs_seconds(node: AgentNode, client: httpx.Client) -> None:
+    node.script([{"content": "Thought about it.", "delay_seconds": 0.4}])
+    first = run(client, {"text": "think"})
+    second = run(client, {"text": "think again"})
+    other = client.post("/sessions", json={"title": "another"}).json()
+    third = run(client, {"text": "elsewhere"})
+
+    assert first["session_id"] == second["session_id"] != third["session_id"] == other["id"]
+    runs = first["usage"]["seconds"] + second["usage"]["seconds"]
+    assert first["usage"]["seconds"] >= 0.4
+    assert second["usage"]["seconds"] >= 0.4
+    assert 0.4 <= client.get("/sessions/current").json()["usage"]["seconds"] <= third["usage"]["seconds"]
+    usage = client.post(f"/sessions/{first['session_id']}/switch").json()["usage"]
+    # Each run's time as its run log has it, from its start to its end: inside the run's own.
+    assert runs - 0.5 <= usage["seconds"] <= runs
+    assert usage["requests"] == 2

@@ -436,7 +436,10 @@ class AgentService:
         if totals is None:
             return UsageOut()
         return UsageOut(
-            input_tokens=totals.input_tokens, output_tokens=totals.output_tokens, requests=totals.requests
+            input_tokens=totals.input_tokens,
+            output_tokens=totals.output_tokens,
+            requests=totals.requests,
+            seconds=round(totals.seconds, 3),
         )
 
     def workspace_locked(self) -> bool:
