@@ -163,6 +163,8 @@ async def test_a_run_streams_its_frames_and_ends_with_its_result(tmp_path: Path)
     assert (node.workspace / "a.txt").read_text() == "hi"
     assert [(m["role"], m["text"]) for m in history["messages"]] == [
         ("user", "write a.txt"),
+        ("assistant", "Writing it."),
+        ("tool", '{"bytes_written": 2, "path": "a.txt"}'),
         ("assistant", "It is written."),
     ]
     assert state["running"] is False

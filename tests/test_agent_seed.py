@@ -174,3 +174,72 @@ def test_a_sessions_usage_counts_its_runs_seconds(node: AgentNode, client: httpx
     # Each run's time as its run log has it, from its start to its end: inside the run's own.
     assert runs - 0.5 <= usage["seconds"] <= runs
     assert usage["requests"] == 2
+
+
+def test_a_sessions_history_carries_its_runs_tool_calls(node: AgentNode, client: httpx.Client) -> None:
+    (node.workspace / "notes.md").write_text("hello\n")
+    node.script(
+        [
+            {
+                "content": "Reading.",
+                "tool_calls": [
+                    {"tool_name": "fs.read", "arguments": {"path": "notes.md"}, "call_id": "r1"},
+                    {"tool_name": "fs.read", "arguments": {"path": "missing.md"}, "call_id": "r2"},
+                ],
+            },
+            {"content": "They say hello.", "expect": ["hello"]},
+        ]
+    )
+    done = run(client, {"text": "what do the notes say?"})
+    assert done["stop"] == "completed", done["stop_message"]
+    # A second run continues the conversation: its text, not the first run's calls, goes to the model.
+    node.script([{"content": "Still hello."}])
+    again = run(client, {"text": "and now?"})
+    assert again["stop"] == "completed", again["stop_message"]
+
+    messages = client.get("/sessions/current/history").json()["messages"]
+    assert [(m["role"], m["text"]) for m in messages] == [
+        ("user", "what do the notes say?"),
+        ("assistant", "Reading."),
+        ("tool", messages[2]["text"]),
+        ("tool", messages[3]["text"]),
+        ("assistant", "They say hello."),
+        ("user", "and now?"),
+        ("assistant", "Still hello."),
+    ]
+    calls = messages[1]["tool_calls"]
+    assert [(c["call_id"], c["name"], c["arguments"], c["ok"], c["skipped"]) for c in calls] == [
+        ("r1", "fs.read", {"path": "notes.md"}, True, False),
+        ("r2", "fs.read", {"path": "missing.md"}, False, False),
+    ]
+    assert "hello" in calls[0]["output"]
+    read, missing = messages[2], messages[3]
+    assert (read["tool_call_id"], read["tool_name"], read["ok"]) == ("r1", "fs.read", True)
+    assert json.loads(read["text"])["content"] == "hello\n"
+    assert (missing["tool_call_id"], missing["tool_name"], missing["ok"]) == ("r2", "fs.read", False)
+    assert json.loads(missing["text"])["error_type"] == "ToolError"
+    assert all(m["tool_calls"] == [] and m["tool_call_id"] is None for m in messages[4:])
+
+
+def test_a_prompt_whose_run_was_denied_is_resumed_without_its_calls(
+    node: AgentNode, client: httpx.Client
+) -> None:
+    node.script([shell("rm -rf sub"), {"content": "never"}])
+    denied = run(client, {"text": "clean up", "approvals": {"mode": "deny"}})
+    assert denied["stop"] == "approval_denied"
+    history = client.get("/sessions/current/history").json()["messages"]
+    assert [(m["role"], m["ok"]) for m in history] == [("user", True), ("assistant", True), ("tool", False)]
+    assert history[1]["tool_calls"][0]["output"] == history[2]["text"]
+    assert "denied" in history[2]["text"]
+    resumable = client.get("/runs/resumable").json()
+    assert (resumable["resumable"], resumable["kind"]) == (True, "prompt")
+    assert resumable["description"].endswith("clean up")
+
+    node.script([{"content": "Nothing to clean.", "expect": ["clean up"]}])
+    resumed = client.post("/runs/resume", json={})
+    assert frames(resumed.text)[-1][1]["stop"] == "completed"
+    history = client.get("/sessions/current/history").json()["messages"]
+    assert [(m["role"], m["text"]) for m in history] == [
+        ("user", "clean up"),
+        ("assistant", "Nothing to clean."),
+    ]

@@ -45,7 +45,7 @@ from teaagent.policy import ApprovalPolicy, PromptAnswer, PromptRequest, QuorumG
 from teaagent.runner._events import EventHub, EventSink, RunEvent
 from teaagent.runner._gate import ToolGate
 from teaagent.runner._types import ApprovalRequest, FinalAnswer, RunResult, ToolRequest
-from teaagent.session import ChatSession, SessionStore
+from teaagent.session import ChatSession, ChatToolCall, SessionStore
 from teaagent.tools import ToolRegistry
 
 __all__ = [
@@ -202,8 +202,10 @@ class AgentRunner:
         event_sink: A callback, or several, receiving every :class:`RunEvent`.
         ask: Answers the model's questions; None declines every one.
         session_store: Where ``session`` is saved.
-        session: A chat session whose messages start the conversation; the task and the final
-            answer are appended to it and it is saved when the run ends.
+        session: A chat session whose messages start the conversation (their text: the tool
+            calls of earlier runs are not sent again); the task, each reply that calls tools with
+            its calls, each call's result (a ``tool`` message) and the final answer are appended
+            to it, and it is saved when the run ends.
         label: What the run is for, in the run log (cost reports group by it).
         stream: Ask the model to stream its reply (events ``model_delta``).
         run_log: Write the run log (``<root>/.teaagent/runs/<run_id>.jsonl``).
@@ -493,6 +495,19 @@ class AgentRunner:
                     or None,
                 ),
             )
+            if requests and self.session is not None:
+                self.session.add_message(
+                    "assistant",
+                    reply.content,
+                    tool_calls=tuple(
+                        ChatToolCall(
+                            call_id=request.call_id,
+                            tool_name=request.tool_name,
+                            arguments=request.arguments if isinstance(request.arguments, dict) else {},
+                        )
+                        for _wire_id, request in requests
+                    ),
+                )
             if not requests:
                 metadata: dict[str, Any] = {"stop_reason": reply.stop_reason, "iteration": iteration}
                 if reply.stop_reason == "max_tokens":
@@ -515,8 +530,10 @@ class AgentRunner:
         if self.system_prompt:
             self._append(state, LLMMessage("system", self.system_prompt))
         if self.session is not None:
+            # The conversation's text; the tool calls of earlier runs are on record, not sent again.
             for message in self.session.messages:
-                self._append(state, LLMMessage(message.role, message.content))
+                if message.conversational:
+                    self._append(state, LLMMessage(message.role, message.content))
             self.session.add_message("user", task)
         self._append(state, LLMMessage("user", task))
         # Disk errors from before the run are not this run's; one from run_start on stops tool calls.
@@ -750,6 +767,7 @@ class AgentRunner:
                 "approval_denied",
                 {"call_id": request.call_id, "tool_name": request.tool_name, "reason": _sentence(exc)},
             )
+            self._record_result(request, _sentence(exc), ok=False)
             raise
         except Exception as exc:
             error = {"error": _sentence(exc), "error_type": type(exc).__name__}
@@ -757,12 +775,20 @@ class AgentRunner:
                 "tool_result",
                 {"call_id": request.call_id, "tool_name": request.tool_name, "ok": False, **error},
             )
-            return _json_text(error)
+            return self._record_result(request, _json_text(error), ok=False)
         self._emit(
             "tool_result",
             {"call_id": request.call_id, "tool_name": request.tool_name, "ok": True, "result": result},
         )
-        return _json_text(result)
+        return self._record_result(request, _json_text(result), ok=True)
+
+    def _record_result(self, request: ToolRequest, content: str, *, ok: bool) -> str:
+        """Add a call's result to the session (a ``tool`` message); return ``content``."""
+        if self.session is not None:
+            self.session.add_message(
+                "tool", content, tool_call_id=request.call_id, tool_name=request.tool_name, ok=ok
+            )
+        return content
 
     async def _ask_user(self, request: ToolRequest) -> str:
         arguments: Any = request.arguments
@@ -788,7 +814,9 @@ class AgentRunner:
                 "tool_result",
                 {"call_id": request.call_id, "tool_name": ASK_USER_TOOL, "ok": False, "error": error},
             )
-            return _json_text({"error": error, "error_type": "SchemaValidationError"})
+            return self._record_result(
+                request, _json_text({"error": error, "error_type": "SchemaValidationError"}), ok=False
+            )
         self._audit("tool_call", {**base, "reason": request.reasoning or ""})
         asked = Question(
             call_id=request.call_id, question=question, options=tuple(options), run_id=self.run_id
@@ -805,7 +833,7 @@ class AgentRunner:
         result: dict[str, Any] = {"declined": True} if answer is None else {"answer": answer}
         self._audit("tool_result", {**base, "result": result})
         self._emit("answer", {"call_id": request.call_id, "answered": answer is not None, "answer": answer})
-        return _json_text(result)
+        return self._record_result(request, _json_text(result), ok=True)
 
     # -- pieces --------------------------------------------------------------------------------------
 

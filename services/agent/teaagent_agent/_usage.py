@@ -1,8 +1,9 @@
 """What the workspace's runs spent, read from their run logs (``teaagent.cost_tracker``'s format).
 
 A run of the agent service is labelled with its session's id, so its model calls (and its time,
-from its log's ``run_start`` to its ``run_end``) add up under that session; runs labelled otherwise (``teaagent run``'s ``cli``) count toward the models, the
-days and the total only. The logs are read afresh on every call, bounded per line.
+from its log's ``run_start`` to its ``run_end``) add up under that session; runs labelled
+otherwise (``teaagent run``'s ``cli``) count toward the models, the days and the total only. The
+logs are read afresh on every call, bounded per line.
 """
 
 from __future__ import annotations
