@@ -9,6 +9,9 @@ the same program run unasked and nothing else, and a ``tool_call`` audit record 
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +246,37 @@ def test_a_prompt_whose_run_was_denied_is_resumed_without_its_calls(
         ("user", "clean up"),
         ("assistant", "Nothing to clean."),
     ]
+
+
+def test_a_workspace_held_by_mcp_serve_is_locked_and_the_error_names_its_command_line(
+    node: AgentNode, client: httpx.Client, tmp_path: Path
+) -> None:
+    from relay_support import free_port, wait_until
+
+    from teaagent.mcp_server import WorkspaceRegistry
+
+    command = [
+        sys.executable, "-m", "teaagent", "mcp", "serve", "--config", str(node.config_path), "--http",
+        str(free_port()),
+    ]  # fmt: skip
+    with (tmp_path / "mcp.log").open("wb") as log:
+        server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        registry = WorkspaceRegistry()
+        assert wait_until(lambda: registry.holder(node.workspace), WAIT), (tmp_path / "mcp.log").read_text()
+        refused = client.post("/runs", json={"text": "x"})
+        current = client.get("/sessions/current").json()
+    finally:
+        server.terminate()
+        server.wait(WAIT)
+    assert refused.status_code == 423
+    body = refused.json()
+    assert body["error"] == "locked"
+    assert body["message"] == (
+        f"The workspace {node.workspace.resolve()} is locked by another process (pid {server.pid}: "
+        f"{shlex.join(command)}); one process at a time works in a workspace: stop that one, or wait "
+        "for it to finish."
+    )
+    assert current["locked"] is True
+    # Gone, it holds nothing: the next run takes the workspace.
+    assert run(client, {"text": "x"})["stop"] == "completed"

@@ -870,7 +870,9 @@ class AgentService:
             try:
                 self.workspaces.acquire_lock(self.node.workspace)
             except WorkspaceLockConflictError as exc:
-                raise ApiError("locked", sentence(str(exc))) from None
+                # Whole, not cut to a sentence's length: it ends naming the holder's command line.
+                text = str(exc)
+                raise ApiError("locked", text[:1].upper() + text[1:]) from None
             except (OSError, ConfigError) as exc:
                 raise ApiError("locked", sentence(f"the workspace lock cannot be taken: {exc}")) from None
         self._holders += 1
