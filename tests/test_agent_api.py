@@ -403,7 +403,8 @@ async def test_a_workspace_held_by_another_process_is_locked(node: AgentNode) ->
             refused = await client.post("/runs", json={"text": "x"})
             current = (await client.get("/sessions/current")).json()
             assert error_of(refused)[:2] == (423, "locked")
-            assert f"is locked by another process (pid {holder.pid}: {sys.executable} -c " in error_of(refused)[2]
+            named = f"is locked by another process (pid {holder.pid}: {sys.executable} -c "
+            assert named in error_of(refused)[2]
             assert current == {**current, "id": created["id"], "locked": True}
             holder.stdin.close()  # type: ignore[union-attr]
             holder.wait(10)

@@ -9,6 +9,7 @@ the same program run unasked and nothing else, and a ``tool_call`` audit record 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -280,3 +281,16 @@ def test_a_workspace_held_by_mcp_serve_is_locked_and_the_error_names_its_command
     assert current["locked"] is True
     # Gone, it holds nothing: the next run takes the workspace.
     assert run(client, {"text": "x"})["stop"] == "completed"
+
+
+def test_the_documented_permission_table_is_the_one_the_service_uses() -> None:
+    from teaagent.policy import PermissionMode
+    from teaagent_agent._catalog import MODES_BY_PERMISSION, permission_of
+    from teaagent_agent._schemas import PERMISSION_NAMES
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "agent-api.md").read_text()
+    rows = re.findall(r"^\| `([a-z]+)`(?: \(shown\))? \| `([a-z-]+)` \|", page, re.MULTILINE)
+    # One row per mode, naming what GET /settings shows for it; each name sets the mode of its row.
+    assert sorted(mode for _name, mode in rows) == sorted(mode.value for mode in PermissionMode)
+    assert all(permission_of(PermissionMode(mode)) == name for name, mode in rows)
+    assert {(name, MODES_BY_PERMISSION[name].value) for name in PERMISSION_NAMES} <= set(rows)
