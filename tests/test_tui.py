@@ -149,7 +149,7 @@ def test_a_task_runs_through_the_tools_and_the_answer_is_shown(notes: Path) -> N
     assert "The notes say: remember the milk.\n" in out
     assert "completed · 2 turns · 1 tool call · 0.0000 cents · answered by scripted/scripted\n" in out
     assert out.endswith("End of input: goodbye.\n")
-    assert [message.role for message in tui.session.messages] == ["user", "assistant"]
+    assert [message.role for message in tui.session.messages] == ["user", "assistant", "tool", "assistant"]
 
 
 def test_the_end_of_input_ends_the_repl_cleanly(workspace: Path) -> None:

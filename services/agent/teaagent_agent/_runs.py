@@ -48,7 +48,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from teaagent.policy import PromptAnswer, PromptRequest
+from teaagent.policy import PromptAnswer, PromptRequest, remember_key
 from teaagent.runner import AgentRunner, Question, RunEvent, RunResult
 from teaagent_agent._schemas import (
     FrameOut,
@@ -424,6 +424,9 @@ class ActiveRun:
         command = request.arguments.get("command") if request.tool_name in SHELL_TOOLS else None
         shown = command if isinstance(command, str) else _describe(request.tool_name, request.arguments)
         answer, remember = PromptAnswer.DENY, False
+        # "remember" approves the same program of a command (the tool, for any other call); a
+        # compound command has none, and is approved once whatever the client says.
+        remembered = remember_key(request.tool_name, request.arguments)
         by: str = policy.mode
         if self.stop_event.is_set():
             by = "cancel"
@@ -440,7 +443,7 @@ class ActiveRun:
                     call_id=request.call_id,
                     command=shown,
                     timeout_seconds=int(timeout),
-                    remember_supported=True,
+                    remember_supported=remembered is not None,
                     tool_name=request.tool_name,
                 )
             )
@@ -453,12 +456,12 @@ class ActiveRun:
                     "command": shown,
                     "reason": request.reason,
                     "timeout_seconds": int(timeout),
-                    "remember_supported": True,
+                    "remember_supported": remembered is not None,
                 },
             )
             approved, by, remember = self._wait(pending, timeout)
             if approved:
-                answer = PromptAnswer.SESSION if remember else PromptAnswer.ONCE
+                answer = PromptAnswer.SESSION if remember and remembered is not None else PromptAnswer.ONCE
         self.send(
             "approval_answered",
             {
