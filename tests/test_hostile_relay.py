@@ -695,9 +695,7 @@ def test_a_retired_key_back_dating_an_approval_never_runs(
     created = relay.last().request["created_at"]
     assert result.error_message is not None
     assert re.fullmatch(
-        re.escape(
-            UNVERIFIED + "1 approval of the 2 needed (counted: gamma; refused: beta: it was signed at "
-        )
+        re.escape(UNVERIFIED + "1 approval of the 2 needed (counted: gamma; refused: beta: it was signed at ")
         + moment_re(signed_at, AGO)
         + ", more than 60 seconds before the request was created at "
         + moment_re(created, AGO)
