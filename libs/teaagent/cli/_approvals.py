@@ -996,9 +996,10 @@ class Watch:
                 # The one-shot commands end on a refusal; here it is a line, and the watch goes on.
                 self.emit(str(exc))
                 return True
-        by = f"{result.by or 'this node'}, key {result.key_fingerprint}"
+        by = signed_by(result.by, result.key_fingerprint, node_key_of(self.node))
         self.emit(
-            f"{self.node.agent_id} {result.this_node} request {result.request_id} of {result.origin} ({by}); "
+            f"{self.node.agent_id} {result.this_node} request {result.request_id} of {result.origin}, "
+            f"signed {by}; "
             f"{'forwarded' if result.forwarded else 'not forwarded yet'}; "
             f"its outcome is counted by {result.origin}."
         )
