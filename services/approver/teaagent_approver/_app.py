@@ -190,6 +190,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(requests_router)
     app.include_router(operations_router)
+    if settings.web:
+        from teaagent_approver._web import install_web
+
+        install_web(app, settings.web_session_seconds)  # the operators' web inbox, under /web
     # The last added is the outermost: metrics see every call, the body limit refuses before any route.
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
