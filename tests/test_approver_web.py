@@ -17,14 +17,13 @@ import pytest
 from relay_support import ApproverProcess, free_port
 from web_support import (
     BIDI,
-    HOSTILE_IMG,
     HOSTILE_SCRIPT,
     MEGABYTE,
     WebCluster,
     csrf_of,
+    fixture_web_cluster,  # noqa: F401 - the module's cluster
     hostile_arguments,
     store_past_the_relay,
-    web_cluster,  # noqa: F401 - the module's cluster
 )
 
 from teaagent.cli._main import run
@@ -53,7 +52,8 @@ def test_every_page_is_sent_with_a_strict_content_security_policy(web_cluster: W
             assert "default-src 'none'" in policy
             assert "script-src 'self'" in policy
             assert "frame-ancestors 'none'" in policy
-            assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+            assert "unsafe-inline" not in policy
+            assert "unsafe-eval" not in policy
             assert answer.headers["x-content-type-options"] == "nosniff"
             assert answer.headers["x-frame-options"] == "DENY"
         page = client.get("/web/").text
@@ -185,7 +185,8 @@ def test_hostile_arguments_are_text_on_every_page(web_cluster: WebCluster) -> No
             assert time.monotonic() < deadline, page.text
         inbox = client.get("/web/").text
     for text in (page.text, inbox):
-        assert "<script>window" not in text and "<img" not in text
+        assert "<script>window" not in text
+        assert "<img" not in text
         assert "&lt;script&gt;window.__pwned" in text
         assert "&lt;img src=x onerror=" in text
         assert "\u202e" not in text
@@ -242,4 +243,5 @@ def test_approvals_web_prints_a_one_time_link_and_opens_no_browser_without_a_des
 
     monkeypatch.setenv("DISPLAY", ":0")
     assert run(["approvals", "web", "--config", str(web_cluster.beta.config_path)]) == 0
-    assert len(opened) == 1 and "#code=" in opened[0]
+    assert len(opened) == 1
+    assert "#code=" in opened[0]

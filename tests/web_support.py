@@ -92,8 +92,8 @@ class WebCluster:
             self.approver.start()
 
 
-@pytest.fixture(scope="module")
-def web_cluster(
+@pytest.fixture(scope="module", name="web_cluster")
+def fixture_web_cluster(
     tmp_path_factory: pytest.TempPathFactory, redis_server: str, ssh_key_factory: Callable[..., SSHKey]
 ) -> Iterator[WebCluster]:
     """beta's relay and approver for the module (each test sends requests of its own)."""
