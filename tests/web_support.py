@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -175,7 +176,6 @@ def hostile_arguments() -> dict[str, Any]:
 
 def store_past_the_relay(cluster: WebCluster, request: dict[str, Any]) -> dict[str, Any]:
     """File a request in beta's inbox straight in its store (past the relay's 64 KiB body limit)."""
-    import asyncio
 
     from teaagent._canonical import canonical
     from teaagent.store import open_store
@@ -189,5 +189,20 @@ def store_past_the_relay(cluster: WebCluster, request: dict[str, Any]) -> dict[s
                 "alpha", request["request_id"], document, expires_at=request["expires_at"]
             )
 
-    asyncio.run(put())
+    # In a thread of its own: Playwright's sync API keeps an event loop running in this one.
+    failures: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _run(put(), failures))
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
     return request
+
+
+def _run(coroutine: Any, failures: list[BaseException]) -> None:
+    import asyncio
+
+    try:
+        asyncio.run(coroutine)
+    except BaseException as exc:
+        failures.append(exc)

@@ -25,6 +25,8 @@ def visible(text: str, *, newlines: bool = False) -> str:
         text: The text.
         newlines: Keep line feeds (a multi-line reason); tabs and everything else are escaped.
     """
+    if text.isprintable():
+        return text  # the common case, in C: nothing printable is in an invisible category
     out = []
     for char in text:
         if newlines and char == "\n":

@@ -82,7 +82,7 @@ _HEADERS: Final = (
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make a form's Origin "null"
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 )
@@ -1097,6 +1097,7 @@ def install_web(app: FastAPI, session_seconds: float) -> None:
         if request.method == "GET":
             target = "/web/login?expired=1" if exc.expired else "/web/login"
             return RedirectResponse(target, status_code=303)
-        return _login_page(request, "Your session expired; sign in again. Nothing was done.", 401)
+        message = "Your session expired; sign in again." if exc.expired else "Sign in first."
+        return _login_page(request, f"{message} Nothing was done.", 401)
 
     app.add_middleware(WebHeadersMiddleware)
