@@ -142,7 +142,9 @@ def test_a_request_appears_live_is_approved_and_settles(
         f"Done: this node approved request {request['request_id']}"
     )
     node_key = cluster.beta.key.public_key.fingerprint
-    expect(decide.locator("#signed-by")).to_contain_text(f"signed by operator with key {node_key}")
+    expect(decide.locator("#signed-by")).to_contain_text(
+        f"signed by operator with key {node_key} (the node key)"
+    )
     expect(decide.locator("#signed-statement")).to_contain_text('"type": "teaagent.approval"')
     shots.append(screenshot(decide, "web-decision.png", tmp_path))
 
@@ -236,7 +238,7 @@ def test_an_operators_own_key_signs_with_ssh_keygen_and_the_signature_is_uploade
 
     key = fingerprint_of(cluster.operator)
     expect(page.locator("#notice")).to_contain_text(f"signed by operator with key {key}")
-    expect(page.locator("#signed-by")).to_contain_text(key)
+    expect(page.locator("#signed-by")).to_contain_text(f"{key} (an operator's own key)")
     decision = cluster.decision(request["request_id"])
     assert (decision.kind, decision.key_fingerprint) == ("approval", key)
 

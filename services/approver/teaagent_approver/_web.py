@@ -592,7 +592,12 @@ def _decide_forms(view: Mapping[str, Any], session: Session, node_id: str, finge
     )
 
 
-def _signed_section(view: Mapping[str, Any], record: Any, node_id: str) -> str:
+def _whose(key: str, node_key: str) -> str:
+    """``(the node key)`` after the node key's fingerprint, ``(an operator's key)`` after another."""
+    return "the node key" if key == node_key else "an operator's own key"
+
+
+def _signed_section(view: Mapping[str, Any], record: Any, node_id: str, node_key: str) -> str:
     """What this node signed, by which key: the statement exactly as signed (the approver's record)."""
     decision = view.get("decision")
     if decision is None:
@@ -609,7 +614,8 @@ def _signed_section(view: Mapping[str, Any], record: Any, node_id: str) -> str:
         '<section class="signed" aria-labelledby="signed-h">'
         f'<h2 id="signed-h">What {_e(node_id)} signed</h2>'
         f'<p id="signed-by">{_e(node_id)} {verb} this request: signed by {_e(decision["by"])} with key '
-        f"<code>{_e(decision['key_fingerprint'])}</code> at {_e(_clock(decision['at']))}.{reason}</p>"
+        f"<code>{_e(decision['key_fingerprint'])}</code> ({_whose(decision['key_fingerprint'], node_key)}) "
+        f"at {_e(_clock(decision['at']))}.{reason}</p>"
         f"{body}</section>"
     )
 
@@ -658,7 +664,7 @@ def _request_main(
         f'<pre class="json" id="arguments">{json_html(view["arguments"])}</pre>'
         + (f'<ul class="notes">{notes}</ul>' if notes else "")
         + "</section>"
-        + _signed_section(view, record, node_id)
+        + _signed_section(view, record, node_id, fingerprint)
         + (_decide_forms(view, session, node_id, fingerprint) if actionable else "")
     )
 
@@ -691,7 +697,7 @@ def _error_page(request: Request, session: Session | None, status: int, message:
     return _html(_layout("Refused", main, node_id=config.agent_id, session=session, page="error"), status)
 
 
-def _decided_notice(outcome: Mapping[str, Any]) -> str:
+def _decided_notice(outcome: Mapping[str, Any], node_key: str) -> str:
     verb = outcome["this_node"]
     forwarded = (
         f"Forwarded to {outcome['origin']} through this node's relay."
@@ -699,9 +705,10 @@ def _decided_notice(outcome: Mapping[str, Any]) -> str:
         else f"Not forwarded to {outcome['origin']} yet: the approver sends it again until the relay "
         "takes it."
     )
+    key = outcome["key_fingerprint"]
     return _notice(
         f"Done: this node {verb} request {outcome['request_id']} of {outcome['origin']}, signed by "
-        f"{outcome['by']} with key {outcome['key_fingerprint']}. {forwarded} {outcome['note']}",
+        f"{outcome['by']} with key {key} ({_whose(key, node_key)}). {forwarded} {outcome['note']}",
         "done",
     )
 
@@ -857,7 +864,7 @@ async def _decide(
             ) from exc
         _web(request).changed()
         return await _request_page(
-            request, engine, session, origin, request_id, notice=_decided_notice(outcome)
+            request, engine, session, origin, request_id, notice=_decided_notice(outcome, engine.fingerprint)
         )
     except _Refused as refused:
         return _error_page(request, session, refused.status, refused.message)
@@ -1046,7 +1053,7 @@ async def own_key_submit(request: Request, origin: str, request_id: str, session
         outcome = await submit_decision(request_id, body, engine, None)
         _web(request).changed()
         return await _request_page(
-            request, engine, session, origin, request_id, notice=_decided_notice(outcome)
+            request, engine, session, origin, request_id, notice=_decided_notice(outcome, engine.fingerprint)
         )
     except ValidationError as exc:
         return _error_page(request, session, 422, f"The form is not a decision: {exc.errors()[0]['msg']}.")
