@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from web_support import (
 )
 
 from teaagent.cli._main import run
+from teaagent.cli._serve import STOP_GRACE_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -245,3 +247,35 @@ def test_approvals_web_prints_a_one_time_link_and_opens_no_browser_without_a_des
     assert run(["approvals", "web", "--config", str(web_cluster.beta.config_path)]) == 0
     assert len(opened) == 1
     assert "#code=" in opened[0]
+
+
+def test_an_open_inbox_does_not_hold_the_approver_up_on_sigterm(web_cluster: WebCluster) -> None:
+    process = ApproverProcess(
+        web_cluster.beta, web_cluster.approver.log_path.parent, port=free_port()
+    ).start()
+    streamed = threading.Event()
+
+    def follow() -> None:
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            signed_in(web_cluster, process.url) as client,
+            client.stream("GET", "/web/events", timeout=60) as events,
+        ):
+            for line in events.iter_lines():
+                if line.startswith("event: inbox"):
+                    streamed.set()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        assert streamed.wait(30), "the inbox's event stream sent nothing"
+        assert process.process is not None
+        started = time.monotonic()
+        process.process.terminate()
+        assert process.process.wait(timeout=20) == 0
+        # Its stream ended when the approver was told to stop, not when uvicorn's grace ran out.
+        assert time.monotonic() - started < STOP_GRACE_SECONDS
+    finally:
+        process.stop()
+    reader.join(timeout=20)
+    assert not reader.is_alive()

@@ -474,7 +474,8 @@ async def _events(request: Request, engine: Engine, web: WebState, session: Sess
     sent: set[str] = set()
     last: tuple[Any, ...] | None = None
     quiet_since = time.monotonic()
-    while True:
+    stopping: asyncio.Event = getattr(request.app.state, "stopping", None) or asyncio.Event()
+    while not stopping.is_set():  # set on SIGTERM: an open inbox never holds the approver up
         left = session.expires_at - time.time()
         if left <= 0:
             yield "event: expired\ndata: {}\n\n"
@@ -510,12 +511,15 @@ async def _events(request: Request, engine: Engine, web: WebState, session: Sess
         elif time.monotonic() - quiet_since >= PING_SECONDS:
             yield ": still here\n\n"
             quiet_since = time.monotonic()
-        await _wait_for_change(engine, wake, last_id, min(REFRESH_SECONDS, max(0.05, left)))
+        await _wait_for_change(engine, (wake, stopping), last_id, min(REFRESH_SECONDS, max(0.05, left)))
 
 
-async def _wait_for_change(engine: Engine, wake: asyncio.Event, last_id: Any, seconds: float) -> None:
-    """Until the relay queues a request for this node, a decision is made here, or ``seconds`` pass."""
-    waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(wake.wait())]
+async def _wait_for_change(
+    engine: Engine, events: tuple[asyncio.Event, ...], last_id: Any, seconds: float
+) -> None:
+    """Until the relay queues a request for this node, one of ``events`` is set (a decision made here,
+    the service stopping), or ``seconds`` pass."""
+    waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(event.wait()) for event in events]
     if last_id is not None:
         waits.append(asyncio.ensure_future(engine._wait_for_news(last_id, seconds)))
     try:
