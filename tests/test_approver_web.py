@@ -11,11 +11,12 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from relay_support import ApproverProcess, free_port
+from relay_support import ApproverProcess, free_port, write_cluster
 from web_support import (
     BIDI,
     HOSTILE_SCRIPT,
@@ -279,3 +280,18 @@ def test_an_open_inbox_does_not_hold_the_approver_up_on_sigterm(web_cluster: Web
         process.stop()
     reader.join(timeout=20)
     assert not reader.is_alive()
+
+
+def test_approvals_web_without_an_approver_names_the_command_that_starts_it(
+    tmp_path: Path, redis_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_server, prefix="test:web-none")
+
+    code = run(["approvals", "web", "--no-browser", "--config", str(nodes["beta"].config_path)])
+
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == (
+        f"teaagent: the approver at http://127.0.0.1:{nodes['beta'].approver_port} does not answer; start it "
+        f"with `teaagent approver serve --config {nodes['beta'].config_path}`.\n"
+    )
