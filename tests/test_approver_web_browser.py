@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ if importlib.util.find_spec("playwright") is None or not Path(CHROMIUM).is_file(
     )
 
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
-from relay_support import ApproverProcess, ServedApp, free_port  # noqa: E402
+from relay_support import ApproverProcess, ServedApp, free_port, wait_until  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import HTMLResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -232,7 +233,11 @@ def test_an_operators_own_key_signs_with_ssh_keygen_and_the_signature_is_uploade
     expect(page.locator("#notice")).to_contain_text("not signed by a key that may sign for beta")
     assert cluster.decision(request["request_id"]) is None
 
+    # Back on the page a second later, it offers the very statement that was downloaded and signed.
+    signed_at = json.loads(statement.read_text())["signed_at"]
+    wait_until(lambda: time.time() >= signed_at + 1, timeout=5)
     page.go_back()
+    expect(page.locator("#statement")).to_have_text(statement.read_text())
     page.set_input_files("#signature", str(sign(cluster.operator.private_path)))
     page.click("text=Submit the signed approval")
 

@@ -837,6 +837,8 @@ async def request_page(request: Request, origin: str, request_id: str, session: 
         return await _request_page(request, engine, session, origin, request_id)
     except ApiError as exc:
         return _error_page(request, session, exc.status_code, exc.message)
+    except StoreError as exc:
+        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
 
 
 async def _decide(
@@ -874,6 +876,8 @@ async def _decide(
         return _error_page(request, session, refused.status, refused.message)
     except ApiError as exc:
         return _error_page(request, session, exc.status_code, exc.message)
+    except StoreError as exc:
+        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
 
 
 @router.post("/requests/{origin}/{request_id}/approve")
@@ -925,7 +929,13 @@ async def own_key_page(
     session: SignedIn,
     kind: str = "approval",
     reason: str = "",
+    at: str = "",
 ) -> Response:
+    """The statement to sign, its ``ssh-keygen`` line and the upload form.
+
+    The statement is dated once (``at``, added to the address by a redirect): going back to the
+    page, or reloading it, shows the very statement that was downloaded and signed.
+    """
     try:
         _ref(origin, request_id)
         decision = _kind(kind)
@@ -947,16 +957,24 @@ async def own_key_page(
             expect_tool_name=view["tool_name"],
             expect_payload_digest=view["payload_digest"],
         )
+        signed_reason = reason if decision == "denial" else ""
+        query = f"kind={decision}&reason=" + _url_quote(signed_reason)
+        path = _request_path(view)
+        if not at:
+            dated = f"{path}/own-key?{query}&at={to_sign['statement']['signed_at']}"
+            return RedirectResponse(dated, status_code=303)
+        statement = await _rebuilt(
+            engine, origin, request_id, decision, signed_reason, at, view["tool_name"], view["payload_digest"]
+        )
     except _Refused as refused:
         return _error_page(request, session, refused.status, refused.message)
     except ApiError as exc:
         return _error_page(request, session, exc.status_code, exc.message)
-    statement = to_sign["statement"]
-    at = str(statement["signed_at"])
+    except StoreError as exc:
+        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
+    query = f"{query}&at={at}"
     name = _statement_name(decision, request_id)
     namespace = APPROVAL_NAMESPACE if decision == "approval" else DENIAL_NAMESPACE
-    query = f"kind={decision}&at={at}&reason=" + _url_quote(reason if decision == "denial" else "")
-    path = _request_path(view)
     line = f"ssh-keygen -Y sign -n {namespace} -f ~/.ssh/id_ed25519 {name}"
     fields = _hidden(
         csrf=session.csrf,
@@ -1017,6 +1035,8 @@ async def statement_file(
         return _error_page(request, session, refused.status, refused.message)
     except ApiError as exc:
         return _error_page(request, session, exc.status_code, exc.message)
+    except StoreError as exc:
+        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
     return Response(
         statement_bytes(statement),
         media_type="application/json",
@@ -1065,6 +1085,8 @@ async def own_key_submit(request: Request, origin: str, request_id: str, session
         return _error_page(request, session, refused.status, refused.message)
     except ApiError as exc:
         return _error_page(request, session, exc.status_code, exc.message)
+    except StoreError as exc:
+        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
 
 
 @router.get("/static/{name}")
