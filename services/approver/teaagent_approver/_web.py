@@ -44,6 +44,8 @@ from starlette.datastructures import UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from teaagent._display import LONG_VALUE_CHARS, long_values, visible
+from teaagent._words import moment, plural
+from teaagent.approver_client import signed_by
 from teaagent.errors import SignatureError, StoreError
 from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
 from teaagent.signing import signature_to_wire
@@ -246,7 +248,8 @@ def _shown(text: str, *, newlines: bool = False) -> str:
 
 
 def _clock(when: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+    """The date alone (``2026-12-06 01:02:03Z``): a page's relative part would go stale."""
+    return moment(when).split(",")[0]
 
 
 def _folded(encoded: str, length: int, what: str) -> str:
@@ -298,7 +301,8 @@ def _left(view: Mapping[str, Any]) -> str:
 
 def _policy(view: Mapping[str, Any]) -> str:
     peers = ", ".join(view["peers"])
-    return f"{int(view['required_approvals'])} approval(s) of {_e(peers)}, counted by {_e(view['origin'])}"
+    needed = plural(int(view["required_approvals"]), "approval")
+    return f"{needed} needed from {_e(peers)}, counted by {_e(view['origin'])}"
 
 
 def _rule(view: Mapping[str, Any]) -> str:
@@ -309,16 +313,14 @@ def _rule(view: Mapping[str, Any]) -> str:
     return _e(f"#{rule['index']} tool={rule['tool']!r}{patterns} -> {rule['decision']}")
 
 
-def _signed_so_far(view: Mapping[str, Any], node_id: str) -> str:
+def _signed_so_far(view: Mapping[str, Any], node_id: str, node_key: str | None) -> str:
     """Who has signed, as this approver knows it: this node's own decision, and the verified outcome."""
     parts = []
     decision = view.get("decision")
     if decision is not None:
         verb = "approved" if decision["kind"] == "approval" else "denied"
-        parts.append(
-            f"{_e(node_id)} {verb} (by {_e(decision['by'])}, "
-            f"key <code>{_e(decision['key_fingerprint'])}</code>)"
-        )
+        who = signed_by(decision["by"], decision["key_fingerprint"], node_key)
+        parts.append(f"{_e(node_id)} {verb}, signed {_e(who)}")
     settled = view.get("settled")
     if settled is not None:
         parts.append(
@@ -349,7 +351,7 @@ def _request_path(view: Mapping[str, Any]) -> str:
     return f"/web/requests/{view['origin']}/{view['request_id']}"
 
 
-def card_html(view: Mapping[str, Any], node_id: str) -> str:
+def card_html(view: Mapping[str, Any], node_id: str, node_key: str | None) -> str:
     """One request of the inbox: everything but the decision forms (those are on its own page)."""
     key = f"{view['origin']}/{view['request_id']}"
     heading = f"card-{view['origin']}-{view['request_id']}"
@@ -366,7 +368,7 @@ def card_html(view: Mapping[str, Any], node_id: str) -> str:
         f'<dt>Reason</dt><dd class="text">{_long_text(view["reason"], "a reason")}</dd>'
         f"<dt>Digest</dt><dd><code>{_e(view['payload_digest'])}</code></dd>"
         f"<dt>Policy</dt><dd>{_policy(view)}</dd>"
-        f"<dt>Signed so far</dt><dd>{_signed_so_far(view, node_id)}</dd>"
+        f"<dt>Signed so far</dt><dd>{_signed_so_far(view, node_id, node_key)}</dd>"
         "</dl>"
         f'<details class="arguments" open><summary>Arguments</summary><pre class="json">'
         f"{json_html(view['arguments'])}</pre></details>"
@@ -449,9 +451,13 @@ def _problem_banner(problem: str | None) -> str:
     )
 
 
-def _inbox_main(snapshot: Snapshot, node_id: str) -> str:
+def _inbox_main(snapshot: Snapshot, node_id: str, node_key: str | None) -> str:
     pending = [view for view in snapshot.views if view["state"] == "pending"]
     others = [view for view in snapshot.views if view["state"] != "pending"]
+
+    def cards(views: list[dict[str, Any]]) -> str:
+        return "".join(card_html(view, node_id, node_key) for view in views)
+
     return (
         f"<h1>Requests for {_e(node_id)}</h1>"
         f'<p class="lede">Peers ask {_e(node_id)} to approve these tool calls. Each decision here is '
@@ -459,11 +465,11 @@ def _inbox_main(snapshot: Snapshot, node_id: str) -> str:
         f'<div id="problem">{_problem_banner(snapshot.problem)}</div>'
         '<section aria-labelledby="pending-h"><h2 id="pending-h">Waiting for a decision '
         f'<span class="count" id="pending-count">({len(pending)})</span></h2>'
-        f'<div id="pending" class="cards">{"".join(card_html(view, node_id) for view in pending)}</div>'
+        f'<div id="pending" class="cards">{cards(pending)}</div>'
         f'<p class="empty" id="pending-empty"{" hidden" if pending else ""}>Nothing waits for '
         f"{_e(node_id)}.</p></section>"
         '<section aria-labelledby="settled-h"><h2 id="settled-h">Settled</h2>'
-        f'<div id="settled" class="cards">{"".join(card_html(view, node_id) for view in others)}</div>'
+        f'<div id="settled" class="cards">{cards(others)}</div>'
         f'<p class="empty" id="settled-empty"{" hidden" if others else ""}>None yet.</p></section>'
     )
 
@@ -490,7 +496,7 @@ async def _events(request: Request, engine: Engine, web: WebState, session: Sess
         order: dict[str, list[list[str]]] = {"pending": [], "settled": []}
         if snapshot.problem is None:
             for view in snapshot.views:
-                card = card_html(view, node_id)
+                card = card_html(view, node_id, engine.fingerprint)
                 version = _version(card)
                 key = f"{view['origin']}/{view['request_id']}"
                 order["pending" if view["state"] == "pending" else "settled"].append([key, version])
@@ -596,11 +602,6 @@ def _decide_forms(view: Mapping[str, Any], session: Session, node_id: str, finge
     )
 
 
-def _whose(key: str, node_key: str) -> str:
-    """``(the node key)`` after the node key's fingerprint, ``(an operator's key)`` after another."""
-    return "the node key" if key == node_key else "an operator's own key"
-
-
 def _signed_section(view: Mapping[str, Any], record: Any, node_id: str, node_key: str) -> str:
     """What this node signed, by which key: the statement exactly as signed (the approver's record)."""
     decision = view.get("decision")
@@ -617,8 +618,8 @@ def _signed_section(view: Mapping[str, Any], record: Any, node_id: str, node_key
     return (
         '<section class="signed" aria-labelledby="signed-h">'
         f'<h2 id="signed-h">What {_e(node_id)} signed</h2>'
-        f'<p id="signed-by">{_e(node_id)} {verb} this request: signed by {_e(decision["by"])} with key '
-        f"<code>{_e(decision['key_fingerprint'])}</code> ({_whose(decision['key_fingerprint'], node_key)}) "
+        f'<p id="signed-by">{_e(node_id)} {verb} this request, signed '
+        f"{_e(signed_by(decision['by'], decision['key_fingerprint'], node_key))} "
         f"at {_e(_clock(decision['at']))}.{reason}</p>"
         f"{body}</section>"
     )
@@ -643,7 +644,7 @@ def _request_main(
             node_id,
             f"{_state(view, node_id)} (this node's own decision, not the request's outcome)",
         ),
-        ("Signed so far", _signed_so_far(view, node_id)),
+        ("Signed so far", _signed_so_far(view, node_id, fingerprint)),
         ("Created", _e(_clock(view["created_at"]))),
         (
             "Time left",
@@ -709,10 +710,10 @@ def _decided_notice(outcome: Mapping[str, Any], node_key: str) -> str:
         else f"Not forwarded to {outcome['origin']} yet: the approver sends it again until the relay "
         "takes it."
     )
-    key = outcome["key_fingerprint"]
+    who = signed_by(outcome["by"], outcome["key_fingerprint"], node_key)
     return _notice(
-        f"Done: this node {verb} request {outcome['request_id']} of {outcome['origin']}, signed by "
-        f"{outcome['by']} with key {key} ({_whose(key, node_key)}). {forwarded} {outcome['note']}",
+        f"Done: this node {verb} request {outcome['request_id']} of {outcome['origin']}, signed {who}. "
+        f"{forwarded} {outcome['note']}",
         "done",
     )
 
@@ -733,7 +734,7 @@ async def inbox(request: Request, session: SignedIn) -> Response:
     snapshot = await _snapshot(request, engine)
     page = _layout(
         "Inbox",
-        _inbox_main(snapshot, engine.agent_id),
+        _inbox_main(snapshot, engine.agent_id, engine.fingerprint),
         node_id=engine.agent_id,
         session=session,
         page="inbox",
