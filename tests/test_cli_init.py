@@ -362,7 +362,8 @@ def test_init_cluster_writes_a_commented_rules_example_that_loads_once_uncomment
     path.write_text(text)
     quorum = load_config(path).quorum
     push = quorum.policy_for("git.push")
-    assert push is not None and push.mode == "all_of"
+    assert push is not None
+    assert push.mode == "all_of"
     assert [(term.group, term.peers, term.required) for term in push.terms] == [
         ("ops", ("beta",), 1),
         ("security", ("gamma",), 1),

@@ -64,7 +64,8 @@ def test_rules_give_each_tool_its_policy_first_match_wins(node_dir: Path) -> Non
 
 def test_a_file_without_rules_is_version_1(node_dir: Path) -> None:
     quorum = load(EXAMPLE).quorum
-    assert quorum.rules == () and quorum.groups == {}
+    assert quorum.rules == ()
+    assert quorum.groups == {}
     assert quorum.policy_for("shell.run") is None
 
 
@@ -139,4 +140,5 @@ def test_a_rule_that_cannot_be_met_is_refused_in_one_sentence_naming_it(
     with pytest.raises(ConfigError, match="^" + re.escape(message)) as caught:
         load(text)
     sentence = str(caught.value)
-    assert sentence.endswith(".") and "\n" not in sentence
+    assert sentence.endswith(".")
+    assert "\n" not in sentence
