@@ -265,6 +265,11 @@ class QuorumPolicy:
         joined = "; ".join(term.describe() for term in self.progress(approvers, deniers))
         return f"rule {self.rule}, {'all' if self.mode == 'all_of' else 'any'} of: {joined}"
 
+    def summary(self) -> str:
+        """The terms alone: ``all of: 2 of beta, gamma; 1 of delta``."""
+        terms = "; ".join(f"{term.required} of {', '.join(term.peers)}" for term in self.terms)
+        return f"{'all' if self.mode == 'all_of' else 'any'} of: {terms}"
+
     def terms_of(self, signer: str) -> tuple[str, ...]:
         """The labels of the terms ``signer`` counts toward."""
         return tuple(term.label for term in self.terms if signer in term.peers)
