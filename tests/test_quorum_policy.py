@@ -181,3 +181,35 @@ def test_a_request_whose_policy_is_not_this_nodes_is_named_as_such() -> None:
     assert v1["v"] == 1
     assert "carries no rule (version 1)" in (policy_mismatch(v1, config()) or "")
     assert "configuration gives no rule (version 1)" in (policy_mismatch(doc, config(DELETE)) or "")
+
+
+def test_the_asking_sides_wait_shows_the_terms() -> None:
+    from teaagent.relay_client import WaitProgress, describe_wait, wait_news
+
+    policy = config().policy_for("git.push")
+    assert policy is not None
+    named = policy.named(GROUPS)
+    before = WaitProgress(
+        request_id="0" * 32,
+        tool_name="git.push",
+        why="changed",
+        state="pending",
+        required=2,
+        peers=PEERS,
+        signers=("beta",),
+        received=PEERS,
+        expires_at=NOW + 600,
+        asked_at=NOW,
+        policy=named,
+    )
+    after = WaitProgress(**{**before.__dict__, "signers": ("beta", "gamma")})
+    assert describe_wait(after, NOW + 60, command=False) == (
+        "request 00000000 for git.push: rule git.push*, all of: ops: met by beta, gamma; needs 1 more of "
+        "security: epsilon or zeta; received by beta, gamma, delta, epsilon, zeta; 9m 00s left (expires at "
+        "2025-12-01 06:30:00Z)."
+    )
+    assert wait_news(before, after, NOW + 2)[-1] == (
+        "✓ gamma approved (2.0 s after asking): rule git.push*, all of: ops: met by beta, gamma; "
+        "needs 1 more of security: epsilon or zeta."
+    )
+    assert after.to_dict(NOW)["policy"]["terms"][1]["missing"] == 1

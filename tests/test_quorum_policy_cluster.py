@@ -20,7 +20,7 @@ from relay_support import ApproverProcess, Node, approval, denial, running, wait
 from teaagent.config import load_config
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import evaluate, verify_certificate
-from teaagent.relay_client import RelayClient, RelayQuorumGate
+from teaagent.relay_client import RelayClient, RelayQuorumGate, describe_wait
 from teaagent.trust import MultiSigQuorumConfig
 
 pytestmark = pytest.mark.slow
@@ -73,7 +73,8 @@ class Asking:
     def __init__(self, alpha: Node, config: MultiSigQuorumConfig, request: dict[str, Any]) -> None:
         self.request = request
         self.result: dict[str, Any] | BaseException | None = None
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # the gate's progress lines (a command line's stderr)
+        self.waits: list[str] = []  # describe_wait of each view of the wait (the agent's, the TUI's)
         self._gate = RelayQuorumGate(
             relay_url=alpha.url,
             token=alpha.token,
@@ -82,6 +83,7 @@ class Asking:
             config=config,
             timeout=WAIT,
             on_progress=self.lines.append,
+            on_wait=lambda progress: self.waits.append(describe_wait(progress, command=False)),
         )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -183,6 +185,12 @@ def test_all_of_runs_only_when_both_terms_are_met_and_a_security_denial_denies_i
         "approved by beta, delta, gamma "
         "(rule git.push*, all of: ops: met by beta, gamma; security: met by delta)"
     )
+    # The asking side showed the terms while it waited, and what was still missing.
+    missing = "ops: met by beta, gamma; needs 1 more of security: delta"
+    assert asking.lines[0].startswith(
+        "git.push needs rule 'git.push*' (all of: 2 of beta, gamma; 1 of delta); request "
+    )
+    assert any(missing in line for line in asking.waits), asking.waits
     assert isinstance(denied, ApprovalDeniedError), denied
     assert str(denied).startswith("git.push was denied by delta: not this release (rule git.push*, all of: ")
     assert "security: can no longer be met (denied by delta)" in str(denied)

@@ -8,13 +8,20 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import httpx
 
 from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
-from teaagent.quorum import evaluate, policy_mismatch, request_problem, sign_request, sign_withdrawal
+from teaagent.quorum import (
+    evaluate,
+    policy_mismatch,
+    request_policy,
+    request_problem,
+    sign_request,
+    sign_withdrawal,
+)
 from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient, RequestStatus
 from teaagent.relay_client._progress import WaitProgress, WaitWhy, next_reminder
 from teaagent.signing import Signer
@@ -46,6 +53,14 @@ def _transient(exc: RelayError) -> bool:
 def _nobody_listens(exc: RelayError) -> bool:
     """Nothing accepted the connection: no relay runs there (a configuration matter, not a blip)."""
     return isinstance(exc.__cause__, httpx.ConnectError)
+
+
+def _needs(request: Mapping[str, Any], config: MultiSigQuorumConfig) -> str:
+    """What a request needs: ``2 approvals from 3 peers``, or its rule and terms (version 2)."""
+    policy = request_policy(request)
+    if policy is None:
+        return config.describe_quorum()
+    return f"rule {policy.rule!r} ({policy.named(config.groups).summary()})"
 
 
 def _with_denials(certificate: dict[str, Any], denials: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -274,7 +289,7 @@ class RelayQuorumGate:
             self._progress(f"{exc} Trying again.")
         else:
             self._progress(
-                f"{tool_name} needs {self._config.describe_quorum()}; request {request_id} sent to the peers."
+                f"{tool_name} needs {_needs(request, self._config)}; request {request_id} sent to the peers."
             )
             if status is not None:
                 self._tell(shown, "sent", self._report(request, status))
@@ -475,6 +490,7 @@ class RelayQuorumGate:
             denial_reasons=dict(counted.denial_reasons),
             approvals=tuple(counted.approvals),
             denials=verified_denials,
+            policy=counted.policy,
         )
 
     def _report(self, request: dict[str, Any], status: RequestStatus) -> RequestStatus:
