@@ -213,3 +213,32 @@ def test_the_asking_sides_wait_shows_the_terms() -> None:
         "needs 1 more of security: epsilon or zeta."
     )
     assert after.to_dict(NOW)["policy"]["terms"][1]["missing"] == 1
+
+
+def test_approvals_show_names_the_rule_its_terms_and_the_term_this_node_counts_toward() -> None:
+    from teaagent.approver_client import ApprovalItem
+    from teaagent.cli._approvals import show_lines
+
+    doc = request("git.push")
+    item = ApprovalItem.from_json(
+        {
+            **{name: doc[name] for name in ("request_id", "origin", "tool_name", "arguments", "reason")},
+            **{name: doc[name] for name in ("payload_digest", "run_id", "call_id", "required_approvals")},
+            **{name: doc[name] for name in ("peers", "created_at", "expires_at")},
+            "seconds_left": 60,
+            "state": "pending",
+            "decision": None,
+            "rule": None,
+            "request": doc,
+            "signature": sign_request(doc, signer("alpha")),
+        }
+    )
+    lines = show_lines(item, "epsilon", NOW + 1)
+    start = next(i for i, line in enumerate(lines) if line.startswith("quorum"))
+    assert lines[start : start + 4] == [
+        "quorum       rule git.push*: all of 2 terms, counted by alpha",
+        "  term 1     2 of beta, delta, gamma",
+        "  term 2     1 of epsilon, zeta",
+        "counts for   epsilon's decision counts toward term 2",
+    ]
+    assert "counts for   beta's decision counts toward term 1" in show_lines(item, "beta", NOW + 1)
