@@ -21,10 +21,11 @@ What one quorum costs in the real path, counted in the same run: its HTTP hops (
 long-poll, two deliveries to the peers, each approver's inbox listings and its decision, two
 decisions back), its Redis round trips (a script, a pipeline or a transaction is one: the
 writes are the ``EVALSHA`` and ``EXEC`` calls of ``INFO commandstats``; the reads are the rest of
-the shared server's read events, ``INFO stats`` ``total_reads_processed``, and none when there are
-fewer read events than writes, so that the floor errs on the cheap side: each service's store
-client sends the commands of all its callers over one shared connection, so that one read
-event of the server may carry several of them), and its cryptography by the code: 3 signatures
+the shared server's read events, ``INFO stats`` ``total_reads_processed``; when a window has
+fewer read events than writes, several commands came in one read event and the reads cannot be
+told apart: ``redis_reads_cN`` is then left out, ``redis_reads_cN_omitted`` says why, and that
+concurrency's floor does the reads measured at the lowest concurrency), and its cryptography by
+the code: 3 signatures
 (the request, two approvals) and 12 verifications (the request by alpha's relay, by each peer's
 relay and approver, and in the certificate; each approval by its peer's relay, by alpha's relay
 and in the certificate).
@@ -302,8 +303,8 @@ def _redis_counters(client: redis.Redis) -> tuple[float, float]:
 
     Writes are counted by their calls; the rest are the server's read events
     (``total_reads_processed``: a script's inner commands, a pipeline's and a transaction's are
-    in one) less the writes. Over a window that difference is below zero when the shared
-    connections carried more than one command per read event; ``bench_quorum`` counts it as none.
+    in one) less the writes. Over a window that difference is below zero when clients sent more
+    than one command per read event; ``bench_quorum`` then leaves the figure out (``_reads``).
     """
     trips = float(client.info("stats")["total_reads_processed"])
     calls: dict[str, Any] = client.info("commandstats")
@@ -743,12 +744,36 @@ async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, fl
 # -- the benchmark ----------------------------------------------------------------------------------
 
 
+def _reads(counted: Mapping[int, _Counters]) -> tuple[dict[int, float], dict[int, str]]:
+    """Reads per quorum for the floor at each concurrency, and why a concurrency's are not measured.
+
+    The server counts read events, not commands: when clients send several commands that one
+    read event takes in (pipelined by a client, or packed on a shared connection), a window has
+    fewer read events than writes and its reads cannot be told apart (``_redis_counters``). Such
+    a concurrency's figure is left out with the reason, never reported as zero, and its floor
+    does the reads measured at the lowest concurrency where they were (the same quorum, so the
+    same reads), or none if none was.
+    """
+    measured = {c: per.reads for c, per in counted.items() if per.reads >= 0}
+    omitted = {
+        c: (
+            f"not measurable: the server took in {-per.reads:.2f} fewer read events than writes per "
+            "quorum (several commands per read event); the floor does "
+            + (f"the reads measured at c{min(measured)}" if measured else "no reads")
+        )
+        for c, per in counted.items()
+        if per.reads < 0
+    }
+    fallback = measured[min(measured)] if measured else 0.0
+    return {c: measured.get(c, fallback) for c in counted}, omitted
+
+
 def _percentile(latencies: list[float], fraction: float) -> float:
     ordered = sorted(latencies)
     return ordered[max(0, min(len(ordered) - 1, round(len(ordered) * fraction) - 1))]
 
 
-def bench_quorum(seconds: float = 3.0) -> dict[str, float]:
+def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
     """``teaagent bench quorum``: end-to-end quorums against their floor (see the module docstring).
 
     Args:
@@ -773,7 +798,7 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, float]:
         raise ValueError(f"seconds must be positive, not {seconds}")
     raw = {name: Ed25519PrivateKey.generate() for name in NODES}
     keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
-    figures: dict[str, float] = {}
+    figures: dict[str, Any] = {}
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-quorum-") as temporary,
         EmbeddedRedis(Path(temporary) / "redis") as server,
@@ -807,11 +832,13 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, float]:
                     hops=delta.hops / quorums,
                     server_seconds={k: v / quorums for k, v in delta.server_seconds.items()},
                     writes=delta.writes / quorums,
-                    reads=max(0.0, delta.reads) / quorums,  # see the module docstring
+                    reads=delta.reads / quorums,  # below zero: not measurable (_reads)
                     cpu={k: v / quorums for k, v in delta.cpu.items()},
                 )
+        reads, omitted = _reads(counted)
         with _floor_server(folder) as http_port:
-            floors = {c: _floor(c, seconds, http_port, store, _plan(counted[c])) for c in CONCURRENCIES}
+            plans = {c: _plan(dataclasses.replace(counted[c], reads=reads[c])) for c in CONCURRENCIES}
+            floors = {c: _floor(c, seconds, http_port, store, plans[c]) for c in CONCURRENCIES}
             hop, written, got = asyncio.run(_io_costs(http_port, store))
         client.close()
     sign, verify = _crypto_costs()
@@ -826,17 +853,47 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, float]:
         figures[f"floor_throughput_{suffix}"] = floor.throughput
         figures[f"http_hops_{suffix}"] = per.hops
         figures[f"redis_writes_{suffix}"] = per.writes
-        figures[f"redis_reads_{suffix}"] = per.reads
+        if concurrency in omitted:
+            figures[f"redis_reads_{suffix}_omitted"] = omitted[concurrency]
+        else:
+            figures[f"redis_reads_{suffix}"] = per.reads
         figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
     figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
     figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
     one = counted[1]
     figures["profile_sign_ms"] = SIGNATURES * sign * 1000
     figures["profile_verify_ms"] = VERIFICATIONS * verify * 1000
-    figures["profile_redis_ms"] = (one.writes * written + one.reads * got) * 1000
+    figures["profile_redis_ms"] = (one.writes * written + reads[1] * got) * 1000
     figures["profile_http_ms"] = one.hops * hop * 1000
     for name, spent in one.server_seconds.items():
         figures[f"profile_server_ms_{name}"] = spent * 1000
     for label, spent in one.cpu.items():
         figures[f"profile_cpu_ms_{label.replace('-', '_')}"] = spent * 1000
+    return figures
+
+
+# -- issue 29, the Redis side: the cluster on each store client ----------------------------------------
+
+# The figures of one run that compare store clients end to end.
+STORE_VARIANT_FIGURES: Final = (
+    "p50_ms_c1",
+    "throughput_c64",
+    "cluster_cpu_ms_per_quorum_c64",
+    "floor_ratio",
+    "floor_throughput_ratio_c64",
+)
+
+
+def bench_quorum_store_variants(seconds: float, variants: tuple[str, ...]) -> dict[str, Any]:
+    """``bench_quorum`` with every service's store on each client of ``variants`` (``STORE_VARIANTS``
+    of ``teaagent.relay_client._bench``), each against its own floor in its own run:
+    ``store_<variant>_<figure>`` for each of ``STORE_VARIANT_FIGURES``."""
+    from teaagent.relay_client._bench import store_client
+
+    figures: dict[str, Any] = {}
+    for variant in variants:
+        with store_client(variant):
+            measured = bench_quorum(seconds)
+        for name in STORE_VARIANT_FIGURES:
+            figures[f"store_{variant}_{name}"] = measured[name]
     return figures

@@ -61,6 +61,9 @@ MAX_CONNECTIONS = 64  # per async client, for commands that answer at once
 # Per async store, for blocking reads (long-polls, queue claims) on a pool of their own: each holds
 # a connection while it blocks, and sharing one pool let 64 waiting long-polls starve every command.
 BLOCKING_CONNECTIONS = 1024
+# Which asyncio client a single server gets (benches only, while both are measured): "redispy" is
+# redis-py's own client on its blocking pool, anything else this module's lean client.
+STORE_CLIENT_ENV: Final = "TEAAGENT_STORE_CLIENT"
 POOL_WAIT_TIMEOUT = 10.0  # seconds a caller waits for a free pooled connection before failing
 
 AsyncClient: TypeAlias = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
@@ -153,6 +156,18 @@ def make_async_client(
             socket_connect_timeout=options.connect_timeout,
             health_check_interval=options.health_check_interval,
             retry=retry,
+        )
+    if os.environ.get(STORE_CLIENT_ENV) == "redispy":  # the benches' variant: redis-py as shipped
+        return redis.asyncio.Redis(
+            connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+                redis_url,
+                max_connections=options.max_connections,
+                timeout=POOL_WAIT_TIMEOUT,
+                socket_timeout=options.socket_timeout,
+                socket_connect_timeout=options.connect_timeout,
+                health_check_interval=options.health_check_interval,
+                retry=retry,
+            )
         )
     pool = QuickBlockingPool.from_url(
         redis_url,
