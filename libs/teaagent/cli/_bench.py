@@ -70,17 +70,7 @@ def _mcp(seconds: float) -> dict[str, float]:
 def _quorum(seconds: float) -> dict[str, float | str]:
     from teaagent.relay_client._quorum_bench import bench_quorum
 
-    figures = bench_quorum(seconds)
-    figures.update(_quorum_store_variants(seconds))
-    return figures
-
-
-def _quorum_store_variants(seconds: float) -> dict[str, float]:
-    """Issue 29: the cluster's figures on each store client (the Redis side)."""
-    from teaagent.relay_client._bench import STORE_VARIANTS
-    from teaagent.relay_client._quorum_bench import bench_quorum_store_variants
-
-    return bench_quorum_store_variants(seconds, STORE_VARIANTS)
+    return bench_quorum(seconds)
 
 
 # Figures are numbers; a figure that could not be measured is left out, and ``<name>_omitted``

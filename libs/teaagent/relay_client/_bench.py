@@ -28,7 +28,6 @@ client CPU of one raw EVALSHA round trip (``raw_evalsha_client_cpu_us``);
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import secrets
@@ -38,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -349,7 +348,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     ):
         figures = bench_ratelimit(server.url, seconds / 2)
         figures.update(bench_async_client(server.url, seconds / 2))
-        figures.update(bench_relay_redis(server, seconds / 2, seconds))
+        figures.update(bench_relay_redis(server, seconds / 2))
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-ratelimit-") as folder,
         EmbeddedRedis(Path(folder) / "always") as server,
@@ -365,25 +364,6 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
 
 
 # -- issue 29, the Redis side: the store's Redis client, library against library --------------------
-
-# The store's asyncio clients a relay can run on end to end, by ``TEAAGENT_STORE_CLIENT``.
-STORE_VARIANTS: Final = ("lean", "redispy")
-
-
-@contextlib.contextmanager
-def store_client(variant: str) -> Iterator[None]:
-    """Services started inside the block run their store on ``variant`` (``STORE_VARIANTS``)."""
-    from teaagent.store._connection import STORE_CLIENT_ENV
-
-    before = os.environ.get(STORE_CLIENT_ENV)
-    os.environ[STORE_CLIENT_ENV] = variant
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(STORE_CLIENT_ENV, None)
-        else:
-            os.environ[STORE_CLIENT_ENV] = before
 
 
 def tcp_url(server: EmbeddedRedis) -> str:
@@ -401,16 +381,13 @@ def tcp_url(server: EmbeddedRedis) -> str:
     return f"redis://:{password}@127.0.0.1:{port}/0"
 
 
-def bench_relay_redis(server: EmbeddedRedis, seconds: float, decision_seconds: float) -> dict[str, Any]:
-    """The ``lib_*`` figures on ``server`` (``teaagent.store._bench_libraries``), then the relay's
-    decisions per second and CPU per decision on each store client (``STORE_VARIANTS``):
-    ``decisions_per_s_store_<variant>`` and ``relay_cpu_ms_per_decision_store_<variant>``."""
+def bench_relay_redis(server: EmbeddedRedis, seconds: float) -> dict[str, Any]:
+    """The ``lib_*`` figures on ``server``: redis-py, coredis and valkey-glide against the wire's floor
+    (``teaagent.store._bench_libraries``; glide over the server's TCP port, beside redis-py there).
+
+    The store's own client of before (``lean``) and the relay's decisions on it were measured end to
+    end at commit 18dc4de (``TEAAGENT_STORE_CLIENT``); docs/architecture.md has the figures.
+    """
     from teaagent.store._bench_libraries import bench_redis_libraries
 
-    figures = bench_redis_libraries(server.url, tcp_url(server), seconds)
-    for variant in STORE_VARIANTS:
-        with store_client(variant):
-            measured = bench_decisions(decision_seconds)
-        figures[f"decisions_per_s_store_{variant}"] = measured["decisions_per_s"]
-        figures[f"relay_cpu_ms_per_decision_store_{variant}"] = measured["relay_cpu_ms_per_decision"]
-    return figures
+    return bench_redis_libraries(server.url, tcp_url(server), seconds, ("redispy", "coredis", "glide"))

@@ -82,6 +82,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import hiredis
 import httpx
 import redis
 from cryptography.hazmat.primitives import serialization
@@ -457,29 +458,42 @@ def _plan(per_quorum: _Counters) -> _Plan:
 
 
 def _resp(*parts: bytes) -> bytes:
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+    """A command as RESP, packed by hiredis."""
+    packed: bytes = hiredis.pack_command(parts)  # type: ignore[arg-type]  # its stub takes 1-tuples
+    return packed
 
 
-async def _resp_call(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], command: bytes) -> bytes:
-    reader, writer = connection
-    writer.write(command)
-    line = await reader.readuntil(b"\r\n")
-    if line.startswith(b"-"):
-        raise RuntimeError(f"Redis refused a floor command: {line.decode(errors='replace').strip()}")
-    if line.startswith(b"$") and int(line[1:-2]) >= 0:
-        return (await reader.readexactly(int(line[1:-2]) + 2))[:-2]
-    return line[1:-2]
+@dataclass
+class _RedisConnection:
+    """A kept connection of the floor: commands written as they are, replies read by hiredis."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    replies: hiredis.Reader = dataclasses.field(default_factory=hiredis.Reader)
 
 
-async def _redis_connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _resp_call(connection: _RedisConnection, command: bytes) -> bytes:
+    connection.writer.write(command)
+    while (reply := connection.replies.gets()) is False:
+        data = await connection.reader.read(65536)
+        if not data:
+            raise RuntimeError("Redis closed a floor connection")
+        connection.replies.feed(data)
+    if isinstance(reply, Exception):
+        raise RuntimeError(f"Redis refused a floor command: {reply}")
+    return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+async def _redis_connect(url: str) -> _RedisConnection:
     parts = urlsplit(url)
     if parts.scheme == "unix":  # the embedded server listens on its socket only
         connection = await asyncio.open_unix_connection(parts.path)
     else:
         connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
+    kept = _RedisConnection(*connection)
     if parts.password:
-        await _resp_call(connection, _resp(b"AUTH", parts.password.encode()))
-    return connection
+        await _resp_call(kept, _resp(b"AUTH", parts.password.encode()))
+    return kept
 
 
 async def _hop(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: bytes) -> None:
@@ -541,7 +555,7 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
     value = canonical({"statement": approval_statement(request, "beta", 0), "signature": approvals["beta"]})
     loader = await _redis_connect(job.redis_url)
     sha = await _resp_call(loader, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
-    loader[1].close()
+    loader.writer.close()
     plan = job.plan
 
     async def connections(count: int, port: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
@@ -585,8 +599,10 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
                     sshsig_verify(statements[peer], approvals[peer], public[peer], APPROVAL_NAMESPACE)
                 spans.append((begun, time.perf_counter()))
         finally:
-            for _reader, writer in (origin_http, *branch_http, *branch_redis):
+            for _reader, writer in (origin_http, *branch_http):
                 writer.close()
+            for kept in branch_redis:
+                kept.writer.close()
 
     started = asyncio.Event()
     stop_at = warm = 0.0
@@ -736,7 +752,7 @@ async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, fl
                 costs[index].append(time.perf_counter() - begun)
     finally:
         http[1].close()
-        redis_connection[1].close()
+        redis_connection.writer.close()
     hop, written, got = (_median_seconds(samples) for samples in costs)
     return hop, written, got
 
@@ -869,31 +885,4 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         figures[f"profile_server_ms_{name}"] = spent * 1000
     for label, spent in one.cpu.items():
         figures[f"profile_cpu_ms_{label.replace('-', '_')}"] = spent * 1000
-    return figures
-
-
-# -- issue 29, the Redis side: the cluster on each store client ----------------------------------------
-
-# The figures of one run that compare store clients end to end.
-STORE_VARIANT_FIGURES: Final = (
-    "p50_ms_c1",
-    "throughput_c64",
-    "cluster_cpu_ms_per_quorum_c64",
-    "floor_ratio",
-    "floor_throughput_ratio_c64",
-)
-
-
-def bench_quorum_store_variants(seconds: float, variants: tuple[str, ...]) -> dict[str, Any]:
-    """``bench_quorum`` with every service's store on each client of ``variants`` (``STORE_VARIANTS``
-    of ``teaagent.relay_client._bench``), each against its own floor in its own run:
-    ``store_<variant>_<figure>`` for each of ``STORE_VARIANT_FIGURES``."""
-    from teaagent.relay_client._bench import store_client
-
-    figures: dict[str, Any] = {}
-    for variant in variants:
-        with store_client(variant):
-            measured = bench_quorum(seconds)
-        for name in STORE_VARIANT_FIGURES:
-            figures[f"store_{variant}_{name}"] = measured[name]
     return figures

@@ -16,8 +16,6 @@ documentation has it used:
 - ``glide``: valkey-glide's ``GlideClient`` (one multiplexed connection, a Rust core) with its
   ``Script`` and an atomic ``Batch``. Glide speaks TCP only, so it runs against the same server's
   TCP port (``tcp_url``), beside ``redispy_tcp``, redis-py as above on that port;
-- ``lean``: the store's own client of today (``make_async_client``), when this module is run on a
-  tree that still has it.
 
 Each figure is the client process's CPU microseconds per call (user and system, every thread, so
 glide's Rust threads count): ``lib_<call>_client_cpu_us_<variant>``; the floor is the same calls
@@ -188,28 +186,6 @@ async def _glide(url: str) -> tuple[Any, Callable[[str, str, str, str], tuple[_C
     return client, calls
 
 
-async def _lean(url: str) -> tuple[Any, Callable[[str, str, str, str], tuple[_Call, _Call]]]:
-    from teaagent.store._connection import StoreOptions, make_async_client
-
-    client = make_async_client(url, StoreOptions())
-    sha = await client.script_load(_SCRIPT)
-
-    def calls(doc: str, outcome: str, decisions: str, value: str) -> tuple[_Call, _Call]:
-        async def write(_index: int) -> object:
-            return await client.evalsha(sha, 1, doc, value)
-
-        async def reads(_index: int) -> object:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.get(doc)
-                pipe.hgetall(outcome)
-                pipe.hgetall(decisions)
-                return await pipe.execute()
-
-        return write, reads
-
-    return client, calls
-
-
 async def _close(client: Any) -> None:
     closing = getattr(client, "aclose", None) or getattr(client, "close", None)
     if closing is not None:
@@ -226,7 +202,7 @@ async def _bench(url: str, tcp_url: str | None, seconds: float, variants: tuple[
     prefix = f"bench:{uuid.uuid4().hex[:12]}"
     doc, outcome, decisions = (f"{prefix}:{{libs}}:{name}" for name in ("doc", "outcome", "decisions"))
     value = "v" * 400
-    makers = {"lean": _lean, "redispy": _redispy, "coredis": _coredis}
+    makers = {"redispy": _redispy, "coredis": _coredis}
     clients: list[Any] = []
     contenders: dict[str, _Call] = {}
     figures: dict[str, Any] = {"lib_callers": CALLERS}
@@ -296,7 +272,7 @@ def bench_redis_libraries(
     url: str,
     tcp_url: str | None = None,
     seconds: float = 2.0,
-    variants: tuple[str, ...] = ("lean", "redispy", "coredis", "glide"),
+    variants: tuple[str, ...] = ("redispy", "coredis", "glide"),
 ) -> dict[str, Any]:
     """Client CPU per EVALSHA and per MULTI of three through each Redis library (see the module docstring).
 
