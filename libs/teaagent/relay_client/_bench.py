@@ -21,7 +21,7 @@ core of its own is about ``1000 / relay_cpu_ms_per_decision``.
 
 Its floor, measured in the same ``teaagent bench relay``: one SSHSIG verification of the same
 approvals (``verify_ms_per_decision``, this process's CPU over a few hundred of them) plus the
-client CPU of one raw EVALSHA round trip (``raw_evalsha_client_cpu_us``);
+client CPU of one raw EVALSHA round trip, no client library (``raw_evalsha_wire_client_cpu_us``);
 ``relay_ratio_to_floor`` is the relay's CPU per decision over their sum.
 """
 
@@ -357,7 +357,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     figures["ratelimit_fsync_always_per_s"] = shipped["ratelimit_per_s"]
     figures["ratio_to_raw_evalsha_fsync_always"] = shipped["ratio_to_raw_evalsha"]
     figures.update(bench_decisions(seconds))
-    floor = figures["verify_ms_per_decision"] + figures["raw_evalsha_client_cpu_us"] / 1000
+    floor = figures["verify_ms_per_decision"] + figures["raw_evalsha_wire_client_cpu_us"] / 1000
     figures["relay_floor_ms_per_decision"] = floor
     figures["relay_ratio_to_floor"] = figures["relay_cpu_ms_per_decision"] / floor
     return figures

@@ -262,52 +262,6 @@ class _RawConnection:
                 replies -= 1
 
 
-class _RawShared:
-    """The floor of a shared connection: RESP by hand over one connection that every caller uses.
-
-    A call queues its packed bytes and a future; what is queued in one turn of the loop leaves in
-    one write on the next, and one read task hands the replies out in order (hiredis parses).
-    """
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        import collections
-
-        import hiredis
-
-        self._writer = writer
-        self._pending: collections.deque[list[Any]] = collections.deque()
-        self._outgoing: list[bytes] = []
-        self._replies = hiredis.Reader()
-        self._reading = asyncio.get_running_loop().create_task(self._read(reader))
-
-    def call(self, packed: bytes, replies: int) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._pending.append([future, replies])
-        if not self._outgoing:
-            loop.call_soon(self._write)
-        self._outgoing.append(packed)
-        return future
-
-    def _write(self) -> None:
-        self._writer.write(b"".join(self._outgoing))
-        self._outgoing.clear()
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while data := await reader.read(65536):
-            self._replies.feed(data)
-            while self._replies.gets() is not False:  # RESP2: no reply is False
-                entry = self._pending[0]
-                entry[1] -= 1
-                if not entry[1]:
-                    self._pending.popleft()
-                    entry[0].set_result(None)
-
-    def close(self) -> None:
-        self._reading.cancel()
-        self._writer.close()
-
-
 async def _concurrent(calls: Callable[[int], Awaitable[object]], seconds: float) -> float:
     """``CALLERS`` callers of ``calls(caller)`` for ``seconds``: this process's CPU microseconds a call."""
     done = 0
@@ -342,13 +296,12 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
     )
     parts = urlsplit(redis_url)
     floor: list[_RawConnection] = []
-    shared: _RawShared | None = None
     try:
         sha = await ours.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)")
         value = "v" * 400
         await ours.hset(outcome, mapping={"state": "pending", "required": "2", "peers": "2"})
         await ours.hset(decisions, mapping={"approval:beta": value})
-        for _ in range(CALLERS + 1):
+        for _ in range(CALLERS):
             if parts.scheme == "unix":  # the embedded server listens on its socket only
                 connection = await asyncio.open_unix_connection(parts.path)
             else:
@@ -358,8 +311,6 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
                 user = [parts.username] if parts.username else []
                 await kept.call(_pack("AUTH", *user, parts.password), 1)
             floor.append(kept)
-        last = floor.pop()
-        shared = _RawShared(last.reader, last.writer)
         raw_write = _pack("EVALSHA", sha, 1, doc, value)
         raw_reads = b"".join(
             [
@@ -373,8 +324,6 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
 
         async def raw(index: int, packed: bytes, replies: int) -> None:
             await floor[index].call(packed, replies)
-
-        on_shared = shared
 
         def reads(client: Any) -> Callable[[int], Awaitable[object]]:
             async def call(_index: int) -> object:
@@ -390,11 +339,9 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
             "async_evalsha_client_cpu_us": lambda _index: ours.evalsha(sha, 1, doc, value),
             "async_evalsha_redispy_client_cpu_us": lambda _index: stock.evalsha(sha, 1, doc, value),
             "async_evalsha_raw_client_cpu_us": lambda index: raw(index, raw_write, 1),
-            "async_evalsha_raw_shared_client_cpu_us": lambda _index: on_shared.call(raw_write, 1),
             "async_multi3_client_cpu_us": reads(ours),
             "async_multi3_redispy_client_cpu_us": reads(stock),
             "async_multi3_raw_client_cpu_us": lambda index: raw(index, raw_reads, _READS + 2),
-            "async_multi3_raw_shared_client_cpu_us": lambda _index: on_shared.call(raw_reads, _READS + 2),
         }
         for call in contenders.values():  # warm up: every connection opened, scripts cached
             await _concurrent(call, ROUND_SECONDS / 5)
@@ -407,8 +354,6 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
     finally:
         for kept in floor:
             kept.writer.close()
-        if shared is not None:
-            shared.close()
         await ours.delete(doc, outcome, decisions)
         await ours.aclose()
         await stock.aclose()
@@ -417,9 +362,6 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
         figures[f"async_{kind}_ratio_to_raw"] = figures[f"async_{kind}_client_cpu_us"] / raw_cpu
         figures[f"async_{kind}_redispy_ratio_to_raw"] = (
             figures[f"async_{kind}_redispy_client_cpu_us"] / raw_cpu
-        )
-        figures[f"async_{kind}_ratio_to_raw_shared"] = (
-            figures[f"async_{kind}_client_cpu_us"] / figures[f"async_{kind}_raw_shared_client_cpu_us"]
         )
     return figures
 
@@ -430,14 +372,13 @@ def bench_async_client(redis_url: str, seconds: float = 2.0) -> dict[str, float]
     Client CPU microseconds per call, the median of interleaved rounds (``ROUND_SECONDS`` each,
     ``seconds`` per contender in all), for two calls a relay makes on every quorum: an
     ``EVALSHA`` of a one-line ``SET ... EX`` script and a ``MULTI`` of three reads (a document and
-    two hashes). Each is made three ways: through the store's client (``make_async_client``),
-    through redis-py's own asyncio client on its ``BlockingConnectionPool`` (``*_redispy_*``, for
-    context), and, the floor, as RESP written and read by hand over ``CALLERS`` kept connections
+    two hashes). Each is made three ways: through the store's client (``make_async_client``:
+    redis-py's, on the pool of ``StoreOptions.max_connections``), through redis-py's asyncio
+    client built by hand on a ``BlockingConnectionPool`` of 64 (``*_redispy_*``, for context),
+    and, the floor, as RESP packed and read by hiredis over ``CALLERS`` kept connections
     (``*_raw_*``). ``async_<call>_ratio_to_raw`` is the store's figure over the floor's, and
-    ``async_<call>_redispy_ratio_to_raw`` redis-py's over the floor's. The store's client sends
-    such commands over one connection that its callers share, so a second floor does the same by
-    hand (``*_raw_shared_*``: one connection, one write a turn of the loop, one task handing out
-    the replies), and ``async_<call>_ratio_to_raw_shared`` is the store's figure over that one.
+    ``async_<call>_redispy_ratio_to_raw`` redis-py's over the floor's. ``bench_redis_libraries``
+    sets other libraries beside redis-py the same way (``lib_*``).
 
     Raises:
         StoreError: Redis is unreachable or failed.
