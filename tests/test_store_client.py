@@ -3,16 +3,20 @@
 ``make_async_client`` builds ``redis.asyncio.Redis`` on a ``BlockingConnectionPool`` sized to the
 calls in flight (hiredis parses: a dependency). These tests hold it, on the real server or on a
 scripted one, to the failures issue 29 lists: a cancellation mid-reply, a server closing mid-reply,
-a timeout that fails only its own caller, a reconnect, a write the server does not take; and, on
+a timeout that fails only its own caller, a reconnect, TLS; and, on
 both, no reply is ever served to another command.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import ssl
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import pytest
 import redis
@@ -287,3 +291,93 @@ def test_callers_beyond_the_pool_wait_their_turn_and_all_are_answered(
             await client.aclose()
 
     assert run(scenario) == [b"mine"] * 50
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files in ``folder``."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    where = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(where, critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+def test_the_store_client_speaks_tls_and_refuses_a_certificate_it_does_not_trust(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A TLS endpoint in front of the real server (its build has no TLS of its own): ``rediss://``."""
+    cert, key = _self_signed(tmp_path)
+    upstream = urlsplit(redis_url)
+    name = f"{redis_prefix}:tls:{{one}}"
+
+    async def connect_upstream() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if upstream.scheme == "unix":
+            return await asyncio.open_unix_connection(upstream.path)
+        return await asyncio.open_connection(upstream.hostname, upstream.port or 6379)
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def terminate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await connect_upstream()
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    async def scenario() -> tuple[Any, list[Any], type[BaseException]]:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        server = await asyncio.start_server(terminate, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        password = f":{quote(upstream.password, safe='')}@" if upstream.password else ""
+        trusted = make_async_client(
+            f"rediss://{password}127.0.0.1:{port}/0?ssl_ca_certs={quote(str(cert))}", StoreOptions()
+        )
+        untrusted = make_async_client(f"rediss://{password}127.0.0.1:{port}/0", StoreOptions(retries=0))
+        try:
+            await trusted.set(name, "mine")
+            got = await trusted.get(name)
+            async with trusted.pipeline(transaction=True) as pipe:
+                pipe.get(name)
+                pipe.delete(name)
+                piped = await pipe.execute()
+            with pytest.raises(redis.exceptions.ConnectionError) as refused:
+                await untrusted.ping()
+            return got, piped, refused.type
+        finally:
+            await trusted.aclose()
+            await untrusted.aclose()
+            server.close()
+
+    assert run(scenario) == (b"mine", [b"mine", 1], redis.exceptions.ConnectionError)
