@@ -8,7 +8,7 @@ import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent.relay_client._quorum_bench import CONCURRENCIES, FLOOR_CLIENT_HOPS, _Counters, _reads
+from teaagent.relay_client._quorum_bench import CONCURRENCIES, FLOOR_CLIENT_HOPS, _Counters, _trips
 
 ISSUE_KEYS = {"p50_ms_c1", "p99_ms_c1", "throughput_c16", "throughput_c64", "floor_p50_ms_c1", "floor_ratio"}
 
@@ -33,6 +33,7 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
         per_request = FLOOR_CLIENT_HOPS + 4
         assert figures[f"http_hops_{suffix}"] >= (per_request + 2 if suffix == "c1" else per_request)
         assert figures[f"redis_writes_{suffix}"] >= 1
+        assert figures[f"redis_round_trips_{suffix}"] > 0
         # A read count is measured (and above zero: every quorum reads), or left out with why.
         if f"redis_reads_{suffix}" in figures:
             assert figures[f"redis_reads_{suffix}"] > 0
@@ -56,18 +57,13 @@ def _per_quorum(reads: float) -> _Counters:
 
 
 def test_a_read_count_that_cannot_be_measured_is_left_out_with_the_reason_never_zero() -> None:
-    # Fewer read events than writes: commands came several to a read event, reads cannot be told apart.
-    reads, omitted = _reads({1: _per_quorum(30.0), 16: _per_quorum(-7.3), 64: _per_quorum(-12.1)})
+    # Fewer read events than writes: several writes shared round trips, reads cannot be told apart.
+    writes, reads, omitted = _trips({1: _per_quorum(30.0), 16: _per_quorum(-7.3), 64: _per_quorum(-25.0)})
     assert set(omitted) == {16, 64}
     assert omitted[16] == (
         "not measurable: the server took in 7.30 fewer read events than writes per quorum "
-        "(several commands per read event); the floor does the reads measured at c1"
+        "(several writes per round trip); the floor makes the 12.70 round trips counted, all as writes"
     )
-    # The floors of those concurrencies do the reads one quorum was measured to do, not none.
-    assert reads == {1: 30.0, 16: 30.0, 64: 30.0}
-
-
-def test_with_no_read_count_measured_the_floor_does_no_reads_and_says_so() -> None:
-    reads, omitted = _reads({1: _per_quorum(-1.0), 64: _per_quorum(0.0)})
-    assert reads == {1: 0.0, 64: 0.0}
-    assert omitted[1].endswith("the floor does the reads measured at c64")
+    # The floor never makes more round trips than the server counted.
+    assert writes == {1: 20.0, 16: pytest.approx(12.7), 64: 0.0}
+    assert reads == {1: 30.0, 16: 0.0, 64: 0.0}

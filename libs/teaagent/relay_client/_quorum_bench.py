@@ -20,12 +20,11 @@ What one quorum costs in the real path, counted in the same run: its HTTP hops (
 ``teaagent_relay_http_requests`` counter, /metrics and /health aside: the agent's submission and
 long-poll, two deliveries to the peers, each approver's inbox listings and its decision, two
 decisions back), its Redis round trips (a script, a pipeline or a transaction is one: the
-writes are the ``EVALSHA`` and ``EXEC`` calls of ``INFO commandstats``; the reads are the rest of
-the shared server's read events, ``INFO stats`` ``total_reads_processed``; when a window has
-fewer read events than writes, several commands came in one read event and the reads cannot be
-told apart: ``redis_reads_cN`` is then left out, ``redis_reads_cN_omitted`` says why, and that
-concurrency's floor does the reads measured at the lowest concurrency), and its cryptography by
-the code: 3 signatures
+round trips are the shared server's read events, ``INFO stats`` ``total_reads_processed``,
+``redis_round_trips_cN``; the writes are the ``EVALSHA`` and ``EXEC`` calls of ``INFO
+commandstats``; the reads are the round trips less the writes, left out with the reason
+(``redis_reads_cN_omitted``) when several writes shared round trips so that they cannot be told
+apart: see ``_trips``), and its cryptography by the code: 3 signatures
 (the request, two approvals) and 12 verifications (the request by alpha's relay, by each peer's
 relay and approver, and in the certificate; each approval by its peer's relay, by alpha's relay
 and in the certificate).
@@ -304,8 +303,8 @@ def _redis_counters(client: redis.Redis) -> tuple[float, float]:
 
     Writes are counted by their calls; the rest are the server's read events
     (``total_reads_processed``: a script's inner commands, a pipeline's and a transaction's are
-    in one) less the writes. Over a window that difference is below zero when clients sent more
-    than one command per read event; ``bench_quorum`` then leaves the figure out (``_reads``).
+    in one) less the writes. Over a window that difference is below zero when several writes
+    shared a round trip; ``bench_quorum`` then leaves the figure out (``_trips``).
     """
     trips = float(client.info("stats")["total_reads_processed"])
     calls: dict[str, Any] = client.info("commandstats")
@@ -760,28 +759,32 @@ async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, fl
 # -- the benchmark ----------------------------------------------------------------------------------
 
 
-def _reads(counted: Mapping[int, _Counters]) -> tuple[dict[int, float], dict[int, str]]:
-    """Reads per quorum for the floor at each concurrency, and why a concurrency's are not measured.
+def _trips(counted: Mapping[int, _Counters]) -> tuple[dict[int, float], dict[int, float], dict[int, str]]:
+    """The floor's writes and reads per quorum at each concurrency, and why a read count is left out.
 
-    The server counts read events, not commands: when clients send several commands that one
-    read event takes in (pipelined by a client, or packed on a shared connection), a window has
-    fewer read events than writes and its reads cannot be told apart (``_redis_counters``). Such
-    a concurrency's figure is left out with the reason, never reported as zero, and its floor
-    does the reads measured at the lowest concurrency where they were (the same quorum, so the
-    same reads), or none if none was.
+    The server counts read events: a client's command, pipeline or transaction is one when it
+    has a connection to itself (redis-py's pool), so the read events are the round trips, writes
+    and reads together. The writes are counted as commands (``_redis_counters``), and several of
+    them may share a round trip (a pipeline of scripts): then the round trips less the writes
+    fall below zero, the reads cannot be told apart, and ``redis_reads_cN`` is left out with the
+    reason, never reported as zero. The floor makes as many round trips as the server counted,
+    never more: its writes are the writes, or all the round trips when there were fewer, and its
+    reads are the rest.
     """
-    measured = {c: per.reads for c, per in counted.items() if per.reads >= 0}
-    omitted = {
-        c: (
-            f"not measurable: the server took in {-per.reads:.2f} fewer read events than writes per "
-            "quorum (several commands per read event); the floor does "
-            + (f"the reads measured at c{min(measured)}" if measured else "no reads")
-        )
-        for c, per in counted.items()
-        if per.reads < 0
-    }
-    fallback = measured[min(measured)] if measured else 0.0
-    return {c: measured.get(c, fallback) for c in counted}, omitted
+    writes: dict[int, float] = {}
+    reads: dict[int, float] = {}
+    omitted: dict[int, str] = {}
+    for concurrency, per in counted.items():
+        trips = per.writes + per.reads
+        if per.reads < 0:
+            omitted[concurrency] = (
+                f"not measurable: the server took in {-per.reads:.2f} fewer read events than writes per "
+                f"quorum (several writes per round trip); the floor makes the {max(trips, 0.0):.2f} "
+                "round trips counted, all as writes"
+            )
+        writes[concurrency] = max(0.0, min(per.writes, trips))
+        reads[concurrency] = max(0.0, per.reads)
+    return writes, reads, omitted
 
 
 def _percentile(latencies: list[float], fraction: float) -> float:
@@ -800,7 +803,8 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         ``p50_ms_c16``, ``p50_ms_c64``, ``p99_ms_c64``, the floor's ``floor_p50_ms_c1``,
         ``floor_p99_ms_c1``, ``floor_throughput_c16``, ``floor_throughput_c64``, the ratios
         ``floor_ratio`` and ``floor_throughput_ratio_c64``, what one quorum did
-        (``http_hops_c1``, ``redis_writes_c1``, ``redis_reads_c1``, the same at c64), the CPU
+        (``http_hops_c1``, ``redis_round_trips_c1``, ``redis_writes_c1``, ``redis_reads_c1`` or
+        ``redis_reads_c1_omitted``, the same at c16 and c64), the CPU
         milliseconds per quorum of all services at c64 (``cluster_cpu_ms_per_quorum_c64``), and
         the ``profile_*`` breakdown.
 
@@ -848,12 +852,15 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
                     hops=delta.hops / quorums,
                     server_seconds={k: v / quorums for k, v in delta.server_seconds.items()},
                     writes=delta.writes / quorums,
-                    reads=delta.reads / quorums,  # below zero: not measurable (_reads)
+                    reads=delta.reads / quorums,  # below zero: not measurable (_trips)
                     cpu={k: v / quorums for k, v in delta.cpu.items()},
                 )
-        reads, omitted = _reads(counted)
+        writes, reads, omitted = _trips(counted)
         with _floor_server(folder) as http_port:
-            plans = {c: _plan(dataclasses.replace(counted[c], reads=reads[c])) for c in CONCURRENCIES}
+            plans = {
+                c: _plan(dataclasses.replace(counted[c], writes=writes[c], reads=reads[c]))
+                for c in CONCURRENCIES
+            }
             floors = {c: _floor(c, seconds, http_port, store, plans[c]) for c in CONCURRENCIES}
             hop, written, got = asyncio.run(_io_costs(http_port, store))
         client.close()
@@ -869,6 +876,7 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         figures[f"floor_throughput_{suffix}"] = floor.throughput
         figures[f"http_hops_{suffix}"] = per.hops
         figures[f"redis_writes_{suffix}"] = per.writes
+        figures[f"redis_round_trips_{suffix}"] = max(0.0, per.writes + per.reads)
         if concurrency in omitted:
             figures[f"redis_reads_{suffix}_omitted"] = omitted[concurrency]
         else:
@@ -879,7 +887,7 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
     one = counted[1]
     figures["profile_sign_ms"] = SIGNATURES * sign * 1000
     figures["profile_verify_ms"] = VERIFICATIONS * verify * 1000
-    figures["profile_redis_ms"] = (one.writes * written + reads[1] * got) * 1000
+    figures["profile_redis_ms"] = (writes[1] * written + reads[1] * got) * 1000
     figures["profile_http_ms"] = one.hops * hop * 1000
     for name, spent in one.server_seconds.items():
         figures[f"profile_server_ms_{name}"] = spent * 1000
