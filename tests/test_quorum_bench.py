@@ -67,3 +67,13 @@ def test_a_read_count_that_cannot_be_measured_is_left_out_with_the_reason_never_
     # The floor never makes more round trips than the server counted.
     assert writes == {1: 20.0, 16: pytest.approx(12.7), 64: 0.0}
     assert reads == {1: 30.0, 16: 0.0, 64: 0.0}
+
+
+def test_the_table_prints_a_figure_left_out_with_its_reason_and_judges_the_rest() -> None:
+    from teaagent.cli._bench import report
+
+    reason = "not measurable: several writes per round trip"
+    lines, missed = report("quorum", {"floor_ratio": 2.0, "redis_reads_c64_omitted": reason})
+    assert any(line.startswith("redis_reads_c64_omitted") and line.endswith(reason) for line in lines)
+    assert not any(line.startswith("redis_reads_c64 ") for line in lines)  # no 0.0 in its place
+    assert "floor_ratio" not in missed
