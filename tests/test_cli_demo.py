@@ -221,8 +221,8 @@ def test_the_demo_tells_the_five_outcomes_and_its_evidence_verifies(tmp_path: Pa
     # quorum verify, offline, names the write's rule and how each term was met
     verified = out.index("$ teaagent quorum verify certificates/3-fs.write.json --config alpha.toml")
     assert (
-        "approved by beta, delta, gamma (rule fs.write, all of: ops: met by beta, gamma; security: met by delta)"
-        in out[verified:]
+        "approved by beta, delta, gamma "
+        "(rule fs.write, all of: ops: met by beta, gamma; security: met by delta)" in out[verified:]
     )
     # statement, ssh-keygen, submit, show and approve, each timed; then the checks, run together
     # and timed once: three certificates and four audit logs, the tampered copy
