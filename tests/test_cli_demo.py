@@ -171,6 +171,7 @@ def test_the_demo_tells_the_five_outcomes_and_its_evidence_verifies(tmp_path: Pa
     written = out.index('← fs.write {"bytes_written": 6, "path": "release/VERSION"}')
     assert pending < still < shown < approved < written
     assert "counts for   delta's decision counts toward term 2" in out
+    assert "fs.write waits for rule 'fs.write' (all of: 2 of beta, gamma; 1 of delta), up to 2m 00s" in out
     assert "$ teaagent approvals approve " in out
     assert "rule fs.write, all of: ops: met by beta, gamma; security: met by delta" in out[approved:]
     # How long each step took: every line stamped, each quorum's wait measured.

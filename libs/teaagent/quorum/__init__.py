@@ -60,7 +60,7 @@ from teaagent.quorum._documents import (
     withdrawal_statement,
 )
 from teaagent.quorum._settlement import SETTLEMENT_OUTCOMES, Settlement, verify_settlement
-from teaagent.quorum._shown import ShownPolicy, shown_policy
+from teaagent.quorum._shown import ShownPolicy, describe_needs, shown_policy
 from teaagent.quorum._tally import Tally, is_expired, quorum_state
 from teaagent.quorum._verified import VerifiedRequest, verify_request
 
@@ -90,6 +90,7 @@ __all__ = [
     "build_request",
     "canonical",
     "denial_statement",
+    "describe_needs",
     "describe_outcome",
     "evaluate",
     "is_expired",

@@ -15,8 +15,19 @@ from typing import Any
 from teaagent._words import plural
 from teaagent.quorum._documents import request_policy, request_problem
 from teaagent.quorum._verified import VerifiedRequest
+from teaagent.trust import MultiSigQuorumConfig
 
-__all__ = ["ShownPolicy", "shown_policy"]
+__all__ = ["ShownPolicy", "describe_needs", "shown_policy"]
+
+
+def describe_needs(request: Mapping[str, Any], config: MultiSigQuorumConfig) -> str:
+    """What the asking side says a request needs: ``2 approvals from 3 peers``, or (version 2) its
+    rule and terms, ``rule 'git.push*' (all of: 2 of beta, gamma; 1 of delta)``, named after this
+    node's groups."""
+    policy = request_policy(request)
+    if policy is None:
+        return config.describe_quorum()
+    return f"rule {policy.rule!r} ({policy.named(config.groups).summary()})"
 
 
 @dataclass(frozen=True)
