@@ -132,7 +132,7 @@ def approver_decisions(folder: Path, node: str) -> list[tuple[str, str, str, str
 
 
 @pytest.mark.slow
-def test_the_demo_tells_the_four_outcomes_and_its_evidence_verifies(tmp_path: Path) -> None:
+def test_the_demo_tells_the_five_outcomes_and_its_evidence_verifies(tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     demo = Demo(folder)
     code = demo.finish()
@@ -158,14 +158,34 @@ def test_the_demo_tells_the_four_outcomes_and_its_evidence_verifies(tmp_path: Pa
     assert f"delta (operator) approves shell.run; signed with delta's operator's own key {operator}" in out
     assert "beta (rule 1) denies shell.run: beta signs one plain command at a time" in out
     assert "gamma (rule 1) denies shell.run: gamma's hosts download nothing from the internet" in out
+    # The all_of rule: ops (beta, gamma) met by their rules, and the write still waits for security
+    # (delta's operator), shown pending by delta's own inbox before delta approves; then it runs.
+    assert f"beta (rule 4) approves fs.write; signed with beta's node key {key['beta']}" in out
+    assert f"gamma (rule 4) approves fs.write; signed with gamma's node key {key['gamma']}" in out
+    pending = out.index("rule fs.write, all of: ops: met by beta, gamma; needs 1 more of security: delta.")
+    still = out.index("the term ops is met (beta, gamma) and release/VERSION is still not written")
+    shown = out.index("    quorum       rule fs.write: all of 2 terms, counted by alpha")
+    approved = out.index(
+        f"delta (operator) approves fs.write; signed with delta's operator's own key {operator}"
+    )
+    written = out.index('← fs.write {"bytes_written": 6, "path": "release/VERSION"}')
+    assert pending < still < shown < approved < written
+    assert "counts for   delta's decision counts toward term 2" in out
+    assert "fs.write waits for rule 'fs.write' (all of: 2 of beta, gamma; 1 of delta), up to 2m 00s" in out
+    assert "$ teaagent approvals approve " in out
+    assert "rule fs.write, all of: ops: met by beta, gamma; security: met by delta" in out[approved:]
     # How long each step took: every line stamped, each quorum's wait measured.
-    assert len(re.findall(r"\(\d+\.\d s after alpha asked\)", out)) == 3
+    assert len(re.findall(r"\(\d+\.\d s after alpha asked\)", out)) == 4
     assert re.search(r"1\. fs\.list \. +ran at once: low risk, no peer was asked", out)
     assert re.search(r"2\. fs\.delete build/app\.log +approved by beta \(rule 2\), gamma \(rule 2\) in ", out)
     assert re.search(
         r"3\. shell\.run tar czf release\.tar\.gz src +approved by beta \(rule 3\), delta \(operator\)", out
     )
-    assert re.search(r"4\. shell\.run curl .*\| sh +denied by beta \(rule 1\), gamma \(rule 1\) in ", out)
+    assert re.search(
+        r"4\. fs\.write release/VERSION +approved by beta \(rule 4\), delta \(operator\), gamma \(rule 4\)",
+        out,
+    )
+    assert re.search(r"5\. shell\.run curl .*\| sh +denied by beta \(rule 1\), gamma \(rule 1\) in ", out)
     assert "the story is told in " in out
 
     # What the calls did: the deletion and the archive ran, the installer did not.
@@ -177,27 +197,39 @@ def test_the_demo_tells_the_four_outcomes_and_its_evidence_verifies(tmp_path: Pa
         json.loads(line) for line in (folder / "alpha/data/audit/alpha.jsonl").read_text().splitlines()
     ]
     asked = [r["payload"]["tool_name"] for r in records if r["event_type"] == "approval_request"]
-    assert asked == ["fs.delete", "shell.run", "shell.run"]  # fs.list never asked anyone
+    assert asked == ["fs.delete", "shell.run", "fs.write", "shell.run"]  # fs.list never asked anyone
     ran = [r["payload"]["tool_name"] for r in records if r["event_type"] == "tool_result"]
-    assert ran == ["fs.list", "fs.delete", "shell.run"]
+    assert ran == ["fs.list", "fs.delete", "shell.run", "fs.write"]
+    assert (workspace / "release" / "VERSION").read_text() == "1.0.0\n"
     assert [r["payload"]["status"] for r in records if r["event_type"] == "run_end"] == ["approval_denied"]
 
     # The certificates verify here too, with the signers the story named.
     alpha = load_config(folder / "alpha.toml")
     certificates = sorted((folder / "certificates").iterdir())
-    assert [path.name for path in certificates] == ["1-fs.delete.json", "2-shell.run.json"]
-    signers = [
+    assert [path.name for path in certificates] == ["1-fs.delete.json", "2-shell.run.json", "3-fs.write.json"]
+    outcomes = [
         verify_certificate(
             json.loads(path.read_text()), alpha.quorum, origin_public_key=alpha.own_public_key().to_line()
-        ).signers
+        )
         for path in certificates
     ]
-    assert signers == [("beta", "gamma"), ("beta", "delta")]
-    # statement, ssh-keygen and submit, each timed; then the checks, run together and timed once:
-    # two certificates and four audit logs, the tampered copy
-    assert len(re.findall(r"^ *\d+\.\ds +exit 0, \d+\.\d s$", out, re.M)) == 3
-    assert "these 7 checks ran together, each a process of its own, in " in out
-    assert len(re.findall(r"^ *\d+\.\ds +exit 0$", out, re.M)) == 2 + 4
+    assert [outcome.signers for outcome in outcomes] == [
+        ("beta", "gamma"),
+        ("beta", "delta"),
+        ("beta", "delta", "gamma"),
+    ]
+    assert [outcome.policy is None for outcome in outcomes] == [True, True, False]
+    # quorum verify, offline, names the write's rule and how each term was met
+    verified = out.index("$ teaagent quorum verify certificates/3-fs.write.json --config alpha.toml")
+    assert (
+        "approved by beta, delta, gamma "
+        "(rule fs.write, all of: ops: met by beta, gamma; security: met by delta)" in out[verified:]
+    )
+    # statement, ssh-keygen, submit, show and approve, each timed; then the checks, run together
+    # and timed once: three certificates and four audit logs, the tampered copy
+    assert len(re.findall(r"^ *\d+\.\ds +exit 0, \d+\.\d s$", out, re.M)) == 5
+    assert "these 8 checks ran together, each a process of its own, in " in out
+    assert len(re.findall(r"^ *\d+\.\ds +exit 0$", out, re.M)) == 3 + 4
     assert len(re.findall(r"^ *\d+\.\ds +exit 1$", out, re.M)) == 1
     # Every audit log verifies (hash chain and HMAC); the tampered copy does not.
     logs = [folder / "alpha/data/audit/alpha.jsonl"] + [
@@ -213,13 +245,18 @@ def test_the_demo_tells_the_four_outcomes_and_its_evidence_verifies(tmp_path: Pa
     assert approver_decisions(folder, "beta") == [
         ("fs.delete", "approval", "rule 2", key["beta"]),
         ("shell.run", "approval", "rule 3", key["beta"]),
+        ("fs.write", "approval", "rule 4", key["beta"]),
         ("shell.run", "denial", "rule 1", key["beta"]),
     ]
     assert approver_decisions(folder, "gamma") == [
         ("fs.delete", "approval", "rule 2", key["gamma"]),
+        ("fs.write", "approval", "rule 4", key["gamma"]),
         ("shell.run", "denial", "rule 1", key["gamma"]),
     ]
-    assert approver_decisions(folder, "delta") == [("shell.run", "approval", "operator", operator)]
+    assert approver_decisions(folder, "delta") == [
+        ("shell.run", "approval", "operator", operator),
+        ("fs.write", "approval", "operator", operator),
+    ]
     print(f"teaagent demo: {demo.seconds:.1f} s wall")
 
 
@@ -290,7 +327,7 @@ def test_the_demo_refuses_a_folder_that_is_not_empty(
 def test_the_summary_names_approvers_from_the_certificate_in_name_order_whatever_order_they_arrived(
     tmp_path: Path,
 ) -> None:
-    """The four calls' lines do not depend on which peer's decision the demo saw first (issue 26)."""
+    """The calls' lines do not depend on which peer's decision the demo saw first (issue 26)."""
     import io
 
     from rich.console import Console
@@ -308,8 +345,8 @@ def test_the_summary_names_approvers_from_the_certificate_in_name_order_whatever
             [
                 record("approval_request", 2),
                 record("approval_granted", 2, certificate=certificate),
-                record("approval_request", 4),
-                record("approval_denied", 4),
+                record("approval_request", 5),
+                record("approval_denied", 5),
             ]
         )
     )
@@ -318,8 +355,8 @@ def test_the_summary_names_approvers_from_the_certificate_in_name_order_whatever
         {"node": "gamma", "by": "rule 2", "request_id": "r2", "decision": "approval"},
         {"node": "delta", "by": "operator", "request_id": "r2", "decision": "approval"},
         {"node": "beta", "by": "rule 2", "request_id": "r2", "decision": "approval"},
-        {"node": "gamma", "by": "rule 1", "request_id": "r4", "decision": "denial"},
-        {"node": "beta", "by": "rule 1", "request_id": "r4", "decision": "denial"},
+        {"node": "gamma", "by": "rule 1", "request_id": "r5", "decision": "denial"},
+        {"node": "beta", "by": "rule 1", "request_id": "r5", "decision": "denial"},
     ]
     out = io.StringIO()
     _demo._summary(_demo._Story(Console(file=out, width=200)), audit, seen, [1.0, 2.0])
@@ -328,7 +365,7 @@ def test_the_summary_names_approvers_from_the_certificate_in_name_order_whatever
     assert re.search(
         r"2\. fs\.delete build/app\.log +approved by beta \(rule 2\), gamma \(rule 2\) in 1\.0 s", text
     )
-    assert re.search(r"4\. shell\.run .* +denied by beta \(rule 1\), gamma \(rule 1\) in 2\.0 s", text)
+    assert re.search(r"5\. shell\.run .* +denied by beta \(rule 1\), gamma \(rule 1\) in 2\.0 s", text)
 
 
 def test_piped_the_step_titles_are_whole() -> None:

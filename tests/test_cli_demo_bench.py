@@ -47,7 +47,8 @@ def test_bench_output_names_units_targets_and_marks_a_miss() -> None:
         {"p50_ms_c1": 12.0, "floor_ratio": 4.5, "throughput_c64": 250.0, "p99_ms_c1": 30.0, "hops": 10.0},
     )
 
-    assert missed == ["floor_ratio", "floor_throughput_ratio_c64"]  # one over, one never measured
+    # one over, two never measured
+    assert missed == ["floor_ratio", "floor_throughput_ratio_c64", "policy_floor_ratio"]
     by_key = {line.split()[0]: line for line in lines[:-1]}
     assert by_key["floor_ratio"].split()[2] == "x"
     assert "target <= 3: NOT MET (a 2-of-3 quorum's p50 at concurrency 1 against" in by_key["floor_ratio"]
@@ -55,7 +56,9 @@ def test_bench_output_names_units_targets_and_marks_a_miss() -> None:
     assert "target <= 15: met" in by_key["p50_ms_c1"]
     assert by_key["throughput_c64"].split()[2:4] == ["per", "s"]
     assert by_key["hops"].endswith("10.000")  # no unit, no target
-    assert lines[-1] == "2 of 4 targets met; NOT MET: floor_ratio, floor_throughput_ratio_c64"
+    assert lines[-1] == (
+        "2 of 5 targets met; NOT MET: floor_ratio, floor_throughput_ratio_c64, policy_floor_ratio"
+    )
     # Every judged figure says what it means and its floor.
     assert {key for targets in TARGETS.values() for key, _op, _target in targets} <= set(MEANINGS)
     assert [unit(key) for key in ("decisions_per_s", "gate_overhead_us_median", "ratio_to_relay")] == [

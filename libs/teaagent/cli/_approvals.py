@@ -65,8 +65,7 @@ from teaagent.errors import ConfigError, RelayError, SignatureError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
     DENIAL_NAMESPACE,
-    request_policy,
-    request_problem,
+    shown_policy,
     statement_bytes,
 )
 from teaagent.signing import (
@@ -230,22 +229,14 @@ def show_lines(
 
 def _quorum_lines(item: ApprovalItem, node_id: str) -> list[str]:
     """What the request needs: N of its peers, or (version 2) its rule, its terms, and this node's term."""
-    policy = request_policy(item.request) if request_problem(item.request) is None else None
-    if policy is None:
+    shown = shown_policy(item.request, node_id)
+    if shown is None:
         needed = plural(item.required_approvals, "approval")
         return [f"quorum       {needed} needed from {', '.join(item.peers)}, counted by {item.origin}"]
-    terms = [f"{term.required} of {', '.join(term.peers)}" for term in policy.terms]
-    mine = [f"term {number}" for number, term in enumerate(policy.terms, 1) if node_id in term.peers]
-    counts = (
-        f"{node_id}'s decision counts toward {' and '.join(mine)}"
-        if mine
-        else f"{node_id} is in none of its terms: its decision counts toward nothing"
-    )
-    every = "all" if policy.mode == "all_of" else "any"
     return [
-        f"quorum       rule {policy.rule}: {every} of {plural(len(terms), 'term')}, counted by {item.origin}",
-        *(f"  term {number}     {term}" for number, term in enumerate(terms, 1)),
-        f"counts for   {counts}",
+        f"quorum       {shown.heading}",
+        *(f"  {name:<10} {term}" for name, term in shown.numbered),
+        f"counts for   {shown.counts}",
     ]
 
 
@@ -893,6 +884,9 @@ class Watch:
             f"  expires in {_left_phrase(item, now)}; a {item.request_id[:8]} to approve, "
             f"d {item.request_id[:8]} REASON to deny, s {item.request_id[:8]} to see it whole",
         ]
+        shown = shown_policy(item.request, self.node.agent_id)
+        if shown is not None:  # version 2: the rule, its terms, and the one this node counts toward
+            lines.insert(3, f"  quorum: {shown.line()}")
         if any(True for _ in _long_values(item.arguments)) or len(_one_line(item.arguments, 120)) >= 120:
             lines.insert(1, f"  (arguments cut; s {item.request_id[:8]} prints them whole)")
         return lines

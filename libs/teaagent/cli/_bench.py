@@ -118,6 +118,8 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         ("floor_throughput_ratio_c64", "<=", 3.0),
         ("p50_ms_c1", "<=", 15.0),
         ("throughput_c64", ">=", 200.0),
+        # The same cluster, same run, under a version 2 rule of two groups (all_of), one caller.
+        ("policy_floor_ratio", "<=", 3.0),
     ],
 }
 
@@ -144,6 +146,8 @@ MEANINGS: dict[str, str] = {
     "floor_throughput_ratio_c64": "the floor's throughput at concurrency 64 against the quorum's",
     "p50_ms_c1": "a 2-of-3 quorum end to end at concurrency 1 (median)",
     "throughput_c64": "approved 2-of-3 quorums per second with 64 callers",
+    "policy_floor_ratio": "a quorum under a two-group all_of rule, p50 at concurrency 1, against its own "
+    "floor (the same raw work with its own hops and round trips)",
 }
 
 

@@ -158,11 +158,10 @@ class _Display:
             say(f"[cyan]→ {escape(str(data['tool_name']))}[/] {escape(_short(data['arguments']))}")
         elif kind == "approval_waiting":
             if data.get("via") == "quorum":
+                needed = needed_from(data["required_approvals"], len(data["peers"]))
+                needs = data.get("needs") or f"{needed} ({', '.join(data['peers'])})"
                 self._spin(
-                    f"{data['tool_name']} waits for "
-                    f"{needed_from(data['required_approvals'], len(data['peers']))} "
-                    f"({', '.join(data['peers'])}), up to {span(data['timeout_seconds'])}…",
-                    say=True,
+                    f"{data['tool_name']} waits for {needs}, up to {span(data['timeout_seconds'])}…", say=True
                 )
             else:
                 say(f"[yellow]{escape(str(data['tool_name']))} waits for your approval[/]")

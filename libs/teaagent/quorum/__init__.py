@@ -60,6 +60,7 @@ from teaagent.quorum._documents import (
     withdrawal_statement,
 )
 from teaagent.quorum._settlement import SETTLEMENT_OUTCOMES, Settlement, verify_settlement
+from teaagent.quorum._shown import ShownPolicy, describe_needs, shown_policy
 from teaagent.quorum._tally import Tally, is_expired, quorum_state
 from teaagent.quorum._verified import VerifiedRequest, verify_request
 
@@ -81,6 +82,7 @@ __all__ = [
     "QuorumOutcome",
     "QuorumState",
     "Settlement",
+    "ShownPolicy",
     "Tally",
     "VerifiedRequest",
     "approval_statement",
@@ -88,6 +90,7 @@ __all__ = [
     "build_request",
     "canonical",
     "denial_statement",
+    "describe_needs",
     "describe_outcome",
     "evaluate",
     "is_expired",
@@ -98,6 +101,7 @@ __all__ = [
     "request_policy",
     "request_problem",
     "request_statement",
+    "shown_policy",
     "sign_approval",
     "sign_denial",
     "sign_request",

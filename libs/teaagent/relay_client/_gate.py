@@ -8,16 +8,16 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import httpx
 
 from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
 from teaagent.quorum import (
+    describe_needs,
     evaluate,
     policy_mismatch,
-    request_policy,
     request_problem,
     sign_request,
     sign_withdrawal,
@@ -53,14 +53,6 @@ def _transient(exc: RelayError) -> bool:
 def _nobody_listens(exc: RelayError) -> bool:
     """Nothing accepted the connection: no relay runs there (a configuration matter, not a blip)."""
     return isinstance(exc.__cause__, httpx.ConnectError)
-
-
-def _needs(request: Mapping[str, Any], config: MultiSigQuorumConfig) -> str:
-    """What a request needs: ``2 approvals from 3 peers``, or its rule and terms (version 2)."""
-    policy = request_policy(request)
-    if policy is None:
-        return config.describe_quorum()
-    return f"rule {policy.rule!r} ({policy.named(config.groups).summary()})"
 
 
 def _with_denials(certificate: dict[str, Any], denials: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -289,7 +281,8 @@ class RelayQuorumGate:
             self._progress(f"{exc} Trying again.")
         else:
             self._progress(
-                f"{tool_name} needs {_needs(request, self._config)}; request {request_id} sent to the peers."
+                f"{tool_name} needs {describe_needs(request, self._config)}; "
+                f"request {request_id} sent to the peers."
             )
             if status is not None:
                 self._tell(shown, "sent", self._report(request, status))

@@ -60,6 +60,12 @@ and summed as if done one after the other; and each relay's own time answering i
 (``profile_server_ms_<node>``, from its latency histogram; long-polls excluded, they wait). Set
 ``TEAAGENT_BENCH_PROFILE`` to a directory to run every service under ``cProfile`` and keep its
 profile there (``<node>-<service>.prof``).
+
+``policy_*``: the same cluster, in the same run, asked for ``git.push`` under a version 2 rule with
+two groups, ``all_of`` one of ops (beta) and one of security (gamma): the request carries its
+policy, the relay's Lua and the certificate's check count by terms. One caller; its floor is
+measured as the plain quorum's is, from its own counts of hops and round trips, and
+``policy_floor_ratio = policy_p50_ms_c1 / policy_floor_p50_ms_c1`` (target <= 3).
 """
 
 from __future__ import annotations
@@ -103,7 +109,7 @@ from teaagent.relay_client._bench import _free_port, _process_cpu_seconds
 from teaagent.relay_client._client import MAX_WAIT_SECONDS, AsyncRelayClient
 from teaagent.signing import SSHPrivateKey, sshsig_sign, sshsig_verify
 from teaagent.store import EmbeddedRedis
-from teaagent.trust import MultiSigQuorumConfig
+from teaagent.trust import MultiSigQuorumConfig, QuorumRule, RuleTerm
 
 __all__ = ["CONCURRENCIES", "bench_quorum"]
 
@@ -124,6 +130,18 @@ _LONG_POLLS: Final = frozenset({"/v1/requests/{request_id}/outcome", "/v1/inbox"
 _WRITE_TRIPS: Final = ("evalsha", "eval", "exec")  # the store's atomic writes: one round trip each
 _FLOOR_SCRIPT: Final = b"return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)"
 _FLOOR_BODY: Final = b'{"state":"pending","request_id":"00000000000000000000000000000000"}'
+# The version 2 variant (``policy_*``): a tool under a rule of two groups, all of them.
+POLICY_TOOL: Final = "git.push"
+POLICY_GROUPS: Final = {"ops": ("beta",), "security": ("gamma",)}
+_POLICY_TOML: Final = """
+[quorum.groups]
+ops = ["beta"]
+security = ["gamma"]
+
+[[quorum.rules]]
+pattern = "git.push*"
+all_of = [{ group = "ops", required = 1 }, { group = "security", required = 1 }]
+"""
 
 
 # -- the cluster -----------------------------------------------------------------------------------
@@ -179,14 +197,16 @@ def _write_nodes(
             ""
             if name == "alpha"
             else f'\n[approver]\nport = {approver_port}\n\n[[approver.rules]]\ntool = "shell.*"\n'
-            'decision = "approve"\n'
+            'decision = "approve"\n\n[[approver.rules]]\ntool = "git.push*"\ndecision = "approve"\n'
         )
+        policy = _POLICY_TOML if name == "alpha" else ""
         (home / "node.toml").write_text(
             f'agent_id = "{name}"\nprivate_key = "keys/{name}"\nredis_url = "{redis_url}"\n'
             f'relay_url = "http://127.0.0.1:{port}"\ntoken = "{token}"\n'
             'workspace = "workspace"\ndata_dir = "data"\n\n'
-            f'[quorum]\nenabled = true\nrequired_approvals = {required}\nhigh_risk_patterns = ["shell.*"]\n'
-            f"timeout_seconds = 600\n{peers}{approver}"
+            f"[quorum]\nenabled = true\nrequired_approvals = {required}\n"
+            'high_risk_patterns = ["shell.*", "git.push*"]\n'
+            f"timeout_seconds = 600\n{policy}{peers}{approver}"
         )
         nodes[name] = _Node(name, home / "node.toml", port, approver_port, token)
     return nodes
@@ -356,7 +376,12 @@ def _summarise(
 
 
 async def _ask(
-    concurrency: int, seconds: float, alpha: _Node, signer: SSHPrivateKey, config: MultiSigQuorumConfig
+    concurrency: int,
+    seconds: float,
+    alpha: _Node,
+    signer: SSHPrivateKey,
+    config: MultiSigQuorumConfig,
+    tool_name: str = "shell.run",
 ) -> _Run:
     origin_key = signer.public_key.to_line()
     spans: list[tuple[float, float]] = []
@@ -380,7 +405,7 @@ async def _ask(
                     origin="alpha",
                     run_id="bench-quorum",
                     call_id=f"call-{index}",
-                    tool_name="shell.run",
+                    tool_name=tool_name,
                     arguments={"command": f"make target-{index}"},
                     reason="benchmark",
                     config=config,
@@ -792,6 +817,56 @@ def _percentile(latencies: list[float], fraction: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(len(ordered) * fraction) - 1))]
 
 
+def _policy_config(config: MultiSigQuorumConfig) -> MultiSigQuorumConfig:
+    """Alpha's configuration with its version 2 rule (as its node.toml has it)."""
+    rule = QuorumRule(pattern="git.push*", mode="all_of", terms=(RuleTerm("ops", 1), RuleTerm("security", 1)))
+    return dataclasses.replace(
+        config,
+        high_risk_patterns=[*config.high_risk_patterns, "git.push*"],
+        groups={name: tuple(members) for name, members in POLICY_GROUPS.items()},
+        rules=(rule,),
+    )
+
+
+def _policy_run(
+    seconds: float,
+    nodes: Mapping[str, _Node],
+    client: redis.Redis,
+    processes: Mapping[str, subprocess.Popen[bytes]],
+    signer: SSHPrivateKey,
+    config: MultiSigQuorumConfig,
+) -> tuple[_Run, _Counters]:
+    """The version 2 variant on the running cluster: one caller asking for ``git.push``, counted."""
+    asyncio.run(_ask(1, min(seconds, 0.5), nodes["alpha"], signer, config, POLICY_TOOL))  # warm it
+    before = _counters(nodes, client, processes, before=True)
+    run = asyncio.run(_ask(1, seconds, nodes["alpha"], signer, config, POLICY_TOOL))
+    delta = _counters(nodes, client, processes, before=False).minus(before)
+    per = _Counters(
+        hops=delta.hops / run.quorums,
+        server_seconds={k: v / run.quorums for k, v in delta.server_seconds.items()},
+        writes=delta.writes / run.quorums,
+        reads=max(0.0, delta.reads) / run.quorums,
+        cpu={k: v / run.quorums for k, v in delta.cpu.items()},
+    )
+    return run, per
+
+
+def _policy_figures(run: _Run, floor: _Run, per: _Counters) -> dict[str, float]:
+    """The variant's ``policy_*`` figures: its latency, its floor's, their ratio, what it did."""
+    p50 = statistics.median(run.latencies) * 1000
+    floor_p50 = statistics.median(floor.latencies) * 1000
+    return {
+        "policy_p50_ms_c1": p50,
+        "policy_p99_ms_c1": _percentile(run.latencies, 0.99) * 1000,
+        "policy_throughput_c1": run.throughput,
+        "policy_floor_p50_ms_c1": floor_p50,
+        "policy_floor_ratio": p50 / floor_p50,
+        "policy_http_hops_c1": per.hops,
+        "policy_redis_writes_c1": per.writes,
+        "policy_redis_reads_c1": per.reads,
+    }
+
+
 def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
     """``teaagent bench quorum``: end-to-end quorums against their floor (see the module docstring).
 
@@ -802,7 +877,8 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         ``p50_ms_c1``, ``p99_ms_c1``, ``throughput_c1``, ``throughput_c16``, ``throughput_c64``,
         ``p50_ms_c16``, ``p50_ms_c64``, ``p99_ms_c64``, the floor's ``floor_p50_ms_c1``,
         ``floor_p99_ms_c1``, ``floor_throughput_c16``, ``floor_throughput_c64``, the ratios
-        ``floor_ratio`` and ``floor_throughput_ratio_c64``, what one quorum did
+        ``floor_ratio`` and ``floor_throughput_ratio_c64``, the version 2 variant's ``policy_*``
+        (``policy_p50_ms_c1``, ``policy_floor_p50_ms_c1``, ``policy_floor_ratio``...), what one quorum did
         (``http_hops_c1``, ``redis_round_trips_c1``, ``redis_writes_c1``, ``redis_reads_c1`` or
         ``redis_reads_c1_omitted``, the same at c16 and c64), the CPU
         milliseconds per quorum of all services at c64 (``cluster_cpu_ms_per_quorum_c64``), and
@@ -834,12 +910,15 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
             high_risk_patterns=["shell.*"],
             timeout_seconds=600,
         )
+        config = _policy_config(config)  # shell.run matches no rule: version 1, 2 of 3, as before
         client = redis.Redis.from_url(server.url)
         store = (server.url,)
         counted: dict[int, _Counters] = {}
         runs: dict[int, _Run] = {}
         with _cluster(folder, nodes) as processes:
             asyncio.run(_ask(1, min(seconds, 0.5), nodes["alpha"], keys["alpha"], config))  # warm every path
+            # The version 2 variant first, on the idle cluster the plain c1 run also finds.
+            policy_run, policy_counted = _policy_run(seconds, nodes, client, processes, keys["alpha"], config)
             for concurrency in CONCURRENCIES:
                 before = _counters(nodes, client, processes, before=True)
                 runs[concurrency] = asyncio.run(
@@ -862,6 +941,7 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
                 for c in CONCURRENCIES
             }
             floors = {c: _floor(c, seconds, http_port, store, plans[c]) for c in CONCURRENCIES}
+            policy_floor = _floor(1, seconds, http_port, store, _plan(policy_counted))
             hop, written, got = asyncio.run(_io_costs(http_port, store))
         client.close()
     sign, verify = _crypto_costs()
@@ -884,6 +964,7 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
     figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
     figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
+    figures |= _policy_figures(policy_run, policy_floor, policy_counted)
     one = counted[1]
     figures["profile_sign_ms"] = SIGNATURES * sign * 1000
     figures["profile_verify_ms"] = VERIFICATIONS * verify * 1000

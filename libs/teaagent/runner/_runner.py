@@ -42,6 +42,7 @@ from teaagent.cost_tracker import RunLogWriter, check_run_id
 from teaagent.errors import ApprovalDeniedError, CostCapError, RunLimitError
 from teaagent.llm import PROVIDER_CONFIGS, LLMAdapter, LLMMessage, LLMRequest, LLMResponse, LLMToolCall
 from teaagent.policy import ApprovalPolicy, PromptAnswer, PromptRequest, QuorumGate
+from teaagent.quorum import describe_needs
 from teaagent.runner._events import EventHub, EventSink, RunEvent
 from teaagent.runner._gate import ToolGate
 from teaagent.runner._types import ApprovalRequest, FinalAnswer, RunResult, ToolRequest
@@ -1030,6 +1031,8 @@ class _WatchedQuorumGate:
                 "peers": list(config.peer_agent_ids),
                 "timeout_seconds": config.timeout_seconds,
                 "expires_at": request["expires_at"],
+                # Version 2: the request's rule and terms, as the gate words them.
+                **({"needs": describe_needs(request, config)} if request.get("v") == 2 else {}),
             },
         )
         certificate = self._gate.obtain(request)

@@ -31,11 +31,18 @@ from teaagent.approver_client import (
 )
 from teaagent.config import NodeConfig
 from teaagent.errors import RelayError
-from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
+from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, shown_policy, statement_bytes
 from teaagent.signing import Signer, signature_to_wire, sshsig_sign
 from teaagent.tui._screen import visible
 
-__all__ = ["INBOX_ARGUMENTS_CHARS", "approver_client", "decide", "decision_lines", "inbox_rows"]
+__all__ = [
+    "INBOX_ARGUMENTS_CHARS",
+    "approver_client",
+    "decide",
+    "decision_lines",
+    "inbox_policy_lines",
+    "inbox_rows",
+]
 
 INBOX_ARGUMENTS_CHARS: Final = (
     60  # a listing's one-line arguments; `teaagent approvals show` prints them whole
@@ -84,6 +91,20 @@ def inbox_rows(items: Sequence[ApprovalItem], now: float | None = None) -> list[
             ]
         )
     return rows
+
+
+def inbox_policy_lines(items: Sequence[ApprovalItem], node_id: str) -> list[str]:
+    """Under the ``/inbox`` table, one line per version 2 request: its rule, its terms, this node's term.
+
+    From the signed request the approver verified (:func:`teaagent.quorum.shown_policy`), as
+    ``teaagent approvals show`` words it.
+    """
+    lines = []
+    for item in items:
+        shown = shown_policy(item.request, node_id)
+        if shown is not None:
+            lines.append(f"{item.request_id[:8]} {shown.line()}")
+    return lines
 
 
 def _check_statement(node: NodeConfig, to_sign: StatementToSign, item: ApprovalItem, base_url: str) -> None:

@@ -64,7 +64,7 @@ from teaagent.tui._context import (
     is_simple_turn,
     transcript,
 )
-from teaagent.tui._inbox import approver_client, decide, decision_lines, inbox_rows
+from teaagent.tui._inbox import approver_client, decide, decision_lines, inbox_policy_lines, inbox_rows
 from teaagent.tui._quorum import QuorumBoard
 from teaagent.tui._screen import (
     FunctionReader,
@@ -1091,6 +1091,8 @@ class TeaAgentTUI:
             self._screen.say(f"No pending requests for {self.node.agent_id}.")
             return
         self._screen.table(["REQUEST", "ORIGIN", "TOOL", "LEFT", "RULE", "ARGUMENTS"], inbox_rows(items))
+        for line in inbox_policy_lines(items, self.node.agent_id):
+            self._screen.say(line)
         self._screen.say(
             "Decide with /approve ID or /deny ID [REASON]; `teaagent approvals show ID` prints one whole.",
             "dim",

@@ -53,6 +53,7 @@ import httpx
 
 import teaagent
 from teaagent._words import moment
+from teaagent.quorum import ShownPolicy, shown_policy
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -138,9 +139,12 @@ class _Request:
     reason: str
     payload_digest: str
     expires_at: int
+    # A version 2 request's rule and terms, and this node's term: from the item's "request", the
+    # document whose signature the approver verified (never the relay's description beside it).
+    policy: ShownPolicy | None = None
 
     @classmethod
-    def from_item(cls, item: Mapping[str, Any]) -> _Request:
+    def from_item(cls, item: Mapping[str, Any], node_id: str = "") -> _Request:
         strings = {}
         for name in ("request_id", "origin", "tool_name", "reason", "payload_digest"):
             value = item.get(name)
@@ -158,7 +162,9 @@ class _Request:
             copied = json.loads(json.dumps(arguments, ensure_ascii=False, allow_nan=False))
         except (TypeError, ValueError) as exc:
             raise ValueError("its arguments are not JSON") from exc
-        return cls(arguments=copied, expires_at=expires_at, **strings)
+        request = item.get("request")
+        policy = shown_policy(request, node_id) if isinstance(request, Mapping) else None
+        return cls(arguments=copied, expires_at=expires_at, policy=policy, **strings)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -366,7 +372,7 @@ class Notifier:
             )
             return
         try:
-            request = _Request.from_item(item)
+            request = _Request.from_item(item, self._agent_id)
         except ValueError as exc:
             logger.error("Request %r cannot be notified: %s.", item.get("request_id"), exc)
             return
@@ -586,7 +592,7 @@ class Notifier:
                 "expires_at": request.expires_at,
                 "seconds_left": seconds_left,
                 "approve_command": approve,
-            }
+            } | ({} if request.policy is None else {"quorum": request.policy.to_dict()})
         show = (
             f"teaagent approvals show {shlex.quote(request.request_id)} "
             f"--config {shlex.quote(self._config_path)}"
@@ -728,6 +734,13 @@ def _slack_message(
         },
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*Arguments*\n{block}"}},
     ]
+    if request.policy is not None:  # version 2: the rule, its terms, the term this node counts toward
+        shown = request.policy
+        terms = "\n".join(f"{name}: {term}" for name, term in shown.numbered)
+        quorum = _cut(
+            f"*Quorum*\n{_escape(shown.heading)}\n{_escape(terms)}\n{_escape(shown.counts)}", 3000, "…"
+        )
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": quorum}})
     if note:
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": note}]})
     blocks += [

@@ -47,7 +47,7 @@ from teaagent._display import LONG_VALUE_CHARS, long_values, visible
 from teaagent._words import moment, plural
 from teaagent.approver_client import signed_by
 from teaagent.errors import SignatureError, StoreError
-from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
+from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, shown_policy, statement_bytes
 from teaagent.signing import signature_to_wire
 from teaagent_approver._engine import Engine
 from teaagent_approver._errors import ApiError
@@ -299,7 +299,12 @@ def _left(view: Mapping[str, Any]) -> str:
     )
 
 
-def _policy(view: Mapping[str, Any]) -> str:
+def _policy(view: Mapping[str, Any], node_id: str) -> str:
+    # The view's "request" is the document of the request whose signature verified here.
+    shown = shown_policy(view["request"], node_id)
+    if shown is not None:  # version 2: the rule, its terms, the term this node counts toward
+        terms = "".join(f"<li>{_e(name)}: {_e(term)}</li>" for name, term in shown.numbered)
+        return f'{_e(shown.heading)}<ul class="terms">{terms}</ul>{_e(shown.counts)}'
     peers = ", ".join(view["peers"])
     needed = plural(int(view["required_approvals"]), "approval")
     return f"{needed} needed from {_e(peers)}, counted by {_e(view['origin'])}"
@@ -367,7 +372,7 @@ def card_html(view: Mapping[str, Any], node_id: str, node_key: str | None) -> st
         f"call {_shown(view['call_id'])})</dd>"
         f'<dt>Reason</dt><dd class="text">{_long_text(view["reason"], "a reason")}</dd>'
         f"<dt>Digest</dt><dd><code>{_e(view['payload_digest'])}</code></dd>"
-        f"<dt>Policy</dt><dd>{_policy(view)}</dd>"
+        f"<dt>Policy</dt><dd>{_policy(view, node_id)}</dd>"
         f"<dt>Signed so far</dt><dd>{_signed_so_far(view, node_id, node_key)}</dd>"
         "</dl>"
         f'<details class="arguments" open><summary>Arguments</summary><pre class="json">'
@@ -639,7 +644,7 @@ def _request_main(
         ("Tool", f'<span class="tool">{_shown(view["tool_name"])}</span>'),
         ("Reason", f'<span class="text">{_long_text(view["reason"], "a reason")}</span>'),
         ("Digest", f"<code>{_e(view['payload_digest'])}</code>"),
-        ("Quorum", _policy(view)),
+        ("Quorum", _policy(view, node_id)),
         (
             node_id,
             f"{_state(view, node_id)} (this node's own decision, not the request's outcome)",
