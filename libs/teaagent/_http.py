@@ -7,27 +7,35 @@ the default context is built once per process and shared (an ``SSLContext`` may 
 connections and threads at once). The CA bundle and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are read
 when the first client is made.
 
-**Kept-alive HTTP/1.1 calls** (:class:`KeptAlive`), for the hot paths of a node's services and
+**Pooled calls to one server** (:func:`http_pool`), for the hot paths of a node's services and
 their clients (an approver's decisions to its relay, a relay's deliveries to its peers,
-:class:`~teaagent.relay_client.AsyncRelayClient`'s calls): httpx costs more CPU per call than the
-server spends answering it (its pool, anyio and header models: about 0.5 ms a call against the
-relay's 0.3 here), so these go out on plain asyncio streams: one request written in one piece,
-the answer read by its ``Content-Length`` (or chunks). Only for receivers that are idempotent:
-a connection the server closed while idle is replaced and the call sent once more.
+:class:`~teaagent.relay_client.AsyncRelayClient`'s calls): one ``httpx.AsyncClient`` per server,
+HTTP/1.1, its pool sized to the calls it may have in flight (``httpx.Limits`` with as many
+kept-alive connections as connections, so that a busy client never closes and reopens one). Each
+call is bounded by its whole timeout (``asyncio.timeout`` around httpx's per-phase timeouts) and
+fails only its own caller; a kept-alive connection the server closed meanwhile is replaced and the
+call sent once more (only for receivers that are idempotent); an answer longer than its limit
+fails the call without being read whole. docs/architecture.md ("HTTP clients") gives the figures
+behind the choice: httpx used so against aiohttp's client and the hand-framed client it replaced.
+
+``TEAAGENT_BENCH_HTTP_CLIENT=aiohttp`` (benches only; aiohttp is a ``dev`` extra) sends the same
+calls through aiohttp's client instead, so that ``teaagent bench quorum`` can compare them
+end to end in the same run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import ssl
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["MAX_RESPONSE_BYTES", "KeptAlive", "NoAnswer", "client_verify"]
+__all__ = ["BENCH_CLIENT_ENV", "MAX_RESPONSE_BYTES", "HTTPPool", "NoAnswer", "client_verify", "http_pool"]
 
 MAX_RESPONSE_BYTES: Final = 1024 * 1024  # an answer of a node's service; anything larger is no such service
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -50,6 +58,251 @@ class NoAnswer(Exception):
         super().__init__(detail)
         self.detail = detail
         self.timed_out = timed_out
+
+
+class HTTPPool(Protocol):
+    """Calls to one server over a pool of kept-alive connections (see :func:`http_pool`)."""
+
+    base_url: str
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        """Send one call (``path`` with its query string); the answer's status and body.
+
+        Raises:
+            NoAnswer: The server did not answer (its ``timed_out`` says whether in time).
+            ValueError: A header value holds CR or LF (nothing is sent).
+        """
+        ...  # pragma: no cover
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST ``body`` (JSON); as :meth:`request`."""
+        ...  # pragma: no cover
+
+    async def aclose(self) -> None:
+        """Close the pool's connections."""
+        ...  # pragma: no cover
+
+
+BENCH_CLIENT_ENV: Final = "TEAAGENT_BENCH_HTTP_CLIENT"  # benches only: "httpx" (the default) or "aiohttp"
+
+
+def http_pool(
+    base_url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    connections: int = 32,
+    timeout: float = 10.0,
+    verify: ssl.SSLContext | bool = True,
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
+) -> HTTPPool:
+    """Calls to the server at ``base_url`` over at most ``connections`` kept-alive connections.
+
+    ``headers`` go with every call (beside Content-Type and Accept: JSON); ``verify`` checks an
+    ``https://`` server (True: the public CAs, through the process's one default context);
+    ``timeout`` bounds each call whole (connection, sending, answer), unless the call gives its
+    own; an answer longer than ``max_response_bytes`` fails the call. ``transport`` (tests: an
+    app in the same process) is httpx's.
+
+    Raises:
+        ValueError: ``base_url`` is not an http or https URL with a host, a limit is not positive,
+            or ``TEAAGENT_BENCH_HTTP_CLIENT`` names no client.
+    """
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"the URL {base_url!r} is not an http or https URL")
+    if connections < 1 or timeout <= 0 or max_response_bytes < 1:
+        raise ValueError("connections, timeout and max_response_bytes must be positive")
+    variant = os.environ.get(BENCH_CLIENT_ENV, "httpx") if transport is None else "httpx"
+    options: dict[str, Any] = {
+        "headers": headers,
+        "connections": connections,
+        "timeout": timeout,
+        "verify": verify,
+        "max_response_bytes": max_response_bytes,
+    }
+    if variant == "httpx":
+        return _HttpxPool(base_url, transport=transport, **options)
+    if variant == "aiohttp":
+        return _AiohttpPool(base_url, **options)
+    if variant == "kept":  # today's hand-framed client, while the benches compare it
+        context = verify if isinstance(verify, ssl.SSLContext) else None
+        return KeptAlive(
+            base_url,
+            headers=headers,
+            connections=connections,
+            timeout=timeout,
+            ssl_context=context,
+            max_response_bytes=max_response_bytes,
+        )
+    raise ValueError(f"{BENCH_CLIENT_ENV}={variant!r} names no HTTP client (httpx or aiohttp)")
+
+
+_CLOSED_IDLE: Final = "Server disconnected without sending a response"  # httpcore's words
+_JSON_HEADERS: Final = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+def _check_headers(headers: Mapping[str, str] | None) -> None:
+    for name, value in (headers or {}).items():
+        if any(c in name or c in value for c in "\r\n\0"):
+            raise ValueError(f"the header {name.strip()!r} holds CR, LF or NUL: not sent")
+
+
+class _HttpxPool:
+    """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None,
+        connections: int,
+        timeout: float,
+        verify: ssl.SSLContext | bool,
+        max_response_bytes: int,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        _check_headers(headers)
+        self.base_url = base_url.rstrip("/")
+        self._timeout = timeout
+        self._max = max_response_bytes
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers={**_JSON_HEADERS, **(headers or {})},
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            timeout=timeout,
+            verify=client_verify(verify),
+            transport=transport,
+            http1=True,
+            http2=False,
+        )
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        return await self.request("POST", path, body)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        _check_headers(headers)
+        seconds = self._timeout if timeout is None else timeout
+        try:
+            # The whole call within its timeout: httpx's own bound each phase (the pool, the
+            # connection, each read), so that one call could wait several times as long.
+            async with asyncio.timeout(seconds):
+                try:
+                    return await self._exchange(method, path, body, headers, seconds)
+                except httpx.RemoteProtocolError as exc:
+                    if not str(exc).startswith(_CLOSED_IDLE):
+                        raise
+                    # A kept-alive connection the server closed while idle, before any byte of
+                    # an answer: once more, on a fresh one.
+                    return await self._exchange(method, path, body, headers, seconds)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise NoAnswer("no answer in time", timed_out=True) from exc
+        except httpx.LocalProtocolError as exc:
+            raise ValueError(f"the call was not sent: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__) from exc
+
+    async def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
+    ) -> tuple[int, bytes]:
+        request = self._client.build_request(method, path, content=body, headers=headers, timeout=seconds)
+        response = await self._client.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self._max:
+                raise NoAnswer("the answer is too large")
+            content = bytearray()
+            async for chunk in response.aiter_bytes():
+                content += chunk
+                if len(content) > self._max:
+                    raise NoAnswer("the answer is too large")
+        finally:
+            await response.aclose()
+        return response.status_code, bytes(content)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class _AiohttpPool:
+    """:func:`http_pool` through one ``aiohttp.ClientSession`` (benches only: a ``dev`` extra)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None,
+        connections: int,
+        timeout: float,
+        verify: ssl.SSLContext | bool,
+        max_response_bytes: int,
+    ) -> None:
+        _check_headers(headers)
+        self.base_url = base_url.rstrip("/")
+        self._headers = {**_JSON_HEADERS, **(headers or {})}
+        self._connections = connections
+        self._timeout = timeout
+        self._ssl: ssl.SSLContext | bool = client_verify(verify)
+        self._max = max_response_bytes
+        self._session: Any = None  # made on the first call, inside the event loop
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        return await self.request("POST", path, body)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        import aiohttp
+
+        _check_headers(headers)
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self._connections, limit_per_host=self._connections, ssl=self._ssl
+                ),
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        seconds = self._timeout if timeout is None else timeout
+        try:
+            async with (
+                asyncio.timeout(seconds),
+                self._session.request(method, self.base_url + path, data=body, headers=headers) as response,
+            ):
+                content = await response.content.read(self._max + 1)
+                if len(content) > self._max:
+                    raise NoAnswer("the answer is too large")
+                return response.status, content
+        except TimeoutError as exc:
+            raise NoAnswer("no answer in time", timed_out=True) from exc
+        except aiohttp.ClientError as exc:
+            raise NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
 
 class _Unanswered(Exception):
