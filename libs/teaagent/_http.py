@@ -103,6 +103,7 @@ def http_pool(
     verify: ssl.SSLContext | bool = True,
     transport: httpx.AsyncBaseTransport | None = None,
     max_response_bytes: int = MAX_RESPONSE_BYTES,
+    client: str | None = None,
 ) -> HTTPPool:
     """Calls to the server at ``base_url`` over at most ``connections`` kept-alive connections.
 
@@ -110,7 +111,8 @@ def http_pool(
     ``https://`` server (True: the public CAs, through the process's one default context);
     ``timeout`` bounds each call whole (connection, sending, answer), unless the call gives its
     own; an answer longer than ``max_response_bytes`` fails the call. ``transport`` (tests: an
-    app in the same process) is httpx's.
+    app in the same process) is httpx's. ``client`` (benches only) names the client: ``httpx``,
+    or ``aiohttp``; ``TEAAGENT_BENCH_HTTP_CLIENT`` when None, httpx when that is unset.
 
     Raises:
         ValueError: ``base_url`` is not an http or https URL with a host, a limit is not positive,
@@ -121,7 +123,9 @@ def http_pool(
         raise ValueError(f"the URL {base_url!r} is not an http or https URL")
     if connections < 1 or timeout <= 0 or max_response_bytes < 1:
         raise ValueError("connections, timeout and max_response_bytes must be positive")
-    variant = os.environ.get(BENCH_CLIENT_ENV, "httpx") if transport is None else "httpx"
+    variant = client or os.environ.get(BENCH_CLIENT_ENV) or "httpx"
+    if transport is not None:
+        variant = "httpx"
     options: dict[str, Any] = {
         "headers": headers,
         "connections": connections,

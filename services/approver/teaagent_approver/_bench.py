@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from teaagent.quorum import build_request, sign_request
 from teaagent.relay_client._bench import (
     _free_port,
-    _post_raw,
+    _post,
     _process_cpu_seconds,
     _wait_ready,
     bench_decisions,
@@ -187,7 +187,7 @@ def bench_approver_only(count: int) -> dict[str, float]:
         approver: subprocess.Popen[bytes] | None = None
         try:
             _wait_ready(relay, url, folder / "relay.log")
-            stored, _ = asyncio.run(_post_raw(url, items, {}))
+            stored, _ = asyncio.run(_post(url, items, {}))
             if stored != count:
                 raise RuntimeError(f"the relay stored {stored} of {count} requests")
             approver = _serve(["approver", "serve", "--config", config], env, folder / "approver.log")
