@@ -72,6 +72,25 @@ def _quorum(seconds: float) -> dict[str, float]:
     return bench_quorum(seconds)
 
 
+def _quorum_sizes(seconds: float, sizes: tuple[int, ...]) -> dict[str, float]:
+    from teaagent.relay_client._quorum_bench import bench_quorum_sizes
+
+    return bench_quorum_sizes(seconds, sizes)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """``--peers 3,5,9``: the clusters' sizes, each one of those ``bench quorum`` knows."""
+    from teaagent.relay_client._quorum_bench import SIZES
+
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        sizes = ()
+    if not sizes or not set(sizes) <= set(SIZES):
+        raise ConfigError(f"--peers takes cluster sizes among {','.join(map(str, SIZES))}, not {text!r}.")
+    return sizes
+
+
 BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
     "core": _core,
     "signing": _signing,
@@ -115,6 +134,16 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         ("floor_throughput_ratio_c64", "<=", 3.0),
         ("p50_ms_c1", "<=", 15.0),
         ("throughput_c64", ">=", 200.0),
+    ],
+    # bench quorum --peers 3,5,9: each size against its own floor, and the CPU per approved call
+    # growing at most linearly in the number of peers.
+    "quorum_peers": [
+        *(
+            (f"n{n}_{key}", "<=", 3.0)
+            for n in (3, 5, 9)
+            for key in ("floor_ratio", "floor_throughput_ratio_c64")
+        ),
+        *((f"n{n}_cpu_growth_over_peers", "<=", 1.0) for n in (5, 9)),
     ],
 }
 
@@ -199,6 +228,10 @@ def bench(
     seconds: Annotated[
         float, typer.Option(help="Time budget of the benchmark, in seconds.")
     ] = DEFAULT_SECONDS,
+    peers: Annotated[
+        str | None,
+        typer.Option(help="bench quorum only: the clusters' sizes, as 3,5,9 (2 of 3, 3 of 5, 5 of 9)."),
+    ] = None,
 ) -> None:
     """Run one benchmark and print its figures (`make bench` runs them all)."""
     if name not in BENCHMARKS:
@@ -207,10 +240,15 @@ def bench(
         )
     if seconds <= 0:
         raise ConfigError("--seconds must be positive.")
-    figures = BENCHMARKS[name](seconds)
+    if peers is not None and name != "quorum":
+        raise ConfigError("--peers is for bench quorum only.")
+    if peers is not None:
+        figures, judged = _quorum_sizes(seconds, _sizes(peers)), "quorum_peers"
+    else:
+        figures, judged = BENCHMARKS[name](seconds), name
     if as_json:
         typer.echo(json.dumps(figures, sort_keys=True))
         return
-    lines, _missed = report(name, figures)
+    lines, _missed = report(judged, figures)
     for line in lines:
         typer.echo(line)
