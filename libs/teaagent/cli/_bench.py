@@ -74,8 +74,10 @@ def _quorum(seconds: float) -> dict[str, float]:
 
 def _quorum_sizes(seconds: float, sizes: tuple[int, ...]) -> dict[str, float]:
     from teaagent.relay_client._quorum_bench import bench_quorum_sizes
+    from teaagent_approver._bench import bench_inbox_scale
 
-    return bench_quorum_sizes(seconds, sizes)
+    # Beside the clusters: one inbox of 10, then 10,000 pending requests, listed.
+    return {**bench_quorum_sizes(seconds, sizes), **bench_inbox_scale()}
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -144,6 +146,9 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
             for key in ("floor_ratio", "floor_throughput_ratio_c64")
         ),
         *((f"n{n}_cpu_growth_over_peers", "<=", 1.0) for n in (5, 9)),
+        # 10,000 pending requests in one inbox against 10: the same page costs the same.
+        *((f"inbox_scale_ratio_{name}", "<=", 1.5) for name in ("approvals_list", "inbox_page")),
+        ("inbox_scale_ratio_approver_round_listing", "<=", 1.5),
     ],
 }
 
