@@ -1,4 +1,6 @@
-"""``teaagent._http.http_pool`` (httpx, pool sized) against a real socket server that answers as told.
+"""``teaagent._http.http_pool`` against a real socket server that answers as told, through each client.
+
+aiohttp's (the services' own) and httpx's (a bench variant, and the pool of in-process tests).
 
 The failure cases a hand-framed client got wrong: an answer whose head or body comes in pieces,
 chunked, closed mid-body, 204 and HEAD answers without a body, 1xx answers before the real one,
@@ -19,6 +21,8 @@ import pytest
 from tls_support import PrivateCA
 
 from teaagent._http import NoAnswer, http_pool
+
+pytestmark = pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -76,15 +80,15 @@ def answering(*answers: bytes, keep: bool = True) -> Handler:
     return handler
 
 
-async def posts(url: str, count: int = 3, **options: Any) -> list[tuple[int, bytes]]:
-    client = http_pool(url, connections=1, timeout=options.pop("timeout", 10), **options)
+async def posts(url: str, kind: str, count: int = 3, **options: Any) -> list[tuple[int, bytes]]:
+    client = http_pool(url, client=kind, connections=1, timeout=options.pop("timeout", 10), **options)
     try:
         return [await client.post("/v1/x", b"{}") for _ in range(count)]
     finally:
         await client.aclose()
 
 
-def test_an_answer_in_pieces_and_a_chunked_one_are_read_whole_on_one_connection() -> None:
+def test_an_answer_in_pieces_and_a_chunked_one_are_read_whole_on_one_connection(kind: str) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _number: int) -> None:
         await _read_call(reader)
         for piece in (b"HTTP/1.1 201 Created\r\nContent-", b"Length: 11\r\n\r\n", b'{"ok": 1}\r\n'):
@@ -98,14 +102,14 @@ def test_an_answer_in_pieces_and_a_chunked_one_are_read_whole_on_one_connection(
         await writer.drain()
         await reader.read()
 
-    answers, connections = serve(handler, lambda url, _c: posts(url, 2))
+    answers, connections = serve(handler, lambda url, _c: posts(url, kind, 2))
     assert answers == [(201, b'{"ok": 1}\r\n'), (200, b"abcdef")]
     assert connections == [0]  # one kept-alive connection for both
 
 
-def test_a_body_ended_by_closing_the_connection_is_read_to_its_end() -> None:
+def test_a_body_ended_by_closing_the_connection_is_read_to_its_end(kind: str) -> None:
     handler = answering(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"x" * 5000, keep=False)
-    answers, connections = serve(handler, lambda url, _c: posts(url, 2))
+    answers, connections = serve(handler, lambda url, _c: posts(url, kind, 2))
     assert answers == [(200, b"x" * 5000)] * 2
     assert connections == [0, 1]  # the closed connection is not used again
 
@@ -121,11 +125,11 @@ def test_a_body_ended_by_closing_the_connection_is_read_to_its_end() -> None:
     ],
 )
 def test_an_answer_the_server_cut_short_is_no_answer_never_a_truncated_body(
-    answer: bytes, sent: list[int]
+    answer: bytes, sent: list[int], kind: str
 ) -> None:
     async def scenario(url: str, _connections: list[int]) -> NoAnswer:
         with pytest.raises(NoAnswer) as failed:
-            await posts(url, 1)
+            await posts(url, kind, 1)
         return failed.value
 
     failure, connections = serve(answering(answer, keep=False), scenario)
@@ -133,7 +137,7 @@ def test_an_answer_the_server_cut_short_is_no_answer_never_a_truncated_body(
     assert connections == sent  # a body begun is never a reason to send the call again
 
 
-def test_204_and_head_answers_without_a_body_return_at_once_and_1xx_answers_are_skipped() -> None:
+def test_204_and_head_answers_without_a_body_return_at_once_and_1xx_answers_are_skipped(kind: str) -> None:
     handler = answering(
         b"HTTP/1.1 204 No Content\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 123\r\n\r\n",  # a HEAD answer: the length, no body
@@ -142,7 +146,7 @@ def test_204_and_head_answers_without_a_body_return_at_once_and_1xx_answers_are_
     )
 
     async def scenario(url: str, _connections: list[int]) -> tuple[list[tuple[int, bytes]], float]:
-        client = http_pool(url, connections=1, timeout=5)
+        client = http_pool(url, client=kind, connections=1, timeout=5)
         begun = time.perf_counter()
         try:
             answers = [
@@ -160,13 +164,13 @@ def test_204_and_head_answers_without_a_body_return_at_once_and_1xx_answers_are_
     assert connections == [0]
 
 
-def test_a_header_value_with_cr_or_lf_is_refused_and_nothing_is_sent() -> None:
+def test_a_header_value_with_cr_or_lf_is_refused_and_nothing_is_sent(kind: str) -> None:
     async def scenario(url: str, _connections: list[int]) -> list[str]:
         refused = []
         with pytest.raises(ValueError, match="CR, LF or NUL") as made:
-            http_pool(url, headers={"Authorization": "Bearer x\r\nX-Evil: 1"})
+            http_pool(url, client=kind, headers={"Authorization": "Bearer x\r\nX-Evil: 1"})
         refused.append(str(made.value))
-        client = http_pool(url, connections=1, timeout=5)
+        client = http_pool(url, client=kind, connections=1, timeout=5)
         try:
             for value in ("a\rb", "a\nb", "a\r\n\r\nGET / HTTP/1.1"):
                 with pytest.raises(ValueError, match="CR, LF or NUL") as sent:
@@ -182,7 +186,7 @@ def test_a_header_value_with_cr_or_lf_is_refused_and_nothing_is_sent() -> None:
     assert connections == []  # not one connection was opened
 
 
-def test_a_timeout_fails_only_its_own_call_and_never_waits_longer_than_it() -> None:
+def test_a_timeout_fails_only_its_own_call_and_never_waits_longer_than_it(kind: str) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _number: int) -> None:
         while True:
             call = await _read_call(reader)
@@ -198,7 +202,7 @@ def test_a_timeout_fails_only_its_own_call_and_never_waits_longer_than_it() -> N
     async def scenario(
         url: str, _connections: list[int]
     ) -> tuple[NoAnswer, float, list[Any], NoAnswer, float]:
-        client = http_pool(url, connections=4, timeout=10)
+        client = http_pool(url, client=kind, connections=4, timeout=10)
         try:
             slow = asyncio.ensure_future(client.request("GET", "/slow", timeout=0.5))
             others = await asyncio.gather(*(client.post("/v1/x", b"{}") for _ in range(6)))
@@ -230,7 +234,7 @@ def test_a_timeout_fails_only_its_own_call_and_never_waits_longer_than_it() -> N
     assert others == [(200, b"ok")] * 7  # the other calls were not failed with it
 
 
-def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_call_sent_once_more() -> None:
+def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_call_sent_once_more(kind: str) -> None:
     calls: list[bytes] = []
     closed = asyncio.Event()
 
@@ -244,7 +248,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_call_sent
                 return  # closes the connection after one answer, without saying so
 
     async def scenario(url: str, _connections: list[int]) -> list[tuple[int, bytes]]:
-        client = http_pool(url, connections=1, timeout=10)
+        client = http_pool(url, client=kind, connections=1, timeout=10)
         try:
             first = await client.post("/v1/x", b"{}")
             await asyncio.wait_for(closed.wait(), 30)
@@ -259,15 +263,15 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_call_sent
     assert len(calls) == 3  # the second call reached the server once, on the new connection
 
 
-def test_an_unreachable_server_and_a_too_large_answer_are_no_answer() -> None:
+def test_an_unreachable_server_and_a_too_large_answer_are_no_answer(kind: str) -> None:
     async def scenario(url: str, _connections: list[int]) -> tuple[NoAnswer, NoAnswer]:
-        client = http_pool(url, connections=1, timeout=5, max_response_bytes=100)
+        client = http_pool(url, client=kind, connections=1, timeout=5, max_response_bytes=100)
         try:
             with pytest.raises(NoAnswer) as large:
                 await client.post("/v1/x", b"{}")
         finally:
             await client.aclose()
-        gone = http_pool("http://127.0.0.1:1", timeout=5)
+        gone = http_pool("http://127.0.0.1:1", client=kind, timeout=5)
         try:
             with pytest.raises(NoAnswer) as unreachable:
                 await gone.post("/v1/x", b"{}")
@@ -286,7 +290,7 @@ def test_an_unreachable_server_and_a_too_large_answer_are_no_answer() -> None:
 
 
 def test_tls_a_server_signed_by_the_given_ca_is_reached_and_one_it_does_not_sign_is_refused(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
     ca = PrivateCA(tmp_path / "ca")
     files = ca.issue("server")
@@ -295,9 +299,9 @@ def test_tls_a_server_signed_by_the_given_ca_is_reached_and_one_it_does_not_sign
     trusting = ssl.create_default_context(cafile=str(ca.cert_path))
 
     async def scenario(url: str, _connections: list[int]) -> tuple[list[tuple[int, bytes]], NoAnswer]:
-        answers = await posts(url, 2, verify=trusting)
+        answers = await posts(url, kind, 2, verify=trusting)
         with pytest.raises(NoAnswer) as refused:
-            await posts(url, 1)  # the public CAs: not this one
+            await posts(url, kind, 1)  # the public CAs: not this one
         return answers, refused.value
 
     handler = answering(*[b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"] * 2)

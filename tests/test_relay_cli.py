@@ -50,7 +50,6 @@ def test_bench_decisions_reports_every_figure() -> None:
         "decisions_per_s",
         "decisions_per_s_httpx",
         "decisions_per_s_aiohttp",
-        "decisions_per_s_kept",
         "client_cpu_us_per_call_httpx",
         "client_cpu_us_per_call_aiohttp",
         "relay_cpu_ms_per_decision",

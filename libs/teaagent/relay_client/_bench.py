@@ -9,10 +9,8 @@ per HTTP client (``HTTP_CLIENTS``), on fresh requests each time; each client is 
 ``CONCURRENCY`` kept-alive connections (as many as calls in flight, so that none is closed and
 reopened; ``teaagent._http.http_pool``):
 
-- ``decisions_per_s`` (and ``_httpx``): through httpx, the client the services ship with;
-- ``decisions_per_s_aiohttp``: through aiohttp's client (a ``dev`` extra; absent without it);
-- ``decisions_per_s_kept``: through the hand-framed client the services used before (while it
-  is still in the code, for the comparison).
+- ``decisions_per_s`` (and ``_aiohttp``): through aiohttp's client, the services' own;
+- ``decisions_per_s_httpx``: through httpx, sized the same (``httpx.Limits``, HTTP/1.1).
 
 Beside each: ``client_cpu_us_per_call_<client>``, this process's CPU per call (the load
 generator's cost, which shares the machine's cores with the relay), and
@@ -21,7 +19,7 @@ generator's cost, which shares the machine's cores with the relay), and
 Each decision is verified by the relay (PROTOCOL.md's counting rules, one Ed25519 SSHSIG
 verification) and counted in Redis (the atomic ``record_decision`` script) before it is answered;
 only 2xx answers count, and every decision must be answered 2xx. ``relay_cpu_ms_per_decision`` is
-the relay process's CPU time (user and system) per decision during the httpx run: its rate on a
+the relay process's CPU time (user and system) per decision during the aiohttp run: its rate on a
 core of its own is about ``1000 / relay_cpu_ms_per_decision``.
 
 Its floor, measured in the same ``teaagent bench relay``: one SSHSIG verification of the same
@@ -33,7 +31,6 @@ client CPU of one raw EVALSHA round trip (``raw_evalsha_client_cpu_us``);
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import secrets
@@ -91,11 +88,11 @@ def _process_cpu_seconds(pid: int) -> float:
 # -- HTTP client variants (http-lib) --------------------------------------------------------------
 
 
-HTTP_CLIENTS: Final = ("kept", "httpx", "aiohttp")  # today's hand-framed client, then the libraries
+HTTP_CLIENTS: Final = ("aiohttp", "httpx")  # the services' client first, then httpx sized the same
 
 
 async def _post(
-    url: str, items: list[_Item], headers: dict[str, str], client: str = "httpx"
+    url: str, items: list[_Item], headers: dict[str, str], client: str = "aiohttp"
 ) -> tuple[int, list[float]]:
     """POST every item through one client of ``client``'s kind, CONCURRENCY calls in flight.
 
@@ -128,11 +125,6 @@ def _posting(client: str) -> _Poster:
         return await _post(url, items, headers, client)
 
     return post
-
-
-def _available(client: str) -> bool:
-    """Whether ``client``'s package is installed (aiohttp is a ``dev`` extra)."""
-    return client != "aiohttp" or importlib.util.find_spec("aiohttp") is not None
 
 
 def _write_node(
@@ -247,10 +239,9 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
     raw = {name: Ed25519PrivateKey.generate() for name in ("alpha", *PEERS)}
     keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
     count = max(50, round(seconds * DECISIONS_PER_SECOND_GUESS / 3 / 2))
-    # httpx first: the shipped client, whose run gives the relay's own figures.
-    order = ["httpx", *(name for name in HTTP_CLIENTS if name != "httpx" and _available(name))]
+    # aiohttp first: the services' client, whose run gives the relay's own figures.
     runs: list[tuple[str, _Poster, list[_Item], list[_Item]]] = [
-        (name, _posting(name), *_work(count, keys, name)) for name in order
+        (name, _posting(name), *_work(count, keys, name)) for name in HTTP_CLIENTS
     ]
     figures: dict[str, Any] = {"decisions": 3 * count, "concurrency": CONCURRENCY}
     with (
@@ -294,7 +285,7 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
                 figures[f"relay_cpu_ms_per_decision_{name}"] = (
                     (_process_cpu_seconds(process.pid) - cpu) / accepted * 1000
                 )
-                if name == "httpx":
+                if name == "aiohttp":
                     figures["verify_ms_per_decision"] = _verify_ms(decisions, keys)
                     figures["decisions_per_s"] = accepted / elapsed
                     figures["relay_cpu_ms_per_decision"] = (

@@ -768,9 +768,9 @@ class RelayClient:
 class AsyncRelayClient:
     """The asyncio twin of :class:`RelayClient` (the approver service, benchmarks); same calls.
 
-    Its calls go out through one httpx client, HTTP/1.1, its pool as large as ``limits`` allows
-    (100 connections, all kept alive, by default: a client shared by many callers never closes
-    and reopens one); see :func:`teaagent._http.http_pool`.
+    Its calls go out through one pool of kept-alive connections (aiohttp's client, or httpx's
+    with a ``transport``), as many as ``limits`` allows (100 by default: a client shared by many
+    callers never closes and reopens one); see :func:`teaagent._http.http_pool`.
     """
 
     def __init__(

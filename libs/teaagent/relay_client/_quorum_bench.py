@@ -68,7 +68,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import os
 import secrets
@@ -120,6 +119,7 @@ SIZES: Final = (3, 5, 9)  # nodes in the cluster of ``--peers``: 2 of 3, 3 of 5,
 PEERS: Final = PEER_NAMES[:2]  # the default cluster: 2 of 3
 NODES: Final = ("alpha", *PEERS)
 FLOOR_CLIENT_HOPS: Final = 2  # the origin's own: its submission and its outcome
+HTTP_VARIANTS: Final = ("httpx",)  # run again through each, beside the services' aiohttp
 PRIMITIVE_SAMPLES: Final = 200  # each raw cost of the profile is the median of this many
 _SKIPPED_ROUTES: Final = frozenset({"/metrics", "/health"})
 _LONG_POLLS: Final = frozenset({"/v1/requests/{request_id}/outcome", "/v1/inbox"})
@@ -980,16 +980,13 @@ def _http_variants(
 
     Every service of the cluster and the asking callers here make their pools with
     ``teaagent._http.http_pool``, which ``TEAAGENT_BENCH_HTTP_CLIENT`` points at the client:
-    ``aiohttp`` (its ``TCPConnector`` sized as httpx's pool), and ``kept`` (the hand-framed client
-    the services used before, while it is in the code). Each: ``http_<client>_p50_ms_c1``,
-    ``http_<client>_throughput_c64`` and ``http_<client>_cluster_cpu_ms_per_quorum_c64``, against
-    the same floor as the shipped client's (``http_<client>_floor_ratio``...). A client whose
-    package is not installed is left out.
+    ``httpx`` (one client per server, ``httpx.Limits`` sized as aiohttp's connector, HTTP/1.1).
+    Each: ``http_<client>_p50_ms_c1``, ``http_<client>_throughput_c64`` and
+    ``http_<client>_cluster_cpu_ms_per_quorum_c64``, against the same floor as the services'
+    own client's (``http_<client>_floor_ratio``...).
     """
     figures: dict[str, float] = {}
-    for name in ("aiohttp", "kept"):
-        if name == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
-            continue
+    for name in HTTP_VARIANTS:
         before = os.environ.get(BENCH_CLIENT_ENV)
         os.environ[BENCH_CLIENT_ENV] = name
         try:

@@ -1,8 +1,8 @@
 """Signed decisions to the node's relay: ``POST /v1/inbox/{id}/decision`` over kept-alive HTTP/1.1.
 
 The engine sends one decision per request it decides, so this call is the approver's hot path:
-it goes out on :func:`teaagent._http.http_pool` (one httpx client whose pool keeps every
-connection it may use alive). Everything else (listings, look-ups) uses
+it goes out on :func:`teaagent._http.http_pool` (one aiohttp session whose connector keeps
+every connection it may use alive). Everything else (listings, look-ups) uses
 :class:`teaagent.relay_client.AsyncRelayClient`. Failures are :class:`~teaagent.errors.RelayError`
 exactly as that client raises them: the relay's status and ``ErrorOut`` code, or no status when it
 did not answer. A connection the relay closed while idle is replaced and the call sent once more

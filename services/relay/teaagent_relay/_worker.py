@@ -86,8 +86,8 @@ class DeliveryWorker:
         self._timeout = timeout
         # Peers' https:// relays are verified against [tls] ca when set, else the public CAs.
         self._verify = relay.config.tls.client_verify()
-        # Deliveries go out through one httpx pool per peer relay, as large as the deliveries
-        # in flight (teaagent._http); ``transport`` (tests: an app in the same process) is httpx's.
+        # Deliveries go out through one pool per peer relay, as large as the deliveries in
+        # flight (teaagent._http); ``transport`` (tests: an app in the same process) is httpx's.
         self._peers: dict[str, HTTPPool] = {}
         self._transport = transport
 
