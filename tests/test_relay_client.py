@@ -287,7 +287,7 @@ def test_the_gate_refuses_an_origin_among_its_peers_and_a_bad_timeout(nodes: dic
         gate_of(alpha, timeout=0)
 
 
-# -- the async client's kept-alive calls ------------------------------------------------------------
+# -- the async client against the sync one ---------------------------------------------------------
 
 
 @pytest.mark.slow
