@@ -34,11 +34,13 @@ import functools
 import os
 import ssl
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import urlsplit
 
-import aiohttp
 import httpx
+
+if TYPE_CHECKING:
+    import aiohttp  # imported by the first aiohttp pool made: a command line that makes none never pays it
 
 __all__ = ["BENCH_CLIENT_ENV", "MAX_RESPONSE_BYTES", "HTTPPool", "NoAnswer", "client_verify", "http_pool"]
 
@@ -264,6 +266,8 @@ class _AiohttpPool:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _session_here(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop or self._session.closed:
             self._session = aiohttp.ClientSession(
@@ -290,6 +294,8 @@ class _AiohttpPool:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> tuple[int, bytes]:
+        import aiohttp
+
         _check_headers(headers)
         session = self._session_here()
         seconds = self._timeout if timeout is None else timeout
