@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest quick bench clean
+.PHONY: demo test lint typecheck pytest quick bench clean wheelhouse test-compose
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/teaagent demo
+	@echo "teaagent is in $(BIN): run '. $(BIN)/activate' to type 'teaagent' in this shell, or call $(BIN)/teaagent."
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,5 +39,17 @@ quick: $(STAMP)
 bench: $(STAMP)
 	@for name in core signing relay runner agent approver mcp quorum; do echo "== teaagent bench $$name"; $(BIN)/teaagent bench $$name || exit 1; done
 
+# The wheels deploy/Dockerfile installs from (the image then needs no index: PIP_NO_INDEX=1).
+# setuptools and wheel build the project; async-timeout is what redis-py needs on Debian bookworm's
+# Python 3.11.2, which the host's newer Python would not ask for.
+wheelhouse: $(STAMP)
+	$(BIN)/python -m pip wheel --quiet --wheel-dir deploy/wheelhouse . setuptools wheel 'async-timeout>=4.0.3'
+
+# docker-compose.yml brought up for real on a private Docker engine (tests/compose). Installs
+# Debian's docker.io, containerd, runc, docker-compose and debootstrap when missing (as root).
+test-compose: $(STAMP)
+	sh tests/compose/install-prerequisites.sh
+	TEAAGENT_TEST_COMPOSE=1 $(BIN)/pytest tests/compose -v -s
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache deploy/wheelhouse/*.whl

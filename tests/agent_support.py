@@ -132,16 +132,28 @@ def frames(text: str) -> list[tuple[str, dict[str, Any]]]:
 class AgentProcess:
     """``teaagent agent serve`` for one node, as a real process on its loopback port."""
 
-    def __init__(self, node: AgentNode, log_folder: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        node: AgentNode,
+        log_folder: Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        own_script: bool = True,
+    ) -> None:
+        """``own_script=False`` leaves the script to node.toml and the environment (no test script)."""
         self.node = node
         self.log_path = log_folder / f"agent-{int(time.time() * 1000)}.log"
         self.env = dict(env or {})
+        self.own_script = own_script
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
         env = dict(os.environ)
         env.pop("TEAAGENT_CONFIG", None)
-        env["TEAAGENT_AGENT_LLM_SCRIPT"] = str(self.node.script_path)
+        env.pop("TEAAGENT_LLM_SCRIPT", None)
+        env.pop("TEAAGENT_AGENT_LLM_SCRIPT", None)
+        if self.own_script:
+            env["TEAAGENT_AGENT_LLM_SCRIPT"] = str(self.node.script_path)
         env.update(self.env)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(

@@ -74,11 +74,6 @@ async def test_health_needs_no_token_and_says_what_the_service_has(node: AgentNo
 async def test_every_other_route_needs_the_token(node: AgentNode) -> None:
     async with in_app(node) as client:
         schema = (await client.get("/openapi.json")).json()
-        assert error_of(await client.get("/openapi.json", headers={"Authorization": ""}))[:2] == (
-            401,
-            "unauthorized",
-        )
-        assert error_of(await client.get("/docs"))[:2] == (404, "not_found")
         checked = 0
         for path, methods in schema["paths"].items():
             if path in ("/health", "/ready", "/metrics"):  # liveness, readiness, metrics: no token
@@ -168,6 +163,8 @@ async def test_a_run_streams_its_frames_and_ends_with_its_result(tmp_path: Path)
     assert (node.workspace / "a.txt").read_text() == "hi"
     assert [(m["role"], m["text"]) for m in history["messages"]] == [
         ("user", "write a.txt"),
+        ("assistant", "Writing it."),
+        ("tool", '{"bytes_written": 2, "path": "a.txt"}'),
         ("assistant", "It is written."),
     ]
     assert state["running"] is False
@@ -406,7 +403,8 @@ async def test_a_workspace_held_by_another_process_is_locked(node: AgentNode) ->
             refused = await client.post("/runs", json={"text": "x"})
             current = (await client.get("/sessions/current")).json()
             assert error_of(refused)[:2] == (423, "locked")
-            assert f"is locked by another process (pid {holder.pid})" in error_of(refused)[2]
+            named = f"is locked by another process (pid {holder.pid}: {sys.executable} -c "
+            assert named in error_of(refused)[2]
             assert current == {**current, "id": created["id"], "locked": True}
             holder.stdin.close()  # type: ignore[union-attr]
             holder.wait(10)
@@ -730,7 +728,7 @@ async def test_a_side_question_never_touches_the_history(tmp_path: Path) -> None
         history = (await client.get("/sessions/current/history")).json()["messages"]
         node.script([{"content": "slow", "delay_seconds": 5}])
         slow = await client.post("/side-question", json={"question": "q", "timeout": 0.2})
-        node.script([])
+        node.script([{"content": "never", "expect": ["a text nobody wrote"]}])
         broken = await client.post("/side-question", json={"question": "q"})
     assert answer == {"answer": "On the side: 42."}
     assert [m["text"] for m in history] == ["the task", "first answer"]

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from agent_support import AgentNode, AgentProcess
 from httpx_sse import connect_sse
-from relay_support import ApproverProcess, Node, approve_next, served, signer, write_cluster
+from relay_support import ApproverProcess, Node, approve_next, served, signer, wait_until, write_cluster
 
 from teaagent.audit import verify_log_or_raise
 from teaagent.cli._main import run as cli
@@ -111,7 +111,26 @@ def test_a_2_of_3_quorum_is_watched_decision_by_decision(
         audit_path = tmp_path / "data-alpha" / "audit" / "alpha.jsonl"
 
     kinds = [kind for kind, _ in seen]
-    quorum = [(kind, data) for kind, data in seen if kind.startswith("quorum") or kind.startswith("approval")]
+    quorum = [
+        (kind, data)
+        for kind, data in seen
+        if (kind.startswith("quorum") or kind.startswith("approval")) and kind != "quorum_progress"
+    ]
+    # The wait as every surface words it: sent (with the command a peer runs), each change, decided.
+    progress = [data for kind, data in seen if kind == "quorum_progress"]
+    assert progress[0]["why"] == "sent"
+    assert progress[-1]["why"] == "decided"
+    assert progress[-1]["state"] == "approved"
+    short = progress[0]["request_id"][:8]
+    assert progress[0]["approve_command"] == f"teaagent approvals approve {short} --config <their node.toml>"
+    assert progress[0]["text"].startswith(f"request {short} for shell.run: 0 approvals of the 2 needed; ")
+    assert progress[0]["text"].endswith(progress[0]["approve_command"])
+    assert 0 < progress[0]["seconds_left"] <= 120
+    assert [p["signers"] for p in progress if p["signers"]] == [
+        ["beta"],
+        ["beta", "gamma"],
+    ]
+    assert any("denied by delta: not on Fridays" in p["text"] for p in progress)
     assert [kind for kind, _ in quorum] == [
         "approval_waiting",  # the local check: auto
         "approval_answered",
@@ -200,24 +219,50 @@ def test_a_quorum_that_two_peers_deny_ends_the_run_denied(
     assert result["tools"][0]["ok"] is False
 
 
-def test_cancel_ends_a_quorum_wait_at_once(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
+def test_cancel_ends_a_quorum_wait_at_once_cancelled_and_withdraws_the_request(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
     nodes, agent = cluster(tmp_path, redis_url, redis_prefix, [SHELL, {"content": "never"}])
-    seen: list[str] = []
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    seen: list[tuple[str, dict[str, Any]]] = []
     with (
-        served(nodes["alpha"], deliver=False),
+        served(alpha, beta, nodes["gamma"], nodes["delta"]),
         AgentProcess(agent, tmp_path),
         httpx.Client(base_url=agent.url, headers=agent.headers, timeout=WAIT) as client,
         httpx.Client(base_url=agent.url, headers=agent.headers, timeout=WAIT) as other,
-        connect_sse(client, "POST", "/runs", json={"text": "clean", "approvals": {"mode": "auto"}}) as source,
     ):
-        for event in source.iter_sse():
-            seen.append(event.event)
-            if event.event == "quorum_requested":
-                assert other.post("/runs/cancel").json() == {"cancelled": True}
-            if event.event == "result":
-                result = json.loads(event.data)
-    assert result["stop"] == "cancelled"
+        with connect_sse(
+            client, "POST", "/runs", json={"text": "clean", "approvals": {"mode": "auto"}}
+        ) as source:
+            for event in source.iter_sse():
+                seen.append((event.event, json.loads(event.data)))
+                if event.event == "quorum_requested":
+                    # beta holds the request: the withdrawal must take it back from there too.
+                    assert wait_until(lambda: relay_get(beta, "/v1/inbox").json(), WAIT)
+                    assert other.post("/runs/cancel").json() == {"cancelled": True}
+        request_id = next(data for kind, data in seen if kind == "quorum_requested")["request_id"]
+        at_origin = relay_get(alpha, f"/v1/requests/{request_id}").json()
+        dropped = wait_until(lambda: not relay_get(beta, "/v1/inbox").json(), WAIT)
+        audit_path = tmp_path / "data-alpha" / "audit" / "alpha.jsonl"
+
+    result = seen[-1][1]
+    assert seen[-1][0] == "result"
+    assert (result["stop"], result["stop_message"]) == ("cancelled", "The run was cancelled.")
     assert "shell.run was not run: the wait for its quorum was stopped." in result["tools"][0]["output"]
+    assert f"Withdrawn: request {request_id} of shell.run" in result["tools"][0]["output"]
+    finished = next(data for kind, data in seen if kind == "run_finished")
+    assert (finished["status"], finished["cancelled"]) == ("failed", True)
+    records = [json.loads(line) for line in audit_path.read_text().splitlines()]
+    run_end = next(r["payload"] for r in records if r["event_type"] == "run_end")
+    assert (run_end["status"], run_end["cancelled"]) == ("failed", True)
+    assert at_origin["state"] == "withdrawn"
+    assert dropped
+
+
+def relay_get(node: Node, path: str) -> httpx.Response:
+    response = httpx.get(f"{node.url}{path}", headers=node.headers, timeout=WAIT)
+    response.raise_for_status()
+    return response
 
 
 # -- the peers' real approvers decide by rule --------------------------------------------------
@@ -290,7 +335,11 @@ def test_beta_and_gammas_approvers_approve_by_rule_and_the_certificate_verifies(
     seen = watch(tmp_path, nodes, agent)
 
     kinds = [kind for kind, _ in seen]
-    quorum = [(kind, data) for kind, data in seen if kind.startswith(("quorum", "approval"))]
+    quorum = [
+        (kind, data)
+        for kind, data in seen
+        if kind.startswith(("quorum", "approval")) and kind != "quorum_progress"
+    ]
     assert [kind for kind, _ in quorum] == [
         "approval_waiting",  # the local check: auto
         "approval_answered",
@@ -357,7 +406,7 @@ def test_beta_and_gammas_approvers_approve_by_rule_and_the_certificate_verifies(
     shown = capsys.readouterr().out.splitlines()
     assert shown[:2] == [
         f"certificate for request {request_id}: shell.run from alpha",
-        "approved by beta, gamma (2 of 3)",
+        "approved by beta, gamma (2 approvals of the 2 needed)",
     ]
     assert shown[2].startswith("request signature: verified with alpha's key ")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -29,6 +30,7 @@ from relay_support import (
     until,
     write_cluster,
 )
+from words_support import AGO, moment_re
 
 from teaagent._canonical import canonical
 from teaagent.audit import verify_log
@@ -285,7 +287,10 @@ async def test_a_key_that_may_not_sign_for_this_node_is_403_and_nothing_is_recor
 
     status, code, message = error(refused)
     assert (status, code) == (403, "forbidden")
-    assert message.startswith("The approval was not signed by a key that may sign for beta: ")
+    assert message == (
+        f"The approval was signed by {fingerprint(stranger.public_line)}, which is not a key of beta: "
+        f"list it first (teaagent operators add KEY.pub --config {beta.config_path})."
+    )
     assert after.json()["state"] == "pending"
     assert after.json()["decision"] is None
     assert audit_records(beta) == []
@@ -319,6 +324,40 @@ async def test_a_statement_that_does_not_match_its_request_is_422(
         "forbidden",
         "The statement is signed as 'gamma', not as this node (beta).",
     )
+    assert audit_records(beta) == []
+
+
+@asynctest
+async def test_a_statement_dated_outside_its_requests_life_is_422_with_dates_a_person_reads(
+    cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
+) -> None:
+    alpha, beta = cluster["alpha"], beta_relay
+    async with beta_approver(beta) as client:
+        request = deliver(alpha, beta, arguments={"command": "make release"})
+        request_id, created, expires = request["request_id"], request["created_at"], request["expires_at"]
+        body = (await client.get(f"/v1/requests/{request_id}/statement")).json()
+        refused = {}
+        for name, signed_at in (("late", expires + 1), ("early", created - 61), ("ahead", created + 90)):
+            statement = {**body["statement"], "signed_at": signed_at}
+            armored = ssh_sign(beta.folder / "keys" / "beta", canonical(statement), tmp_path)
+            refused[name] = error(
+                await client.post(
+                    f"/v1/requests/{request_id}/decision", json={"statement": statement, "signature": armored}
+                )
+            )
+
+    assert {name: (status, code) for name, (status, code, _) in refused.items()} == {
+        name: (422, "invalid") for name in ("late", "early", "ahead")
+    }
+    expected = {  # dates with how far they are from now, never Unix seconds
+        "late": f"The statement was signed at {moment_re(expires + 1)}, after the request expired at "
+        f"{moment_re(expires)}\\.",
+        "early": f"The statement is dated {moment_re(created - 61, AGO)}, more than 60 seconds before the "
+        f"request was created at {moment_re(created, AGO)}\\.",
+        "ahead": f"The statement is dated {moment_re(created + 90)}, more than 60 seconds in the future\\.",
+    }
+    for name, pattern in expected.items():
+        assert re.fullmatch(pattern, refused[name][2]), refused[name][2]
     assert audit_records(beta) == []
 
 
@@ -445,12 +484,13 @@ async def test_an_expired_request_is_never_signed(
         signatures = metric(client, "teaagent_approver_signatures_total")
         skipped = metric(client, "teaagent_approver_skipped_total", reason="expired")
 
-    assert error(approved) == (
-        409,
-        "expired",
-        f"Request {request['request_id']} expired at {request['expires_at']}; this node signs nothing "
-        "for it any more.",
-    )
+    status, code, message = error(approved)
+    assert (status, code) == (409, "expired")
+    assert re.fullmatch(  # a date with how long ago, not Unix seconds
+        f"Request {request['request_id']} expired at {moment_re(request['expires_at'], AGO)}; "
+        "this node signs nothing for it any more\\.",
+        message,
+    ), message
     assert shown.json()["state"] == "expired"
     assert shown.json()["seconds_left"] == 0
     assert (signatures, skipped) == (0, 1)
@@ -524,6 +564,7 @@ async def test_every_refusal_is_an_error_out_with_its_code(
         "/v1/requests/{request_id}/decision",
         "/health",
         "/metrics",
+        "/v1/reload",
     }
 
 

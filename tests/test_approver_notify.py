@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import re
 import secrets
 import socket
 import threading
@@ -28,6 +29,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from words_support import AGO, moment_re
 
 from teaagent.config import NotifySettings
 from teaagent_approver._notify import EVENT, Notifier
@@ -397,7 +399,7 @@ async def test_an_item_whose_request_expires_while_the_receiver_fails_is_dropped
         f"The notification of request {doomed['request_id']} from alpha is dropped after {len(attempts)} "
         f"attempts without a 2xx from {receiver.where}: "
     )
-    assert drops[0].endswith(f"(expires_at {doomed['expires_at']}).")
+    assert re.search(f"\\(the request's expiry: {moment_re(doomed['expires_at'])}\\)\\.$", drops[0]), drops[0]
 
 
 @asynctest
@@ -538,7 +540,11 @@ async def test_an_item_queued_twice_expired_or_malformed_is_not_posted_again(
     assert (notifier.stats.queued, notifier.stats.dropped_expired) == (1, 1)
     messages = [r.getMessage() for r in caplog.records]
     request_id, expires_at = expired["request_id"], expired["expires_at"]
-    assert f"Request {request_id} from alpha expired at {expires_at} before it could be notified." in messages
+    expired_line = (
+        f"Request {request_id} from alpha expired at {moment_re(expires_at, AGO)} before it could be "
+        "notified\\."
+    )
+    assert any(re.fullmatch(expired_line, message) for message in messages), messages
     assert "Request 'x' cannot be notified: its tool_name is not a string." in messages
     assert any(message.endswith("cannot be notified: its arguments are not JSON.") for message in messages)
 

@@ -310,7 +310,10 @@ def test_show_prints_the_whole_request_and_what_would_decide_it(
     assert '"path": "build/"' in out
     assert "reason       clean the build" in out
     assert f"digest       {request['payload_digest']}" in out
-    assert "quorum       2 approval(s) of beta, gamma, counted by alpha" in out
+    assert "quorum       2 approvals needed from beta, gamma, counted by alpha" in out
+    assert re.search(
+        r"^time left    (1m 5\ds|2m 00s) \(expires at \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\)$", out, re.M
+    )
     assert "beta         not decided yet (this node's own decision, not the request's outcome)" in out
     assert "time left    1m 5" in out or "time left    2m 00s" in out
     assert "rule         #2 tool='fs.delete' -> ask" in out
@@ -366,7 +369,7 @@ def test_approve_names_this_nodes_decision_not_the_outcome(
     first, _, third = out.splitlines()
     assert (
         first
-        == f"beta approved request {request['request_id']} of alpha: signed by operator with key {node_key}."
+        == f"beta approved request {request['request_id']} of alpha: signed with the node key {node_key}."
     )
     assert third == "This node's decision; the request's outcome is counted by its origin, alpha."
     assert "state" not in out
@@ -395,7 +398,14 @@ def test_deny_needs_a_reason_and_signs_it(
     assert out.startswith(f"beta denied request {request['request_id']} of alpha (not on Fridays): ")
 
     code, out, _ = cli(capsys, "show", request["request_id"], "--config", cluster.config)
-    assert "beta         denied by operator with key" in out
+    node_key = load_config(cluster.beta.config_path).own_public_key().fingerprint
+    # Signed with the node key: it says so; the time is a date with how long ago.
+    assert re.search(
+        rf"^beta         denied with the node key {re.escape(node_key)} at "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ, (now|\d+s ago): not on Fridays",
+        out,
+        re.M,
+    ), out
     assert ": not on Fridays (this node's own decision" in out
 
 
@@ -445,7 +455,7 @@ def test_statement_signed_by_ssh_keygen_is_submitted(
     )  # fmt: skip
 
     assert (code, err) == (0, "")
-    assert f"with key {fingerprint_of(cluster.operator)}." in out.splitlines()[0]
+    assert f"with an operator's own key {fingerprint_of(cluster.operator)}." in out.splitlines()[0]
     assert out.startswith(f"beta approved request {request['request_id']} of alpha")
 
 
@@ -510,7 +520,7 @@ def test_key_file_signs_as_an_operator(
     )
 
     assert (code, err) == (0, "")
-    assert f"with key {fingerprint_of(cluster.operator)}." in out
+    assert f"with an operator's own key {fingerprint_of(cluster.operator)}." in out
 
 
 @pytest.mark.slow
@@ -538,7 +548,7 @@ def test_a_passphrase_is_asked_once_without_echo(
 
     assert (code, err) == (0, "")
     assert prompts == [f"Passphrase for {cluster.locked.private_path}: "]
-    assert f"with key {fingerprint_of(cluster.locked)}." in out
+    assert f"with an operator's own key {fingerprint_of(cluster.locked)}." in out
 
 
 @pytest.mark.slow
@@ -603,7 +613,7 @@ def test_a_passphrase_is_read_from_a_real_terminal_without_echo(cluster: Cluster
             os.close(terminal)
     assert os.waitstatus_to_exitcode(status) == 0, prompt + rest
     assert PASSPHRASE.encode() not in prompt + rest  # not echoed
-    assert f"with key {fingerprint_of(cluster.locked)}.".encode() in rest
+    assert f"with an operator's own key {fingerprint_of(cluster.locked)}.".encode() in rest
 
 
 @pytest.mark.slow
@@ -654,6 +664,24 @@ def test_a_missing_key_file_is_a_usage_error(
 
     assert code == 2
     assert one_sentence(err) == f"the private key file {missing} does not exist."
+
+
+@pytest.mark.parametrize("command", ["approve", "deny"])
+def test_a_public_key_file_given_as_key_says_to_give_the_private_half(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    public = cluster.operator.public_path
+    public.chmod(0o644)  # as ssh-keygen writes it: no warning about its mode comes before the sentence
+
+    code, _, err = cli(
+        capsys, command, "0" * 32, "--key", str(public), "--reason", "no", "--config", cluster.config
+    )
+
+    assert code == 2
+    assert one_sentence(err) == (
+        f"{public} is the public half of the key; "
+        f"give the private key file ({cluster.operator.private_path})."
+    )
 
 
 @pytest.mark.slow
@@ -768,7 +796,7 @@ def test_agent_signs_with_the_one_key_of_this_node_it_holds(
     code, out, err = cli(capsys, "approve", request["request_id"], "--agent", "--config", cluster.config)
 
     assert (code, err) == (0, "")
-    assert f"with key {fingerprint_of(cluster.operator)}." in out
+    assert f"with an operator's own key {fingerprint_of(cluster.operator)}." in out
 
 
 @pytest.mark.slow
@@ -816,7 +844,7 @@ def test_agent_with_several_keys_of_this_node_needs_a_key_id(
         cluster.config,
     )
     assert (code, err) == (0, "")
-    assert f"with key {two}." in out
+    assert f"with an operator's own key {two}." in out
 
 
 def test_agent_without_ssh_auth_sock_is_a_usage_error(
@@ -854,7 +882,9 @@ def test_show_approve_deny_statement_and_submit_take_a_unique_prefix(
 
     code, out, err = cli(capsys, "approve", approved["request_id"][:8], *config)
     assert (code, err) == (0, "")
-    assert out.startswith(f"beta approved request {approved['request_id']} of alpha: signed by operator ")
+    assert out.startswith(
+        f"beta approved request {approved['request_id']} of alpha: signed with the node key "
+    )
 
     code, out, err = cli(capsys, "deny", denied["request_id"][:8], "--reason", "not now", *config)
     assert (code, err) == (0, "")
@@ -873,7 +903,7 @@ def test_show_approve_deny_statement_and_submit_take_a_unique_prefix(
     )  # fmt: skip
     assert (code, err) == (0, "")
     assert out.startswith(
-        f"beta approved request {signed['request_id']} of alpha: signed by operator with key "
+        f"beta approved request {signed['request_id']} of alpha: signed with an operator's own key "
         f"{fingerprint_of(cluster.operator)}."
     )
 
@@ -1500,3 +1530,19 @@ def test_an_answer_that_is_not_the_documented_one_is_one_sentence(
 
 def config_port(config: str) -> int:
     return load_config(config).approver.port
+
+
+@pytest.mark.parametrize("typed", ["", "  ", "xyz!", "abc"])
+@pytest.mark.parametrize("command", ["approve", "deny", "show", "statement"])
+def test_an_id_that_names_nothing_is_refused_before_the_approver_is_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str, typed: str
+) -> None:
+    """``approvals approve ''`` is refused here, in one sentence: no approver runs for this node."""
+    assert run(["init", str(tmp_path / "node"), "--name", "solo"]) == 0
+    capsys.readouterr()
+    extra = ["--reason", "no"] if command == "deny" else []
+    code, out, err = cli(capsys, command, typed, *extra, "--config", str(tmp_path / "node" / "node.toml"))
+    assert (code, out) == (2, "")
+    assert one_sentence(err) == (
+        f"{typed!r} is not a request id: type its 32 hexadecimal characters, or at least its first 4."
+    )

@@ -193,9 +193,12 @@ def test_the_demo_tells_the_four_outcomes_and_its_evidence_verifies(tmp_path: Pa
         for path in certificates
     ]
     assert signers == [("beta", "gamma"), ("beta", "delta")]
-    # statement, ssh-keygen and submit; two certificates and four audit logs; the tampered copy
-    assert len(re.findall(r"^ *\d+\.\ds +exit 0, ", out, re.M)) == 3 + 2 + 4
-    assert len(re.findall(r"^ *\d+\.\ds +exit 1, ", out, re.M)) == 1
+    # statement, ssh-keygen and submit, each timed; then the checks, run together and timed once:
+    # two certificates and four audit logs, the tampered copy
+    assert len(re.findall(r"^ *\d+\.\ds +exit 0, \d+\.\d s$", out, re.M)) == 3
+    assert "these 7 checks ran together, each a process of its own, in " in out
+    assert len(re.findall(r"^ *\d+\.\ds +exit 0$", out, re.M)) == 2 + 4
+    assert len(re.findall(r"^ *\d+\.\ds +exit 1$", out, re.M)) == 1
     # Every audit log verifies (hash chain and HMAC); the tampered copy does not.
     logs = [folder / "alpha/data/audit/alpha.jsonl"] + [
         folder / node / "data" / "approver-audit.jsonl" for node in ("beta", "gamma", "delta")
@@ -326,3 +329,51 @@ def test_the_summary_names_approvers_from_the_certificate_in_name_order_whatever
         r"2\. fs\.delete build/app\.log +approved by beta \(rule 2\), gamma \(rule 2\) in 1\.0 s", text
     )
     assert re.search(r"4\. shell\.run .* +denied by beta \(rule 1\), gamma \(rule 1\) in 2\.0 s", text)
+
+
+def test_piped_the_step_titles_are_whole() -> None:
+    """Piped (``teaagent demo | less``), a rule at the pipe's 80 columns would cut a title to ``…``."""
+    import io
+
+    from rich.console import Console
+
+    from teaagent.cli import _demo
+
+    out = io.StringIO()
+    story = _demo._Story(Console(file=out, width=80, highlight=False, soft_wrap=True))
+    title = "Four nodes, their SSH keys (ssh-keygen), one embedded Redis; alpha needs 2 of 3 [peers]"
+    story.step(title)
+    story.step("short")
+
+    assert out.getvalue() == f"── 1. {title}\n── 2. short\n"
+
+
+def test_the_checks_run_together_say_so_once_not_one_time_each(tmp_path: Path) -> None:
+    """The checks run at once: one line says so and how long they took together; each tells its exit."""
+    import io
+
+    from rich.console import Console
+
+    from teaagent.cli import _demo
+
+    (tmp_path / "logs").mkdir()
+    processes = _demo._Processes(tmp_path / "logs")
+    out = io.StringIO()
+    checks = [(["--version"], 0), (["audit", "verify", "missing.jsonl"], 2)]
+    try:
+        _demo._verify_all(tmp_path, checks, _demo._Story(Console(file=out, width=200)), processes)
+    finally:
+        processes.stop_all()
+
+    lines = [re.sub(r"^ *\d+\.\ds ", "", line) for line in out.getvalue().splitlines()]
+    assert re.fullmatch(
+        r"  these 2 checks ran together, each a process of its own, in \d+\.\d s for them all; "
+        r"their outputs follow in order",
+        lines[0],
+    )
+    assert lines[1] == "$ teaagent --version"
+    assert re.fullmatch(r"    teaagent \S+", lines[2])
+    assert lines[3] == "    exit 0"
+    assert lines[4] == "$ teaagent audit verify missing.jsonl"
+    assert lines[-2] == "    exit 2"
+    assert not any(re.search(r"exit \d, ", line) for line in lines)

@@ -65,6 +65,18 @@ def test_init_makes_one_node_with_its_key_config_and_data_folder(
     assert f"teaagent relay serve --config {folder / 'node.toml'}" in out
 
 
+def test_the_commented_script_line_of_a_new_node_names_a_bundled_script(tmp_path: Path) -> None:
+    folder = tmp_path / "alpha"
+    assert run(["init", str(folder)]) == 0
+    path = folder / "node.toml"
+    text = path.read_text()
+    assert load_config(path).agent.script is None  # commented out: the demo plays
+
+    path.write_text(text.replace('# script = "quorum"', 'script = "quorum"', 1))
+
+    assert load_config(path).agent.script == "quorum"
+
+
 def test_init_cluster_configurations_name_each_other(tmp_path: Path) -> None:
     names = ["alpha", "beta", "gamma"]
 
@@ -324,3 +336,14 @@ def test_init_refuses_a_tls_key_of_another_certificate_before_making_anything(
     assert code == 2
     assert capsys.readouterr().err == "teaagent: the TLS files do not load: key values mismatch.\n"
     assert not (tmp_path / "alpha").exists()
+
+
+def test_init_takes_the_base_port_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$TEAAGENT_BASE_PORT, as the README says: the same commands, the nodes elsewhere."""
+    monkeypatch.setenv("TEAAGENT_BASE_PORT", "31000")
+    code = run(["init", "--cluster", "alpha,beta", str(tmp_path), "--host", "relay-{name}"])
+
+    assert code == 0
+    assert _ports(tmp_path / "alpha") + _ports(tmp_path / "beta") == list(range(31000, 31006))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,7 @@ def test_peers_add_appends_the_peer_and_keeps_every_comment(
     assert capsys.readouterr().out == (
         f"{node}: peers.gamma added ({fingerprint(gamma.public_line)}, relay https://gamma.example:8701); "
         "2 peers, quorum off.\n"
+        "alpha's relay and approver are not running; they read it when they start.\n"
     )
     assert sorted(path.name for path in node.parent.iterdir()) == ["node.toml"]  # no temporary file left
 
@@ -298,6 +300,7 @@ def test_peers_add_to_a_node_without_peers_makes_the_table(
     assert capsys.readouterr().out.endswith(
         "note: permission_mode workspace-write refuses shell.run and fs.delete before the quorum sees them; "
         "--permission-mode danger-full-access leaves them to the peers (allow asks locally too).\n"
+        "alpha's relay and approver are not running; they read it when they start.\n"
     )
     beta = ssh_key_factory("beta").public_line
     assert (
@@ -388,3 +391,129 @@ def test_operators_add_refuses_a_key_that_already_signs(
 
     assert capsys.readouterr().err == f"teaagent: {path}: that key already signs for beta.\n" * 2
     assert (tmp_path / "beta" / "operators.allowed_signers").read_bytes() == listed
+
+
+def test_peers_add_replace_without_key_and_url_keeps_them_and_adds_an_operator_key(
+    node: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's `peers add beta --replace --operator-key KEY`: beta keeps its key and relay URL."""
+    operator = ssh_key_factory("beta-operator")
+    before = load_config(node).peers["beta"]
+
+    assert (
+        run(
+            [
+                "peers",
+                "add",
+                "beta",
+                "--replace",
+                "--operator-key",
+                operator.public_line,
+                "--config",
+                str(node),
+            ]
+        )
+        == 0
+    )
+
+    after = load_config(node).peers["beta"]
+    assert (after.public_key, after.relay_url) == (before.public_key, before.relay_url)
+    assert [key.line for key in after.keys][1:] == [operator.public_line]
+    assert capsys.readouterr().out.startswith(f"{node}: peers.beta updated (")
+
+
+@pytest.mark.parametrize("arguments", [["gamma", "--replace"], ["beta"], ["gamma"]])
+def test_peers_add_without_key_and_url_needs_replace_on_an_existing_peer(
+    node: Path, capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
+    before = node.read_bytes()
+
+    assert run(["peers", "add", *arguments, "--config", str(node)]) == 2
+
+    name = arguments[0]
+    assert capsys.readouterr().err == (
+        f"teaagent: give {name}'s node key and relay URL (teaagent peers add {name} KEY URL); only "
+        "--replace on an existing peer keeps them.\n"
+    )
+    assert node.read_bytes() == before
+
+
+def _one_sentence(err: str) -> str:
+    """A refusal as the user reads it: one line ``teaagent: ...``, no traceback."""
+    assert err.startswith("teaagent: "), err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err[len("teaagent: ") : -1]
+
+
+def test_peers_add_names_a_key_file_that_does_not_exist(
+    node: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(node.parent)
+    before = node.read_bytes()
+
+    assert run(["peers", "add", "beta2", "beta.pub", "http://127.0.0.1:8", "--config", str(node)]) == 2
+
+    assert _one_sentence(capsys.readouterr().err) == (
+        "the key file beta.pub does not exist; give a public key file (NAME.pub) or the key's line "
+        "('ssh-ed25519 AAAA...')."
+    )
+    assert node.read_bytes() == before
+
+
+def test_operators_add_refuses_a_private_key_without_showing_it(
+    tmp_path: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["init", str(tmp_path / "beta")]) == 0
+    path = tmp_path / "beta" / "node.toml"
+    before = path.read_bytes()
+    ana = ssh_key_factory("ana")
+    secret = ana.private_path.read_text()
+    capsys.readouterr()
+
+    assert run(["operators", "add", str(ana.private_path), "--config", str(path)]) == 2
+    from_file = capsys.readouterr()
+    assert run(["operators", "add", "--config", str(path), "--", secret]) == 2  # pasted
+    pasted = capsys.readouterr()
+    assert run(["operators", "add", secret, "--config", str(path)]) == 2  # pasted, read as an option
+    as_option = capsys.readouterr()
+
+    assert _one_sentence(from_file.err) == (
+        f"{ana.private_path} is a private key; give its public half ({ana.private_path}.pub, or the line "
+        f"ssh-keygen -y -f {ana.private_path} prints)."
+    )
+    assert _one_sentence(pasted.err) == (
+        "that is a private key; give its public half "
+        "(the .pub file, or the line ssh-keygen -y -f KEY prints)."
+    )
+    assert _one_sentence(as_option.err) == (
+        "an argument is a private key, which is never shown; give its public half (the .pub file)."
+    )
+    body = [line for line in secret.splitlines() if line and not line.startswith("-----")]
+    for captured in (from_file, pasted, as_option):
+        assert not any(line in captured.err + captured.out for line in body)
+    assert path.read_bytes() == before
+    assert not (tmp_path / "beta" / "operators.allowed_signers").exists()
+
+
+def test_peers_add_says_the_services_read_it_when_they_start_when_none_runs(
+    node: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The token is in the file, so the services are asked: at two ports held bound, never listened
+    # on, so that nothing (another test's service) answers there.
+    with socket.socket() as relay, socket.socket() as approver:
+        relay.bind(("127.0.0.1", 0))
+        approver.bind(("127.0.0.1", 0))
+        text = node.read_text().replace("8701", str(relay.getsockname()[1]))
+        text = text.replace("port = 8702", f"port = {approver.getsockname()[1]}")
+        node.write_text(f'token = "{"t" * 32}"\n' + text)
+        gamma = ssh_key_factory("gamma")
+
+        assert (
+            run(["peers", "add", "gamma", gamma.public_line, "http://127.0.0.1:9", "--config", str(node)])
+            == 0
+        )
+
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "alpha's relay and approver are not running; they read it when they start."
+    )

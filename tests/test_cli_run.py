@@ -264,6 +264,6 @@ def test_a_high_risk_call_shows_the_quorum_it_waits_for_then_the_denial(
 
     out = capsys.readouterr().out
     assert code == 3
-    assert "shell.run waits for 2 of 3 peers (beta, delta, gamma) to sign it, up to 5 s…" in out
-    assert "✗ shell.run needs 2 of 3 peer approvals but no quorum could be obtained: the relay at " in out
+    assert "shell.run waits for 2 approvals from 3 peers (beta, delta, gamma), up to 5s…" in out
+    assert "✗ shell.run needs 2 approvals from 3 peers but no quorum could be obtained: the relay at " in out
     assert not (node.parent / "workspace" / "made").exists()

@@ -111,7 +111,7 @@ def test_the_table_says_what_the_quorum_needs(
     assert run(["tools", "list", "--config", str(config)]) == 0
 
     out = capsys.readouterr().out
-    assert out.endswith("\nhigh-risk calls need 2 of 3 peer approvals.\n")
+    assert out.endswith("\nhigh-risk calls need 2 approvals from 3 peers.\n")
     assert "shell.run  Critical  no         yes          yes" in out
 
 
@@ -213,7 +213,7 @@ def test_a_high_risk_call_without_a_quorum_fails_closed_with_exit_3(
     captured = capsys.readouterr()
     assert code == 3
     assert captured.out == ""
-    assert "teaagent: shell.run needs 2 of 3 peer approvals but " in captured.err
+    assert "teaagent: shell.run needs 2 approvals from 3 peers but " in captured.err
     assert not (tmp_path / "workspace" / "made").exists()
 
 
@@ -233,7 +233,8 @@ def test_the_nodes_key_is_needed_only_by_a_high_risk_call(
     capsys.readouterr()
     assert run(["tools", "call", "--config", str(config), "shell.run", '{"command": "touch made"}']) == 3
     assert (
-        "shell.run needs 2 of 3 peer approvals but no quorum could be obtained: " in capsys.readouterr().err
+        "shell.run needs 2 approvals from 3 peers but no quorum could be obtained: "
+        in capsys.readouterr().err
     )
     assert not (tmp_path / "workspace" / "made").exists()
 

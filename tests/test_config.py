@@ -898,6 +898,20 @@ def test_a_bad_allowed_signers_file_is_one_sentence(node_dir: Path, body: str, m
         load(text)
 
 
+def test_a_public_key_file_as_private_key_says_to_name_the_private_one(node_dir: Path) -> None:
+    (node_dir / "keys" / "alpha.pub").write_text(LINES["alpha"] + "\n")
+    with pytest.raises(
+        ConfigError,
+        match="^"
+        + re.escape(
+            "alpha.toml: private_key keys/alpha.pub is the public half of the key; "
+            "name the private key file (the one without .pub)."
+        )
+        + "$",
+    ):
+        load(EXAMPLE.replace('"keys/alpha"', '"keys/alpha.pub"'))
+
+
 def test_a_missing_allowed_signers_file_says_where_it_looked(node_dir: Path) -> None:
     text = EXAMPLE.replace(
         f'public_key = "{LINES["beta"]}"\n', f'public_key = "{LINES["beta"]}"\nallowed_signers = "nope"\n'

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import click
 import pytest
 import typer
 import yaml
@@ -81,16 +80,17 @@ def _teaagent_services() -> dict[str, dict[str, Any]]:
     return {name: service for name, service in SERVICES.items() if service.get("image") == "teaagent:local"}
 
 
-def _cli_command(args: list[str]) -> tuple[click.Command, list[str]]:
+def _cli_command(args: list[str]) -> tuple[Any, list[str]]:
     """Walk the teaagent command tree along ``args``; return the command reached and its arguments.
 
     Raises:
         LookupError: A word names no command of the CLI.
     """
-    command: click.Command = typer.main.get_command(cli_app)
+    # typer carries a click of its own: a group is what lists commands, whichever click made it.
+    command: Any = typer.main.get_command(cli_app)
     rest = list(args)
-    while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
-        found = command.get_command(click.Context(command), rest[0])
+    while hasattr(command, "list_commands") and rest and not rest[0].startswith("-"):
+        found = command.get_command(command.context_class(command), rest[0])
         if found is None:
             raise LookupError(f"teaagent has no command {' '.join(args[: len(args) - len(rest) + 1])!r}")
         command = found
@@ -136,9 +136,16 @@ def test_the_key_generation_step_is_a_script_of_the_image_running_teaagent_init(
     _check_cli(commands[0][1:])
 
 
+INIT_SCRIPT = ROOT / "deploy" / "init-cluster.sh"
+
+
+def _with_defaults(text: str) -> str:
+    """The script as it runs with none of its variables set: each ``${VAR:-default}`` its default."""
+    return re.sub(r"\$\{[A-Z_]+:-((?:\\\}|[^}])*)\}", lambda m: m.group(1).replace("\\}", "}"), text)
+
+
 def _script_commands() -> list[list[str]]:
-    script = ROOT / "deploy" / "init-cluster.sh"
-    text = re.sub(r"\\\n", " ", script.read_text())
+    text = _with_defaults(re.sub(r"\\\n", " ", INIT_SCRIPT.read_text()))
     commands = []
     for line in text.splitlines():
         words = shlex.split(line, comments=True)
@@ -154,19 +161,23 @@ def _script_commands() -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The key-generation step run for real (its teaagent command), /cluster being a temporary folder."""
+    """The key-generation step run for real (the script, by sh), /cluster being a temporary folder."""
     folder = tmp_path_factory.mktemp("cluster")
-    (command,) = _script_commands()
-    argv = [str(folder) if word == VOLUME else word for word in command[1:]]
+    script = INIT_SCRIPT.read_text().replace(VOLUME, str(folder))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for name in ("TEAAGENT_HOST", "TEAAGENT_REDIS_URL", "TEAAGENT_BASE_PORT"):
+        env.pop(name, None)
     done = subprocess.run(
-        [sys.executable, "-m", "teaagent", *argv], capture_output=True, text=True, timeout=60, check=False
+        ["sh", "-c", script], capture_output=True, text=True, timeout=60, check=False, env=env
     )
     assert done.returncode == 0, done.stderr
     # The step is idempotent: compose runs it at every `up`.
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
     again = subprocess.run(
-        [sys.executable, "-m", "teaagent", *argv], capture_output=True, text=True, timeout=60, check=False
+        ["sh", "-c", script], capture_output=True, text=True, timeout=60, check=False, env=env
     )
     assert again.returncode == 0, again.stderr
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
     return folder
 
 
@@ -193,15 +204,43 @@ def test_every_configuration_a_service_names_is_generated_and_loads(cluster: Pat
     for name, service in _teaagent_services().items():
         if name == "init":
             continue
-        assert _volume_targets(service).get(VOLUME) == "cluster"
         node = name.split("-", 1)[1]
         config = _config_of(service, cluster)
         assert config.agent_id == node
         assert config.private_key is not None
         assert config.private_key.is_file()
         assert config.token_path.is_file()  # one token for the node's three containers
-    assert _volume_targets(SERVICES["init"]).get(VOLUME) == "cluster"
-    assert "cluster" in compose["volumes"]
+
+
+def test_a_nodes_secrets_are_mounted_in_that_nodes_containers_only(cluster: Path) -> None:
+    """One volume per node: a node's services mount their own node's folder and nothing else."""
+    for name, service in _teaagent_services().items():
+        if name == "init":
+            continue
+        node = name.split("-", 1)[1]
+        assert _volume_targets(service) == {f"{VOLUME}/{node}": node}, name
+        # Everything the node reads of its own lies in its folder: key, token, data, workspace.
+        config = _config_of(service, cluster)
+        folder = cluster / node
+        for path in (config.private_key, config.token_path, config.data_dir, config.workspace):
+            assert path is not None
+            assert path.resolve().is_relative_to(folder.resolve()), (name, path)
+        # Its peers are public keys written inline, not files of their folders.
+        assert all(settings.public_key.startswith("ssh-") for settings in config.peers.values())
+    # The one-shot init step writes every node's folder; nothing else sees two nodes.
+    assert _volume_targets(SERVICES["init"]) == {f"{VOLUME}/{node}": node for node in NODES}
+    assert set(compose["volumes"]) == {*NODES, "valkey-data"}
+    # Each folder is its node's alone inside the container, too.
+    for node in NODES:
+        assert (cluster / node).stat().st_mode & 0o777 == 0o700
+
+
+def test_the_image_is_built_once_by_the_init_service() -> None:
+    built = [name for name, service in SERVICES.items() if "build" in service]
+    assert built == ["init"]
+    for name, service in _teaagent_services().items():
+        if name != "init":
+            assert service.get("pull_policy") == "never", name
 
 
 def test_each_health_check_calls_its_own_port_from_the_configuration(cluster: Path) -> None:
@@ -300,23 +339,37 @@ def test_nothing_is_published_on_the_host() -> None:
 # -- the Dockerfile ------------------------------------------------------------------------------
 
 
-def test_the_base_image_is_a_python_the_project_supports() -> None:
-    (base,) = _instruction("FROM")
-    match = re.fullmatch(r"python:(3\.\d+)-slim", base)
-    assert match, base
+def test_the_base_image_is_a_debian_whose_python_the_project_supports() -> None:
+    bases = _instruction("FROM")
+    match = re.fullmatch(r"debian:(\w+)-slim AS base", bases[0])
+    assert match, bases[0]
+    python = {"bookworm": (3, 11), "trixie": (3, 13)}[match.group(1)]  # Debian's python3
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     assert requires == ">=3.11"
-    assert tuple(map(int, match.group(1).split("."))) >= (3, 11)
+    assert python >= (3, 11)
+    # Every later stage starts from it.
+    assert [base.split()[0] for base in bases[1:]] == ["base", "base"]
+    assert any("python3 python3-venv" in rest for rest in _instruction("RUN"))
 
 
-def test_the_install_step_is_the_readmes() -> None:
+def test_the_install_step_is_the_readmes_from_wheels_in_a_stage_of_its_own() -> None:
     installs = [rest for rest in _instruction("RUN") if "pip install" in rest]
-    assert installs == ["pip install --no-cache-dir ."]
+    assert len(installs) == 1
+    (install,) = installs
+    # The project's wheel is built from the copied sources, then installed with no index at all.
+    assert "pip wheel --quiet --find-links /wheelhouse --wheel-dir /wheelhouse /src" in install
+    assert "pip install --quiet --no-cache-dir --no-index --find-links /wheelhouse teaagent" in install
+    # The final image takes the installed environment only: no sources, build folder or wheels.
+    final = _dockerfile()[max(i for i, (word, _) in enumerate(_dockerfile()) if word == "FROM") :]
+    copies = [rest for word, rest in final if word == "COPY"]
+    assert "--from=install /opt/teaagent /opt/teaagent" in copies
+    assert not [rest for rest in copies if "libs" in rest or "services" in rest or "wheelhouse" in rest]
     readme = (ROOT / "README.md").read_text()
     assert "pip install ." in readme
     makefile = (ROOT / "Makefile").read_text()
     assert "pip install --quiet -e '.[dev]'" in makefile
     assert "pip install -e '.[dev]'" in readme
+    assert "pip wheel --quiet --wheel-dir deploy/wheelhouse ." in makefile
 
 
 def test_the_entrypoint_is_the_projects_console_script() -> None:
@@ -332,6 +385,8 @@ def test_every_file_the_compose_file_runs_is_copied_into_the_image() -> None:
     (workdir,) = _instruction("WORKDIR")
     copied: dict[str, str] = {}  # destination in the image -> source in the build context
     for rest in _instruction("COPY"):
+        if rest.startswith("--from="):
+            continue  # from another stage of the build, not from the build context
         *sources, destination = rest.split()
         for source in sources:
             target = destination if not destination.endswith("/") else destination + Path(source).name
@@ -357,6 +412,9 @@ def _docker_ignored(source: str) -> bool:
 def test_the_readme_shows_the_compose_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "docker compose up --build -d" in readme
+    # Debian bookworm has Compose v1 only: its command is said too.
+    assert "docker-compose up --build -d" in readme
+    assert "docker-compose up --build -d" in (ROOT / "docs" / "deployment.md").read_text()
     assert (
         "docker compose exec approver-beta teaagent approvals list --config /cluster/beta/node.toml" in readme
     )

@@ -357,7 +357,7 @@ def test_a_call_both_rules_deny_exits_3_naming_the_deniers(cluster: Cluster) -> 
     # The last line says it once, naming both deniers and their reasons.
     assert done.stderr.splitlines()[-1] == (
         "teaagent: shell.run was denied by beta: beta downloads nothing; "
-        "gamma: gamma downloads nothing (2 of 3)."
+        "gamma: gamma downloads nothing (2 approvals from 3 peers needed)."
     ), done.stderr
     assert not (cluster.folder / "workspace-alpha" / "install").exists()
 
@@ -371,7 +371,7 @@ def test_an_operator_approves_with_ssh_keygen_through_approvals_statement_and_su
     )
     try:
         # beta's rule approves (1 of 2); gamma's rule asks; delta has no rule: its operator decides.
-        call.wait_for(r"✓ beta approved .*1 of 2 needed")
+        call.wait_for(r"✓ beta approved .*1 approval of the 2 needed")
         deadline = time.monotonic() + DEADLINE
         while True:
             waiting = [item for item in cluster.pending("delta") if item["arguments"] == {"command": command}]
@@ -421,7 +421,7 @@ def test_an_operator_approves_with_ssh_keygen_through_approvals_statement_and_su
     result = json.loads(call.out)
     assert result["exit_code"] == 0
     assert result["stdout"].strip() == command.rsplit(" ", 1)[1]
-    assert re.search(r"✓ delta approved .*2 of 2 needed", call.err), call.err
+    assert re.search(r"✓ delta approved .*2 approvals of the 2 needed", call.err), call.err
     assert all(item["request_id"] != request_id for item in cluster.pending("delta"))
 
 
@@ -438,7 +438,7 @@ def test_a_call_nobody_answers_expires_naming_who_never_answered(cluster: Cluste
         if line.startswith(f"teaagent: request {request_id} expired: ")
     ]
     assert why == (
-        f"teaagent: request {request_id} expired: approved by nobody (0 of 2 needed); "
+        f"teaagent: request {request_id} expired: approved by nobody (0 approvals of the 2 needed); "
         "never answered: beta, delta, gamma."
     ), why
 
@@ -458,7 +458,7 @@ def test_a_call_completes_though_betas_relay_is_killed_and_restarted_while_it_wa
     )
     try:
         call.wait_for(r"beta's relay received the request")
-        call.wait_for(r"✓ gamma approved .*1 of 2 needed")
+        call.wait_for(r"✓ gamma approved .*1 approval of the 2 needed")
         cluster.relays["beta"].kill()  # kill -9, the request stored in Redis and not yet decided
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{beta.url}/health", timeout=2)
@@ -471,7 +471,7 @@ def test_a_call_completes_though_betas_relay_is_killed_and_restarted_while_it_wa
 
     assert code == 0, call.err
     assert json.loads(call.out)["stdout"] == "survived\n"
-    assert re.search(r"✓ beta approved .*2 of 2 needed", call.err), call.err
+    assert re.search(r"✓ beta approved .*2 approvals of the 2 needed", call.err), call.err
 
 
 # -- bad usage ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The LLM provider's model and base URL from node.toml (``[agent] model``, ``[agent] base_url``).
+"""The LLM provider's model, base URL and script from node.toml (``[agent] model``, ``base_url``, ``script``).
 
 Environment variables alone could not say where a node's prompts go; the configuration can, and
 wins over ``*_BASE_URL``. ``teaagent run`` is checked against a stand-in OpenAI-compatible server on
@@ -51,6 +51,17 @@ def test_agent_model_and_base_url_are_read(write: Callable[[str], Path]) -> None
     assert config.agent.base_url == "http://gpu.lan:11434/v1"
 
 
+def test_agent_script_is_a_bundled_name_or_a_file_beside_node_toml(write: Callable[[str], Path]) -> None:
+    named = load_config(write('script = "quorum"\n'))
+    filed = load_config(write('script = "scripts/mine.json"\n'))
+    here = load_config(write('script = "./quorum"\n'))
+
+    assert named.agent.script == "quorum"
+    assert filed.agent.script == str(filed.path.parent / "scripts" / "mine.json")
+    assert here.agent.script == str(here.path.parent / "quorum")
+    assert load_config(write("")).agent.script is None
+
+
 def test_without_them_the_provider_defaults_hold(write: Callable[[str], Path]) -> None:
     config = load_config(write('provider = "anthropic"\n'))
 
@@ -68,6 +79,11 @@ def test_without_them_the_provider_defaults_hold(write: Callable[[str], Path]) -
         (
             'base_url = "http://gpu.lan/v1"\n',
             r"agent\.base_url is set, but provider 'scripted' calls no server\.",
+        ),
+        ('script = " "\n', r"agent\.script is empty\."),
+        (
+            'provider = "openai"\nscript = "quorum"\n',
+            r"agent\.script is set, but provider 'openai' plays no script\.",
         ),
     ],
 )
@@ -163,3 +179,45 @@ def test_the_agent_services_builtin_model_is_the_configured_one(write: Callable[
         "http://gpu.lan/v1",
     )
     assert builtin.environment()["OPENAI_COMPATIBLE_BASE_URL"] == "http://gpu.lan/v1"
+
+
+def test_teaagent_run_plays_the_configured_script_which_the_option_overrides(
+    write: Callable[[str], Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAAGENT_LLM_SCRIPT", "denied")  # the file wins over the variable
+    config = write('script = "question"\n')
+
+    assert run(["run", "--config", str(config), "Clean up."]) == 0
+    asked = capsys.readouterr().out
+    assert run(["run", "--config", str(config), "--script", "demo", "List."]) == 0
+    listed = capsys.readouterr().out
+
+    assert "? Shall I clean the build folder?" in asked
+    assert "(declined)" in asked
+    assert "Thank you: your answer is in the ask_user result above" in asked
+    assert "→ fs.list" in listed
+    assert "ask_user" not in listed
+
+
+def test_an_unknown_script_name_exits_2_naming_the_bundled_ones(
+    write: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["run", "--config", str(write("")), "--script", "qourum", "Go."]) == 2
+    assert capsys.readouterr().err == (
+        "teaagent: There is no script file 'qourum' and no bundled script of that name; the bundled "
+        "scripts are demo, quorum, denied, question.\n"
+    )
+
+
+def test_the_agent_services_builtin_model_plays_the_configured_script(write: Callable[[str], Path]) -> None:
+    from teaagent.llm import ScriptedAdapter
+    from teaagent_agent._catalog import make_adapter, models_of
+
+    builtin = models_of(load_config(write('script = "quorum"\n')))[0]
+    played = make_adapter(builtin, script_path=None)
+    overridden = make_adapter(builtin, script_path="question")
+
+    assert builtin.script == "quorum"
+    assert isinstance(played, ScriptedAdapter)
+    assert isinstance(overridden, ScriptedAdapter)
+    assert (played.source, overridden.source) == ("quorum (bundled)", "question (bundled)")

@@ -320,7 +320,13 @@ def test_a_low_risk_call_the_client_cancels_is_on_record_at_once_and_the_gateway
     marker.unlink(missing_ok=True)
 
     def of_the_call() -> list[dict[str, Any]]:
-        return [r for r in audit(alpha) if r["payload"].get("arguments") == {"marker": str(marker)}]
+        records = audit(alpha)
+        calls = {
+            r["payload"]["call_id"]
+            for r in records
+            if r["event_type"] == "tool_call" and r["payload"].get("arguments") == {"marker": str(marker)}
+        }
+        return [r for r in records if r["event_type"] != "tool_call" and r["payload"].get("call_id") in calls]
 
     async def main() -> None:
         async with gateway_session(alpha) as session:

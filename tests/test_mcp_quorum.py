@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -195,16 +196,24 @@ def check(seen: dict[str, Any], alpha: Node) -> None:
     assert denied.meta == {"teaagent/error": "denied"}
     # Who denied, and why, as the peers signed it.
     assert text(denied) == (
-        "shell.run was denied by beta: nothing is removed here; gamma: nothing is removed here (2 of 3)."
+        "shell.run was denied by beta: nothing is removed here; gamma: nothing is removed here "
+        "(2 approvals from 3 peers needed)."
     )
     values = [value for value, _total, _message in seen["progress"]]
     assert values == sorted(values)
     assert len(set(values)) == len(values)
     first_message = seen["progress"][0][2]
     assert first_message is not None
-    assert first_message.startswith("shell.run: ")
-    assert "of 2 approvals so far" in first_message
-    assert " s left" in first_message
+    # The request id's prefix, the count, who received it, the time left, the command a peer runs.
+    assert re.match(r"request ([0-9a-f]{8}) for shell\.run: 0 approvals of the 2 needed; ", first_message)
+    short = first_message.split()[1]
+    assert re.search(r"; \d+s left \(expires at ", first_message)
+    assert first_message.endswith(
+        f"A peer's operator approves it with: teaagent approvals approve {short} --config <their node.toml>"
+    )
+    assert all(
+        message is not None and message.startswith(f"request {short} ") for *_, message in seen["progress"]
+    )
     assert all(total == 60.0 for _value, total, _message in seen["progress"])
 
 

@@ -138,6 +138,7 @@ def test_a_read_only_call_runs_and_a_refused_one_is_an_error_result(node: Path) 
     anyio.run(main)
     kinds = [(r["event_type"], r["payload"]["tool_name"]) for r in audit_records(node)]
     assert kinds == [
+        ("tool_call", "fs.read"),
         ("tool_result", "fs.read"),
         ("approval_denied", "fs.write"),
         ("tool_error", "fs.read"),

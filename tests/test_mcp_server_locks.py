@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import stat
 import subprocess
@@ -33,6 +34,7 @@ from teaagent.mcp_server import (
     liveness,
     process_start_time,
 )
+from teaagent.mcp_server._locks import MAX_COMMAND_CHARS
 
 HOLDER = textwrap.dedent(
     """
@@ -110,9 +112,12 @@ def write_details(workspace: Path, **fields: object) -> Path:
     return path
 
 
-def conflict(workspace: Path, pid: int) -> str:
+def conflict(workspace: Path, pid: int, command: str | None = None) -> str:
+    """The conflict's sentence: the holder's pid, and its command line when the file has one."""
+    named = r"(: [^\n]+)?" if command is None else re.escape(f": {command}")
     return (
-        rf"^the workspace {re.escape(str(workspace.resolve()))} is locked by another process \(pid {pid}\)\.$"
+        rf"^the workspace {re.escape(str(workspace.resolve()))} is locked by another process \(pid {pid}"
+        rf"{named}\); one process at a time works in a workspace: stop that one, or wait for it to finish\.$"
     )
 
 
@@ -350,7 +355,7 @@ def test_a_forked_child_cannot_release_its_parents_lock(workspace: Path, registr
                 WorkspaceRegistry().acquire_lock(workspace)
                 code = 2
             except WorkspaceLockConflictError as exc:
-                if f"(pid {os.getppid()})" not in str(exc):
+                if f"(pid {os.getppid()}: " not in str(exc):
                     code = 3
         except BaseException:
             code = 4
@@ -457,3 +462,17 @@ def test_racers_sharing_a_state_dir_get_exactly_one_winner(workspace: Path, tmp_
     results = race(workspace, 8, tmp_path / "state")
     assert sum(line.startswith("won ") for line in results) == 1, results
     assert sum(line.startswith("lost ") for line in results) == 7, results
+
+
+def test_the_lock_file_records_the_holders_command_line_and_an_older_file_without_it_still_reads(
+    workspace: Path, registry: WorkspaceRegistry
+) -> None:
+    lock = registry.acquire_lock(workspace)
+    assert lock.command == " ".join(shlex.join(sys.orig_argv).split())[:MAX_COMMAND_CHARS]
+    assert json.loads(lock_file_of(workspace).read_text())["command"] == lock.command
+    older = {key: value for key, value in lock.to_dict().items() if key != "command"}
+    assert WorkspaceLock.from_dict(older).command == ""
+    shown = WorkspaceLock.from_dict({**lock.to_dict(), "command": "evil\x1b[2J\nrm -rf /"})
+    assert shown.command == "evil [2J rm -rf /"  # one line, no control characters, in an error
+    with pytest.raises(ValueError, match="command is not a string"):
+        WorkspaceLock.from_dict({**lock.to_dict(), "command": 3})

@@ -140,6 +140,26 @@ def test_an_approver_started_before_its_relay_waits_says_so_once_and_then_works(
             relay.stop()
 
 
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_an_approver_waiting_for_its_redis_stops_at_once_on_a_stop_signal(tmp_path: Path, how: str) -> None:
+    """Stopped while it waits for the relay's Redis, the approver exits 0 in one line, no traceback.
+
+    It used to wait inside its application's start-up, where uvicorn hears the signal but acts on
+    it only once the start-up ends: that is, never, until a SIGKILL.
+    """
+    beta = two_nodes(tmp_path)["beta"]
+    approver = ApproverProcess(beta, tmp_path).start(wait=False)
+    assert approver.process is not None
+    try:
+        assert wait_until(lambda: lines_with(approver.log_path, "waits for its Redis"), timeout=WAIT)
+        approver.process.send_signal(getattr(signal, how))
+        assert approver.process.wait(timeout=WAIT) == 0
+        assert lines_with(approver.log_path, "the approver of beta stopped before its Redis answered.")
+        assert not lines_with(approver.log_path, "Traceback")
+    finally:
+        approver.stop()
+
+
 def test_ctrl_c_in_the_relays_terminal_stops_relay_and_redis_once_and_cleanly(tmp_path: Path) -> None:
     beta = two_nodes(tmp_path)["beta"]
     relay = RelayProcess(beta, tmp_path).start(new_session=True)  # its own group, as a terminal's job

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from teaagent.policy import JITApprovalState, PromptAnswer
+from teaagent.policy import JITApprovalState, PromptAnswer, remember_key
 from teaagent.policy._jit import MAX_TRACKED_CALLS
 
 
@@ -140,3 +140,55 @@ def test_concurrent_approvals_are_all_kept() -> None:
         list(pool.map(approve, range(threads)))
     assert len(state.approved_call_ids) == threads * 500
     assert len(state.session_approved_tools) == threads * 7
+
+
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [
+        ("echo hi", "shell.run echo"),
+        ('"echo" "a b"', "shell.run echo"),
+        ("rm -rf /", "shell.run rm"),
+        ("./build.sh --fast", "shell.run ./build.sh"),
+        ("echo hi; rm x", None),
+        ("echo a | sh", None),
+        ("true && rm x", None),
+        ("rm x &", None),
+        ("echo $(rm x)", None),
+        ("echo `rm x`", None),
+        ("(rm x)", None),
+        ("{ rm x; }", None),
+        ("echo > f", None),
+        ("echo hi\nrm x", None),
+        ("echo 'unterminated", None),
+        ("FOO=1 rm x", None),
+        ("env rm x", None),
+        ("/usr/bin/env rm x", None),
+        ("sudo rm x", None),
+        ("bash -c 'rm x'", None),
+        ("xargs rm", None),
+        ("*", None),
+        ("", None),
+        ("   ", None),
+    ],
+)
+def test_a_command_is_remembered_by_its_program_and_a_compound_one_not_at_all(
+    command: str, key: str | None
+) -> None:
+    assert remember_key("shell.run", {"command": command}) == key
+
+
+def test_a_call_without_a_command_is_remembered_by_its_tool() -> None:
+    assert remember_key("fs.write", {"path": "a", "content": "b"}) == "fs.write"
+    assert remember_key("shell.run", {"command": ["rm", "x"]}) is None  # not a string: nothing
+
+
+def test_a_program_approved_for_the_session_lets_that_program_only() -> None:
+    state = JITApprovalState()
+    state.approve_session("shell.run echo")
+    assert state.consume("c1", tool_name="shell.run", key="shell.run echo") == "session"
+    assert state.consume("c2", tool_name="shell.run", key="shell.run touch") is None
+    assert state.consume("c3", tool_name="shell.run", key=None) is None
+    assert state.is_call_approved("c1")
+    assert not state.is_call_approved("c2")
+    state.approve_session("shell.run")  # the whole tool, as the seed's approve_session names it
+    assert state.consume("c4", tool_name="shell.run", key=None) == "session"

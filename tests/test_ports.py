@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
-from relay_support import free_port
+import pytest
+from relay_support import _reserve, free_port, refusing_port
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
@@ -25,3 +29,40 @@ def test_a_port_something_holds_is_skipped() -> None:
         holder.bind(("127.0.0.1", nxt))
         holder.listen()
         assert free_port() != nxt
+
+
+def test_a_refusing_port_refuses_connections_and_nobody_else_can_listen_on_it_meanwhile() -> None:
+    with refusing_port() as port:
+        for _ in range(3):  # every time, not once
+            with socket.socket() as client, pytest.raises(ConnectionRefusedError):
+                client.connect(("127.0.0.1", port))
+        with socket.socket() as other:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+            with pytest.raises(OSError, match="Address already in use") as taken:
+                other.bind(("127.0.0.1", port))
+            assert taken.value.errno == errno.EADDRINUSE
+    with socket.socket() as after:
+        after.bind(("127.0.0.1", port))  # let go once the test is over
+
+
+def test_a_port_another_test_process_handed_out_is_never_handed_out_here_while_it_lives() -> None:
+    code = (
+        "import relay_support, sys; print(*[relay_support.free_port() for _ in range(20)]); "
+        "sys.stdout.flush(); sys.stdin.read()"
+    )
+    child = subprocess.Popen(  # another checkout's test run, on this machine at the same time
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        theirs = [int(port) for port in child.stdout.readline().split()]
+        assert len(theirs) == 20
+        assert not any(_reserve(port) for port in theirs)  # reserved by the child while it lives
+        assert not set(theirs) & {free_port() for _ in range(50)}
+    finally:
+        child.communicate("", timeout=30)
+    assert _reserve(theirs[0])  # let go when it exits

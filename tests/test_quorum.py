@@ -431,7 +431,7 @@ def test_story_tampered_fails_wrong_key_fails_one_short_fails_threshold_met_pass
     # Threshold met.
     met = outcome_of([gamma, beta])
     assert (met.state, met.signers, met.rejected) == ("approved", ("beta", "gamma"), {})
-    assert met.describe() == "approved by beta, gamma (2 of 3)"
+    assert met.describe() == "approved by beta, gamma (2 approvals of the 2 needed)"
 
 
 def test_an_outcome_is_json_ready() -> None:
@@ -453,7 +453,7 @@ def test_an_outcome_is_json_ready() -> None:
         "approvals": [full(approve("beta"))],
         "dev_signers": [],
     }
-    assert outcome.describe() == "waiting: 1 of 2 approvals (2 of 3)"
+    assert outcome.describe() == "waiting: 1 approval of the 2 needed (asked of 3 peers)"
 
 
 def test_all_three_approvals_are_counted_and_ordered_by_peer() -> None:
@@ -619,7 +619,10 @@ def test_rule4_an_approval_signed_at_expiry_counts_one_second_later_does_not() -
     assert at_expiry.state == "approved"
     late = outcome_of([approve("beta", at=expiry + 1), approve("gamma")], now=expiry)
     assert late.state == "pending"
-    assert late.rejected == {"beta": f"it was signed at {expiry + 1}, after the request expired at {expiry}"}
+    assert late.rejected == {  # dates with their distance from the evaluation's now
+        "beta": "it was signed at 2025-12-01 06:22:01Z, in 1s, after the request expired at "
+        "2025-12-01 06:22:00Z, now"
+    }
 
 
 def test_rule4_an_approval_counts_from_sixty_seconds_before_the_request_was_created() -> None:
@@ -628,9 +631,10 @@ def test_rule4_an_approval_counts_from_sixty_seconds_before_the_request_was_crea
     assert (at_bound.state, at_bound.signers) == ("approved", ("beta", "gamma"))
     early = outcome_of([approve("beta", at=created - 61), approve("gamma")])
     assert (early.state, early.signers) == ("pending", ("gamma",))
+    assert created == NOW
     assert early.rejected == {
-        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
-        f"at {created}"
+        "beta": "it was signed at 2025-12-01 06:18:59Z, 1m 11s ago, more than 60 seconds before the request "
+        "was created at 2025-12-01 06:20:00Z, 10s ago"
     }
 
 
@@ -641,8 +645,8 @@ def test_rule4_a_denial_counts_from_sixty_seconds_before_the_request_was_created
     early = outcome_of([], [deny("beta", at=created - 61), deny("gamma")])
     assert (early.state, early.denied_by) == ("pending", ("gamma",))
     assert early.rejected_denials == {
-        "beta": f"it was signed at {created - 61}, more than 60 seconds before the request was created "
-        f"at {created}"
+        "beta": "it was signed at 2025-12-01 06:18:59Z, 1m 11s ago, more than 60 seconds before the request "
+        "was created at 2025-12-01 06:20:00Z, 10s ago"
     }
 
 
@@ -652,7 +656,9 @@ def test_rule4_the_clock_skew_allowance_is_exactly_sixty_seconds() -> None:
     ahead = outcome_of([approve("beta", at=now + 60), approve("gamma")], now=now)
     assert ahead.state == "approved"
     too_far = outcome_of([approve("beta", at=now + 61), approve("gamma")], now=now)
-    assert too_far.rejected == {"beta": f"it is dated {now + 61}, more than 60 seconds in the future"}
+    assert too_far.rejected == {
+        "beta": "it is dated 2025-12-01 06:21:11Z, in 1m 01s, more than 60 seconds in the future"
+    }
 
 
 def test_rule4_the_request_expires_one_second_after_expires_at() -> None:
@@ -661,7 +667,7 @@ def test_rule4_the_request_expires_one_second_after_expires_at() -> None:
     assert outcome_of(approvals, now=expiry).state == "approved"
     expired = outcome_of(approvals, now=expiry + 1)
     assert (expired.state, expired.signers, expired.approvals) == ("expired", (), ())
-    assert expired.describe() == "expired before 2 of 3 peers approved"
+    assert expired.describe() == "expired with 0 approvals of the 2 needed"
 
 
 def test_rule4_a_fractional_compact_timestamp_does_not_count() -> None:
@@ -701,7 +707,7 @@ def test_denied_as_soon_as_the_quorum_can_no_longer_be_reached() -> None:
     two = outcome_of([approve("delta")], [deny("beta", reason="not now"), deny("gamma", reason="")])
     assert (two.state, two.denied_by, two.signers) == ("denied", ("beta", "gamma"), ("delta",))
     assert two.denial_reasons == {"beta": "not now", "gamma": ""}
-    assert two.describe() == "denied by beta: not now; gamma (2 of 3)"
+    assert two.describe() == "denied by beta: not now; gamma (2 approvals from 3 peers needed)"
 
 
 def test_a_three_of_three_quorum_is_denied_by_one_denial() -> None:
@@ -868,7 +874,12 @@ def test_a_certificate_never_trusts_the_carried_statement() -> None:
 def test_a_certificate_approval_signed_after_expiry_does_not_count() -> None:
     cert = make_certificate([approve("beta"), approve("gamma", at=REQUEST["expires_at"] + 1)])
     with pytest.raises(
-        QuorumError, match=r"gamma: it was signed at \d+, after the request expired at \d+\)\.$"
+        QuorumError,
+        match=re.escape(
+            "gamma: it was signed at 2025-12-01 06:22:01Z, 9s ago, after the request expired at "
+            "2025-12-01 06:22:00Z, 10s ago)."
+        )
+        + "$",
     ):
         verify_certificate(cert, CONFIG, now=REQUEST["expires_at"] + 10)
 
@@ -884,7 +895,8 @@ def test_a_certificate_approval_signed_before_the_request_existed_does_not_count
         QuorumError,
         match=exactly(
             "The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: it was "
-            f"signed at {created - 61}, more than 60 seconds before the request was created at {created})."
+            "signed at 2025-12-01 06:18:59Z, 720h 01m ago, more than 60 seconds before the request was "
+            "created at 2025-12-01 06:20:00Z, 720h 00m ago)."
         ),
     ):
         verify_certificate(early, CONFIG, now=NOW + 30 * 86400)

@@ -93,7 +93,7 @@ def test_a_valid_certificate_exits_0_with_a_summary(
     assert run(["quorum", "verify", str(cert), "--config", str(cluster / "alpha.toml")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"certificate for request {'c' * 32}: shell.run from alpha"
-    assert out[1] == "approved by beta, gamma (2 of 3)"
+    assert out[1] == "approved by beta, gamma (2 approvals of the 2 needed)"
     assert out[2] == f"request signature: verified with alpha's key {KEYS['alpha'].public_key.fingerprint}"
 
 
@@ -102,7 +102,7 @@ def test_a_peer_node_verifies_the_origins_certificate_with_its_own_key_among_the
 ) -> None:
     cert = write(cluster, certificate("beta", "delta"))
     assert run(["quorum", "verify", str(cert), "--config", str(cluster / "beta.toml")]) == 0
-    assert "approved by beta, delta (2 of 3)" in capsys.readouterr().out
+    assert "approved by beta, delta (2 approvals of the 2 needed)" in capsys.readouterr().out
 
 
 def test_teaagent_config_stands_in_for_the_option(

@@ -12,7 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
-from relay_support import Node, approval, asynctest, denial, free_port, public_line, served, write_cluster
+from relay_support import (
+    Node,
+    approval,
+    asynctest,
+    denial,
+    public_line,
+    refusing_port,
+    served,
+    write_cluster,
+)
 
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import verify_certificate
@@ -109,7 +118,7 @@ def test_the_client_speaks_every_call_of_the_api(nodes: dict[str, Node]) -> None
     )
     assert (counted.counted, counted.state, counted.approvals) == (True, "pending", 1)
     assert waited.state == "pending"  # one of two: the wait ran out
-    assert waited.describe() == "waiting: 1 of 2 approvals (2 of 2)"
+    assert waited.describe() == "waiting: 1 approval of the 2 needed (asked of 2 peers)"
     assert health["agent_id"] == "alpha"
 
 
@@ -142,9 +151,10 @@ async def test_the_async_client_reports_the_relays_refusals(nodes: dict[str, Nod
 
 
 def test_an_unreachable_relay_is_a_relay_error() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
-    with RelayClient(url, token="t" * 20, timeout=2) as client, pytest.raises(RelayError) as unreachable:
-        client.get_request("a" * 32)
+    with refusing_port() as down:
+        url = f"http://127.0.0.1:{down}"
+        with RelayClient(url, token="t" * 20, timeout=2) as client, pytest.raises(RelayError) as unreachable:
+            client.get_request("a" * 32)
 
     assert unreachable.value.status_code is None
     assert str(unreachable.value).startswith(
@@ -183,9 +193,9 @@ def test_a_status_describes_itself() -> None:
     )
     expired = RequestStatus.from_json({**base, "state": "expired", "signers": []})
 
-    assert approved.describe() == "approved by beta, gamma (2 of 3)"
-    assert denied.describe() == "denied by delta: no; gamma (2 of 3)"
-    assert expired.describe() == "expired before 2 of 3 peers approved"
+    assert approved.describe() == "approved by beta, gamma (2 approvals of the 2 needed)"
+    assert denied.describe() == "denied by delta: no; gamma (2 approvals from 3 peers needed)"
+    assert expired.describe() == "expired with 0 approvals of the 2 needed"
     assert [approved.decided, denied.decided, expired.decided] == [True, True, True]
 
 
@@ -223,8 +233,8 @@ def test_the_gate_returns_the_certificate_of_the_quorum(nodes: dict[str, Node]) 
     assert outcome.signers == ("beta", "gamma")
     assert certificate["request"]["run_id"] == ""
     assert certificate["request"]["reason"] == "build"
-    assert progress[0].startswith("shell.run needs 2 of 2 peer approvals; request ")
-    assert progress[-1].endswith(": approved by beta, gamma (2 of 2).")
+    assert progress[0].startswith("shell.run needs 2 approvals from 2 peers; request ")
+    assert progress[-1].endswith(": approved by beta, gamma (2 approvals of the 2 needed).")
 
 
 @pytest.mark.slow
@@ -234,7 +244,8 @@ def test_the_gate_raises_the_denial_with_who_and_why(nodes: dict[str, Node]) -> 
         gate = gate_of(alpha)
         [thread] = in_threads((beta, "too risky"))
         with pytest.raises(
-            ApprovalDeniedError, match=r"^shell\.run was denied by beta: too risky \(2 of 2\)\.$"
+            ApprovalDeniedError,
+            match=r"^shell\.run was denied by beta: too risky \(2 approvals from 2 peers needed\)\.$",
         ):
             gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         thread.join(WAIT)
@@ -253,7 +264,8 @@ def test_the_gate_raises_expired_when_the_peers_stay_silent(
         gate = gate_of(alpha)
         started = time.monotonic()
         with pytest.raises(
-            ApprovalDeniedError, match=r"^The request for shell\.run expired before 1 of 1 peers approved\.$"
+            ApprovalDeniedError,
+            match=r"^The request for shell\.run expired with 0 approvals of the 1 needed\.$",
         ):
             gate.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
         gate.close()
@@ -273,10 +285,11 @@ def test_the_gate_gives_up_after_its_timeout(nodes: dict[str, Node]) -> None:
 
 def test_the_gate_reports_a_relay_that_refuses_or_is_away(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
-    away = gate_of(alpha, relay_url=f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(RelayError, match=r"is unreachable \(request [0-9a-f]{32}\)"):
-        away.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
-    away.close()
+    with refusing_port() as down:
+        away = gate_of(alpha, relay_url=f"http://127.0.0.1:{down}")
+        with pytest.raises(RelayError, match=r"is unreachable \(request [0-9a-f]{32}\)"):
+            away.obtain(alpha.request(arguments={"command": "rm"}, call_id="c", run_id="r", reason=""))
+        away.close()
 
 
 def test_the_gate_refuses_an_origin_among_its_peers_and_a_bad_timeout(nodes: dict[str, Node]) -> None:
@@ -358,13 +371,12 @@ def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch
     import asyncio
     import socket
 
-    closed = f"http://127.0.0.1:{free_port()}"
-
-    async def main() -> tuple[RelayError, RelayError]:
-        url = closed
-        async with AsyncRelayClient(url, token="t" * 20, timeout=2) as client:
-            with pytest.raises(RelayError) as unreachable:
-                await client.get_request("a" * 32)
+    async def main() -> tuple[str, RelayError, RelayError]:
+        with refusing_port() as down:
+            url = closed = f"http://127.0.0.1:{down}"
+            async with AsyncRelayClient(url, token="t" * 20, timeout=2) as client:
+                with pytest.raises(RelayError) as unreachable:
+                    await client.get_request("a" * 32)
         with socket.socket() as silent:  # accepts, never answers
             silent.bind(("127.0.0.1", 0))
             silent.listen()
@@ -372,9 +384,9 @@ def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch
             async with AsyncRelayClient(url, token="t" * 20, timeout=0.5) as client:
                 with pytest.raises(RelayError) as late:
                     await client.get_request("a" * 32)
-        return unreachable.value, late.value
+        return closed, unreachable.value, late.value
 
-    unreachable, late = asyncio.run(main())
+    closed, unreachable, late = asyncio.run(main())
     assert unreachable.status_code is None
     assert str(unreachable).startswith(
         f"The relay at {closed} is unreachable (the status of request {'a' * 32}):"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,12 +29,14 @@ from relay_support import (
     asynctest,
     error,
     in_process,
+    refusing_port,
     served,
     signer,
     undelivered,
     wait_until,
     write_cluster,
 )
+from words_support import AN_HOUR_AHEAD, moment_re
 
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import sign_withdrawal
@@ -208,9 +211,16 @@ async def test_the_origin_relay_refuses_forged_and_mismatched_withdrawals(nodes:
             "invalid",
             "The withdrawal's withdrawn_at is not an integer Unix time.",
         )
-        future = sign_withdrawal(request, alpha.key, withdrawn_at=int(time.time()) + 3600)
+        ahead = int(time.time()) + 3600
+        future = sign_withdrawal(request, alpha.key, withdrawn_at=ahead)
         response = await client.post(path, json=future, headers=alpha.headers)
-        assert error(response)[:2] == (422, "invalid")
+        status, code, message = error(response)
+        assert (status, code) == (422, "invalid")
+        assert re.fullmatch(  # a date and how far ahead, not Unix seconds
+            f"The withdrawal is dated {moment_re(ahead, AN_HOUR_AHEAD)}, more than 60 seconds "
+            "in the future\\.",
+            message,
+        ), message
         response = await client.post(
             path, json={"statement": genuine["statement"], "signature": "dev:alpha"}, headers=alpha.headers
         )
@@ -347,16 +357,18 @@ def test_an_interrupted_wait_whose_relay_is_gone_says_the_request_was_not_withdr
 ) -> None:
     alpha = nodes["alpha"]
     request = alpha.request()
-    # Nobody listens on alpha's port: the gate fails its submission at once; the withdrawal
-    # sentence of an interrupted wait says what happened instead of raising.
-    gate = gate_of(alpha)
-    sentence = gate._withdraw(request)
+    # alpha's relay is down (its port refuses every connection): the gate fails its submission at
+    # once; the withdrawal sentence of an interrupted wait says what happened instead of raising.
+    with refusing_port() as down:
+        gone = f"http://127.0.0.1:{down}"
+        gate = gate_of(alpha, relay_url=gone)
+        sentence = gate._withdraw(request)
+        gate.close()
     assert sentence.startswith(
         f"Not withdrawn: request {request['request_id']} of shell.run stays with the peers until it expires "
-        f"(The relay at {alpha.url} is unreachable"
+        f"(The relay at {gone} is unreachable"
     )
     assert gate.last_withdrawal == sentence
-    gate.close()
 
 
 # -- the command line ----------------------------------------------------------------------------------

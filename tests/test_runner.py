@@ -122,7 +122,8 @@ def test_the_audit_log_tells_the_run_in_order_and_verifies(notes: Path) -> None:
         "model_request",
         "model_response",
         "cost_checkpoint",
-        "tool_result",  # a read-only call is recorded once, when it returns
+        "tool_call",  # every call is recorded before it runs, read-only ones too
+        "tool_result",
         "model_request",
         "model_response",
         "cost_checkpoint",

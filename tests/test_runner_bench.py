@@ -91,11 +91,12 @@ def test_the_floor_writes_the_gates_record_as_a_chain_that_verifies(tmp_path: Pa
     )
 
     report = verify_log(tmp_path / "floor.jsonl", chain_key=key)
-    assert (report.ok, report.records, report.hmac_checked) == (True, 3, True)
-    floor_record = json.loads((tmp_path / "floor.jsonl").read_text().splitlines()[0])
-    gate_record = json.loads((tmp_path / "audit.jsonl").read_text())
-    # The same fields and values but the record's own id, time and chain: the same work to write.
-    for record in (floor_record, gate_record):
-        for field in ("created_at", "event_id", "chain_hmac", "event_hash"):
+    assert (report.ok, report.records, report.hmac_checked) == (True, 6, True)
+    floor_records = [json.loads(line) for line in (tmp_path / "floor.jsonl").read_text().splitlines()[:2]]
+    gate_records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    # The same fields and values but the records' own ids, times and chain: the same work to write.
+    for record in (*floor_records, *gate_records):
+        for field in ("created_at", "event_id", "chain_hmac", "event_hash", "prev_hash"):
             record[field] = len(record[field])
-    assert floor_record == gate_record
+    assert [r["event_type"] for r in gate_records] == ["tool_call", "tool_result"]
+    assert floor_records == gate_records

@@ -401,7 +401,8 @@ def test_without_a_quorum_gate_a_high_risk_call_is_denied_without_waiting(
 
     assert result.status == "approval_denied"
     assert result.error_message == (
-        "shell.run needs 2 of 3 peer approvals but no quorum could be obtained: no quorum gate is configured."
+        "shell.run needs 2 approvals from 3 peers but no quorum could be obtained: "
+        "no quorum gate is configured."
     )
     assert "approval_waiting" not in [event.kind for event in events]
 

@@ -80,17 +80,24 @@ def quorum(required: int = 2) -> MultiSigQuorumConfig:
     )
 
 
-def test_a_read_only_call_is_recorded_once_when_it_returns(workspace: Path, tmp_path: Path) -> None:
+def test_a_read_only_call_is_recorded_before_it_runs_and_when_it_returns(
+    workspace: Path, tmp_path: Path
+) -> None:
     (workspace / "notes.txt").write_text("hello")
     gate, audit_path = make_gate(workspace, tmp_path)
 
     result = gate.call("fs.read", {"path": "notes.txt"}, call_id="c1", reason="look")
 
     assert result["content"] == "hello"
-    assert kinds(audit_path) == ["tool_result"]
-    (done,) = records(audit_path)
-    assert done["run_id"] == "run-1"  # the gate's run, not the logger's default
-    assert done["payload"]["arguments"] == {"path": "notes.txt"}
+    assert kinds(audit_path) == ["tool_call", "tool_result"]  # the seed's tool_call, read-only too
+    call, done = records(audit_path)
+    assert {call["run_id"], done["run_id"]} == {"run-1"}  # the gate's run, not the logger's default
+    assert call["payload"] == {
+        "tool_name": "fs.read",
+        "call_id": "c1",
+        "arguments": {"path": "notes.txt"},
+        "reason": "look",
+    }
     assert done["payload"]["result"]["content"] == "hello"
     assert verify_log(audit_path).ok
 
@@ -159,10 +166,11 @@ def test_unknown_tools_and_handler_failures_are_recorded_as_tool_errors(
     with pytest.raises(ToolError, match="no such file or directory"):
         gate.call("fs.read", {"path": "missing.txt"}, call_id="c2")
 
-    assert kinds(audit_path) == ["tool_error", "tool_error"]
-    failed = records(audit_path)[1]["payload"]
-    assert failed["error_type"] == "ToolError"
-    assert failed["arguments"] == {"path": "missing.txt"}
+    assert kinds(audit_path) == ["tool_error", "tool_call", "tool_error"]
+    unknown, called, failed = (record["payload"] for record in records(audit_path))
+    assert (unknown["stage"], unknown["arguments"]) == ("arguments", {})
+    assert called["arguments"] == {"path": "missing.txt"}
+    assert (failed["error_type"], failed["stage"]) == ("ToolError", "call")
 
 
 def test_a_full_rate_limit_window_refuses_the_call(workspace: Path, tmp_path: Path) -> None:
@@ -174,7 +182,7 @@ def test_a_full_rate_limit_window_refuses_the_call(workspace: Path, tmp_path: Pa
     with pytest.raises(ToolRateLimitError, match="rate limit of 2 calls"):
         gate.call("fs.list", {}, call_id="c3")
 
-    assert kinds(audit_path) == ["tool_result", "tool_result", "tool_error"]
+    assert kinds(audit_path) == ["tool_call", "tool_result"] * 2 + ["tool_call", "tool_error"]
 
 
 @pytest.mark.parametrize("mode", list(PermissionMode))
@@ -239,14 +247,10 @@ def test_an_admitted_call_is_recorded_as_gate_call_records_it(workspace: Path, t
     assert write is not None
     gate.failed(write, OSError("disk full"))
 
-    assert kinds(audit_path) == ["tool_result", "tool_call", "tool_error"]
-    done, call, failed = (record["payload"] for record in records(audit_path))
-    assert done == {
-        "tool_name": "fs.read",
-        "call_id": "c1",
-        "arguments": {"path": "notes.txt"},
-        "result": {"content": "hello"},
-    }
+    assert kinds(audit_path) == ["tool_call", "tool_result", "tool_call", "tool_error"]
+    read_call, done, call, failed = (record["payload"] for record in records(audit_path))
+    assert read_call["arguments"] == {"path": "notes.txt"}
+    assert done == {"tool_name": "fs.read", "call_id": "c1", "result": {"content": "hello"}}
     assert call["arguments"] == {"path": "a.txt", "content": "x"}
     assert failed == {
         "tool_name": "fs.write",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import pickle
 import re
 import threading
@@ -20,6 +21,7 @@ from teaagent.session import (
     MESSAGE_ROLES,
     ChatMessage,
     ChatSession,
+    ChatToolCall,
     FocusEntry,
     FocusStackManager,
     check_session_id,
@@ -39,10 +41,11 @@ def test_message_accepts_each_role(role: str) -> None:
     assert (message.role, message.content) == (role, "hello")
 
 
-@pytest.mark.parametrize("role", ["tool", "User", "", "assistant "])
+@pytest.mark.parametrize("role", ["function", "User", "", "assistant "])
 def test_message_rejects_other_roles(role: str) -> None:
     with pytest.raises(
-        ValueError, match=rf"^message role {re.escape(repr(role))} is not one of user, assistant, system\.$"
+        ValueError,
+        match=rf"^message role {re.escape(repr(role))} is not one of user, assistant, system, tool\.$",
     ):
         ChatMessage(role, "hello")
 
@@ -333,3 +336,44 @@ def test_concurrent_pushes_keep_the_stack_bounded_and_whole() -> None:
     assert len(entries) == MAX_FOCUS_ENTRIES
     assert len({e.value for e in entries}) == len(entries)
     assert FocusStackManager.from_dict(stack.to_dict()) == stack  # the invariants still hold
+
+
+def test_a_runs_tool_calls_round_trip_and_only_the_conversation_is_conversational() -> None:
+    calls = (ChatToolCall(call_id="c1", tool_name="fs.read", arguments={"path": "a"}),)
+    messages = [
+        ChatMessage("user", "read a"),
+        ChatMessage("assistant", "Reading.", tool_calls=calls),
+        ChatMessage("tool", '{"content": "x"}', tool_call_id="c1", tool_name="fs.read", ok=False),
+        ChatMessage("assistant", "It says x."),
+    ]
+    stored = [message.to_dict() for message in messages]
+    assert stored[0] == {"role": "user", "content": "read a"}  # as before: no tool keys
+    assert stored[1]["tool_calls"] == [{"call_id": "c1", "tool_name": "fs.read", "arguments": {"path": "a"}}]
+    assert stored[2] == {
+        "role": "tool",
+        "content": '{"content": "x"}',
+        "tool_call_id": "c1",
+        "tool_name": "fs.read",
+        "ok": False,
+    }
+    assert [ChatMessage.from_dict(json.loads(json.dumps(item))) for item in stored] == messages
+    assert [message.conversational for message in messages] == [True, False, False, True]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"role": "assistant", "content": "x", "tool_calls": {}},
+        {"role": "assistant", "content": "x", "tool_calls": [{"call_id": "c"}]},
+        {
+            "role": "assistant",
+            "content": "x",
+            "tool_calls": [{"call_id": 1, "tool_name": "t", "arguments": {}}],
+        },
+        {"role": "tool", "content": "x", "tool_call_id": 3},
+        {"role": "tool", "content": "x", "ok": "no"},
+    ],
+)
+def test_a_malformed_tool_field_is_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"a (message's|tool call)"):
+        ChatMessage.from_dict(bad)

@@ -22,12 +22,12 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, served, signer, write_cluster
+from relay_support import ApproverProcess, Node, refusing_port, served, signer, write_cluster
 
 pytestmark = pytest.mark.slow
 
 CALL_TIMEOUT = 120.0  # seconds for one CLI process, start-up on a loaded host included
-SHORT_TIMEOUT = 8  # the quorum timeout of the expiry scenario
+SHORT_TIMEOUT = 12  # the quorum timeout of the expiry scenario: sent with 11 s left, reminded at 10
 RULES = {
     "beta": """
 [[approver.rules]]
@@ -53,38 +53,41 @@ decision = "approve"
 def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[dict[str, Node]]:
     folder = tmp_path_factory.mktemp("tools-cli-quorum")
     prefix = f"test:{uuid.uuid4().hex[:12]}"
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_server,
-        prefix=prefix,
-        required=2,
-        timeout_seconds=60,
-        peers_of={
-            "alpha": ["beta", "gamma", "delta"],
-            "beta": ["alpha"],
-            "gamma": ["alpha"],
-            "delta": ["alpha"],
-        },
-        rules=RULES,
-    )
-    alpha = nodes["alpha"]
-    with alpha.config_path.open("a") as handle:
-        handle.write('\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\n')
-    short = alpha.config_path.read_text().replace(
-        "timeout_seconds = 60", f"timeout_seconds = {SHORT_TIMEOUT}"
-    )
-    (folder / "alpha-short.toml").write_text(short)
-    (folder / "workspace-alpha").mkdir()
-    with ExitStack() as stack:
-        # delta's relay is not served: its port is free, so every delivery to it is refused.
-        stack.enter_context(served(alpha, nodes["beta"], nodes["gamma"]))
-        approvers = [ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma")]
-        for approver in approvers:
-            stack.callback(approver.stop)
-        for approver in approvers:
-            approver.wait_ready()
-        yield nodes
+    # delta is down: its relay's port is held, never listening, so every delivery to it is refused
+    # for the whole module, whatever else this machine starts meanwhile.
+    with refusing_port() as down:
+        nodes = write_cluster(
+            folder,
+            ["alpha", "beta", "gamma", "delta"],
+            redis_url=redis_server,
+            prefix=prefix,
+            required=2,
+            timeout_seconds=60,
+            peers_of={
+                "alpha": ["beta", "gamma", "delta"],
+                "beta": ["alpha"],
+                "gamma": ["alpha"],
+                "delta": ["alpha"],
+            },
+            rules=RULES,
+            ports={"delta": down},
+        )
+        alpha = nodes["alpha"]
+        with alpha.config_path.open("a") as handle:
+            handle.write('\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\n')
+        short = alpha.config_path.read_text().replace(
+            "timeout_seconds = 60", f"timeout_seconds = {SHORT_TIMEOUT}"
+        )
+        (folder / "alpha-short.toml").write_text(short)
+        (folder / "workspace-alpha").mkdir()
+        with ExitStack() as stack:
+            stack.enter_context(served(alpha, nodes["beta"], nodes["gamma"]))
+            approvers = [ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma")]
+            for approver in approvers:
+                stack.callback(approver.stop)
+            for approver in approvers:
+                approver.wait_ready()
+            yield nodes
     client = redis.Redis.from_url(redis_server)
     try:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
@@ -154,9 +157,20 @@ def test_an_approved_call_names_who_received_it_and_who_signed_and_saves_its_cer
     for line, name in zip(sorted(approvals), ("beta", "gamma"), strict=True):
         assert re.fullmatch(
             rf"teaagent: ✓ {name} approved \(key {re.escape(fingerprint(name))}, \d+\.\d s after asking\): "
-            r"[12] of 2 needed\.",
+            r"[12] approvals? of the 2 needed\.",
             line,
         ), line
+    # While it waits: the request, the count, who received it, the time left, and what a peer runs.
+    request_id = request_id_of(done.stderr)
+    short = request_id[:8]
+    [sent] = [line for line in lines if line.startswith(f"teaagent: request {short} for shell.run: ")]
+    assert re.fullmatch(
+        rf"teaagent: request {short} for shell\.run: 0 approvals of the 2 needed; received by [a-z, ]+; "
+        rf"(not reached yet: [a-z, ]+; )?\d+s left \(expires at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\dZ\)\. "
+        rf"A peer's operator approves it with: "
+        rf"teaagent approvals approve {short} --config <their node\.toml>",
+        sent,
+    ), sent
     assert f"teaagent: the quorum certificate is saved in {out}." in lines
 
     # The certificate: JSON, verified offline by teaagent quorum verify.
@@ -203,14 +217,23 @@ def test_an_expiry_names_who_never_answered_and_who_was_unreachable(cluster: dic
     assert any(
         re.fullmatch(
             rf"teaagent: ✓ beta approved \(key {re.escape(fingerprint('beta'))}, \d+\.\d s after asking\): "
-            r"1 of 2 needed\.",
+            r"1 approval of the 2 needed\.",
             line,
         )
         for line in lines
     ), done.stderr
+    # Reminded of the time left, from the local clock, with nothing new from the peers.
+    waits = [line for line in lines if line.startswith(f"teaagent: request {request_id[:8]} for shell.run: ")]
+    assert len(waits) >= 2, done.stderr
+    assert re.search(r"; (10|9|8)s left \(expires at ", waits[-1]), waits
+    assert waits[-1].startswith(
+        f"teaagent: request {request_id[:8]} for shell.run: 1 approval of the 2 needed (beta); "
+        "received by beta, gamma; not reached yet: delta; "
+    ), waits[-1]
     [why] = [line for line in lines if line.startswith(f"teaagent: request {request_id} expired: ")]
     assert why.startswith(
-        f"teaagent: request {request_id} expired: approved by beta (1 of 2 needed); never answered: gamma; "
+        f"teaagent: request {request_id} expired: approved by beta (1 approval of the 2 needed); "
+        "never answered: gamma; "
         f"unreachable: delta ({delta_unreachable(cluster)}"
     ), why
     assert re.search(r"; \d+ attempts\)\.$", why), why

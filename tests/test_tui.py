@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 from agent_support import write_node
+from words_support import moment_re
 
 from teaagent.config import load_config
 from teaagent.llm import PRICE_FILE_FORMAT, PRICE_UNIT, LLMAdapter, ScriptedAdapter
-from teaagent.policy import PermissionMode
+from teaagent.policy import ApprovalPresetStore, PermissionMode
 from teaagent.session import SessionStore
 from teaagent.tui import COMMANDS, STATE_FILE, SUBAGENT_TOOL, TeaAgentTUI
 
@@ -148,7 +149,7 @@ def test_a_task_runs_through_the_tools_and_the_answer_is_shown(notes: Path) -> N
     assert "The notes say: remember the milk.\n" in out
     assert "completed · 2 turns · 1 tool call · 0.0000 cents · answered by scripted/scripted\n" in out
     assert out.endswith("End of input: goodbye.\n")
-    assert [message.role for message in tui.session.messages] == ["user", "assistant"]
+    assert [message.role for message in tui.session.messages] == ["user", "assistant", "tool", "assistant"]
 
 
 def test_the_end_of_input_ends_the_repl_cleanly(workspace: Path) -> None:
@@ -322,6 +323,17 @@ def test_prompt_mode_asks_once_session_or_deny(notes: Path) -> None:
     assert "✓ fs.delete approved (session)\n" in out
     assert [(notes / name).exists() for name in ("notes.txt", "other.txt", "third.txt")] == [False] * 3
     assert "Approved for this session: fs.delete.\n" in out
+
+
+def test_approvals_lists_a_workspace_presets_expiry_as_a_date_with_the_time_left(notes: Path) -> None:
+    expires_at = int(time.time()) + 7200
+    preset = ApprovalPresetStore(notes).add("fs.*", expires_at=expires_at)
+    code, out, _ = repl(notes, ["/approvals", "/quit"])
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if preset.preset_id in line]
+    # UTC with a Z and how far off, as every other time a person reads, not the local wall clock.
+    until = moment_re(expires_at, r"in 1h 59m|in 2h 00m")
+    assert re.fullmatch(rf"  {preset.preset_id}  fs\.\*, until {until}", line), line
 
 
 def test_ctrl_c_at_an_approval_prompt_denies_and_the_repl_goes_on(notes: Path) -> None:
@@ -538,12 +550,40 @@ def test_context_and_compact(workspace: Path) -> None:
 
 
 def test_a_failed_compaction_changes_nothing(workspace: Path) -> None:
-    _, out, tui = repl(workspace, ["one", "two", "/compact"], [{"content": "A."}, {"content": "B."}])
+    turns = [{"content": "A."}, {"content": "B."}, {"content": "S.", "expect": ["never said"]}]
+    _, out, tui = repl(workspace, ["one", "two", "/compact"], turns)
     assert (
-        "The session was not compacted: The script <script> has no turn 3: all 2 turns were played.\n" in out
+        "The session was not compacted: Turn 3 of the script <script> expects the conversation to "
+        "contain 'never said', but it does not.\n" in out
     )
     assert len(tui.session.messages) == 4
     assert "Nothing to compact: the session has 0 messages.\n" in repl(workspace, ["/compact"])[1]
+
+
+def test_the_offline_model_compacts_a_session_whose_script_it_has_played(workspace: Path) -> None:
+    _, out, tui = repl(workspace, ["one", "two", "/compact"], [{"content": "A."}, {"content": "B."}])
+
+    assert re.search(r"^Compacted 2 messages into a summary: about \d+ → \d+ tokens\.$", out, re.M)
+    [summary, *kept] = [(m.role, m.content) for m in tui.session.messages]
+    assert summary[0] == "system"
+    assert summary[1].startswith(
+        "Summary of the earlier conversation: An offline answer of the scripted model, which plays the "
+        "script <script> and understands nothing: what it was asked begins «USER: one"
+    )
+    assert kept == [("user", "two"), ("assistant", "B.")]
+
+
+def test_the_bundled_question_script_asks_and_hears_the_answer(workspace: Path) -> None:
+    terminal = Terminal(["Clean up.", "yes"])
+    tui = TeaAgentTUI(
+        root=workspace, input_fn=terminal.input, output_fn=terminal.print, script_path="question"
+    )
+
+    assert tui.run_repl() == 0
+    out = terminal.text
+    assert "Shall I clean the build folder?" in out
+    assert "Thank you: your answer is in the ask_user result above" in out
+    assert tui.session.messages[-1].content.startswith("Thank you")
 
 
 # -- with a node: routing and the approver --------------------------------------------------------------

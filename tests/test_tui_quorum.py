@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, served, signer, wait_until, write_cluster
+from relay_support import ApproverProcess, Node, refusing_port, served, signer, wait_until, write_cluster
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -191,9 +191,9 @@ def test_an_approved_quorum_is_shown_decision_by_decision(cluster: Cluster) -> N
     tui = alpha_tui(cluster, terminal, turns)
 
     def gamma_operator() -> None:
-        terminal.wait_for("✓ beta signed")  # beta's rule decided; the screen shows it before gamma has
+        terminal.wait_for("✓ beta approved")  # beta's rule decided; the screen shows it before gamma has
         request_id = pending_for(cluster, "gamma", "shell.run", "echo cleaned")
-        assert "gamma signed" not in terminal.text
+        assert "gamma approved" not in terminal.text
         with cluster.approver("gamma") as client:
             client.approve(request_id, reason="looks fine")
 
@@ -202,13 +202,31 @@ def test_an_approved_quorum_is_shown_decision_by_decision(cluster: Cluster) -> N
     finish(operator)
     out = terminal.text
     opening = (
-        r"^shell\.run needs 2 of 2 peers \(beta, gamma\) to sign it; request [0-9a-f]{12}, "
+        r"^shell\.run needs 2 approvals from 2 peers \(beta, gamma\); request [0-9a-f]{12}, "
         r"\d+m \d\ds left\. Ctrl-C withdraws it\.$"
     )
     assert re.search(opening, out, re.M)
-    assert "  ✓ beta signed (1 of 2 signed (beta))\n" in out
-    assert "  ✓ gamma signed (2 of 2 signed (beta, gamma))\n" in out
-    assert out.index("✓ beta signed") < out.index("✓ gamma signed") < out.index("✓ quorum reached")
+    # The wait as every surface words it: who received it, the time left, what a peer runs.
+    sent = re.search(
+        r"^  request ([0-9a-f]{8}) for shell\.run: 0 approvals of the 2 needed; received by [a-z, ]+; .*"
+        r"\d+m \d\ds left \(expires at [0-9-]+ [0-9:]+Z\)\. A peer's operator approves it with: "
+        r"teaagent approvals approve ([0-9a-f]{8}) --config <their node\.toml>$",
+        out,
+        re.M,
+    )
+    assert sent is not None, out
+    assert sent.group(1) == sent.group(2)
+    assert re.search(
+        r"^  ✓ beta approved \(key SHA256:\S+, \d+\.\d s after asking\): 1 approval of the 2 needed\.$",
+        out,
+        re.M,
+    )
+    assert re.search(
+        r"^  ✓ gamma approved \(key SHA256:\S+, \d+\.\d s after asking\): 2 approvals of the 2 needed\.$",
+        out,
+        re.M,
+    )
+    assert out.index("✓ beta approved") < out.index("✓ gamma approved") < out.index("✓ quorum reached")
     assert (
         "✓ quorum reached for shell.run: signed by beta, gamma; the certificate is verified before it runs.\n"
         in out
@@ -216,7 +234,9 @@ def test_an_approved_quorum_is_shown_decision_by_decision(cluster: Cluster) -> N
     assert '← shell.run {"exit_code": 0, "stderr": "", "stdout": "cleaned\\n", "timed_out": false' in out
     assert "Cleaned.\n" in out
     assert re.search(
-        r"^[0-9a-f]{12} +shell\.run +approved +beta, gamma +- +2 of 2 +\d\d:\d\d:\d\d$", out, re.M
+        r"^[0-9a-f]{12} +shell\.run +approved +beta, gamma +- +2 approvals from 2 peers +\d\d:\d\d:\d\d$",
+        out,
+        re.M,
     )
     audit = cluster.alpha.data_dir / "audit" / "alpha.jsonl"
     verify_log_or_raise(audit)
@@ -232,7 +252,10 @@ def test_a_denied_quorum_is_a_message_and_the_repl_goes_on(cluster: Cluster) -> 
     assert tui.run_repl() == 0
     out = terminal.text
     assert re.search(
-        r"^  ✗ (beta denied: nothing is removed here|gamma denied: not on Fridays) \(0 of 2", out, re.M
+        r"^  ✗ (beta|gamma) denied \(key SHA256:\S+, \d+\.\d s after asking\): "
+        r"(nothing is removed here|not on Fridays)\.$",
+        out,
+        re.M,
     )
     assert re.search(r"^The run ended approval_denied: shell\.run was denied by (beta|gamma)", out, re.M)
     assert "← shell.run" not in out
@@ -248,7 +271,7 @@ def test_ctrl_c_withdraws_a_quorum_wait_and_the_run_ends_with_the_refusal(cluste
     tui = alpha_tui(cluster, terminal, [shell("make deploy")], heartbeat=1)
 
     def press_ctrl_c() -> None:
-        terminal.wait_for("… still waiting for shell.run's quorum: 0 of 2 signed (nobody), ")
+        terminal.wait_for("… still waiting for shell.run's quorum: 0 approvals of the 2 needed (nobody), ")
         _thread.interrupt_main()
 
     presser = in_background(press_ctrl_c)
@@ -258,7 +281,9 @@ def test_ctrl_c_withdraws_a_quorum_wait_and_the_run_ends_with_the_refusal(cluste
     out = terminal.text
     assert time.monotonic() - started < 60  # not the quorum's 120 seconds
     assert re.search(
-        r"^… still waiting for shell\.run's quorum: 0 of 2 signed \(nobody\), 1m \d\ds left$", out, re.M
+        r"^… still waiting for shell\.run's quorum: 0 approvals of the 2 needed \(nobody\), 1m \d\ds left$",
+        out,
+        re.M,
     )
     withdrawn = (
         r"^Withdrawing request ([0-9a-f]{12}): shell\.run will not run, the peers drop it, and the run "
@@ -284,7 +309,7 @@ def test_ctrl_c_withdraws_a_quorum_wait_and_the_run_ends_with_the_refusal(cluste
             assert wait_until(
                 lambda relay=relay: relay.get_inbox_item(request_id, origin="alpha").state == "withdrawn", 20
             ), name
-    assert re.search(r"^[0-9a-f]{12} +shell\.run +withdrawn +- +- +2 of 2 ", out, re.M)
+    assert re.search(r"^[0-9a-f]{12} +shell\.run +withdrawn +- +- +2 approvals from 2 peers ", out, re.M)
     assert "← shell.run" not in out
 
 
@@ -324,9 +349,14 @@ def test_a_peers_request_is_approved_and_another_denied_from_the_inbox(cluster: 
     )
     assert re.search(rf"^{second} +beta +shell\.run ", out, re.M)
     assert re.search(
-        rf"^alpha approved request {first} of beta: signed by \S.* with key SHA256:\S+\.$", out, re.M
+        rf"^alpha approved request {first} of beta: signed with the node key "
+        rf"{re.escape(load_config(cluster.alpha.config_path).own_public_key().fingerprint)}\.$",
+        out,
+        re.M,
+    )  # the approver signed it with the node key: it says so, not "operator"
+    assert re.search(
+        rf"^alpha denied request {second} of beta \(not today\): signed with the node key ", out, re.M
     )
-    assert re.search(rf"^alpha denied request {second} of beta \(not today\): signed by ", out, re.M)
     assert out.endswith("› /inbox\nNo pending requests for alpha.\n› \nEnd of input: goodbye.\n")
     # beta, the origin, counts alpha's signed decisions.
     with RelayClient(beta.url, token=beta.token) as relay:
@@ -394,8 +424,8 @@ def test_an_operator_key_signs_the_decision_instead_of_the_node_key(cluster: Clu
     assert tui.run_repl() == 0
     out = terminal.text
     assert re.search(
-        rf"^alpha approved request {request_id} of beta: signed by \S.* "
-        rf"with key {re.escape(fingerprint(operator.public_key))}\.$",
+        rf"^alpha approved request {request_id} of beta: signed with an operator's own key "
+        rf"{re.escape(fingerprint(operator.public_key))}\.$",
         out,
         re.M,
     ), out
@@ -428,29 +458,39 @@ def test_an_expired_quorum_is_shown_as_expired(tmp_path: Path, redis_url: str, r
         assert tui.run_repl() == 0
     out = terminal.text
     assert re.search(r"^The run ended approval_denied: .*expired", out, re.M), out
-    assert re.search(r"^[0-9a-f]{12} +shell\.run +expired +- +- +1 of 1 ", out, re.M), out
+    assert re.search(r"^[0-9a-f]{12} +shell\.run +expired +- +- +1 approval from 1 peer ", out, re.M), out
 
 
 def test_a_relay_that_is_down_is_one_sentence_and_the_repl_goes_on(tmp_path: Path) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta"], redis_url="redis://127.0.0.1:1/0", prefix="unused", required=1
-    )
-    (tmp_path / "workspace-alpha").mkdir()
-    terminal = Terminal(["run it", "/quorum"])
-    adapter = scripted([shell("echo hi")])
-    tui = TeaAgentTUI(
-        node=load_config(nodes["alpha"].config_path),
-        input_fn=terminal.input,
-        output_fn=terminal.print,
-        adapter_factory=lambda provider, model: adapter,
-        permission_mode=PermissionMode.DANGER_FULL_ACCESS,
-    )
-    assert tui.run_repl() == 0  # no relay runs: nothing is served
+    with refusing_port() as down:  # alpha's relay is down: its port refuses every connection
+        nodes = write_cluster(
+            tmp_path,
+            ["alpha", "beta"],
+            redis_url="redis://127.0.0.1:1/0",
+            prefix="unused",
+            required=1,
+            ports={"alpha": down},
+        )
+        (tmp_path / "workspace-alpha").mkdir()
+        terminal = Terminal(["run it", "/quorum", "/approvals"])
+        adapter = scripted([shell("echo hi")])
+        tui = TeaAgentTUI(
+            node=load_config(nodes["alpha"].config_path),
+            input_fn=terminal.input,
+            output_fn=terminal.print,
+            adapter_factory=lambda provider, model: adapter,
+            permission_mode=PermissionMode.DANGER_FULL_ACCESS,
+        )
+        assert tui.run_repl() == 0
     out = terminal.text
+    assert (
+        "High-risk calls (shell.*, fs.delete) also need 1 approval from 1 peer (beta): no local approval "
+        "replaces the quorum.\n" in out
+    ), out
     denial = [
         line for line in out.splitlines() if line.startswith("The run ended approval_denied: shell.run needs")
     ]
     assert len(denial) == 1, out
     assert "no quorum could be obtained" in denial[0]
-    assert re.search(r"^[0-9a-f]{12} +shell\.run +failed +- +- +1 of 1 ", out, re.M), out
+    assert re.search(r"^[0-9a-f]{12} +shell\.run +failed +- +- +1 approval from 1 peer ", out, re.M), out
     assert out.endswith("End of input: goodbye.\n")

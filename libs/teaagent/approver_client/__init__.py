@@ -27,6 +27,7 @@ from teaagent.approver_client._client import (
     OwnDecision,
     Settled,
     StatementToSign,
+    signed_by,
 )
 from teaagent.approver_client._resolve import MIN_PREFIX_CHARS, REQUEST_ID_CHARS, resolve_request
 from teaagent.errors import RelayError
@@ -47,4 +48,5 @@ __all__ = [
     "Settled",
     "StatementToSign",
     "resolve_request",
+    "signed_by",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "MatchingRule",
     "OwnDecision",
     "StatementToSign",
+    "signed_by",
 ]
 
 DEFAULT_TIMEOUT: Final = (
@@ -64,6 +65,21 @@ def _object(data: Mapping[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} is not a JSON object")
     return dict(value)
+
+
+def signed_by(by: str, key_fingerprint: str, node_key: str | None) -> str:
+    """Who signed a decision and with which key, as a person reads it.
+
+    ``with the node key SHA256:...`` (an operator's command the approver signed with the node
+    key), ``by rule 1 with the node key SHA256:...``, ``with an operator's own key SHA256:...``.
+    """
+    own = node_key is not None and key_fingerprint == node_key
+    key = f"the node key {key_fingerprint}" if own else f"key {key_fingerprint}"
+    if by == "operator":
+        return f"with {key}" if own else f"with an operator's own key {key_fingerprint}"
+    if by:
+        return f"by {by} with {key}"
+    return f"with {key}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,6 +46,7 @@ from typing import Annotated, Any, Final, TextIO
 
 import typer
 
+from teaagent._words import moment, plural, time_left
 from teaagent.approver_client import (
     ApprovalItem,
     ApproverClient,
@@ -53,6 +54,7 @@ from teaagent.approver_client import (
     Expected,
     StatementToSign,
     resolve_request,
+    signed_by,
 )
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, bad_usage, fail
 from teaagent.config import NodeConfig, load_config
@@ -186,20 +188,12 @@ def _long_values(value: Any, path: str = "") -> Iterator[tuple[str, int]]:
             yield from _long_values(item, f"{path}[{index}]")
 
 
-def time_left(seconds: float) -> str:
-    """``1h 02m``, ``1m 58s``, ``45s``, or ``expired``."""
-    if seconds <= 0:
-        return "expired"
-    whole = int(seconds)
-    if whole >= 3600:
-        return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
-    if whole >= 60:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    return f"{whole}s"
-
-
-def _clock(when: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+def node_key_of(node: NodeConfig) -> str | None:
+    """The node key's fingerprint, to tell its signatures from an operator's own key; None if unreadable."""
+    try:
+        return node.own_public_key().fingerprint
+    except ConfigError:
+        return None
 
 
 def _rule_phrase(item: ApprovalItem) -> str:
@@ -210,13 +204,14 @@ def _rule_phrase(item: ApprovalItem) -> str:
     return f"#{rule.index} tool={rule.tool!r}{patterns} -> {rule.decision}"
 
 
-def _decision_phrase(item: ApprovalItem) -> str:
+def _decision_phrase(item: ApprovalItem, node_key: str | None, now: float) -> str:
     decision = item.decision
     if decision is None:
         return "not decided yet"
     verb = "approved" if decision.kind == "approval" else "denied"
     reason = f": {visible(decision.reason)}" if decision.reason else ""
-    return f"{verb} by {decision.by} with key {decision.key_fingerprint} at {_clock(decision.at)}{reason}"
+    who = signed_by(decision.by, decision.key_fingerprint, node_key)
+    return f"{verb} {who} at {moment(decision.at, now)}{reason}"
 
 
 def settled_phrase(item: ApprovalItem, now: float) -> str | None:
@@ -228,12 +223,17 @@ def settled_phrase(item: ApprovalItem, now: float) -> str | None:
 def _left_phrase(item: ApprovalItem, now: float) -> str:
     left = item.expires_at - now
     if left <= 0:
-        return f"expired at {_clock(item.expires_at)}"
-    return f"{time_left(left)} (expires at {_clock(item.expires_at)})"
+        return f"expired at {moment(item.expires_at, now)}"
+    return f"{time_left(left)} (expires at {moment(item.expires_at, now).split(',')[0]})"
 
 
-def show_lines(item: ApprovalItem, node_id: str, now: float | None = None) -> list[str]:
-    """What ``show`` prints: everything a careful approver needs, nothing cut without saying so."""
+def show_lines(
+    item: ApprovalItem, node_id: str, now: float | None = None, *, node_key: str | None = None
+) -> list[str]:
+    """What ``show`` prints: everything a careful approver needs, nothing cut without saying so.
+
+    ``node_key`` is the node key's fingerprint: a decision it signed says "the node key".
+    """
     now = time.time() if now is None else now
     lines = [
         f"request      {item.request_id}",
@@ -249,9 +249,10 @@ def show_lines(item: ApprovalItem, node_id: str, now: float | None = None) -> li
     lines.extend(f"             {line}" for line in reason[1:])
     lines += [
         f"digest       {item.payload_digest}",
-        f"quorum       {item.required_approvals} approval(s) of {', '.join(item.peers)}, "
+        f"quorum       {plural(item.required_approvals, 'approval')} needed from {', '.join(item.peers)}, "
         f"counted by {item.origin}",
-        f"{node_id:<12} {_decision_phrase(item)} (this node's own decision, not the request's outcome)",
+        f"{node_id:<12} {_decision_phrase(item, node_key, now)} (this node's own decision, "
+        "not the request's outcome)",
         f"time left    {_left_phrase(item, now)}",
         f"rule         {_rule_phrase(item)}",
     ]
@@ -273,14 +274,14 @@ def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
-def _echo_decision(result: DecisionResult, node_id: str, as_json: bool) -> None:
+def _echo_decision(result: DecisionResult, node: NodeConfig, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return
     reason = f" ({visible(result.reason)})" if result.reason else ""
     typer.echo(
-        f"{node_id} {result.this_node} request {result.request_id} of {result.origin}{reason}: "
-        f"signed by {result.by or 'this node'} with key {result.key_fingerprint}."
+        f"{node.agent_id} {result.this_node} request {result.request_id} of {result.origin}{reason}: "
+        f"signed {signed_by(result.by, result.key_fingerprint, node_key_of(node))}."
     )
     typer.echo(
         f"Forwarded to {result.origin} through this node's relay."
@@ -328,12 +329,15 @@ def key_file_signer(path: Path) -> Signer:
     path = path.expanduser()
     if path.is_dir():
         bad_usage(f"the private key {path} is a folder, not a key file.")
-    _warn_if_exposed(path)
     try:
-        return load_private_key(path)
+        key = load_private_key(path)
     except ConfigError as exc:
         if _PASSPHRASE_NEEDED not in str(exc):
-            bad_usage(str(exc))
+            bad_usage(str(exc))  # a .pub file among them: only that sentence, no warning about its mode
+    else:
+        _warn_if_exposed(path)
+        return key
+    _warn_if_exposed(path)
     if not _terminal_available():
         bad_usage(
             f"the private key {path} is protected by a passphrase, and there is no terminal to ask "
@@ -615,7 +619,7 @@ def show(
     if as_json:
         typer.echo(json.dumps(item.to_dict(), indent=2, ensure_ascii=False))
         return
-    for line in show_lines(item, node.agent_id):
+    for line in show_lines(item, node.agent_id, node_key=node_key_of(node)):
         typer.echo(line)
 
 
@@ -636,7 +640,7 @@ def approve(
     with client, _answers():
         item = _resolve(client, request_id, origin)
         result = decide(client, node, item, deny=False, reason=reason, signer=signer)
-    _echo_decision(result, node.agent_id, as_json)
+    _echo_decision(result, node, as_json)
 
 
 @app.command("deny")
@@ -658,7 +662,7 @@ def deny(
     with client, _answers():
         item = _resolve(client, request_id, origin)
         result = decide(client, node, item, deny=True, reason=reason, signer=signer)
-    _echo_decision(result, node.agent_id, as_json)
+    _echo_decision(result, node, as_json)
 
 
 @app.command("statement")
@@ -777,7 +781,7 @@ def submit(
             else None
         )
         result = client.submit_decision(item.request_id, document, signature, expected=expected)
-    _echo_decision(result, node.agent_id, as_json)
+    _echo_decision(result, node, as_json)
 
 
 # -- watch --------------------------------------------------------------------------------------
@@ -919,7 +923,8 @@ class Watch:
         if now_item.state == "expired" or now_item.decision is None:
             return f"request {item.request_id} of {item.origin} expired undecided."
         return (
-            f"request {item.request_id} of {item.origin}: {self.node.agent_id} {_decision_phrase(now_item)}."
+            f"request {item.request_id} of {item.origin}: {self.node.agent_id} "
+            f"{_decision_phrase(now_item, node_key_of(self.node), time.time())}."
         )
 
     # -- the commands ------------------------------------------------------------------------
@@ -978,7 +983,7 @@ class Watch:
                 except RelayError as exc:
                     self.emit(str(exc))
                     return True
-                for text in show_lines(item, self.node.agent_id):
+                for text in show_lines(item, self.node.agent_id, node_key=node_key_of(self.node)):
                     self.emit(text)
                 return True
             deny = verb in ("d", "deny")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from teaagent.cli._serve import serve_app
+from teaagent.cli._serve import serve_app, wait_for_store
 
 app = typer.Typer(
     help="The node's approver: its signing authority, its rules and its operators' inbox.",
@@ -39,11 +39,13 @@ def serve(
     settings = Settings(config=str(config)) if config is not None else Settings()
     application = create_app(settings)
     node = application.state.config
+    what = f"the approver of {node.agent_id}"
     serve_app(
         application,
         host=host,
         port=port if port is not None else node.approver.port,
-        what=f"the approver of {node.agent_id}",
+        what=what,
         log_level=log_level,
         access_log=access_log,
+        wait_first=lambda: wait_for_store(node, what, starts_embedded=False),
     )

@@ -1,4 +1,4 @@
-"""``teaagent audit``: sub-commands."""
+"""``teaagent audit``: check audit logs offline."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from teaagent.audit import verify_log
 from teaagent.cli._exit import EXIT_FAILED
 from teaagent.errors import AuditVerificationError
 
-app = typer.Typer(no_args_is_help=True, help="audit commands.")
+app = typer.Typer(no_args_is_help=True, help="Check audit logs: their hash chain and HMACs.")
 
 
 @app.command("verify")

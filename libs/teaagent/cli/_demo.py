@@ -233,7 +233,11 @@ class _Story:
     def step(self, title: str) -> None:
         with self.lock:
             self.number += 1
-            self.console.rule(f"[bold]{self.number}. {title}", align="left")
+            text = f"{self.number}. {title}"
+            if self.console.is_terminal and len(text) + 6 <= self.console.width:
+                self.console.rule(f"[bold]{escape(text)}", align="left")
+            else:  # piped, or wider than the terminal: a rule would cut the title to its width
+                self.console.print(f"[bold]── {escape(text)}[/]")
 
     def say(self, text: str, *, markup: bool = True) -> None:
         with self.lock:
@@ -725,11 +729,12 @@ def _command(folder: Path, argv: list[str], story: _Story, processes: _Processes
         raise TeaAgentError(f"`{shlex.join(argv)}` exited {process.returncode}, not {expect}.")
 
 
-def _tell_output(story: _Story, output: bytes, code: int, seconds: float) -> None:
+def _tell_output(story: _Story, output: bytes, code: int, seconds: float | None) -> None:
+    """Tell a command's output and exit code, and its time unless it ran with others (``None``)."""
     for line in output.decode("utf-8", errors="replace").splitlines():
         if line.strip():
             story.say(f"    {escape(line)}")
-    story.say(f"    [dim]exit {code}, {seconds:.1f} s[/]")
+    story.say(f"    [dim]exit {code}[/]" if seconds is None else f"    [dim]exit {code}, {seconds:.1f} s[/]")
 
 
 def _write_certificates(folder: Path, audit_path: Path) -> list[Path]:
@@ -773,10 +778,14 @@ def _verify_all(
     ]
     outputs = [process.communicate(timeout=STEP_TIMEOUT_SECONDS)[0] for process in running]
     seconds = time.monotonic() - started
+    story.say(
+        f"  these {len(checks)} checks ran together, each a process of its own, in {seconds:.1f} s "
+        "for them all; their outputs follow in order"
+    )
     failed = []
     for (argv, expect), process, output in zip(checks, running, outputs, strict=True):
         story.say(f"[bold]$ teaagent {escape(shlex.join(argv))}[/]")
-        _tell_output(story, output, process.returncode, seconds)
+        _tell_output(story, output, process.returncode, None)
         if process.returncode != expect:
             failed.append(f"`teaagent {shlex.join(argv)}` exited {process.returncode}, not {expect}")
     if failed:

@@ -10,7 +10,8 @@ One node, in ``DIR``::
 ``--cluster alpha,beta,gamma DIR`` makes one such folder per node (``DIR/alpha/`` ...) whose
 configurations already name each other as peers (keys and relay URLs), with the quorum on.
 
-Ports: each node takes three consecutive ports from ``--base-port`` (agent, relay, approver), the
+Ports: each node takes three consecutive ports from ``--base-port`` (or ``$TEAAGENT_BASE_PORT``;
+8700 by default: agent, relay, approver), the
 next node the three after. On a loopback host the block is moved up until every port is free.
 """
 
@@ -231,6 +232,7 @@ data_dir = "data"                        # state, audit logs, and the bearer tok
 [agent]
 permission_mode = {_toml_string(mode)}{mode_note}
 provider = "scripted"                    # offline; anthropic, openai, openai-compatible: docs/llm.md
+# script = "quorum"                      # what scripted plays: demo (default), quorum, denied, question
 port = {plan.agent_port}
 
 [quorum]
@@ -365,7 +367,12 @@ def init(
     ] = "127.0.0.1",
     base_port: Annotated[
         int,
-        typer.Option("--base-port", help="The first port; each node takes three (agent, relay, approver)."),
+        typer.Option(
+            "--base-port",
+            envvar="TEAAGENT_BASE_PORT",
+            help="The first port; each node takes three (agent, relay, approver). $TEAAGENT_BASE_PORT "
+            "when set.",
+        ),
     ] = DEFAULT_BASE_PORT,
     redis_url: Annotated[
         str,

@@ -59,7 +59,7 @@ def _serve(
         anyio.run(serve_stdio, server)
         return
     application = http_app(server, token=node.load_token(), host=host)
-    serve_app(application, host=host, port=http, what=what, log_level=level, access_log=False)
+    serve_app(application, host=host, port=http, what=what, log_level=level, access_log=False, path=MCP_PATH)
 
 
 @app.command("serve")

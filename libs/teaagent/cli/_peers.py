@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import ssl
 import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
+import httpx
 import tomlkit
 import typer
 from tomlkit.items import Table
@@ -27,7 +29,7 @@ from teaagent.errors import ConfigError, SignatureError
 from teaagent.policy import AGENT_ID_PATTERN, PermissionMode
 from teaagent.signing import fingerprint, parse_public_key
 
-__all__ = ["add", "add_operator", "app", "edit_peers", "operators_app"]
+__all__ = ["add", "add_operator", "app", "edit_peers", "operators_app", "reload_services"]
 
 app = typer.Typer(help="This node's peers, in its node.toml.", no_args_is_help=True)
 operators_app = typer.Typer(
@@ -48,23 +50,50 @@ def _config_path(config: Path | None) -> Path:
     return Path(from_env)
 
 
+def _is_private_key(text: str) -> bool:
+    """Whether ``text`` is (or holds) a private key: OpenSSH's or PEM's armour."""
+    return "PRIVATE KEY-----" in text or "openssh-key-v1" in text
+
+
 def _key_line(key: str) -> str:
-    """The peer's public key line: KEY itself, or the first key line of the file KEY names.
+    """The public key line: KEY itself, or the first key line of the file KEY names.
+
+    A private key (pasted, or the file KEY names) is refused without its content in the sentence.
 
     Raises:
-        typer.Exit: Exit code 2: the line is not a usable SSH public key.
+        typer.Exit: Exit code 2: KEY is a private key, names a file that does not exist or cannot
+            be read, or is not a usable SSH public key.
     """
     line = key.strip()
-    candidate = Path(key).expanduser()
-    if not line.startswith(("ssh-", "ecdsa-", "sk-")) and candidate.is_file():
-        try:
-            text = candidate.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            bad_usage(f"{candidate} cannot be read as a public key file: {exc}.")
-        lines = [each.strip() for each in text.splitlines() if each.strip() and not each.startswith("#")]
-        if not lines:
-            bad_usage(f"{candidate} holds no public key line.")
-        line = lines[0]
+    if _is_private_key(line):
+        bad_usage(
+            "that is a private key; give its public half "
+            "(the .pub file, or the line ssh-keygen -y -f KEY prints)."
+        )
+    if not line.startswith(("ssh-", "ecdsa-", "sk-")):
+        candidate = Path(line).expanduser()
+        if candidate.is_dir():
+            bad_usage(f"{candidate} is a folder, not a public key file.")
+        if not candidate.exists() and not any(space in line for space in " \t"):
+            bad_usage(
+                f"the key file {candidate} does not exist; give a public key file (NAME.pub) or the "
+                "key's line ('ssh-ed25519 AAAA...')."
+            )
+        if candidate.exists():
+            try:
+                text = candidate.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+                bad_usage(f"the key file {candidate} cannot be read: {str(why).rstrip('.').lower()}.")
+            if _is_private_key(text):
+                bad_usage(
+                    f"{candidate} is a private key; give its public half ({candidate}.pub, or the line "
+                    f"ssh-keygen -y -f {candidate} prints)."
+                )
+            lines = [each.strip() for each in text.splitlines() if each.strip() and not each.startswith("#")]
+            if not lines:
+                bad_usage(f"the key file {candidate} holds no public key line.")
+            line = lines[0]
     try:
         parse_public_key(line)
     except SignatureError as exc:
@@ -155,8 +184,16 @@ def edit_peers(
 @app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="The peer's agent id.")],
-    key: Annotated[str, typer.Argument(help="Its node key: a public key line, or its .pub file.")],
-    url: Annotated[str, typer.Argument(help="Its relay's URL (https:// across hosts).")],
+    key: Annotated[
+        str | None,
+        typer.Argument(
+            help="Its node key: a public key line, or its .pub file (with --replace: kept when omitted)."
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Argument(help="Its relay's URL, https:// across hosts (with --replace: kept when omitted)."),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
@@ -185,12 +222,21 @@ def add(
 ) -> None:
     """Add the peer NAME (its KEY, its relay URL) to node.toml, keeping its comments; checked first."""
     path = _config_path(config)
-    load_config(path)  # a file that does not load now is not edited: its own sentence says why
+    current = load_config(path)  # a file that does not load now is not edited: its own sentence says why
     if AGENT_ID_PATTERN.fullmatch(name) is None:
         bad_usage(
             f"{name!r} is not a valid agent id: use 1 to 64 lowercase letters, digits, '.', '_' or '-', "
             "starting with a letter or digit."
         )
+    if key is None or url is None:
+        # `peers add beta --replace --operator-key KEY`: the peer keeps its node key and relay URL.
+        if not replace or name not in current.peers:
+            bad_usage(
+                f"give {name}'s node key and relay URL (teaagent peers add {name} KEY URL); only "
+                "--replace on an existing peer keeps them."
+            )
+        key = current.peers[name].public_key if key is None else key
+        url = current.peers[name].relay_url if url is None else url
     line = _key_line(key)
     text = path.read_text(encoding="utf-8")
     try:
@@ -226,6 +272,71 @@ def add(
             "before the quorum sees them; --permission-mode danger-full-access leaves them to the peers "
             "(allow asks locally too)."
         )
+    typer.echo(reload_services(node))
+
+
+RELOAD_TIMEOUT_SECONDS: Final = 5.0  # a reload reads a few small files; a service that takes longer is stuck
+
+
+def _reload_one(url: str, token: str, verify: ssl.SSLContext | bool) -> tuple[str, str]:
+    """Ask one service to reload: ``("ok" | "down" | "failed", why)``."""
+    try:
+        response = httpx.post(
+            f"{url.rstrip('/')}/v1/reload",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=RELOAD_TIMEOUT_SECONDS,
+            verify=verify,
+        )
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        return "down", ""
+    except httpx.HTTPError as exc:
+        return "failed", f"{url} did not answer: {str(exc) or type(exc).__name__}"
+    if response.status_code == 200:
+        return "ok", ""
+    try:
+        message = str(response.json()["message"]).rstrip(".")
+    except (ValueError, KeyError, TypeError):
+        message = f"HTTP {response.status_code}"
+    return "failed", f"{url} answered: {message}"
+
+
+def reload_services(node: NodeConfig) -> str:
+    """Have the node's running relay and approver read its trust files again; the sentence says which did.
+
+    Each is asked with ``POST /v1/reload`` (the node's token); one that is not running reads the
+    files when it starts, one that refuses (an older version, a file it cannot load) needs a restart.
+    """
+    both = f"{node.agent_id}'s relay and approver"
+    if node.token is None and not node.token_path.exists():
+        # Neither has ever started (the first to start makes the token): nothing to ask, nothing made.
+        return f"{both} are not running; they read it when they start."
+    try:
+        token = node.load_token()
+        verify = node.tls.client_verify()
+    except ConfigError as exc:
+        return f"restart {node.agent_id}'s relay and approver to use it ({str(exc).rstrip('.')})."
+    states = {
+        "relay": _reload_one(node.relay_url, token, verify),
+        "approver": _reload_one(f"http://127.0.0.1:{node.approver.port}", token, True),
+    }
+    kinds = {state for state, _why in states.values()}
+    whys = "; ".join(why for _state, why in states.values() if why)
+    if kinds == {"ok"}:
+        return f"{both} reloaded it."
+    if kinds == {"down"}:
+        return f"{both} are not running; they read it when they start."
+    if kinds == {"failed"}:
+        return f"restart {both} to use it ({whys})."
+    clauses: list[str] = []
+    for name, (state, why) in states.items():
+        who = f"{node.agent_id}'s {name}" if not clauses else f"its {name}"
+        if state == "ok":
+            clauses.append(f"{who} reloaded it")
+        elif state == "down":
+            clauses.append(f"{who} is not running (it reads it when it starts)")
+        else:
+            clauses.append(f"restart {who} to use it ({why})")
+    return "; ".join(clauses) + "."
 
 
 def _names(text: str) -> set[str]:
@@ -283,3 +394,4 @@ def add_operator(
         f"list it at its peers too: teaagent peers add {node.agent_id} NODE_KEY RELAY_URL --replace "
         "--operator-key KEY."
     )
+    typer.echo(reload_services(node))

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from teaagent.cli._serve import serve_app
+from teaagent.cli._serve import serve_app, wait_for_store
 
 app = typer.Typer(help="The node's relay: its mailbox between peers.", no_args_is_help=True)
 
@@ -41,13 +41,15 @@ def serve(
     application = create_app(settings)
     node = application.state.config
     url = urlsplit(node.relay_url)
+    what = f"the relay of {node.agent_id}"
     serve_app(
         application,
         host=host or url.hostname or "127.0.0.1",
         port=port if port is not None else (url.port or (443 if url.scheme == "https" else 80)),
-        what=f"the relay of {node.agent_id}",
+        what=what,
         tls_cert=node.tls.cert,
         tls_key=node.tls.key,
         log_level=log_level,
         access_log=access_log,
+        wait_first=lambda: wait_for_store(node, what, starts_embedded=True),
     )

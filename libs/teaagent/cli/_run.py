@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from teaagent._words import needed_from, span
 from teaagent.audit import AuditLogger
 from teaagent.budget import (
     DEFAULT_MAX_ESTIMATED_COST_CENTS,
@@ -158,9 +159,9 @@ class _Display:
         elif kind == "approval_waiting":
             if data.get("via") == "quorum":
                 self._spin(
-                    f"{data['tool_name']} waits for {data['required_approvals']} of "
-                    f"{len(data['peers'])} peers ({', '.join(data['peers'])}) to sign it, "
-                    f"up to {data['timeout_seconds']} s…",
+                    f"{data['tool_name']} waits for "
+                    f"{needed_from(data['required_approvals'], len(data['peers']))} "
+                    f"({', '.join(data['peers'])}), up to {span(data['timeout_seconds'])}…",
                     say=True,
                 )
             else:
@@ -198,9 +199,7 @@ class _Display:
         )
 
 
-def _adapter(
-    provider: str, model: str | None, script: Path | None, base_url: str | None = None
-) -> LLMAdapter:
+def _adapter(provider: str, model: str | None, script: str | None, base_url: str | None = None) -> LLMAdapter:
     from teaagent.llm import create_llm_adapter
 
     if script is not None and provider != "scripted":
@@ -256,7 +255,12 @@ def run(
         str | None, typer.Option("--model", help="The model; [agent] model, else the provider's default.")
     ] = None,
     script: Annotated[
-        Path | None, typer.Option("--script", help="The script the scripted provider plays (JSON).")
+        str | None,
+        typer.Option(
+            "--script",
+            help="What the scripted provider plays: a bundled script (demo, quorum, denied, question) "
+            "or a JSON file; [agent] script by default.",
+        ),
     ] = None,
     max_iterations: Annotated[
         int, typer.Option("--max-iterations", help="Model turns allowed.")
@@ -285,6 +289,8 @@ def run(
     own = chosen == node.agent.provider
     if own:
         model = model or node.agent.model
+    if own and script is None:
+        script = node.agent.script  # [agent] script, like model and base_url, is [agent] provider's
     adapter = _adapter(chosen, model, script, node.agent.base_url if own else None)
     from teaagent.runner._node import node_registry
 
@@ -297,7 +303,7 @@ def run(
     # Who received each quorum request, each decision as it arrives, and why one expired.
     stop = threading.Event()  # Ctrl-C sets it: a quorum wait (in the run's worker thread) withdraws
     quorum_gate = node_quorum_gate(
-        node, on_progress=display.note, on_status=QuorumWatch(display.note), stop=stop
+        node, on_progress=display.note, on_wait=QuorumWatch(display.note), stop=stop
     )
     policy = node_policy(node, prompter=terminal_prompter(console), quorum_gate=quorum_gate)
     store, session = _session(node, session_id, task)

@@ -11,6 +11,10 @@ it), so its long-polls answer at once with the state as it is; then uvicorn stop
 waits up to :data:`STOP_GRACE_SECONDS` for the requests in flight, and runs the application's
 shutdown. The command then exits 0.
 
+SIGHUP makes a relay or an approver read its trust again (its peers, its operators, their
+``allowed_signers`` files; :mod:`teaagent._reload`), as sshd and nginx read their files again: a
+file that does not load leaves the old trust in use, with one line in the log.
+
 Once a service has started in a process of its own (``serve_app`` on the main thread, as every
 ``serve`` command runs it), its heap is settled for serving. What start-up built (modules, the
 application, its clients) is collected once and frozen out of the cyclic collector's reach
@@ -33,8 +37,9 @@ import logging
 import signal
 import socket
 import ssl
+import sys
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -42,11 +47,14 @@ import typer
 import uvicorn
 
 from teaagent.cli._exit import EXIT_FAILED, bad_usage, fail
+from teaagent.store import EMBEDDED_URL, open_node_store
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["GC_OLDER_THRESHOLD", "GC_YOUNG_THRESHOLD", "STOP_GRACE_SECONDS", "serve_app"]
+    from teaagent.config import NodeConfig
+
+__all__ = ["GC_OLDER_THRESHOLD", "GC_YOUNG_THRESHOLD", "STOP_GRACE_SECONDS", "serve_app", "wait_for_store"]
 
 STOP_GRACE_SECONDS: Final = 5  # for the requests in flight after a stop signal; long-polls end in ~1 s
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
@@ -118,7 +126,12 @@ class _Server(uvicorn.Server):
         if self.started:  # uvicorn names no address when it is handed the socket
             if threading.current_thread() is threading.main_thread():
                 _settle_heap()
-            logger.info("%s serving on %s (Ctrl-C or SIGTERM stops it)", self._what, self._url)
+            line = f"{self._what} serving on {self._url} (Ctrl-C or SIGTERM stops it)"
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("%s", line)
+            else:  # a quieter --log-level still says where the service listens
+                sys.stderr.write(f"teaagent: {line}\n")
+                sys.stderr.flush()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         stopping = getattr(self._app.state, "stopping", None)
@@ -134,11 +147,86 @@ class _Server(uvicorn.Server):
             yield
             return
         original = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        reload = _reload_on_hangup(self._app, self._what)
         try:
             yield
         finally:
+            if reload is not None:
+                reload.remove_signal_handler(signal.SIGHUP)
             for sig, handler in original.items():
                 signal.signal(sig, handler)
+
+
+def wait_for_store(node: NodeConfig, what: str, *, starts_embedded: bool) -> None:
+    """Before serving, wait until the node's Redis answers, however long; SIGTERM or Ctrl-C ends the wait.
+
+    A service started before its Redis (an approver before its relay, whose embedded server it
+    uses) waits here rather than in its application's start-up, where uvicorn hears a stop signal
+    but cannot act on it until the start-up ends: stopped while it waits, the command says so in
+    one line and exits 0, as a stop of a running service does.
+
+    Args:
+        node: The node's configuration.
+        what: The service, for the log and the sentence: ``"the approver of alpha"``.
+        starts_embedded: The service starts the node's embedded server itself (the relay): nothing
+            to wait for when ``redis_url = "embedded"``.
+
+    Raises:
+        typer.Exit: Exit code 0 when stopped before the Redis answered.
+    """
+    if starts_embedded and node.redis_url == EMBEDDED_URL:
+        return
+
+    async def wait() -> bool:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        stopped = False
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, stop)
+        try:
+            async with open_node_store(node, start_embedded=False, service=what):
+                pass
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+        finally:
+            for sig in _STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+        return stopped
+
+    if threading.current_thread() is threading.main_thread() and asyncio.run(wait()):
+        sys.stderr.write(f"teaagent: {what} stopped before its Redis answered.\n")
+        sys.stderr.flush()
+        raise typer.Exit(0)
+
+
+def _reload_on_hangup(app: FastAPI, what: str) -> asyncio.AbstractEventLoop | None:
+    """Reload the application's trust on SIGHUP, as sshd and nginx reload their files; the loop, or None.
+
+    Only for an application that has one (``app.state.trust``, a :class:`teaagent._reload.TrustReloader`);
+    the others keep SIGHUP's default. Each reload logs its outcome; a failed one keeps the old trust.
+    """
+    reloader = getattr(app.state, "trust", None)
+    if reloader is None:
+        return None
+    loop = asyncio.get_running_loop()
+    running: set[asyncio.Task[object]] = set()
+
+    def hangup() -> None:
+        logger.info("%s: SIGHUP, reading its peers and operators again", what)
+        task: asyncio.Task[object] = loop.create_task(reloader.reload("SIGHUP"), name="teaagent-reload")
+        running.add(task)  # kept until done: the loop holds tasks weakly
+        task.add_done_callback(running.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, hangup)
+    return loop
 
 
 def serve_app(
@@ -151,6 +239,8 @@ def serve_app(
     tls_key: Path | None = None,
     log_level: str = "info",
     access_log: bool = False,
+    path: str = "",
+    wait_first: Callable[[], None] | None = None,
 ) -> None:
     """Serve ``app`` on ``host:port`` in the foreground, one worker, until SIGTERM or SIGINT.
 
@@ -167,6 +257,11 @@ def serve_app(
         tls_key: The PEM private key of ``tls_cert``.
         log_level: uvicorn's log level (critical, error, warning, info, debug, trace).
         access_log: Log one line per HTTP call (off by default).
+        path: The path to name after the address in the start-up line (``"/mcp"``).
+        wait_first: Called once the address is bound, before the application starts: what the
+            service waits for before it can start (:func:`wait_for_store`).
+
+    The start-up line (``<what> serving on <url>``) is written whatever ``log_level`` is.
 
     Raises:
         typer.Exit: Exit code 2 with one sentence when the address cannot be bound (in use, not an
@@ -199,8 +294,10 @@ def serve_app(
                 f"{what} cannot load its TLS certificate {tls_cert} and key {tls_key}: "
                 f"{str(reason).rstrip('.').lower().replace('_', ' ')}."
             )
+        if wait_first is not None:
+            wait_first()  # uvicorn's Config has set the logging up: the wait logs as the service will
         scheme = "https" if tls_cert is not None else "http"
-        server = _Server(config, app, what, f"{scheme}://{_where(host, port)}")
+        server = _Server(config, app, what, f"{scheme}://{_where(host, port)}{path}")
         with contextlib.suppress(SystemExit):  # uvicorn's own exit when the start-up fails: reported below
             server.run(sockets=[sock])
     finally:

@@ -180,7 +180,7 @@ def call_tool(
     from teaagent.cli._run import terminal_prompter
     from teaagent.cli._watch import QuorumWatch
 
-    quorum_gate = node_quorum_gate(node, on_progress=_progress, on_status=QuorumWatch(_progress))
+    quorum_gate = node_quorum_gate(node, on_progress=_progress, on_wait=QuorumWatch(_progress))
     kept = _KeptCertificate(quorum_gate) if quorum_gate is not None else None
     policy = node_policy(node, prompter=terminal_prompter(), quorum_gate=kept or quorum_gate)
     run_id = f"cli-{secrets.token_hex(8)}"

@@ -76,7 +76,12 @@ def tui(
         int, typer.Option("--heartbeat", min=0, help="A line every N seconds of a long wait; 0 for none.")
     ] = 0,
     script: Annotated[
-        Path | None, typer.Option("--script", help="The script the scripted provider plays (JSON).")
+        str | None,
+        typer.Option(
+            "--script",
+            help="What the scripted provider plays: a bundled script (demo, quorum, denied, question) "
+            "or a JSON file; [agent] script by default.",
+        ),
     ] = None,
     key: Annotated[
         Path | None,

@@ -43,7 +43,7 @@ from teaagent.policy import (
     MultiSigQuorumConfig,
     PermissionMode,
 )
-from teaagent.signing import SSHPublicKey, parse_public_key
+from teaagent.signing import SUPPORTED_KEY_TYPES, SSHPublicKey, parse_public_key
 from teaagent.tools import ToolRateLimit
 from teaagent.tools._ratelimit import gcra_parameters
 from teaagent.trust import MAX_ALLOWED_SIGNERS_BYTES, SignerKey, parse_allowed_signers, unique_keys
@@ -77,7 +77,16 @@ ROOT_KEYS: Final = (
 TLS_KEYS: Final = ("cert", "key", "ca")
 MCP_KEYS: Final = ("upstreams",)
 MCP_UPSTREAM_KEYS: Final = ("command", "env", "url")
-AGENT_KEYS: Final = ("permission_mode", "provider", "model", "base_url", "port", "host", "rate_limits")
+AGENT_KEYS: Final = (
+    "permission_mode",
+    "provider",
+    "model",
+    "base_url",
+    "script",
+    "port",
+    "host",
+    "rate_limits",
+)
 MODEL_KEYS: Final = (
     "model",
     "token",
@@ -270,7 +279,23 @@ def _read(label: str, path: Path) -> dict[str, Any]:
         raise ConfigError(f"{label}: invalid TOML: {exc}.") from None
 
 
-def _agent_settings(table: _Table | None) -> AgentSettings:
+def _agent_script(table: _Table, base: Path, provider: str) -> str | None:
+    """``[agent] script``: a bundled script's name as it is, a file's path resolved against ``base``."""
+    script = table.string("script")
+    if script is None:
+        return None
+    script = script.strip()
+    if not script:
+        raise table.error("script", "is empty")
+    if provider != DEFAULT_PROVIDER:
+        raise table.error("script", f"is set, but provider {provider!r} plays no script")
+    # Here, not at the top: only a node that names a script needs the LLM package.
+    from teaagent.llm import BUNDLED_SCRIPTS
+
+    return script if script in BUNDLED_SCRIPTS else str(_resolve(base, script))
+
+
+def _agent_settings(table: _Table | None, base: Path) -> AgentSettings:
     if table is None:
         return AgentSettings()
     mode_text = table.string("permission_mode", PermissionMode.PROMPT.value)
@@ -297,6 +322,7 @@ def _agent_settings(table: _Table | None) -> AgentSettings:
         base_url = _check_http_url(table, "base_url", base_url.strip())
         if provider == DEFAULT_PROVIDER:
             raise table.error("base_url", f"is set, but provider {provider!r} calls no server")
+    script = _agent_script(table, base, provider)
     rate_limits = _rate_limits(table.table("rate_limits"))
     table.finish()
     return AgentSettings(
@@ -304,6 +330,7 @@ def _agent_settings(table: _Table | None) -> AgentSettings:
         provider=provider,
         model=model.strip() if model is not None else None,
         base_url=base_url,
+        script=script,
         port=port,
         host=host.strip(),
         rate_limits=rate_limits,
@@ -467,6 +494,17 @@ def _peers(root: _Table, agent_id: str, base: Path) -> dict[str, PeerConfig]:
         peers[name] = PeerConfig(agent_id=name, public_key=keys[0].line, relay_url=relay_url, keys=keys)
     table.finish()
     return peers
+
+
+def _holds_a_public_key(path: Path) -> bool:
+    """Whether ``path`` starts like an OpenSSH public key file (``TYPE BASE64``), not a private key."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return False  # reading the key later names the problem
+    first = head.lstrip().split(None, 1)[:1]
+    return bool(first) and first[0].decode("ascii", "replace") in SUPPORTED_KEY_TYPES
 
 
 def _is_agent_id(value: str) -> bool:
@@ -731,6 +769,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
             raise ConfigError(
                 f"{label}: private_key {private_text} does not exist (looked for {private_key})."
             )
+        if _holds_a_public_key(private_key):
+            raise ConfigError(
+                f"{label}: private_key {private_text} is the public half of the key; "
+                "name the private key file (the one without .pub)."
+            )
         own_key = read_public_key_of_private_key_file(private_key)
     else:
         assert public_text is not None
@@ -769,7 +812,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
         raise root.error("token", f"must be at least {MIN_TOKEN_CHARS} characters long")
 
-    agent = _agent_settings(root.table("agent", AGENT_KEYS))
+    agent = _agent_settings(root.table("agent", AGENT_KEYS), base)
     peers = _peers(root, agent_id, base)
     quorum = _quorum(root.table("quorum", QUORUM_KEYS), peers, relay_url)
     approver = _approver(root.table("approver", APPROVER_KEYS), base, agent_id)

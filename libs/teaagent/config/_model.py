@@ -85,6 +85,9 @@ class AgentSettings:
         base_url: The provider's API base URL (a proxy, a local OpenAI-compatible server); None
             for the provider's ``*_BASE_URL`` variable, else its public URL. It wins over the
             variable: the file is the node's own record of where its prompts go.
+        script: For the ``scripted`` provider, the script it plays: a bundled script's name
+            (``quorum``...) or a file's absolute path; None for ``$TEAAGENT_LLM_SCRIPT``, else the
+            bundled ``demo``. ``--script`` overrides it.
         port: The agent service's TCP port.
         host: The address the agent service listens on (loopback unless set).
         rate_limits: ``[agent.rate_limits]``: a limit per tool name, counted in the node's Redis so
@@ -95,6 +98,7 @@ class AgentSettings:
     provider: str = DEFAULT_PROVIDER
     model: str | None = None
     base_url: str | None = None
+    script: str | None = None
     port: int = DEFAULT_AGENT_PORT
     host: str = DEFAULT_AGENT_HOST
     rate_limits: Mapping[str, ToolRateLimit] = field(default_factory=dict)

@@ -44,7 +44,7 @@ from teaagent.llm._pricing import (
     price_for,
 )
 from teaagent.llm._providers import PROVIDER_CONFIGS, ProviderConfig, available_providers
-from teaagent.llm._scripted import ScriptedAdapter
+from teaagent.llm._scripted import BUNDLED_SCRIPTS, ScriptedAdapter, load_script
 from teaagent.llm._types import (
     MESSAGE_ROLES,
     STOP_REASONS,
@@ -57,6 +57,7 @@ from teaagent.llm._types import (
 
 __all__ = [
     "ANTHROPIC_VERSION",
+    "BUNDLED_SCRIPTS",
     "CONNECT_TIMEOUT_SECONDS",
     "DEFAULT_MAX_TOKENS",
     "MAX_ATTEMPTS",
@@ -92,6 +93,7 @@ __all__ = [
     "available_providers",
     "create_llm_adapter",
     "estimate_cost_preflight",
+    "load_script",
     "price_for",
     "wire_tool_name",
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -18,7 +17,8 @@ from teaagent.llm._types import LLMAdapter
 
 __all__ = ["SCRIPT_PATH_ENV", "create_llm_adapter"]
 
-#: The variable naming the script file the ``scripted`` provider replays, when no path is passed.
+#: The variable naming the script the ``scripted`` provider replays (a bundled name or a file), when
+#: none is passed.
 SCRIPT_PATH_ENV: Final = "TEAAGENT_LLM_SCRIPT"
 
 
@@ -49,8 +49,9 @@ def create_llm_adapter(
         timeout: Timeouts for each HTTP request; the adapters' connect and read defaults when None.
         max_attempts: How many times an HTTP call is sent before its failure is final.
         sleep: Waits between attempts (tests inject a fast one).
-        script_path: For ``scripted``, the script file to replay; when None, the file
-            :data:`SCRIPT_PATH_ENV` names, or the bundled demo script when that is unset too.
+        script_path: For ``scripted``, the script to replay: a bundled script's name
+            (:data:`~teaagent.llm.BUNDLED_SCRIPTS`) or a file; when None, the one
+            :data:`SCRIPT_PATH_ENV` names, or the bundled ``demo`` when that is unset too.
         base_url: The API's base URL, over the environment's and the provider's own.
 
     Returns:
@@ -111,9 +112,9 @@ def create_llm_adapter(
 
 def _scripted(model: str, env: Mapping[str, str], script_path: str | os.PathLike[str] | None) -> LLMAdapter:
     # Imported here: the scripted adapter is another module's, and the HTTP providers never need it.
-    from teaagent.llm._scripted import ScriptedAdapter
+    from teaagent.llm._scripted import ScriptedAdapter, load_script
 
-    path = script_path if script_path is not None else env.get(SCRIPT_PATH_ENV, "").strip()
-    if not path:
+    script = script_path if script_path is not None else env.get(SCRIPT_PATH_ENV, "").strip()
+    if not script:
         return ScriptedAdapter.demo(model=model)
-    return ScriptedAdapter.from_file(Path(path), model=model)
+    return load_script(script, model=model)

@@ -20,10 +20,19 @@ A script is a JSON file: either a list of turns, or an object ``{"format": 1, "t
     }
 
 ``expect`` catches wiring bugs: a turn that expects the text of a file the previous turn read
-fails the call when that tool result never reached the model. A call past the last turn fails
-too (:class:`~teaagent.errors.LLMError`), rather than inventing an answer, so a loop that asks the
-model more often than the script says is caught. Unknown keys are refused, so a typo cannot turn
-an expectation into a no-op.
+fails the call when that tool result never reached the model. A call of the agent loop past the
+last turn fails too (:class:`~teaagent.errors.LLMError`), rather than inventing an answer, so a
+loop that asks the model more often than the script says is caught. Unknown keys are refused, so a
+typo cannot turn an expectation into a no-op.
+
+A call that offers no tools (a compaction's summary, a side question, a health check) is not a step
+of the agent loop. It plays the next turn when that turn calls no tool and expects none; otherwise
+(the next turn is one of the loop's, or every turn was played) it gets an answer off the script,
+which says that the scripted model plays a script and quotes the start of what it was asked, and
+the script stays where it was.
+
+Scripts that ship with teaagent (:data:`BUNDLED_SCRIPTS`, package data of ``teaagent.llm.scripts``)
+are chosen by name wherever a script file is: :func:`load_script` takes either.
 
 What a call costs comes from :func:`~teaagent.llm.price_for` (``scripted`` is free unless
 ``TEAAGENT_PRICES_FILE`` prices it, which is how tests exercise cost caps without a network).
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -46,6 +56,7 @@ from teaagent.llm._pricing import price_for
 from teaagent.llm._types import STOP_REASONS, LLMAdapter, LLMRequest, LLMResponse, LLMToolCall
 
 __all__ = [
+    "BUNDLED_SCRIPTS",
     "DEMO_SCRIPT",
     "MAX_SCRIPT_BYTES",
     "MAX_SCRIPT_TURNS",
@@ -53,6 +64,7 @@ __all__ = [
     "ScriptedAdapter",
     "ScriptedToolCall",
     "ScriptedTurn",
+    "load_script",
 ]
 
 SCRIPT_FORMAT: Final = 1
@@ -61,6 +73,9 @@ MAX_SCRIPT_TURNS: Final = 10_000  # far past any run budget (25 iterations by de
 MAX_DELAY_SECONDS: Final = 60.0  # a slow model, not a hung test
 DEMO_SCRIPT: Final = "demo.json"
 """The script that ships with the package (``teaagent.llm.scripts``), played when none is given."""
+BUNDLED_SCRIPTS: Final = ("demo", "quorum", "denied", "question")
+"""The names of the scripts that ship with the package, each ``<name>.json`` in ``teaagent.llm.scripts``."""
+_ASIDE_QUOTE_CHARS: Final = 300  # how much of an off-script call's last message its answer quotes
 _CHARS_PER_TOKEN: Final = 4  # the rule of thumb teaagent.budget uses for its estimates too
 _TURN_KEYS: Final = frozenset(
     {
@@ -334,7 +349,7 @@ class ScriptedAdapter(LLMAdapter):
 
     @classmethod
     def demo(cls, *, model: str = "scripted") -> ScriptedAdapter:
-        """The script that ships with teaagent: list the workspace, then answer.
+        """The script played when none is given: list the workspace, then answer.
 
         Args:
             model: The model name to report.
@@ -342,8 +357,28 @@ class ScriptedAdapter(LLMAdapter):
         Returns:
             The adapter, at its first turn.
         """
-        text = resources.files("teaagent.llm.scripts").joinpath(DEMO_SCRIPT).read_bytes()
-        return cls.from_json(text, model=model, source=f"{DEMO_SCRIPT} (bundled)")
+        return cls.bundled("demo", model=model)
+
+    @classmethod
+    def bundled(cls, name: str, *, model: str = "scripted") -> ScriptedAdapter:
+        """A script that ships with teaagent, by its name (one of :data:`BUNDLED_SCRIPTS`).
+
+        Args:
+            name: The script's name, without ``.json``.
+            model: The model name to report.
+
+        Returns:
+            The adapter, at its first turn.
+
+        Raises:
+            ConfigError: No bundled script has that name.
+        """
+        if name not in BUNDLED_SCRIPTS:
+            raise ConfigError(
+                f"There is no bundled script {name!r}; the bundled scripts are {', '.join(BUNDLED_SCRIPTS)}."
+            )
+        text = resources.files("teaagent.llm.scripts").joinpath(f"{name}.json").read_bytes()
+        return cls.from_json(text, model=model, source=f"{name} (bundled)")
 
     @property
     def turns(self) -> tuple[ScriptedTurn, ...]:
@@ -367,9 +402,30 @@ class ScriptedAdapter(LLMAdapter):
         with self._lock:
             self._position = 0
 
+    def _aside(self, request: LLMRequest) -> ScriptedTurn:
+        """The answer to a call that offers no tools and that the script has no turn for."""
+        asked = next((m.content for m in reversed(request.messages) if m.role == "user"), "")
+        asked = " ".join(asked.split())
+        if len(asked) > _ASIDE_QUOTE_CHARS:
+            asked = asked[: _ASIDE_QUOTE_CHARS - 1] + "…"
+        return ScriptedTurn(
+            content=(
+                f"An offline answer of the scripted model, which plays the script {self.source} and "
+                f"understands nothing: what it was asked begins «{asked}». A real provider (anthropic, "
+                "openai, openai-compatible) answers it properly."
+            )
+        )
+
     def _next_turn(self, request: LLMRequest) -> tuple[int, ScriptedTurn]:
         with self._lock:
             number = self._position + 1
+            if not request.tools and (
+                number > len(self._turns)
+                or self._turns[number - 1].tool_calls
+                or self._turns[number - 1].expect_tools
+            ):
+                # Not a step of the agent loop (a summary, a side question): answered off the script.
+                return 0, self._aside(request)
             if number > len(self._turns):
                 played = len(self._turns)
                 noun = "turn was" if played == 1 else "turns were"
@@ -481,3 +537,32 @@ class ScriptedAdapter(LLMAdapter):
             await asyncio.sleep(turn.delay_seconds)
         for piece in _WORDS.findall(turn.content):
             yield piece
+
+
+def load_script(script: str | os.PathLike[str], *, model: str = "scripted") -> ScriptedAdapter:
+    """A script by its bundled name (:data:`BUNDLED_SCRIPTS`) or its file.
+
+    A value that is exactly a bundled name is that script; anything else is a file's path (write
+    ``./quorum`` for a file that happens to be named like a bundled script).
+
+    Args:
+        script: A bundled script's name, or the path of a script file.
+        model: The model name to report.
+
+    Returns:
+        The adapter, at its first turn.
+
+    Raises:
+        ConfigError: The file cannot be read or is malformed; for a missing file whose name looks
+            like a script's name, the sentence lists the bundled names.
+    """
+    text = os.fspath(script)
+    if text in BUNDLED_SCRIPTS:
+        return ScriptedAdapter.bundled(text, model=model)
+    path = Path(text)
+    if not path.exists() and os.sep not in text and not path.suffix:
+        raise ConfigError(
+            f"There is no script file {text!r} and no bundled script of that name; the bundled "
+            f"scripts are {', '.join(BUNDLED_SCRIPTS)}."
+        )
+    return ScriptedAdapter.from_file(path, model=model)

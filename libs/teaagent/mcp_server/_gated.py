@@ -50,7 +50,7 @@ from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate
 from teaagent.tools import ToolDefinition, ToolRegistry
 
 if TYPE_CHECKING:
-    from teaagent.relay_client import RequestStatus
+    from teaagent.relay_client import WaitProgress
 
 __all__ = [
     "ELICITATION_TIMEOUT_SECONDS",
@@ -68,8 +68,10 @@ META_HIGH_RISK: Final = "teaagent/high_risk"  # a tool's _meta: a call needs the
 META_SECURITY_TIER: Final = "teaagent/security_tier"
 META_ERROR: Final = "teaagent/error"  # an error result's _meta: "refused", "denied" or "failed"
 MAX_CALL_THREADS: Final = 64  # calls in flight at once; each holds a thread while it waits for a quorum
-PROGRESS_EVERY_SECONDS: Final = 2.0
-PROGRESS_SEND_SECONDS: Final = 10.0  # a progress notification at least this often while a quorum is awaited
+PROGRESS_EVERY_SECONDS: Final = 2.0  # changes closer together than this are one notification
+PROGRESS_SEND_SECONDS: Final = (
+    10.0  # how long one notification may take to go out; a client that stopped reading
+)
 ELICITATION_TIMEOUT_SECONDS: Final = 300.0  # a user who never answers denies the call
 _PENDING_QUESTIONS: Final = 1000  # 2026-07-28 questions awaiting the client's retry, oldest dropped
 _INPUT_KEY: Final = "approval"
@@ -111,13 +113,12 @@ class _Call:
 
     ctx: ServerRequestContext[Any, Any]
     tool_name: str
-    on_status: Callable[[_Call, RequestStatus], None]
+    on_wait: Callable[[_Call, WaitProgress], None]
     loop: asyncio.AbstractEventLoop
     answer: PromptAnswer | None = None  # a 2026-07-28 retry's answer, used once
     stop: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
     last_report: float = 0.0
-    last_counted: tuple[tuple[str, ...], tuple[str, ...]] | None = None
     progress: float = 0.0
 
 
@@ -292,7 +293,7 @@ class GatedToolServer:
         if name not in self.registry and self._refresh is not None:
             await self._refresh(name)
         loop = asyncio.get_running_loop()
-        call = _Call(ctx=ctx, tool_name=name, on_status=self.report_status, loop=loop)
+        call = _Call(ctx=ctx, tool_name=name, on_wait=self.report_wait, loop=loop)
         if params.request_state is not None:
             refused = self._take_answer(call, params, arguments)
             if refused is not None:
@@ -420,24 +421,25 @@ class GatedToolServer:
 
     # -- quorum progress ----------------------------------------------------------------------
 
-    def report_status(self, call: _Call, status: RequestStatus) -> None:
-        """Send the client one progress notification for a quorum's status (throttled)."""
+    def report_wait(self, call: _Call, progress: WaitProgress) -> None:
+        """Send the client one progress notification for its call's quorum wait.
+
+        The message is the wait as every surface words it (``describe_wait``): the request id's
+        prefix, the count, who received it, the time left and the command a peer's operator runs.
+        The gate calls this when the request is sent, on each change and at the reminder marks; a
+        burst of changes within :data:`PROGRESS_EVERY_SECONDS` is one notification, the decision
+        excepted.
+        """
+        from teaagent.relay_client import describe_wait
+
         now = time.monotonic()
-        counted = (status.signers, status.denied_by)
-        if counted == call.last_counted and now - call.last_report < PROGRESS_EVERY_SECONDS:
+        if progress.why == "changed" and now - call.last_report < PROGRESS_EVERY_SECONDS:
             return
-        call.last_counted, call.last_report = counted, now
+        call.last_report = now
         waited = now - call.started
         # MCP wants progress to grow with every report: seconds waited do, the count may not.
         call.progress = max(waited, call.progress + 0.001)
-        left = max(0, int(status.expires_at - time.time()))
-        signers = ", ".join(status.signers) or "none yet"
-        message = (
-            f"{call.tool_name}: {len(status.signers)} of {status.required} approvals so far "
-            f"({signers}); {left} s left"
-        )
-        if status.denied_by:
-            message += f"; denied by {', '.join(status.denied_by)}"
+        message = describe_wait(progress)
         total = float(self.node.quorum.timeout_seconds)
         sent = call.ctx.session.report_progress(call.progress, max(total, call.progress), message)
         # Bounded: a client that stopped reading must not hold the quorum's wait.
@@ -459,11 +461,11 @@ class _CallQuorumGate:
         if call is None:  # pragma: no cover - the policy only asks for a quorum inside a call
             raise RuntimeError("a quorum is only obtained for an MCP call")
 
-        def on_status(status: RequestStatus) -> None:
-            call.on_status(call, status)
+        def on_wait(progress: WaitProgress) -> None:
+            call.on_wait(call, progress)
 
         gate = node_quorum_gate(
-            self._node, on_progress=lambda line: logger.info("%s", line), on_status=on_status, stop=call.stop
+            self._node, on_progress=lambda line: logger.info("%s", line), on_wait=on_wait, stop=call.stop
         )
         assert gate is not None  # made only when the quorum is enabled
         return gate.obtain(request)

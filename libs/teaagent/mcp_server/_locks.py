@@ -9,7 +9,9 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import stat
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ __all__ = [
     "ACQUIRE_ATTEMPTS",
     "LOCKS_DIR_NAME",
     "LOCK_FILE_NAME",
+    "MAX_COMMAND_CHARS",
     "SETTLE_SECONDS",
     "STATE_DIR_NAME",
     "WorkspaceLock",
@@ -43,6 +46,8 @@ _MAX_LOCK_FILE_BYTES: Final = 4096  # the details are about 300 bytes
 _LOCK_FIELDS: Final = frozenset(
     {"version", "workspace_path", "owner_pid", "acquired_at", "owner_start_time", "boot_id", "host"}
 )
+_OPTIONAL_FIELDS: Final = frozenset({"command"})  # absent from the files of earlier versions
+MAX_COMMAND_CHARS: Final = 500  # of the holder's command line: enough to tell it; the file stays small
 
 
 @dataclass
@@ -57,6 +62,8 @@ class WorkspaceLock:
             apart from a later process given the same pid; None where unknown.
         boot_id: The boot the holder ran in (Linux), or None.
         host: The holder's host name.
+        command: The holder's command line (``sys.orig_argv``, at most :data:`MAX_COMMAND_CHARS`
+            characters), so that a conflict names the process to stop; empty where unknown.
     """
 
     workspace_path: str
@@ -65,6 +72,7 @@ class WorkspaceLock:
     owner_start_time: int | None = field(default=None, kw_only=True)
     boot_id: str | None = field(default=None, kw_only=True)
     host: str = field(default="", kw_only=True)
+    command: str = field(default="", kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the details as the lock file stores them (with a ``version`` key)."""
@@ -76,6 +84,7 @@ class WorkspaceLock:
             "owner_start_time": self.owner_start_time,
             "boot_id": self.boot_id,
             "host": self.host,
+            "command": self.command,
         }
 
     @classmethod
@@ -85,8 +94,15 @@ class WorkspaceLock:
         Raises:
             ValueError: ``data`` is not such an object.
         """
-        if not isinstance(data, dict) or set(data) != _LOCK_FIELDS or data["version"] != LOCK_FORMAT_VERSION:
+        if (
+            not isinstance(data, dict)
+            or not _LOCK_FIELDS <= set(data) <= _LOCK_FIELDS | _OPTIONAL_FIELDS
+            or data["version"] != LOCK_FORMAT_VERSION
+        ):
             raise ValueError("not the details of a workspace lock")
+        command = data.get("command", "")
+        if not isinstance(command, str):
+            raise ValueError("command is not a string")
         pid, start = data["owner_pid"], data["owner_start_time"]
         if type(pid) is not int or pid < 1:
             raise ValueError("the owner pid is not a positive integer")
@@ -104,6 +120,7 @@ class WorkspaceLock:
             owner_start_time=start,
             boot_id=data["boot_id"],
             host=data["host"],
+            command=_printable(command)[:MAX_COMMAND_CHARS],
         )
 
     def liveness(self) -> Liveness:
@@ -131,10 +148,11 @@ class WorkspaceRegistry:
     1. The holder keeps the lock file open with an exclusive ``flock``. The kernel drops that lock
        when the process ends, however it ends (``SIGKILL`` included), so a dead holder never blocks
        anyone, and a pid reused by a later process cannot fake one: liveness is the kernel's.
-    2. The file records the holder: pid, start time (``/proc/<pid>/stat``), boot id, host and
-       ``acquired_at``. They name the holder in a conflict, and they fail closed: details naming
-       another process that is still running (same pid and start time, same boot) are honoured even
-       when no ``flock`` backs them.
+    2. The file records the holder: pid, start time (``/proc/<pid>/stat``), boot id, host,
+       command line and ``acquired_at``. They name the holder in a conflict (its command line
+       too, so that the user knows which process to stop), and they fail closed: details naming
+       another process that is still running (same pid and start time, same boot) are honoured
+       even when no ``flock`` backs them.
     3. Zombie cleanup: a process that takes the ``flock`` of a file left by a dead holder (exited, or a
        pid now reused, or an earlier boot) overwrites its details and logs that it did. The ``flock``
        serialises this, so when several processes race for a stale lock exactly one wins.
@@ -433,7 +451,19 @@ def _our_details(workspace: str) -> WorkspaceLock:
         owner_start_time=start_time,
         boot_id=boot_id(),
         host=host_name(),
+        command=_command_line(),
     )
+
+
+def _command_line() -> str:
+    """This process's command line as a shell would take it, on one line, cut to :data:`MAX_COMMAND_CHARS`."""
+    line = _printable(shlex.join(sys.orig_argv))
+    return line if len(line) <= MAX_COMMAND_CHARS else line[: MAX_COMMAND_CHARS - 1] + "…"
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line, without control characters (it ends up in an error sentence)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def _write_details(fd: int, lock: WorkspaceLock) -> None:
@@ -451,6 +481,8 @@ def _conflict(workspace: str, holder: WorkspaceLock | None) -> WorkspaceLockConf
             f"the workspace {workspace} is already locked by this process (pid {holder.owner_pid})."
         )
     where = f" on host {holder.host}" if holder.host and holder.host != host_name() else ""
+    command = f": {holder.command}" if holder.command else ""
     return WorkspaceLockConflictError(
-        f"the workspace {workspace} is locked by another process (pid {holder.owner_pid}{where})."
+        f"the workspace {workspace} is locked by another process (pid {holder.owner_pid}{where}{command});"
+        " one process at a time works in a workspace: stop that one, or wait for it to finish."
     )

@@ -21,7 +21,8 @@
    source                           approves
    ===============================  ==============================================================
    ``JITApprovalState`` once        the call whose id was approved; used up by that call
-   ``JITApprovalState`` session     every call to the approved tool for the rest of the session
+   ``JITApprovalState`` session     every call to the approved tool (of the approved program, for a
+                                    command) for the rest of the session
    ``allow_all_destructive``        every destructive call (a writing call still needs a source)
    ``preapproved_payload_digests``  the call whose ``payload_digest(tool_name, arguments)`` is listed
    ``ApprovalPresetStore``          a matching preset of the workspace (see ``_presets``)
@@ -29,7 +30,8 @@
 
    *asked* means the call is put to ``prompter`` when ``enable_jit_prompt`` is set; the answer
    ``once`` approves this call only (a once approval used up at once, so nothing is recorded),
-   ``session`` records a session approval for the tool in ``jit_state``, ``deny`` denies. With
+   ``session`` records a session approval in ``jit_state`` (for the tool; for a command, for its
+   program only, and a compound command is approved once: :func:`remember_key`), ``deny`` denies. With
    no prompter, prompts disabled, a prompter that raises or an answer that is none of these, the
    call is denied (fail closed). ``workspace-write`` never asks: it is the unattended mode.
 
@@ -66,7 +68,7 @@ the reason, e.g. ``shell.run is destructive and the permission mode is workspace
 from __future__ import annotations
 
 from teaagent.errors import ApprovalDeniedError
-from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest
+from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest, remember_key
 from teaagent.policy._modes import PermissionMode
 from teaagent.policy._policy import (
     DEFAULT_AGENT_ID,
@@ -108,4 +110,5 @@ __all__ = [
     "Prompter",
     "QuorumGate",
     "check_agent_id",
+    "remember_key",
 ]

@@ -14,8 +14,9 @@ from enum import StrEnum
 from typing import Any, Final, NoReturn, Protocol
 
 from teaagent._canonical import canonical, payload_digest
+from teaagent._words import moment
 from teaagent.errors import ApprovalDeniedError
-from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest
+from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest, remember_key
 from teaagent.policy._modes import PermissionMode
 from teaagent.policy._presets import CONTROL_DIR, ApprovalPreset, ApprovalPresetStore
 from teaagent.quorum import build_request, verify_certificate
@@ -460,7 +461,7 @@ class ApprovalPolicy:
         run_id: str | None,
     ) -> Authorization | None:
         # The JIT state comes first so that a once approval given for this call is used up by it.
-        used = self.jit_state.consume(call_id, tool_name=tool_name)
+        used = self.jit_state.consume(call_id, tool_name=tool_name, key=remember_key(tool_name, arguments))
         if used == "once":
             return Authorization(source=ApprovalSource.JIT_ONCE)
         if used == "session":
@@ -513,8 +514,13 @@ class ApprovalPolicy:
         except (ValueError, TypeError):
             _deny(f"{tool_name} was denied because the approval prompt gave no valid answer ({raw!r}).")
         if answer is PromptAnswer.SESSION:
-            self.jit_state.approve_session(tool_name)
-            logger.info("%s approved for the session at the prompt", tool_name)
+            key = remember_key(tool_name, arguments)
+            if key is None:
+                # A compound or unparsable command: no "same program" to remember; this call only.
+                logger.info("%s approved once at the prompt: its command cannot be remembered", tool_name)
+                return Authorization(source=ApprovalSource.PROMPT_ONCE)
+            self.jit_state.approve_session(key)
+            logger.info("%s approved for the session at the prompt", key)
             return Authorization(source=ApprovalSource.PROMPT_SESSION)
         if answer is PromptAnswer.ONCE:
             # A once approval that this call uses up at once: nothing is left in the JIT state.
@@ -666,8 +672,8 @@ class ApprovalPolicy:
         now = time.time()
         if now > request["expires_at"]:
             _deny(
-                f"{lead} but its quorum certificate expired at {request['expires_at']}, "
-                f"{int(now) - request['expires_at']} seconds before it was to be used."
+                f"{lead} but its quorum certificate expired at {moment(request['expires_at'], now)}, "
+                "before it was to be used."
             )
         # 3. The signatures, counted under this node's own configuration.
         try:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from teaagent._words import approvals_of, moment, needed_from, plural
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum._documents import (
     APPROVAL_NAMESPACE,
@@ -122,7 +123,7 @@ class QuorumOutcome:
         }
 
     def describe(self) -> str:
-        """Return the outcome as one phrase, such as ``approved by beta, gamma (2 of 3)``."""
+        """Return the outcome as one phrase, such as ``approved by beta (1 approval of the 1 needed)``."""
         return describe_outcome(self)
 
 
@@ -144,21 +145,24 @@ class _Described(Protocol):
 
 
 def describe_outcome(outcome: _Described) -> str:
-    """Return a counting state as one phrase, such as ``denied by delta: not on Fridays (2 of 3)``."""
-    quorum = f"({outcome.required} of {len(outcome.peers)})"
+    """Return a counting state as one phrase, such as ``approved by beta (1 approval of the 1 needed)``.
+
+    Counts are worded by :mod:`teaagent._words`: ``1 approval of the 2 needed``, never ``1 of 2``.
+    """
+    count = approvals_of(len(outcome.signers), outcome.required)
     if outcome.state == "approved":
-        return f"approved by {', '.join(outcome.signers)} {quorum}"
+        return f"approved by {', '.join(outcome.signers)} ({count})"
     if outcome.state == "denied":
         reasons = "; ".join(
             f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
             for peer in outcome.denied_by
         )
-        return f"denied by {reasons} {quorum}"
+        return f"denied by {reasons} ({needed_from(outcome.required, len(outcome.peers))} needed)"
     if outcome.state == "expired":
-        return f"expired before {outcome.required} of {len(outcome.peers)} peers approved"
+        return f"expired with {count}"
     if outcome.state == "withdrawn":
-        return f"withdrawn by its origin before {outcome.required} of {len(outcome.peers)} peers approved"
-    return f"waiting: {len(outcome.signers)} of {outcome.required} approvals {quorum}"
+        return f"withdrawn by its origin with {count}"
+    return f"waiting: {count} (asked of {plural(len(outcome.peers), 'peer')})"
 
 
 @dataclass(frozen=True)
@@ -295,13 +299,19 @@ class _Counter:
         earliest = self.created_at - MAX_CLOCK_SKEW_SECONDS
         if signed_at < earliest:
             return (
-                f"it was signed at {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
-                f"the request was created at {self.created_at}"
+                f"it was signed at {moment(signed_at, self.now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                f"seconds before the request was created at {moment(self.created_at, self.now)}"
             )
         if signed_at > self.expires_at:
-            return f"it was signed at {signed_at}, after the request expired at {self.expires_at}"
+            return (
+                f"it was signed at {moment(signed_at, self.now)}, after the request expired at "
+                f"{moment(self.expires_at, self.now)}"
+            )
         if signed_at > self.now + MAX_CLOCK_SKEW_SECONDS:
-            return f"it is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds in the future"
+            return (
+                f"it is dated {moment(signed_at, self.now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
+                "in the future"
+            )
         signature = submission.signature
         if not isinstance(signature, str):
             return "its signature is not a string"

@@ -4,6 +4,8 @@ The agent's policy obtains quorum certificates with :class:`RelayQuorumGate`; th
 CLI and tests talk to a relay with :class:`RelayClient` (or :class:`AsyncRelayClient`). Every
 failure is a :class:`~teaagent.errors.RelayError` carrying the relay's status and stable
 ``ErrorOut`` code; a denied or expired request is an :class:`~teaagent.errors.ApprovalDeniedError`.
+While a call waits, every surface words the gate's :class:`WaitProgress` with :func:`describe_wait`
+and :func:`wait_news`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from teaagent.relay_client._client import (
     RequestStatus,
 )
 from teaagent.relay_client._gate import EXPIRY_GRACE_SECONDS, RelayQuorumGate
+from teaagent.relay_client._progress import (
+    WaitProgress,
+    describe_wait,
+    expiry_sentence,
+    next_reminder,
+    wait_news,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -35,4 +44,9 @@ __all__ = [
     "RelayError",
     "RelayQuorumGate",
     "RequestStatus",
+    "WaitProgress",
+    "describe_wait",
+    "expiry_sentence",
+    "next_reminder",
+    "wait_news",
 ]

@@ -139,7 +139,7 @@ class RequestStatus:
         return self.state != "pending"
 
     def describe(self) -> str:
-        """Return the state as one phrase: ``denied by delta: not on Fridays (2 of 3)`` and the like."""
+        """Return the state as one phrase: ``approved by beta (1 approval of the 1 needed)`` and the like."""
         return describe_outcome(self)
 
     @classmethod

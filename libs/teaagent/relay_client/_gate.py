@@ -16,6 +16,7 @@ import httpx
 from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
 from teaagent.quorum import evaluate, request_problem, sign_request, sign_withdrawal
 from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient, RequestStatus
+from teaagent.relay_client._progress import WaitProgress, WaitWhy, next_reminder
 from teaagent.signing import Signer
 from teaagent.trust import MultiSigQuorumConfig
 
@@ -30,6 +31,7 @@ RETRY_CAP_SECONDS: Final = 5.0
 # How often a wait with a stop event looks at it. Locally: the long-poll itself goes on beside,
 # one per change of the counts (or per minute), never a request every half second.
 STOP_CHECK_SECONDS: Final = 0.05
+REMIND_CHECK_SECONDS: Final = 0.5  # how often a watched wait looks at its clock for a reminder mark
 _TRANSIENT_STATUSES: Final = frozenset({502, 503, 504})  # a proxy or the relay's Redis, briefly away
 # An interrupted wait withdraws its request at once or not at all: a user who pressed Ctrl-C is not
 # kept waiting on a relay that does not answer (the request then simply expires at the peers).
@@ -69,6 +71,22 @@ def _with_denials(certificate: dict[str, Any], denials: Sequence[dict[str, Any]]
     return {**certificate, "denials": merged}
 
 
+@dataclasses.dataclass
+class _Shown:
+    """What ``on_wait`` was last shown of one wait, and when to remind it of the time left."""
+
+    request: dict[str, Any]
+    asked_at: float
+    last: WaitProgress | None = None
+    reminder: float | None = None  # the time left (seconds) of the next reminder
+
+    def view(self) -> tuple[object, ...] | None:
+        last = self.last
+        if last is None:
+            return None
+        return (last.signers, last.denied_by, last.received, tuple(last.unreachable), last.given_up)
+
+
 class RelayQuorumGate:
     """Obtains quorum certificates through the node's relay (``teaagent.policy.QuorumGate``).
 
@@ -101,6 +119,7 @@ class RelayQuorumGate:
         timeout: float | None = None,
         on_progress: Callable[[str], None] | None = None,
         on_status: Callable[[RequestStatus], None] | None = None,
+        on_wait: Callable[[WaitProgress], None] | None = None,
         stop: threading.Event | None = None,
         transport: httpx.BaseTransport | None = None,
         verify: ssl.SSLContext | bool = True,
@@ -122,6 +141,11 @@ class RelayQuorumGate:
                 the gate holds as soon as a decision is counted), and one a minute while nothing
                 changes. It shows only the decisions that verify here; the certificate is still
                 verified by the policy. A callback that raises is logged and ignored.
+            on_wait: Called with the wait as every surface shows it (``teaagent.relay_client.
+                describe_wait``): when the request is sent, when what verifies of it changes, at
+                the reminder marks of the time left (``next_reminder``, from the local clock: the
+                relay is not asked more), and when it is decided. A callback that raises is
+                logged and ignored.
             stop: Set it to stop waiting: ``obtain`` then raises ``ApprovalDeniedError`` within
                 :data:`STOP_CHECK_SECONDS` (a cancelled run); the long-poll in flight is left to
                 end on its own.
@@ -145,8 +169,10 @@ class RelayQuorumGate:
         self._config = config
         self._timeout = timeout if timeout is not None else config.timeout_seconds + EXPIRY_GRACE_SECONDS
         self._progress = on_progress or (lambda _line: None)
-        self._shown = on_status is not None or on_progress is not None  # someone reads the progress
+        # Someone reads the progress.
+        self._shown = on_status is not None or on_progress is not None or on_wait is not None
         self._on_status = on_status
+        self._on_wait = on_wait
         self._stop = stop
         self._last_withdrawal: str | None = None
 
@@ -194,8 +220,9 @@ class RelayQuorumGate:
         tool_name = request["tool_name"]
         request_id = request["request_id"]
         signature = sign_request(request, self._signer)
+        shown = _Shown(request=request, asked_at=time.time())
         try:
-            status = self._wait(request, signature)
+            status = self._wait(request, signature, shown)
         except KeyboardInterrupt:
             # Best effort, never instead of the interruption: it is raised again as it was.
             self._withdraw(request)
@@ -209,9 +236,12 @@ class RelayQuorumGate:
             raise ApprovalDeniedError(self._denial(request, status))
         if status.state == "withdrawn":
             raise ApprovalDeniedError(f"{tool_name} was not run: request {request_id} was withdrawn.")
-        raise ApprovalDeniedError(f"The request for {tool_name} {status.describe()}.")
+        # Counted from what verifies here, not from the relay's word.
+        raise ApprovalDeniedError(
+            f"The request for {tool_name} {self._verified(request, status).describe()}."
+        )
 
-    def _wait(self, request: dict[str, Any], signature: str) -> RequestStatus:
+    def _wait(self, request: dict[str, Any], signature: str, shown: _Shown) -> RequestStatus:
         """Send the signed request and wait until the relay reports it decided; return that status.
 
         Raises:
@@ -238,7 +268,7 @@ class RelayQuorumGate:
                 f"{tool_name} needs {self._config.describe_quorum()}; request {request_id} sent to the peers."
             )
             if status is not None:
-                self._report(request, status)
+                self._tell(shown, "sent", self._report(request, status))
         while status is None or not status.decided:
             if self._stop is not None and self._stop.is_set():
                 what = self._withdraw(request)
@@ -260,10 +290,12 @@ class RelayQuorumGate:
                     )
                     self._progress(f"request {request_id} sent again after the relay came back.")
                     failures = 0
+                    if status is not None and shown.last is None:
+                        self._tell(shown, "sent", self._report(request, status))
                     continue
                 # A relay that holds its answer back only delays: no call runs past the deadline by
                 # more than the time an honest relay's answer needs to arrive.
-                answer = self._long_poll(request_id, remaining, status)
+                answer = self._long_poll(request_id, remaining, status, shown)
                 if answer is None:
                     continue  # stopped: the loop's first step withdraws
                 status = answer
@@ -274,13 +306,51 @@ class RelayQuorumGate:
                     self._progress(f"{exc} Waiting for it.")
                 failures, last_error = failures + 1, exc
                 continue
-            shown = self._report(request, status)
-            if not status.decided:  # a line per change of the count, or per minute unchanged
-                self._progress(f"request {request_id}: {shown.describe()}.")
+            verified = self._report(request, status)
+            if status.decided:
+                break
+            self._tell(shown, "changed", verified)  # on_wait: only what changed
+            if self._on_wait is None:  # a line per change of the count, or per minute unchanged
+                self._progress(f"request {request_id}: {verified.describe()}.")
+        if self._on_wait is not None:
+            self._tell(shown, "decided", self._verified(request, status))
         return status
 
+    def _tell(self, shown: _Shown, why: WaitWhy, verified: RequestStatus) -> None:
+        """Hand ``on_wait`` the wait as it verifies now; a "changed" that changed nothing is not shown."""
+        if self._on_wait is None:
+            return
+        progress = WaitProgress.of(
+            verified, tool_name=shown.request["tool_name"], why=why, asked_at=shown.asked_at
+        )
+        before = shown.view()
+        shown.last = progress
+        if why == "changed" and shown.view() == before:
+            return
+        if why != "decided":
+            shown.reminder = next_reminder(progress.expires_at - time.time())
+        self._call_on_wait(progress)
+
+    def _remind(self, shown: _Shown) -> None:
+        """Show the wait again when its time left passed the next reminder mark (no relay call)."""
+        last = shown.last
+        if last is None or shown.reminder is None:
+            return
+        left = last.expires_at - time.time()
+        if left > shown.reminder:
+            return
+        shown.reminder = next_reminder(left)
+        self._call_on_wait(dataclasses.replace(last, why="reminder"))
+
+    def _call_on_wait(self, progress: WaitProgress) -> None:
+        assert self._on_wait is not None
+        try:
+            self._on_wait(progress)
+        except Exception:  # a broken display must not break the wait it displays
+            logger.exception("the quorum gate's on_wait callback failed")
+
     def _long_poll(
-        self, request_id: str, remaining: float, last: RequestStatus | None
+        self, request_id: str, remaining: float, last: RequestStatus | None, shown: _Shown
     ) -> RequestStatus | None:
         """One long-poll for the rest of the wait (at most a minute); None when ``stop`` was set meanwhile.
 
@@ -302,7 +372,7 @@ class RelayQuorumGate:
                 counted=counted,
             )
 
-        if self._stop is None:
+        if self._stop is None and self._on_wait is None:
             return poll()
         done = threading.Event()
         box: dict[str, Any] = {}
@@ -316,9 +386,14 @@ class RelayQuorumGate:
                 done.set()
 
         threading.Thread(target=run, name="teaagent-quorum-wait", daemon=True).start()
-        while not done.wait(STOP_CHECK_SECONDS):
-            if self._stop.is_set():
+        while True:
+            # Awake for a stop every STOP_CHECK_SECONDS, else only for the next reminder mark.
+            slice_ = STOP_CHECK_SECONDS if self._stop is not None else REMIND_CHECK_SECONDS
+            if done.wait(slice_):
+                break
+            if self._stop is not None and self._stop.is_set():
                 return None
+            self._remind(shown)
         if "error" in box:
             raise box["error"]
         status: RequestStatus = box["status"]

@@ -78,9 +78,10 @@ def _read_note(arguments: dict[str, Any]) -> dict[str, Any]:
 class _FloorLog:
     """The floor of an audit append: a hash-chained, HMAC-sealed record written plainly.
 
-    The record is the one the gate writes for a read-only call (``created_at``, ``event_id``,
-    ``event_type``, the payload with the tool's name, the call id, the arguments and the result,
-    ``prev_hash``, ``run_id``, then ``chain_hmac`` and ``event_hash``), in the same canonical JSON,
+    The records are the ones the gate writes for a read-only call (``created_at``, ``event_id``,
+    ``event_type``, the payload with the tool's name, the call id, the arguments and the reason
+    (``tool_call``) or the result (``tool_result``), ``prev_hash``, ``run_id``, then ``chain_hmac``
+    and ``event_hash``), in the same canonical JSON,
     so the file verifies with :func:`teaagent.audit.verify_log`. Each append is the least that
     writing it takes with the standard library: one encoding with a ``json`` encoder made once,
     ``hashlib.sha256``, ``hmac.digest`` and one ``os.write``; no redaction, no lock, no copy.
@@ -97,12 +98,18 @@ class _FloorLog:
         self._prev_hash = GENESIS_HASH
 
     def append(self, tool_name: str, call_id: str, arguments: dict[str, Any], result: dict[str, Any]) -> None:
-        """Append the ``tool_result`` record of one read-only call."""
+        """Append the ``tool_call`` and ``tool_result`` records of one read-only call."""
+        self._write(
+            "tool_call", {"tool_name": tool_name, "call_id": call_id, "arguments": arguments, "reason": ""}
+        )
+        self._write("tool_result", {"tool_name": tool_name, "call_id": call_id, "result": result})
+
+    def _write(self, event_type: str, payload: dict[str, Any]) -> None:
         record = {
             "created_at": f"{self._second}.{time.time_ns() // 1000 % 1_000_000:06d}Z",
             "event_id": os.urandom(16).hex(),
-            "event_type": "tool_result",
-            "payload": {"tool_name": tool_name, "call_id": call_id, "arguments": arguments, "result": result},
+            "event_type": event_type,
+            "payload": payload,
             "prev_hash": self._prev_hash,
             "run_id": self._run_id,
         }
@@ -156,10 +163,15 @@ def bench_core(seconds: float) -> dict[str, float]:
         def api_call(call_id: str) -> None:
             # The gate's steps through the public API, as a program without ToolGate would call them.
             policy.assert_allowed("notes.read", call_id, False, arguments, read_only=True, run_id="bench")
+            audit.log(
+                "tool_call",
+                {"tool_name": "notes.read", "call_id": call_id, "arguments": arguments, "reason": ""},
+                run_id="bench",
+            )
             answer = registry.call("notes.read", arguments)
             audit.log(
                 "tool_result",
-                {"tool_name": "notes.read", "call_id": call_id, "arguments": arguments, "result": answer},
+                {"tool_name": "notes.read", "call_id": call_id, "result": answer},
                 run_id="bench",
             )
 

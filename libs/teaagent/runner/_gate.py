@@ -8,14 +8,15 @@ One call, in order (the runner and ``teaagent tools call`` share it):
    peers' quorum for a high-risk call) what allows the call; a refusal is audited as
    ``approval_denied`` and raised;
 3. audit ``approval_granted`` when something other than the permission mode allowed the call (the
-   quorum certificate included), and ``tool_call`` before a call that can change something, so
-   that a call which crashes the process is still on record;
+   quorum certificate included), and ``tool_call`` (its arguments and reason) before every call
+   it lets run, read-only ones included, so that a call which crashes the process is still on
+   record;
 4. run it through the :class:`~teaagent.tools.ToolRegistry` (rate limit, handler, output schema)
    and audit ``tool_result`` or ``tool_error``.
 
-A read-only call has no side effect that a crash could hide, so it is recorded once, when it
-ends: its ``tool_result`` (or ``tool_error``) record carries the arguments as well. Every call
-therefore leaves exactly one ``tool_result`` or ``tool_error`` record with its arguments.
+Every call that runs therefore leaves one ``tool_call`` record and then exactly one
+``tool_result`` or ``tool_error`` record; a call refused before it runs leaves ``tool_error``
+(stage ``arguments``) or ``approval_denied``, with its arguments.
 """
 
 from __future__ import annotations
@@ -142,10 +143,7 @@ class ToolGate:
             return None
         if authorization.source is not ApprovalSource.PERMISSION_MODE or authorization.certificate:
             log("approval_granted", {**base, **_granted(authorization)})
-        if annotations.read_only:
-            base["arguments"] = arguments
-        else:
-            log("tool_call", {**base, "arguments": arguments, "reason": reason})
+        log("tool_call", {**base, "arguments": arguments, "reason": reason})
         return Admitted(record=base)
 
     def finished(self, admitted: Admitted, result: dict[str, Any]) -> dict[str, Any]:
@@ -167,8 +165,8 @@ class Admitted:
     """A call the gate let through and recorded; its end is recorded by :meth:`ToolGate.finished`.
 
     Attributes:
-        record: What each of its audit records carries (name, call id, and the arguments of a
-            read-only call, recorded once at its end).
+        record: What each of its audit records carries (name and call id; the arguments are in its
+            ``tool_call`` record).
     """
 
     record: dict[str, Any]

@@ -24,7 +24,7 @@ from teaagent.tools import (
 )
 
 if TYPE_CHECKING:
-    from teaagent.relay_client import RequestStatus
+    from teaagent.relay_client import RequestStatus, WaitProgress
 
 __all__ = [
     "AUDIT_DIR_NAME",
@@ -130,6 +130,7 @@ def node_quorum_gate(
     *,
     on_progress: Callable[[str], None] | None = None,
     on_status: Callable[[RequestStatus], None] | None = None,
+    on_wait: Callable[[WaitProgress], None] | None = None,
     stop: threading.Event | None = None,
 ) -> QuorumGate | None:
     """Return the gate that obtains quorum certificates through the node's relay, when the quorum is on.
@@ -143,6 +144,8 @@ def node_quorum_gate(
         on_progress: Called with one line per step of a quorum request (sent, still waiting...).
         on_status: Called with each status the relay reports while a request waits (the agent
             service streams each peer's decision from it); see ``RelayQuorumGate``.
+        on_wait: Called with the wait as every surface shows it (sent, each change, reminders of
+            the time left, decided); see ``RelayQuorumGate`` and ``describe_wait``.
         stop: Set it to stop a wait for a quorum (the call is then denied and its request withdrawn).
 
     Returns:
@@ -161,6 +164,7 @@ def node_quorum_gate(
             config=node.quorum,
             on_progress=on_progress,
             on_status=on_status,
+            on_wait=on_wait,
             stop=stop,
             verify=node.tls.client_verify(),
         )

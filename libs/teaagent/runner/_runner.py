@@ -14,9 +14,10 @@ One :class:`AgentRunner` makes one run. Each iteration, in order:
 6. each tool call, in order: refuse it past ``max_tool_calls`` (audit ``tool_call_limit``, status
    ``limit_exceeded``); ``ask_user`` asks the user (:attr:`AgentRunner.ask`); any other goes through
    the :class:`~teaagent.runner._gate.ToolGate` (policy, quorum, schema, rate limit, audit). A
-   refusal by the policy or the quorum ends the run ``approval_denied``; any other failure (unknown
-   tool, bad arguments, rate limit, the handler's exception) goes back to the model as an error
-   result, and the run goes on.
+   refusal by the policy or the quorum ends the run ``approval_denied`` (a wait that
+   :meth:`AgentRunner.cancel` ended ends it cancelled); any other failure (unknown tool, bad
+   arguments, rate limit, the handler's exception) goes back to the model as an error result, and
+   the run goes on.
 
 Whatever happens, ``run_start`` and ``run_end`` are audited and ``run_finished`` is the last event.
 """
@@ -44,7 +45,7 @@ from teaagent.policy import ApprovalPolicy, PromptAnswer, PromptRequest, QuorumG
 from teaagent.runner._events import EventHub, EventSink, RunEvent
 from teaagent.runner._gate import ToolGate
 from teaagent.runner._types import ApprovalRequest, FinalAnswer, RunResult, ToolRequest
-from teaagent.session import ChatSession, SessionStore
+from teaagent.session import ChatSession, ChatToolCall, SessionStore
 from teaagent.tools import ToolRegistry
 
 __all__ = [
@@ -201,8 +202,10 @@ class AgentRunner:
         event_sink: A callback, or several, receiving every :class:`RunEvent`.
         ask: Answers the model's questions; None declines every one.
         session_store: Where ``session`` is saved.
-        session: A chat session whose messages start the conversation; the task and the final
-            answer are appended to it and it is saved when the run ends.
+        session: A chat session whose messages start the conversation (their text: the tool
+            calls of earlier runs are not sent again); the task, each reply that calls tools with
+            its calls, each call's result (a ``tool`` message) and the final answer are appended
+            to it, and it is saved when the run ends.
         label: What the run is for, in the run log (cost reports group by it).
         stream: Ask the model to stream its reply (events ``model_delta``).
         run_log: Write the run log (``<root>/.teaagent/runs/<run_id>.jsonl``).
@@ -317,8 +320,10 @@ class AgentRunner:
     def cancel(self) -> bool:
         """Stop the run: a model call in flight is abandoned, no further model or tool step starts.
 
-        A tool call already running (or waiting for an approval) finishes first. The run ends with
-        status ``failed``, error message :data:`CANCELLED_MESSAGE` and ``metadata["cancelled"]``.
+        A tool call already running (or waiting for an approval) finishes first; a wait for an
+        approval that the cancel ends (the quorum gate's ``stop``, a prompt answered no) counts as
+        the cancel, not as a denial. The run ends with status ``failed``, error message
+        :data:`CANCELLED_MESSAGE` and ``metadata["cancelled"]``.
         Thread-safe.
 
         Returns:
@@ -490,6 +495,19 @@ class AgentRunner:
                     or None,
                 ),
             )
+            if requests and self.session is not None:
+                self.session.add_message(
+                    "assistant",
+                    reply.content,
+                    tool_calls=tuple(
+                        ChatToolCall(
+                            call_id=request.call_id,
+                            tool_name=request.tool_name,
+                            arguments=request.arguments if isinstance(request.arguments, dict) else {},
+                        )
+                        for _wire_id, request in requests
+                    ),
+                )
             if not requests:
                 metadata: dict[str, Any] = {"stop_reason": reply.stop_reason, "iteration": iteration}
                 if reply.stop_reason == "max_tokens":
@@ -512,8 +530,10 @@ class AgentRunner:
         if self.system_prompt:
             self._append(state, LLMMessage("system", self.system_prompt))
         if self.session is not None:
+            # The conversation's text; the tool calls of earlier runs are on record, not sent again.
             for message in self.session.messages:
-                self._append(state, LLMMessage(message.role, message.content))
+                if message.conversational:
+                    self._append(state, LLMMessage(message.role, message.content))
             self.session.add_message("user", task)
         self._append(state, LLMMessage("user", task))
         # Disk errors from before the run are not this run's; one from run_start on stops tool calls.
@@ -660,6 +680,10 @@ class AgentRunner:
                 try:
                     content = await self._call_tool(request)
                 except ApprovalDeniedError as exc:
+                    if self._cancel.is_set():
+                        # The cancel ended the wait (a quorum withdrawn, a prompt answered no):
+                        # the run was cancelled, not denied; the call's event says what became of it.
+                        raise _Cancelled from None
                     reason = _sentence(exc)
                     if request.tool_name not in reason:
                         reason = f"{request.tool_name} was denied: {reason}"
@@ -743,6 +767,7 @@ class AgentRunner:
                 "approval_denied",
                 {"call_id": request.call_id, "tool_name": request.tool_name, "reason": _sentence(exc)},
             )
+            self._record_result(request, _sentence(exc), ok=False)
             raise
         except Exception as exc:
             error = {"error": _sentence(exc), "error_type": type(exc).__name__}
@@ -750,12 +775,20 @@ class AgentRunner:
                 "tool_result",
                 {"call_id": request.call_id, "tool_name": request.tool_name, "ok": False, **error},
             )
-            return _json_text(error)
+            return self._record_result(request, _json_text(error), ok=False)
         self._emit(
             "tool_result",
             {"call_id": request.call_id, "tool_name": request.tool_name, "ok": True, "result": result},
         )
-        return _json_text(result)
+        return self._record_result(request, _json_text(result), ok=True)
+
+    def _record_result(self, request: ToolRequest, content: str, *, ok: bool) -> str:
+        """Add a call's result to the session (a ``tool`` message); return ``content``."""
+        if self.session is not None:
+            self.session.add_message(
+                "tool", content, tool_call_id=request.call_id, tool_name=request.tool_name, ok=ok
+            )
+        return content
 
     async def _ask_user(self, request: ToolRequest) -> str:
         arguments: Any = request.arguments
@@ -781,7 +814,10 @@ class AgentRunner:
                 "tool_result",
                 {"call_id": request.call_id, "tool_name": ASK_USER_TOOL, "ok": False, "error": error},
             )
-            return _json_text({"error": error, "error_type": "SchemaValidationError"})
+            return self._record_result(
+                request, _json_text({"error": error, "error_type": "SchemaValidationError"}), ok=False
+            )
+        self._audit("tool_call", {**base, "reason": request.reasoning or ""})
         asked = Question(
             call_id=request.call_id, question=question, options=tuple(options), run_id=self.run_id
         )
@@ -797,7 +833,7 @@ class AgentRunner:
         result: dict[str, Any] = {"declined": True} if answer is None else {"answer": answer}
         self._audit("tool_result", {**base, "result": result})
         self._emit("answer", {"call_id": request.call_id, "answered": answer is not None, "answer": answer})
-        return _json_text(result)
+        return self._record_result(request, _json_text(result), ok=True)
 
     # -- pieces --------------------------------------------------------------------------------------
 

@@ -5,7 +5,10 @@ atomically on every save::
 
     {"version": 1, "id": "3f2a...", "created_at": "2026-06-05T12:00:00.000001Z",
      "updated_at": "2026-06-05T12:03:10.250000Z", "label": "fix the parser",
-     "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}],
+     "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "...",
+                   "tool_calls": [{"call_id": "c1", "tool_name": "fs.read", "arguments": {...}}]},
+                  {"role": "tool", "content": "{...}", "tool_call_id": "c1", "tool_name": "fs.read"},
+                  {"role": "assistant", "content": "..."}],
      "focus_stack": {"max_size": 32, "entries": [{"kind": "file", "value": "src/parse.py",
                      "note": "", "pushed_at": "2026-06-05T12:01:00.000000Z"}]}}
 
@@ -26,11 +29,13 @@ from teaagent.session._focus import (
 )
 from teaagent.session._session import (
     MAX_LABEL_CHARS,
+    MAX_TOOL_CALLS_PER_MESSAGE,
     MESSAGE_ROLES,
     SESSION_FORMAT_VERSION,
     SESSION_ID_PATTERN,
     ChatMessage,
     ChatSession,
+    ChatToolCall,
     check_session_id,
     new_session,
 )
@@ -43,6 +48,7 @@ __all__ = [
     "MAX_FOCUS_VALUE_CHARS",
     "MAX_LABEL_CHARS",
     "MAX_SESSION_FILE_BYTES",
+    "MAX_TOOL_CALLS_PER_MESSAGE",
     "MESSAGE_ROLES",
     "SESSIONS_DIR",
     "SESSION_FORMAT_VERSION",
@@ -50,6 +56,7 @@ __all__ = [
     "STALE_TEMP_SECONDS",
     "ChatMessage",
     "ChatSession",
+    "ChatToolCall",
     "FocusEntry",
     "FocusStackManager",
     "SessionStore",

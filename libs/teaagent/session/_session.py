@@ -13,23 +13,28 @@ from teaagent.session._time import parse_timestamp, utc_now
 
 __all__ = [
     "MAX_LABEL_CHARS",
+    "MAX_TOOL_CALLS_PER_MESSAGE",
     "MESSAGE_ROLES",
     "SESSION_FORMAT_VERSION",
     "SESSION_ID_PATTERN",
     "ChatMessage",
     "ChatSession",
+    "ChatToolCall",
     "check_session_id",
     "new_session",
 ]
 
-#: Who wrote a message.
-MESSAGE_ROLES: Final = ("user", "assistant", "system")
+#: Who wrote a message: ``tool`` is a tool call's result, as the run that called it recorded it.
+MESSAGE_ROLES: Final = ("user", "assistant", "system", "tool")
+MAX_TOOL_CALLS_PER_MESSAGE: Final = 1000  # far beyond any model's reply; a file claiming more is not one
 #: A session id names its file: letters, digits, ``_`` and ``-`` only, so no id reaches outside the folder.
 SESSION_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_LABEL_CHARS: Final = 500  # a title a list can show, as the agent HTTP API allows
 SESSION_FORMAT_VERSION: Final = 1
 
 _MESSAGE_FIELDS: Final = frozenset({"role", "content"})
+_MESSAGE_EXTRA_FIELDS: Final = frozenset({"tool_calls", "tool_call_id", "tool_name", "ok"})
+_TOOL_CALL_FIELDS: Final = frozenset({"call_id", "tool_name", "arguments"})
 _SESSION_FIELDS: Final = frozenset(
     {"version", "id", "created_at", "updated_at", "label", "messages", "focus_stack"}
 )
@@ -47,12 +52,51 @@ def check_session_id(session_id: object) -> str:
 
 
 @dataclass(frozen=True)
+class ChatToolCall:
+    """One tool call an assistant message asked for.
+
+    Attributes:
+        call_id: The call's id in its run (the ``tool_call_id`` of the ``tool`` message with its result).
+        tool_name: The tool.
+        arguments: Its arguments, as the model gave them.
+    """
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "tool_name": self.tool_name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ChatToolCall:
+        if (
+            not isinstance(data, Mapping)
+            or set(data) != _TOOL_CALL_FIELDS
+            or not isinstance(data["call_id"], str)
+            or not isinstance(data["tool_name"], str)
+            or not isinstance(data["arguments"], dict)
+        ):
+            raise ValueError("a tool call must be an object of a 'call_id', a 'tool_name' and 'arguments'.")
+        return cls(call_id=data["call_id"], tool_name=data["tool_name"], arguments=dict(data["arguments"]))
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     """One message of a conversation.
 
+    A run records its tool calls too: the assistant message that asked for them carries
+    ``tool_calls``, and each result is a ``tool`` message naming its call (``tool_call_id``,
+    ``tool_name``, ``ok``). Only the text of the ``user``, ``system`` and plain ``assistant``
+    messages is sent to the model again when the session goes on (:attr:`conversational`).
+
     Attributes:
-        role: ``'user'``, ``'assistant'`` or ``'system'``.
-        content: The text.
+        role: ``'user'``, ``'assistant'``, ``'system'`` or ``'tool'``.
+        content: The text (a ``tool`` message's: the result the model was given).
+        tool_calls: The calls an ``assistant`` message asked for.
+        tool_call_id: The call a ``tool`` message answers.
+        tool_name: The tool of a ``tool`` message.
+        ok: False for a ``tool`` message whose call failed or was refused.
 
     Raises:
         ValueError: ``role`` is not one of :data:`MESSAGE_ROLES`.
@@ -61,28 +105,75 @@ class ChatMessage:
 
     role: str
     content: str
+    tool_calls: tuple[ChatToolCall, ...] = field(default=(), kw_only=True)
+    tool_call_id: str | None = field(default=None, kw_only=True)
+    tool_name: str | None = field(default=None, kw_only=True)
+    ok: bool = field(default=True, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.role not in MESSAGE_ROLES:
             raise ValueError(f"message role {self.role!r} is not one of {', '.join(MESSAGE_ROLES)}.")
         if not isinstance(self.content, str):
             raise TypeError(f"message content must be a string, not {type(self.content).__name__}.")
+        if not isinstance(self.tool_calls, tuple) or not all(
+            isinstance(call, ChatToolCall) for call in self.tool_calls
+        ):
+            raise TypeError("a message's tool_calls must be a tuple of ChatToolCall.")
 
-    def to_dict(self) -> dict[str, str]:
-        """Return the message as stored in a session file."""
-        return {"role": self.role, "content": self.content}
+    @property
+    def conversational(self) -> bool:
+        """Whether the message is sent to the model again: not a tool call, nor a tool's result."""
+        return self.role != "tool" and not self.tool_calls
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the message as stored in a session file (the tool keys only when it has them)."""
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.tool_name is not None:
+            data["tool_name"] = self.tool_name
+        if not self.ok:
+            data["ok"] = False
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> ChatMessage:
         """Rebuild a message from :meth:`to_dict`'s output.
 
         Raises:
-            ValueError: ``data`` is not an object with exactly ``role`` and ``content``, or one is invalid.
+            ValueError: ``data`` is not an object with ``role`` and ``content`` (and, besides, only
+                the tool keys), or one is invalid.
         """
-        if not isinstance(data, Mapping) or set(data) != _MESSAGE_FIELDS:
-            raise ValueError("a message must be an object with exactly the keys 'content' and 'role'.")
+        if (
+            not isinstance(data, Mapping)
+            or not set(data) >= _MESSAGE_FIELDS
+            or not set(data) <= _MESSAGE_FIELDS | _MESSAGE_EXTRA_FIELDS
+        ):
+            raise ValueError(
+                "a message must be an object with exactly the keys 'content' and 'role', and its "
+                "tool keys ('tool_calls', 'tool_call_id', 'tool_name', 'ok')."
+            )
+        calls = data.get("tool_calls", [])
+        if not isinstance(calls, list) or len(calls) > MAX_TOOL_CALLS_PER_MESSAGE:
+            raise ValueError(
+                f"a message's tool_calls must be a list of at most {MAX_TOOL_CALLS_PER_MESSAGE}."
+            )
+        for key in ("tool_call_id", "tool_name"):
+            if key in data and not isinstance(data[key], str):
+                raise ValueError(f"a message's {key} must be a string.")
+        if "ok" in data and not isinstance(data["ok"], bool):
+            raise ValueError("a message's ok must be true or false.")
         try:
-            return cls(role=data["role"], content=data["content"])
+            return cls(
+                role=data["role"],
+                content=data["content"],
+                tool_calls=tuple(ChatToolCall.from_dict(call) for call in calls),
+                tool_call_id=data.get("tool_call_id"),
+                tool_name=data.get("tool_name"),
+                ok=data.get("ok", True),
+            )
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 
@@ -138,17 +229,23 @@ class ChatSession:
                 f"focus_stack must be a FocusStackManager, not {type(self.focus_stack).__name__}."
             )
 
-    def add_message(self, role: str, content: str) -> ChatMessage:
+    def add_message(self, role: str, content: str, **tool: Any) -> ChatMessage:
         """Append a message and move :attr:`updated_at` to now.
+
+        Args:
+            role: Who wrote it.
+            content: The text.
+            tool: The tool fields of :class:`ChatMessage` (``tool_calls``, ``tool_call_id``,
+                ``tool_name``, ``ok``).
 
         Returns:
             The new message.
 
         Raises:
             ValueError: ``role`` is not one of :data:`MESSAGE_ROLES`.
-            TypeError: ``content`` is not a string.
+            TypeError: ``content`` is not a string, or a tool field is wrong.
         """
-        message = ChatMessage(role=role, content=content)
+        message = ChatMessage(role=role, content=content, **tool)
         self.messages.append(message)
         self.updated_at = utc_now()
         return message

@@ -22,6 +22,7 @@ from teaagent.signing._keys import (
     ECDSA_SK,
     ED25519,
     ED25519_SK,
+    SUPPORTED_KEY_TYPES,
     SSHPublicKey,
     public_key_from_blob,
 )
@@ -123,6 +124,19 @@ def _openssh_key_type(data: bytes) -> str | None:
         return None
 
 
+def _is_public_key(data: bytes) -> bool:
+    """Whether ``data`` is an OpenSSH public key file (``TYPE BASE64 [COMMENT]``), not a private key."""
+    first = data.lstrip().split(None, 1)[:1]
+    return bool(first) and first[0].decode("ascii", "replace") in SUPPORTED_KEY_TYPES
+
+
+def _public_half_sentence(path: Path) -> str:
+    """The sentence for a public key file given where the private key file belongs."""
+    private = path.with_suffix("") if path.suffix == ".pub" else None
+    where = f" ({private})" if private is not None and private.is_file() else ""
+    return f"{path} is the public half of the key; give the private key file{where}."
+
+
 def _load(path: Path, data: bytes, password: bytes | None) -> object:
     key: object
     if data.lstrip().startswith(_OPENSSH_ARMOR):
@@ -163,7 +177,8 @@ def load_private_key(path: str | os.PathLike[str], passphrase: str | bytes | Non
         A key whose :meth:`SSHPrivateKey.sign` makes SSH signature fields.
 
     Raises:
-        ConfigError: The file cannot be read, is too large or not a private key; it is protected
+        ConfigError: The file cannot be read, is too large, is the public half of a key (the
+            sentence says to give the private key file) or not a private key; it is protected
             and no passphrase was given, or the passphrase is wrong; or the key is of a refused
             type (DSA, a security key whose secret lives on a token, RSA below 2048 bits).
     """
@@ -177,6 +192,8 @@ def load_private_key(path: str | os.PathLike[str], passphrase: str | bytes | Non
         raise ConfigError(f"cannot read the private key file {path}: {exc.strerror or exc}.") from None
     if len(data) > MAX_PRIVATE_KEY_BYTES:
         raise ConfigError(f"the private key file {path} is larger than {MAX_PRIVATE_KEY_BYTES} bytes.")
+    if _is_public_key(data):
+        raise ConfigError(_public_half_sentence(path))
     header_type = _openssh_key_type(data)
     if header_type == "ssh-dss":
         raise ConfigError(

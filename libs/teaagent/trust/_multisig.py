@@ -19,6 +19,7 @@ from fnmatch import translate
 from typing import Any
 from urllib.parse import urlsplit
 
+from teaagent._words import needed_from
 from teaagent.errors import SignatureError
 from teaagent.signing import parse_public_key
 from teaagent.trust._keys import SignerKey, unique_keys
@@ -351,8 +352,8 @@ class MultiSigQuorumConfig:
         return (node_key, *self.peer_keys.get(peer, ()))
 
     def describe_quorum(self) -> str:
-        """Return the quorum as a phrase for messages, such as ``2 of 3 peer approvals``."""
-        return f"{self.required_approvals} of {len(self.peer_agent_ids)} peer approvals"
+        """Return the quorum as a phrase for messages, such as ``2 approvals from 3 peers``."""
+        return needed_from(self.required_approvals, len(self.peer_agent_ids))
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,19 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from teaagent.approver_client import ApprovalItem, ApproverClient, DecisionResult, Expected, StatementToSign
+from teaagent._words import time_left
+from teaagent.approver_client import (
+    ApprovalItem,
+    ApproverClient,
+    DecisionResult,
+    Expected,
+    StatementToSign,
+    signed_by,
+)
 from teaagent.config import NodeConfig
 from teaagent.errors import RelayError
 from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
 from teaagent.signing import Signer, signature_to_wire, sshsig_sign
-from teaagent.tui._quorum import time_left
 from teaagent.tui._screen import visible
 
 __all__ = ["INBOX_ARGUMENTS_CHARS", "approver_client", "decide", "decision_lines", "inbox_rows"]
@@ -143,12 +150,15 @@ def decide(
     )
 
 
-def decision_lines(result: DecisionResult, node_id: str) -> list[str]:
-    """What a decision did, in the words of ``teaagent approvals``."""
+def decision_lines(result: DecisionResult, node_id: str, node_key: str | None = None) -> list[str]:
+    """What a decision did, in the words of ``teaagent approvals``.
+
+    ``node_key`` is the node key's fingerprint: a decision it signed says "the node key".
+    """
     reason = f" ({visible(result.reason)})" if result.reason else ""
     lines = [
         f"{node_id} {result.this_node} request {result.request_id} of {result.origin}{reason}: "
-        f"signed by {result.by or 'this node'} with key {result.key_fingerprint}.",
+        f"signed {signed_by(result.by, result.key_fingerprint, node_key)}.",
         f"Forwarded to {result.origin} through this node's relay."
         if result.forwarded
         else f"Not forwarded to {result.origin} yet: the approver sends it again until the relay takes it.",

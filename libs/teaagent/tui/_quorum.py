@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from teaagent._words import approvals_of, needed_from, time_left
+
 if TYPE_CHECKING:
     from teaagent.relay_client import RequestStatus
 
@@ -21,18 +23,6 @@ __all__ = ["QUORUM_STATES", "QuorumBoard", "QuorumCall", "time_left"]
 
 #: What a high-risk call of the session may be: waiting for its peers, then one of the others.
 QUORUM_STATES: Final = ("waiting", "approved", "denied", "expired", "withdrawn", "failed")
-
-
-def time_left(seconds: float) -> str:
-    """``1h 02m``, ``1m 58s``, ``45s``, or ``expired``."""
-    if seconds <= 0:
-        return "expired"
-    whole = int(seconds)
-    if whole >= 3600:
-        return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
-    if whole >= 60:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    return f"{whole}s"
 
 
 @dataclass
@@ -82,7 +72,7 @@ class QuorumCall:
         """The line that says a call waits, for whom and how long."""
         peers = ", ".join(self.peers)
         return (
-            f"{self.tool_name} needs {self.required} of {len(self.peers)} peers ({peers}) to sign it; "
+            f"{self.tool_name} needs {needed_from(self.required, len(self.peers))} ({peers}); "
             f"request {self.request_id[:12]}, {time_left(self.expires_at - time.time())} left. "
             "Ctrl-C withdraws it."
         )
@@ -99,14 +89,14 @@ class QuorumCall:
             else:
                 marks.append(f"… {peer}")
         return (
-            f"{self.tool_name}: {len(self.signers)} of {self.required} signed  "
+            f"{self.tool_name}: {approvals_of(len(self.signers), self.required)}  "
             f"[{'  '.join(marks)}]  {time_left(self.expires_at - now)} left · Ctrl-C withdraws"
         )
 
     def summary(self) -> str:
         """One phrase for the signers and deniers so far."""
         signed = ", ".join(self.signers) or "nobody"
-        text = f"{len(self.signers)} of {self.required} signed ({signed})"
+        text = f"{approvals_of(len(self.signers), self.required)} ({signed})"
         if self.denied_by:
             text += f", denied by {', '.join(self.denied_by)}"
         return text
@@ -229,7 +219,7 @@ class QuorumBoard:
                     call.state,
                     ", ".join(call.signers) or "-",
                     ", ".join(call.denied_by) or "-",
-                    f"{call.required} of {len(call.peers)}",
+                    needed_from(call.required, len(call.peers)),
                     when,
                 ]
             )

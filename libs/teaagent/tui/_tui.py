@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from teaagent._words import moment, needed_from, plural, time_left
 from teaagent.approver_client import resolve_request
 from teaagent.audit import AuditLogger
 from teaagent.budget import RunBudget
@@ -64,7 +65,7 @@ from teaagent.tui._context import (
     transcript,
 )
 from teaagent.tui._inbox import approver_client, decide, decision_lines, inbox_rows
-from teaagent.tui._quorum import QuorumBoard, time_left
+from teaagent.tui._quorum import QuorumBoard
 from teaagent.tui._screen import (
     FunctionReader,
     LineReader,
@@ -78,7 +79,7 @@ from teaagent.tui._state import MEMORY, STATE_FILE, MemorySessionStore, TUIState
 
 if TYPE_CHECKING:
     from teaagent.approver_client import ApprovalItem
-    from teaagent.relay_client import RequestStatus
+    from teaagent.relay_client import RequestStatus, WaitProgress
 
 __all__ = [
     "AUDIT_FILE",
@@ -293,7 +294,9 @@ class TeaAgentTUI:
         operator_signer: Sign ``/approve`` and ``/deny`` here with an operator's key instead of
             leaving it to the approver's node key.
         budget: Every run's limits; :class:`~teaagent.budget.RunBudget` defaults when None.
-        script_path: The script the offline ``scripted`` provider plays (the built-in factory).
+        script_path: The script the offline ``scripted`` provider plays (the built-in factory): a
+            bundled script's name (``quorum``...) or a file; None for the node's ``[agent] script``,
+            else ``$TEAAGENT_LLM_SCRIPT``, else the bundled ``demo``.
 
     Raises:
         ValueError: ``root`` is not a readable directory, ``provider`` is unknown,
@@ -396,8 +399,13 @@ class TeaAgentTUI:
             from teaagent.runner._node import node_quorum_gate
 
             self._gate = node_quorum_gate(
-                node, on_progress=self._relay_note, on_status=self._relay_status, stop=self._stop_wait
+                node,
+                on_progress=self._relay_note,
+                on_status=self._relay_status,
+                on_wait=self._relay_wait,
+                stop=self._stop_wait,
             )
+        self._waits: dict[str, WaitProgress] = {}  # the last view of each quorum wait shown
         self._job: _Job | None = None
         self._waiting: _Wait | None = None
         self._streamed = False
@@ -511,8 +519,8 @@ class TeaAgentTUI:
         if self.node is not None and self.node.quorum.enabled:
             quorum = self.node.quorum
             say(
-                f"High-risk calls ({', '.join(quorum.high_risk_patterns)}) need {quorum.required_approvals} "
-                f"of {', '.join(quorum.peer_agent_ids)}.",
+                f"High-risk calls ({', '.join(quorum.high_risk_patterns)}) need "
+                f"{plural(quorum.required_approvals, 'approval')} from {', '.join(quorum.peer_agent_ids)}.",
                 "dim",
             )
         if self.route_model and self._cheaper_choice() is None:
@@ -854,11 +862,7 @@ class TeaAgentTUI:
             say(f"Workspace presets ({ApprovalPresetStore(self.root).path}):")
             for preset in presets:
                 scope = f", run {preset.origin_run_id}" if preset.origin_run_id else ""
-                until = (
-                    f", until {time.strftime('%Y-%m-%d %H:%M', time.localtime(preset.expires_at))}"
-                    if preset.expires_at
-                    else ""
-                )
+                until = f", until {moment(preset.expires_at)}" if preset.expires_at else ""
                 digest = f", only {preset.payload_digest[:19]}…" if preset.payload_digest else ""
                 say(f"  {preset.preset_id}  {preset.tool_pattern}{digest}{scope}{until}")
         else:
@@ -867,8 +871,8 @@ class TeaAgentTUI:
             quorum = self.node.quorum
             say(
                 f"High-risk calls ({', '.join(quorum.high_risk_patterns)}) also need "
-                f"{quorum.required_approvals} of {', '.join(quorum.peer_agent_ids)}: no local approval "
-                "replaces the quorum."
+                f"{needed_from(quorum.required_approvals, len(quorum.peer_agent_ids))} "
+                f"({', '.join(quorum.peer_agent_ids)}): no local approval replaces the quorum."
             )
 
     def _cmd_cost(self, _argument: str) -> None:
@@ -1131,7 +1135,11 @@ class TeaAgentTUI:
             except (RelayError, TeaAgentError) as exc:
                 self._screen.say(str(exc), "red")
                 return
-        for line in decision_lines(result, self.node.agent_id):
+        try:
+            node_key: str | None = self.node.own_public_key().fingerprint
+        except ConfigError:
+            node_key = None  # the decision is then shown with its key alone
+        for line in decision_lines(result, self.node.agent_id, node_key):
             self._screen.say(line, "green" if not deny else "yellow")
         self._inbox = [listed for listed in self._inbox if listed is not item]
 
@@ -1172,6 +1180,13 @@ class TeaAgentTUI:
         if choice.provider == "scripted":
             base_url = None  # the offline provider calls no server
         script = self._script_path if choice.provider == "scripted" else None
+        if (
+            script is None
+            and node is not None
+            and choice.name is None
+            and choice.provider == node.agent.provider
+        ):
+            script = node.agent.script  # [agent] script belongs to [agent] provider
         return create_llm_adapter(
             choice.provider, choice.model, environ=environ, base_url=base_url, script_path=script
         )
@@ -1397,8 +1412,11 @@ class TeaAgentTUI:
         if kind == "event":
             self._show(item[1], item[2])
         elif kind == "status":
-            if not self._show_status(item[1]):
-                return  # the relay's poll that counted nothing new printed nothing: no reason to keep quiet
+            self._board.update(item[1])  # the live line and /quorum; the lines come with "wait"
+            return
+        elif kind == "wait":
+            if not self._show_wait(item[1]):
+                return  # nothing new was printed: no reason to keep quiet
         elif kind == "note":
             self._screen.say(f"  {visible(item[1])}", "dim")
         elif kind == "prompt":
@@ -1475,18 +1493,27 @@ class TeaAgentTUI:
     def _relay_status(self, status: RequestStatus) -> None:
         self._queue.put(("status", status))
 
-    def _show_status(self, status: RequestStatus) -> bool:
-        """Print each decision the relay counted since its last status; False when there was none."""
-        news = self._board.update(status)
-        for peer, decision, reason in news:
-            call = next((c for c in reversed(self._board.calls) if c.request_id == status.request_id), None)
-            count = f" ({call.summary()})" if call is not None else ""
-            if decision == "approved":
-                self._screen.say(f"  ✓ {peer} signed{count}", "green")
-            else:
-                because = f": {visible(reason)}" if reason else ""
-                self._screen.say(f"  ✗ {peer} denied{because}{count}", "red")
-        return bool(news)
+    def _relay_wait(self, progress: WaitProgress) -> None:
+        self._queue.put(("wait", progress))
+
+    def _show_wait(self, progress: WaitProgress) -> bool:
+        """Print what changed of a quorum wait, and the wait itself when sent or reminded.
+
+        Returns:
+            False when nothing was printed.
+        """
+        from teaagent.relay_client import describe_wait, wait_news
+
+        before = self._waits.get(progress.request_id)
+        self._waits[progress.request_id] = progress
+        lines = wait_news(before, progress)
+        for line in lines:
+            colour = "green" if line.startswith("✓") else "red" if line.startswith("✗") else "dim"
+            self._screen.say(f"  {visible(line)}", colour)
+        if progress.why in ("sent", "reminder") and progress.waiting:
+            self._screen.say(f"  {visible(describe_wait(progress))}", "yellow")
+            return True
+        return bool(lines)
 
     def _show(self, event: RunEvent, depth: int) -> None:
         data = event.data

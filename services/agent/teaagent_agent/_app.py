@@ -41,7 +41,8 @@ answered by POST, steering, cancel and resume, sessions, models, settings, usage
 tool call goes through the peers' quorum whatever the run's approvals say, and its progress is
 streamed.
 
-Every call but `GET /health`, `GET /ready` and `GET /metrics` carries the node's bearer token.
+Every call but `GET /health`, `GET /ready`, `GET /metrics` and this document (`/openapi.json`,
+its pages `/docs` and `/redoc`) carries the node's bearer token, as on the relay and the approver.
 Bodies are limited to {MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut`
 `{{"error": code, "message": sentence}}` with a stable code: `not_found`, `busy`, `locked`,
 `invalid`, `timeout`, `run`, `internal` (`unauthorized` without the token).
@@ -150,10 +151,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=teaagent.__version__,
         description=DESCRIPTION,
         lifespan=_lifespan(service),
-        # The document is served by a route of its own, behind the token; no HTML pages.
-        openapi_url=None,
-        docs_url=None,
-        redoc_url=None,
+        # /openapi.json, /docs and /redoc without the token, as the relay and the approver serve them:
+        # the document describes the routes, and every route but the probes still needs the token.
     )
     app.state.settings = settings
     app.state.config = node

@@ -32,7 +32,14 @@ from typing import Any, Final
 
 from teaagent.config import NodeConfig
 from teaagent.errors import MissingAPIKeyError
-from teaagent.llm import PROVIDER_CONFIGS, SCRIPT_PATH_ENV, LLMAdapter, ScriptedAdapter, create_llm_adapter
+from teaagent.llm import (
+    BUNDLED_SCRIPTS,
+    PROVIDER_CONFIGS,
+    SCRIPT_PATH_ENV,
+    LLMAdapter,
+    ScriptedAdapter,
+    create_llm_adapter,
+)
 from teaagent.policy import PermissionMode
 
 __all__ = [
@@ -83,6 +90,7 @@ class ModelEntry:
         token: The API key of the table, or None for the provider's variable.
         base_url: The API's base URL of the table, or None.
         builtin: It is the ``[agent] provider`` (not a table: it cannot be changed or removed here).
+        script: The ``[agent] script`` the built-in ``scripted`` model plays, or None.
     """
 
     name: str
@@ -95,6 +103,7 @@ class ModelEntry:
     token: str | None = None
     base_url: str | None = None
     builtin: bool = False
+    script: str | None = None
 
     def environment(self) -> Mapping[str, str]:
         """The environment its adapter is made with: the process's, with the table's key and URL."""
@@ -132,6 +141,7 @@ def models_of(node: NodeConfig) -> list[ModelEntry]:
                 compact_percent=DEFAULT_COMPACT_PERCENT,
                 builtin=True,
                 base_url=node.agent.base_url,  # [agent] base_url, over the provider's variable
+                script=node.agent.script,
             )
         )
     for table in node.models.values():
@@ -158,8 +168,8 @@ _SCRIPTS_LOCK = threading.Lock()
 def _scripted(model: str, script_path: str | None) -> LLMAdapter | None:
     """A fresh scripted adapter from a script read once per version of its file (None: no file named)."""
     path = script_path or os.environ.get(SCRIPT_PATH_ENV, "").strip()
-    if not path:
-        return None
+    if not path or path in BUNDLED_SCRIPTS:
+        return None  # the factory plays the bundled ones
     try:
         info = os.stat(path)
     except OSError:
@@ -182,8 +192,8 @@ def make_adapter(
 
     Args:
         entry: The model.
-        script_path: The script the ``scripted`` provider plays; None for ``$TEAAGENT_LLM_SCRIPT``,
-            else the bundled demo.
+        script_path: The script the ``scripted`` provider plays (a bundled name or a file); None
+            for the entry's ``[agent] script``, else ``$TEAAGENT_LLM_SCRIPT``, else the bundled demo.
         environ: The environment; ``entry.environment()`` when None.
 
     Raises:
@@ -191,6 +201,7 @@ def make_adapter(
         ConfigError: The script cannot be read, or a base URL is not http(s).
         ValueError: The provider is unknown.
     """
+    script_path = script_path or entry.script
     if entry.provider == "scripted":
         adapter = _scripted(entry.model, script_path)
         if adapter is not None:

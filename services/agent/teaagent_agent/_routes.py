@@ -11,7 +11,7 @@ import hmac
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -194,12 +194,6 @@ async def metrics(request: Request) -> Response:
     """Answer without the token (as the relay's and the approver's): calls by route, method and
     status, and their latency."""
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-
-@operations_router.get("/openapi.json", include_in_schema=False)
-async def openapi(request: Request, _auth: Authorized) -> JSONResponse:
-    """This document, behind the token like every route but ``/health``."""
-    return JSONResponse(request.app.openapi())
 
 
 # -- runs ----------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from teaagent.policy import PromptAnswer, PromptRequest
+from teaagent.policy import PromptAnswer, PromptRequest, remember_key
 from teaagent.runner import AgentRunner, Question, RunEvent, RunResult
 from teaagent_agent._schemas import (
     FrameOut,
@@ -332,6 +332,25 @@ class ActiveRun:
         """
         self.channel.send("", {"status": status}, lambda _event, data: self._quorum_status(data["status"]))
 
+    def quorum_wait(self, progress: Any) -> None:
+        """``RelayQuorumGate``'s ``on_wait``: a ``quorum_progress`` frame, worded as every surface words it.
+
+        When the request is sent, on each change (a peer's relay received it, a peer signed or
+        denied), at the reminder marks of the time left, and when it is decided: the counts, who
+        received it, ``seconds_left``, ``approve_command`` (what a peer's operator runs) and
+        ``text`` (``describe_wait``). The signers and deniers are the ones that verify here.
+        """
+        self.channel.send(
+            "", {"progress": progress}, lambda _event, data: self._quorum_wait(data["progress"])
+        )
+
+    def _quorum_wait(self, progress: Any) -> None:
+        with self._lock:
+            watch = self._quorum.get(progress.request_id)
+        if watch is None or self.channel.closed:
+            return
+        self.channel.publish("quorum_progress", {"call_id": watch.call_id, **progress.to_dict()})
+
     def _quorum_status(self, status: Any) -> None:
         with self._lock:
             watch = self._quorum.get(status.request_id)
@@ -405,6 +424,9 @@ class ActiveRun:
         command = request.arguments.get("command") if request.tool_name in SHELL_TOOLS else None
         shown = command if isinstance(command, str) else _describe(request.tool_name, request.arguments)
         answer, remember = PromptAnswer.DENY, False
+        # "remember" approves the same program of a command (the tool, for any other call); a
+        # compound command has none, and is approved once whatever the client says.
+        remembered = remember_key(request.tool_name, request.arguments)
         by: str = policy.mode
         if self.stop_event.is_set():
             by = "cancel"
@@ -421,7 +443,7 @@ class ActiveRun:
                     call_id=request.call_id,
                     command=shown,
                     timeout_seconds=int(timeout),
-                    remember_supported=True,
+                    remember_supported=remembered is not None,
                     tool_name=request.tool_name,
                 )
             )
@@ -434,12 +456,12 @@ class ActiveRun:
                     "command": shown,
                     "reason": request.reason,
                     "timeout_seconds": int(timeout),
-                    "remember_supported": True,
+                    "remember_supported": remembered is not None,
                 },
             )
             approved, by, remember = self._wait(pending, timeout)
             if approved:
-                answer = PromptAnswer.SESSION if remember else PromptAnswer.ONCE
+                answer = PromptAnswer.SESSION if remember and remembered is not None else PromptAnswer.ONCE
         self.send(
             "approval_answered",
             {

@@ -452,7 +452,11 @@ class ApprovalAnswer(_In):
     Attributes:
         call_id: The ``call_id`` of the ``approval_requested`` frame.
         approve: Run the call, or refuse it.
-        remember: Let calls of the same tool run unasked for the rest of the session.
+        remember: Let the same kind of call run unasked for the rest of the run: a command of the
+            same program (``echo hi`` lets ``echo bye`` run, not ``touch x``), another tool's
+            calls of that tool. A compound or unparsable command (a pipe, ``;``, ``&&``, a
+            subshell...) or one run through a launcher (``env``, ``sudo``, ``sh``...) is
+            approved once only: its ``remember_supported`` is false.
     """
 
     call_id: str = Field(min_length=1, max_length=200)

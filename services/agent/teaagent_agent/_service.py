@@ -37,7 +37,7 @@ from teaagent_agent._catalog import (
 from teaagent_agent._config_file import ModelsFileError, write_model_tables
 from teaagent_agent._errors import ApiError, sentence
 from teaagent_agent._mentions import attach_mentions, list_mentions
-from teaagent_agent._runs import ActiveRun, RunChannel, new_run_id
+from teaagent_agent._runs import MAX_TOOL_OUTPUT_CHARS, ActiveRun, RunChannel, new_run_id
 from teaagent_agent._schemas import (
     PERMISSION_NAMES,
     CompactionOut,
@@ -68,6 +68,7 @@ from teaagent_agent._schemas import (
     SessionTotalsOut,
     SettingsOut,
     SettingsUpdate,
+    ToolOut,
     TotalsOut,
     UsageOut,
     WorkspaceUsageOut,
@@ -103,6 +104,17 @@ def _parse_time(value: str) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _interrupted(session: ChatSession) -> int | None:
+    """The index of the last prompt when no answer followed it (its run's tool calls may have)."""
+    for index in range(len(session.messages) - 1, -1, -1):
+        message = session.messages[index]
+        if message.role == "user":
+            return index
+        if message.conversational:
+            return None  # an answer (or a summary) came after the last prompt
+    return None
 
 
 def _tokens(chars: int) -> int:
@@ -436,7 +448,10 @@ class AgentService:
         if totals is None:
             return UsageOut()
         return UsageOut(
-            input_tokens=totals.input_tokens, output_tokens=totals.output_tokens, requests=totals.requests
+            input_tokens=totals.input_tokens,
+            output_tokens=totals.output_tokens,
+            requests=totals.requests,
+            seconds=round(totals.seconds, 3),
         )
 
     def workspace_locked(self) -> bool:
@@ -498,7 +513,33 @@ class AgentService:
         chosen = self.session_id(session_id)
         assert chosen is not None
         session = self.load_session(chosen)
-        return HistoryOut(messages=[MessageOut(role=m.role, text=m.content) for m in session.messages])
+        results = {m.tool_call_id: m for m in session.messages if m.role == "tool" and m.tool_call_id}
+        messages = []
+        for m in session.messages:
+            tools = []
+            for call in m.tool_calls:
+                done = results.get(call.call_id)
+                tools.append(
+                    ToolOut(
+                        call_id=call.call_id,
+                        name=call.tool_name,
+                        arguments=call.arguments,
+                        output="" if done is None else done.content[:MAX_TOOL_OUTPUT_CHARS],
+                        ok=done is not None and done.ok,
+                        skipped=done is None,
+                    )
+                )
+            messages.append(
+                MessageOut(
+                    role=m.role,
+                    text=m.content,
+                    tool_calls=tools,
+                    tool_call_id=m.tool_call_id,
+                    tool_name=m.tool_name,
+                    ok=m.ok,
+                )
+            )
+        return HistoryOut(messages=messages)
 
     # -- context and compaction ------------------------------------------------------------------
 
@@ -521,7 +562,7 @@ class AgentService:
             ("user", "user messages"),
             ("assistant", "assistant messages"),
         ):
-            messages = [m for m in session.messages if m.role == role]
+            messages = [m for m in session.messages if m.role == role and m.conversational]
             if messages:
                 chars = sum(len(m.content) for m in messages)
                 shares.append(ContextShareOut(name=name, tokens=_tokens(chars), items=len(messages)))
@@ -565,7 +606,7 @@ class AgentService:
         if len(messages) <= keep or not messages:
             return CompactionOut(applied=False, kept=len(messages))
         older, kept = (messages[:-keep], messages[-keep:]) if keep else (messages, [])
-        transcript = "\n\n".join(f"{m.role}: {m.content}" for m in older)
+        transcript = "\n\n".join(f"{m.role}: {m.content}" for m in older if m.conversational)
         summary = await self._ask_model(
             [LLMMessage("system", SUMMARY_PROMPT), LLMMessage("user", transcript)],
             timeout,
@@ -602,7 +643,11 @@ class AgentService:
         history: list[LLMMessage] = [LLMMessage("system", DEFAULT_SYSTEM_PROMPT)]
         if chosen is not None:
             with contextlib.suppress(ApiError):
-                history.extend(LLMMessage(m.role, m.content) for m in self.load_session(chosen).messages)
+                history.extend(
+                    LLMMessage(m.role, m.content)
+                    for m in self.load_session(chosen).messages
+                    if m.conversational
+                )
         history.append(
             LLMMessage("user", f"A question on the side (answer it; no tool can be called): {question}")
         )
@@ -698,8 +743,9 @@ class AgentService:
                 resumable=False, kind="running", description="A run is going in this session."
             )
         session = self.load_session(chosen)
-        if session.messages and session.messages[-1].role == "user":
-            text = " ".join(session.messages[-1].content.split())
+        interrupted = _interrupted(session)
+        if interrupted is not None:
+            text = " ".join(session.messages[interrupted].content.split())
             shown = text if len(text) <= 200 else text[:199] + "…"
             return ResumableOut(
                 resumable=True,
@@ -740,11 +786,14 @@ class AgentService:
             session = self.load_session(chosen)
         resumed = text is None
         if text is None:
-            if not session.messages or session.messages[-1].role != "user":
+            interrupted = _interrupted(session)
+            if interrupted is None:
                 raise ApiError(
                     "invalid", f"Session {session.id} has no interrupted prompt to resume.", status=409
                 )
-            text = session.messages.pop().content
+            # The prompt runs again: its calls that were made stay in the audit log, not here.
+            text = session.messages[interrupted].content
+            del session.messages[interrupted:]
         elif mentions:
             text = attach_mentions(self.node.workspace, text)
         try:
@@ -771,7 +820,9 @@ class AgentService:
     def _runner(
         self, run: ActiveRun, session: ChatSession, entry: ModelEntry, adapter: Any
     ) -> tuple[AgentRunner, AuditLogger]:
-        gate = node_quorum_gate(self.node, on_status=run.quorum_status, stop=run.stop_event)
+        gate = node_quorum_gate(
+            self.node, on_status=run.quorum_status, on_wait=run.quorum_wait, stop=run.stop_event
+        )
         policy = node_policy(self.node, prompter=run.prompter, quorum_gate=gate, mode=self.permission_mode())
         audit = AuditLogger(node_audit_path(self.node), run_id=run.run_id)
         try:
@@ -819,7 +870,9 @@ class AgentService:
             try:
                 self.workspaces.acquire_lock(self.node.workspace)
             except WorkspaceLockConflictError as exc:
-                raise ApiError("locked", sentence(str(exc))) from None
+                # Whole, not cut to a sentence's length: it ends naming the holder's command line.
+                text = str(exc)
+                raise ApiError("locked", text[:1].upper() + text[1:]) from None
             except (OSError, ConfigError) as exc:
                 raise ApiError("locked", sentence(f"the workspace lock cannot be taken: {exc}")) from None
         self._holders += 1

@@ -16,8 +16,9 @@ class Settings(BaseSettings):
 
     Attributes:
         config: The node configuration file (``node.toml``); required.
-        llm_script: The script the ``scripted`` model plays, from its first turn in every run;
-            None for ``$TEAAGENT_LLM_SCRIPT``, else the bundled demo script.
+        llm_script: The script the ``scripted`` model plays, from its first turn in every run: a
+            bundled script's name or a file; None for node.toml's ``[agent] script``, else
+            ``$TEAAGENT_LLM_SCRIPT``, else the bundled ``demo``.
         self_compaction: Whether a session whose conversation would fill its model's window past
             the model's ``compact_percent`` is compacted before a run, when the session has made
             no choice of its own.

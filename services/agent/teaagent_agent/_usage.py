@@ -1,8 +1,9 @@
 """What the workspace's runs spent, read from their run logs (``teaagent.cost_tracker``'s format).
 
-A run of the agent service is labelled with its session's id, so its model calls add up under
-that session; runs labelled otherwise (``teaagent run``'s ``cli``) count toward the models, the
-days and the total only. The logs are read afresh on every call, bounded per line.
+A run of the agent service is labelled with its session's id, so its model calls (and its time,
+from its log's ``run_start`` to its ``run_end``) add up under that session; runs labelled
+otherwise (``teaagent run``'s ``cli``) count toward the models, the days and the total only. The
+logs are read afresh on every call, bounded per line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from teaagent.cost_tracker import MAX_RECORD_BYTES, MODEL_CALL, RUN_LOG_SUFFIX, RUN_START, RUNS_DIR
+from teaagent.cost_tracker import MAX_RECORD_BYTES, MODEL_CALL, RUN_END, RUN_LOG_SUFFIX, RUN_START, RUNS_DIR
 
 __all__ = ["Totals", "UsageScan", "scan_usage"]
 
@@ -30,6 +31,7 @@ class Totals:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_cents: float = 0.0
+    seconds: float = 0.0  # the finished runs' time, start to end
     first: datetime | None = None
     last: datetime | None = None
     models: set[str] = field(default_factory=set)
@@ -105,6 +107,8 @@ def scan_usage(workspace: Path, sessions: set[str]) -> UsageScan:
     except OSError:
         return scan
     labels: dict[str, str] = {}
+    started: dict[str, datetime] = {}
+    ended: dict[str, datetime] = {}
     calls: list[tuple[str, dict[str, Any], datetime]] = []
     for name in names:
         if not name.endswith(RUN_LOG_SUFFIX) or name.startswith("."):
@@ -119,6 +123,13 @@ def scan_usage(workspace: Path, sessions: set[str]) -> UsageScan:
             kind = record.get("type")
             if kind == RUN_START and isinstance(record.get("label"), str):
                 labels.setdefault(record["run_id"], record["label"])
+                at = _parse_time(record.get("at"))
+                if at is not None:
+                    started.setdefault(record["run_id"], at)
+            elif kind == RUN_END:
+                at = _parse_time(record.get("at"))
+                if at is not None:
+                    ended.setdefault(record["run_id"], at)
             elif kind == MODEL_CALL:
                 at = _parse_time(record.get("at"))
                 if (
@@ -136,4 +147,8 @@ def scan_usage(workspace: Path, sessions: set[str]) -> UsageScan:
         label = labels.get(run_id, "")
         if label in sessions:
             scan.by_session.setdefault(label, Totals()).add(record, at)
+    for run_id, label in labels.items():
+        if label in sessions and run_id in started and run_id in ended:
+            seconds = (ended[run_id] - started[run_id]).total_seconds()
+            scan.by_session.setdefault(label, Totals()).seconds += max(0.0, seconds)
     return scan

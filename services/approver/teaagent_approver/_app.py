@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 
 import teaagent
+from teaagent._reload import TrustReloader, trust_reloader
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
@@ -71,7 +72,13 @@ def _notifier(config: NodeConfig) -> Any:
 
 
 def _lifespan(
-    settings: Settings, config: NodeConfig, signer: Signer, token: str, metrics: ApproverMetrics, prefix: str
+    settings: Settings,
+    config: NodeConfig,
+    signer: Signer,
+    token: str,
+    metrics: ApproverMetrics,
+    prefix: str,
+    trust: TrustReloader,
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,6 +111,7 @@ def _lifespan(
                 settings=settings,
                 signer=signer,
                 notifier=notifies,
+                trust=trust,
             )
             task = (
                 asyncio.create_task(engine.run(), name="teaagent-approver-engine")
@@ -162,17 +170,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     except ValueError as exc:
         raise ConfigError(f"TEAAGENT_APPROVER_REDIS_PREFIX is not usable: {exc}.") from exc
     metrics = ApproverMetrics()
+    trust = trust_reloader(
+        config, f"the approver of {config.agent_id}", metrics.trust_reloads, metrics.trust_generation
+    )
     app = FastAPI(
         title="teaagent approver",
         version=teaagent.__version__,
         description=DESCRIPTION,
-        lifespan=_lifespan(settings, config, signer, token, metrics, prefix),
+        lifespan=_lifespan(settings, config, signer, token, metrics, prefix, trust),
     )
     app.state.settings = settings
     app.state.config = config
     app.state.metrics = metrics
     app.state.token = token
     app.state.engine = None
+    # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
+    app.state.trust = trust
     app.state.stopping = asyncio.Event()  # set by serve_app on SIGTERM: long-polls answer at once
     install_error_handlers(app)
     app.include_router(requests_router)

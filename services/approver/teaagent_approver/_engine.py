@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -44,7 +45,9 @@ from typing import Any, Final, Protocol
 
 import redis.exceptions
 
-from teaagent.config import NodeConfig
+from teaagent._reload import Trust, TrustReloader
+from teaagent._words import moment
+from teaagent.config import ConfigError, NodeConfig, load_config
 from teaagent.errors import QuorumError, RelayError, SignatureError, StoreError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
@@ -62,7 +65,7 @@ from teaagent.quorum import (
     wire_signature,
 )
 from teaagent.relay_client import AsyncRelayClient, InboxItem
-from teaagent.signing import Signer, fingerprint, sshsig_sign
+from teaagent.signing import Signer, fingerprint, parse_sshsig, sshsig_sign
 from teaagent.store import Store
 from teaagent.trust import SignerKey
 from teaagent_approver._audit import AuditWriteError, DecisionAudit
@@ -167,8 +170,14 @@ class Engine:
         settings: Settings,
         signer: Signer,
         notifier: Notifies | None = None,
+        trust: TrustReloader | None = None,
     ) -> None:
-        self.node = node
+        # What requests and decisions verify with, swapped whole by a reload (teaagent._reload);
+        # every check below reads it once and runs without an await, so it sees one snapshot.
+        self.reloader = (
+            trust if trust is not None else TrustReloader(node, what=f"the approver of {node.agent_id}")
+        )
+        self.reloader.subscribe(self._forget_verified)
         self.store = store
         self.relay = relay
         self.poster = poster  # the hot path's own client; the relay client when None
@@ -181,12 +190,7 @@ class Engine:
         self.ledger = Ledger(store)
         self.instance = secrets.token_hex(8)  # this process's name in the records it writes
         self.fingerprint = fingerprint(signer)
-        self.own_keys = node.own_keys()
         self.allow_dev = node.quorum.allow_dev_signatures
-        # Every key of each peer, with its allowed_signers limits (PROTOCOL.md "Keys of the origin").
-        self._origin_keys: dict[str, tuple[SignerKey, ...]] = {
-            name: peer.keys for name, peer in node.peers.items()
-        }
         self._verified: dict[str, VerifiedRequest] = {}  # origin signature -> the request it verified
         self._own_verified: set[tuple[str, bytes]] = set()  # this node's decisions that verified
         # (request signature, canonical evidence) -> what it proved, or why it did not verify
@@ -199,6 +203,22 @@ class Engine:
         self._tasks: set[asyncio.Task[Any]] = set()
         # Why the engine's last finished round failed, None once one succeeds (for /ready).
         self.last_round_error: str | None = None
+
+    @property
+    def node(self) -> NodeConfig:
+        """The node configuration, its trust as of the last reload."""
+        return self.reloader.trust.config
+
+    @property
+    def own_keys(self) -> tuple[SignerKey, ...]:
+        """The keys that may sign for this node now: its node key, then its operators' keys."""
+        return self.reloader.trust.own_keys
+
+    def _forget_verified(self, _trust: Trust) -> None:
+        """Drop what verified under the old trust: a peer or a key removed counts for nothing now."""
+        self._verified.clear()
+        self._own_verified.clear()
+        self._settlements.clear()
 
     # -- what may be shown, matched and signed -------------------------------------------------
 
@@ -258,11 +278,12 @@ class Engine:
         if seen not in self._settlements:
             found: Settlement | str
             try:
+                trust = self.reloader.trust
                 found = verify_settlement(
                     request.document(),
                     item.settlement,
-                    self.node.quorum,
-                    self._origin_keys.get(request.origin, ()),
+                    trust.config.quorum,
+                    trust.peer_keys.get(request.origin, ()),
                     now=time.time(),
                 )
             except QuorumError as exc:
@@ -285,7 +306,7 @@ class Engine:
 
     def _verify(self, item: InboxItem) -> VerifiedRequest:
         origin = item.request.get("origin")
-        keys = self._origin_keys.get(origin) if isinstance(origin, str) else None
+        keys = self.reloader.trust.peer_keys.get(origin) if isinstance(origin, str) else None
         try:
             if keys is None:
                 raise QuorumError(
@@ -372,7 +393,8 @@ class Engine:
             raise ApiError(
                 409,
                 "expired",
-                f"Request {request.request_id} expired at {request.expires_at}; this node signs nothing for "
+                f"Request {request.request_id} expired at {moment(request.expires_at, now)}; this node signs "
+                "nothing for "
                 "it any more.",
             )
 
@@ -428,26 +450,27 @@ class Engine:
         if mismatch is not None:
             raise ApiError(422, "invalid", sentence(mismatch))
         request = item.request
+        now = time.time()
         if signed_at > request.expires_at:
             raise ApiError(
                 422,
                 "invalid",
-                f"The statement was signed at {signed_at}, after the request expired at "
-                f"{request.expires_at}.",
+                f"The statement was signed at {moment(signed_at, now)}, after the request expired at "
+                f"{moment(request.expires_at, now)}.",
             )
         if signed_at < request.created_at - MAX_CLOCK_SKEW_SECONDS:  # rule 4: nobody signs before it exists
             raise ApiError(
                 422,
                 "invalid",
-                f"The statement is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
-                f"the request was created at {request.created_at}.",
+                f"The statement is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                f"seconds before the request was created at {moment(request.created_at, now)}.",
             )
-        if signed_at > time.time() + MAX_CLOCK_SKEW_SECONDS:
+        if signed_at > now + MAX_CLOCK_SKEW_SECONDS:
             raise ApiError(
                 422,
                 "invalid",
-                f"The statement is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-                "in the future.",
+                f"The statement is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                "seconds in the future.",
             )
         try:
             wire = wire_signature(signature)
@@ -458,6 +481,9 @@ class Engine:
         try:
             key = verify_decision(rebuilt, wire, self.own_keys)
         except SignatureError as exc:
+            not_loaded = self._not_loaded_yet(wire)
+            if not_loaded is not None:
+                raise ApiError(403, "forbidden", sentence(f"the {kind} {not_loaded}")) from exc
             raise ApiError(
                 403,
                 "forbidden",
@@ -472,6 +498,33 @@ class Engine:
             statement=rebuilt,
             signature=wire,
             key_fingerprint=key.fingerprint,
+        )
+
+    def _not_loaded_yet(self, wire: str) -> str | None:
+        """Why a decision signed by a key this process does not know is refused, as a clause; else None.
+
+        Read only when a decision did not verify: an operator key added to the files while the
+        approver ran (and no reload since) is told apart from a key that is listed nowhere (the
+        command that lists it is named). None for a loaded key (a bad signature, a namespace or
+        a date it may not sign in) and when the files do not load now: the plain refusal says it.
+        """
+        try:
+            signed_by = parse_sshsig(wire).public_key().identity
+            listed = load_config(self.node.path).own_keys()
+        except (ConfigError, SignatureError, OSError):
+            return None  # the files do not load now either: the plain refusal says enough
+        if any(key.key.identity == signed_by for key in self.own_keys):
+            return None  # a loaded key whose signature is wrong, or out of its namespaces or dates
+        for key in listed:
+            if key.key.identity == signed_by:
+                return (
+                    f"was signed by {key.key.fingerprint}, which {key.source.split(':')[0]} lists for "
+                    f"{self.agent_id} but this approver has not loaded yet: reload it "
+                    f"(kill -HUP {os.getpid()}, or restart it) and submit the decision again"
+                )
+        return (
+            f"was signed by {fingerprint(parse_sshsig(wire).public_key())}, which is not a key of "
+            f"{self.agent_id}: list it first (teaagent operators add KEY.pub --config {self.node.path})"
         )
 
     @contextlib.asynccontextmanager
@@ -538,8 +591,8 @@ class Engine:
                 raise ApiError(
                     409,
                     "expired",
-                    f"Request {item.request.request_id} expired at {item.request.expires_at}; this node "
-                    "signs nothing for it any more.",
+                    f"Request {item.request.request_id} expired at {moment(item.request.expires_at)}; "
+                    "this node signs nothing for it any more.",
                 )
             made = self._sign(item, record)
             signature = await self.ledger.attach(

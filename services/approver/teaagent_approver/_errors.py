@@ -18,6 +18,7 @@ code                    status  meaning
 ``changed``             409     the request under this id is not the one the operator confirmed
                                 (another tool or payload digest): nothing is signed
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
+``reload_failed``       422     ``POST /v1/reload``: the files do not load; the old trust is kept
 ``unavailable``         503     the relay or Redis is down (or the service is starting)
 ``internal``            500     a bug; the message says no more than that
 ======================  ======  ===============================================================

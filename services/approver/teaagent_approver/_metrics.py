@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["LATENCY_BUCKETS", "ApproverMetrics"]
 
@@ -107,6 +107,20 @@ class ApproverMetrics:
             ["kind"],
             registry=self.registry,
         )
+
+        self.trust_reloads = Counter(
+            "teaagent_approver_trust_reloads",
+            "Reloads of the trust (SIGHUP, POST /v1/reload): reloaded (it changed), unchanged, or failed "
+            "(the file did not load; the old trust is kept).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.trust_generation = Gauge(
+            "teaagent_approver_trust_generation",
+            "The trust in use: 1 at start, one more per reload that changed it.",
+            registry=self.registry,
+        )
+        self.trust_generation.set(1)
 
     def render(self) -> bytes:
         """Return the metrics in the Prometheus text format."""

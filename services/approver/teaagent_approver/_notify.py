@@ -52,6 +52,7 @@ from urllib.parse import urlsplit
 import httpx
 
 import teaagent
+from teaagent._words import moment
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -374,10 +375,10 @@ class Notifier:
         if time.time() > request.expires_at:
             self._stats.dropped_expired += 1
             logger.info(
-                "Request %s from %s expired at %d before it could be notified.",
+                "Request %s from %s expired at %s before it could be notified.",
                 request.request_id,
                 request.origin,
-                request.expires_at,
+                moment(request.expires_at),
             )
             return
         if len(self._pending) >= self._max_pending:
@@ -534,13 +535,13 @@ class Notifier:
         self._stats.dropped_expired += 1
         logger.warning(
             "The notification of request %s from %s is dropped after %d attempts without a 2xx from %s: "
-            "%s (expires_at %d).",
+            "%s (the request's expiry: %s).",
             entry.request.request_id,
             entry.request.origin,
             entry.attempts,
             self.where,
             why,
-            entry.request.expires_at,
+            moment(entry.request.expires_at),
         )
 
     async def _post(self, body: bytes) -> _Outcome:

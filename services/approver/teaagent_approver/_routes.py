@@ -39,6 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 import teaagent
 from teaagent._bounded_route import bounded_json_route
 from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
+from teaagent._reload import ReloadOut, TrustReloader
 from teaagent.errors import RelayError, StoreError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
@@ -411,6 +412,25 @@ async def submit_decision(
 
 
 operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
+
+
+@operations_router.post(
+    "/v1/reload",
+    response_model=ReloadOut,
+    responses=_errors(401, 422),
+    summary="Read the peers, the operators and the allowed_signers files again (as SIGHUP does)",
+)
+async def reload_trust(_auth: Authorized, request: Request) -> Any:
+    """Read node.toml's ``[peers]`` and ``[quorum]``, ``[approver] operators`` and every
+    ``allowed_signers`` file again, and verify and sign with them from now on. 422
+    ``reload_failed`` when they do not load: the approver keeps the trust it had (and counts the
+    failure in ``teaagent_approver_trust_reloads``). Other settings (its rules among them) apply
+    at a restart (``restart`` names them)."""
+    reloader: TrustReloader = request.app.state.trust
+    outcome = await reloader.reload("POST /v1/reload")
+    if outcome.problem is not None:
+        raise ApiError(422, "reload_failed", f"The approver kept its trust: {outcome.problem}")
+    return ReloadOut(**{k: v for k, v in outcome.to_dict().items() if k != "problem"})
 
 
 @operations_router.get(

@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 import teaagent
+from teaagent._reload import TrustReloader, trust_reloader
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError
@@ -50,14 +51,19 @@ async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) ->
 
 
 def _lifespan(
-    settings: Settings, config: NodeConfig, metrics: RelayMetrics, prefix: str
+    settings: Settings, config: NodeConfig, metrics: RelayMetrics, prefix: str, trust: TrustReloader
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             store = await _open_store(stack, config, prefix)
             relay = Relay(
-                config=config, store=store, settings=settings, metrics=metrics, stopping=app.state.stopping
+                config=config,
+                store=store,
+                settings=settings,
+                metrics=metrics,
+                stopping=app.state.stopping,
+                trust=trust,
             )
             task: asyncio.Task[None] | None = None
             if settings.deliver:
@@ -111,11 +117,14 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     except ValueError as exc:
         raise ConfigError(f"TEAAGENT_RELAY_REDIS_PREFIX is not usable: {exc}.") from exc
     metrics = RelayMetrics()
+    trust = trust_reloader(
+        config, f"the relay of {config.agent_id}", metrics.trust_reloads, metrics.trust_generation
+    )
     app = RelayApp(
         title="teaagent relay",
         version=teaagent.__version__,
         description=DESCRIPTION,
-        lifespan=_lifespan(settings, config, metrics, prefix),
+        lifespan=_lifespan(settings, config, metrics, prefix, trust),
         # The relay's own metrics count and time every call (/metrics); FastAPI's OpenTelemetry
         # hooks stay off rather than look for a provider on every call.
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -124,6 +133,8 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     app.state.config = config
     app.state.metrics = metrics
     app.state.relay = None
+    # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
+    app.state.trust = trust
     # Set by `teaagent relay serve` (teaagent.cli._serve) when a stop signal comes: long-polls answer.
     app.state.stopping = asyncio.Event()
     install_error_handlers(app)

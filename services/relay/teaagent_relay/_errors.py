@@ -14,6 +14,7 @@ code                    status  meaning
 ``conflict``            409     another document holds that id, or the signer decided otherwise
 ``already_decided``     409     a withdrawal of a request approved, denied or expired first
 ``withdrawn``           409     a decision on a request its origin withdrew
+``reload_failed``       422     ``POST /v1/reload``: the files do not load; the old trust is kept
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES``
 ``rate_limited``        429     the origin's window is full; ``Retry-After`` says when to retry
 ``origin_full``         429     the origin already holds its cap of pending requests in this inbox

@@ -103,6 +103,20 @@ class RelayMetrics:
             registry=self.registry,
         )
 
+        self.trust_reloads = Counter(
+            "teaagent_relay_trust_reloads",
+            "Reloads of the trust (SIGHUP, POST /v1/reload): reloaded (it changed), unchanged, or failed "
+            "(the file did not load; the old trust is kept).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.trust_generation = Gauge(
+            "teaagent_relay_trust_generation",
+            "The trust in use: 1 at start, one more per reload that changed it.",
+            registry=self.registry,
+        )
+        self.trust_generation.set(1)
+
     def render(self) -> bytes:
         """Return the metrics in the Prometheus text format."""
         return generate_latest(self.registry)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
+from teaagent._words import moment
 from teaagent.errors import SignatureError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
@@ -166,20 +167,22 @@ def check_statement(
         raise ApiError(
             422,
             "invalid",
-            f"The statement was signed at {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds before "
-            f"the request was created at {created_at}.",
+            f"The statement was signed at {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+            f"seconds before the request was created at {moment(created_at, now)}.",
         )
     if signed_at > expires_at:
         raise ApiError(
             422,
             "invalid",
-            f"The statement was signed at {signed_at}, after the request expired at {expires_at}.",
+            f"The statement was signed at {moment(signed_at, now)}, after the request expired at "
+            f"{moment(expires_at, now)}.",
         )
     if signed_at > now + MAX_CLOCK_SKEW_SECONDS:
         raise ApiError(
             422,
             "invalid",
-            f"The statement is dated {signed_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds in the future.",
+            f"The statement is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
+            "in the future.",
         )
     return kind, signer, rebuilt
 

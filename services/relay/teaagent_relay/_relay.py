@@ -35,6 +35,8 @@ from typing import Any, Final
 
 from teaagent._batch import Coalescer
 from teaagent._canonical import canonical
+from teaagent._reload import Trust, TrustReloader
+from teaagent._words import moment
 from teaagent.config import NodeConfig
 from teaagent.errors import (
     QuorumError,
@@ -180,8 +182,14 @@ class Relay:
         settings: Settings,
         metrics: RelayMetrics,
         stopping: asyncio.Event | None = None,
+        trust: TrustReloader | None = None,
     ) -> None:
-        self.config = config
+        # What peers and keys verify with: one snapshot per call (``trust = self.trust``), swapped
+        # whole by a reload (SIGHUP, POST /v1/reload; teaagent._reload).
+        self.reloader = (
+            trust if trust is not None else TrustReloader(config, what=f"the relay of {config.agent_id}")
+        )
+        self.reloader.subscribe(lambda _trust: self._known.clear())  # counted peers follow the trust
         # Set when the service stops: every long-poll answers at once with the state as it is.
         self.stopping = stopping if stopping is not None else asyncio.Event()
         self.store = store
@@ -219,17 +227,24 @@ class Relay:
         self._enqueues: Coalescer[tuple[str, str, bytes, int], str] = Coalescer(
             self._enqueue_deliveries, "teaagent-relay-enqueues", wrap=store_error
         )
-        # Parsed once: a key line costs more to parse than one Ed25519 verification.
-        self._peer_keys = {name: peer.keys for name, peer in config.peers.items()}
-        # Who may sign this node's own decisions: its node key and its operators' keys.
-        self.own_keys = config.own_keys()
+
+    @property
+    def trust(self) -> Trust:
+        """The trust in use now (peers, their keys, this node's keys): read once per call, then kept."""
+        return self.reloader.trust
+
+    @property
+    def config(self) -> NodeConfig:
+        """The node configuration, its trust as of the last reload."""
+        return self.reloader.trust.config
 
     # -- own requests ----------------------------------------------------------------------------
 
-    def _counting(self, request: dict[str, Any]) -> tuple[tuple[str, ...], int]:
+    def _counting(self, request: dict[str, Any], trust: Trust | None = None) -> tuple[tuple[str, ...], int]:
         """Who counts for a request here and how many must approve (as ``evaluate`` counts it)."""
-        peers = tuple(p for p in request["peers"] if p in self.config.peers and p != request["origin"])
-        required = max(request["required_approvals"], self.config.quorum.required_approvals, 1)
+        config = (trust or self.trust).config
+        peers = tuple(p for p in request["peers"] if p in config.peers and p != request["origin"])
+        required = max(request["required_approvals"], config.quorum.required_approvals, 1)
         return peers, required
 
     def _remember(self, known: KnownRequest) -> KnownRequest:
@@ -433,12 +448,14 @@ class Relay:
         """
         known = await self.known_request(request_id)
         request = known.request
+        trust = self.trust  # from here to the verification, no await: one snapshot
+        counted, _required = self._counting(request, trust)
         clock = time.time() if now is None else now
         # The script counts whole seconds. Rounded up, ``at > expires_at`` (an integer) holds exactly
         # when ``clock > expires_at`` does: rounded down, a decision half a second late would count.
         at = math.ceil(clock)
         try:
-            kind, signer, rebuilt = check_statement(request, statement, configured=known.peers, now=clock)
+            kind, signer, rebuilt = check_statement(request, statement, configured=counted, now=clock)
         except ApiError:
             self.metrics.decisions.labels("peer", "rejected").inc()
             raise
@@ -453,9 +470,9 @@ class Relay:
                 kind,
                 rebuilt,
                 signature,
-                self._peer_keys[signer],
+                trust.peer_keys[signer],
                 allow_dev=self.allow_dev,
-                whose=_configured(self._peer_keys[signer], signer),
+                whose=_configured(trust.peer_keys[signer], signer),
             )
         except ApiError:
             self.metrics.decisions.labels("peer", "rejected").inc()
@@ -548,8 +565,8 @@ class Relay:
             raise ApiError(
                 422,
                 "invalid",
-                f"The withdrawal is dated {withdrawn_at}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-                "in the future.",
+                f"The withdrawal is dated {moment(withdrawn_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
+                "seconds in the future.",
             )
         if not isinstance(signature, str) or signature.startswith(DEV_SIGNATURE_PREFIX):
             # A development signature stands for a signer's vote in experiments, never for an origin.
@@ -651,7 +668,8 @@ class Relay:
         origin = statement.get("origin")
         if not isinstance(origin, str):
             raise ApiError(422, "invalid", "The withdrawal's origin is not a string.")
-        if origin not in self.config.peers:
+        trust = self.trust  # one snapshot for the check and the verification, across the read below
+        if origin not in trust.peer_keys:
             raise ApiError(403, "forbidden", sentence(f"{origin!r} is not a configured peer of this node"))
         if statement.get("request_id") != request_id:
             raise ApiError(422, "invalid", "The withdrawal's request_id is not the request in the path.")
@@ -661,7 +679,7 @@ class Relay:
                 404, "not_found", f"No request {request_id} from {origin} is in this node's inbox."
             )
         request, _signature = _envelope(stored.document)
-        origin_keys = self._peer_keys[origin]  # every key of the origin, each with its limits
+        origin_keys = trust.peer_keys[origin]  # every key of the origin, each with its limits
         data = self._verified_withdrawal(
             request,
             statement,
@@ -704,7 +722,8 @@ class Relay:
         origin = body.get("origin")
         if not isinstance(origin, str):
             raise ApiError(422, "invalid", "The settlement's origin is not a string.")
-        if origin not in self.config.peers:
+        trust = self.trust  # one snapshot for the check and the verification, across the read below
+        if origin not in trust.peer_keys:
             raise ApiError(403, "forbidden", sentence(f"{origin!r} is not a configured peer of this node"))
         stored = await self.store.inbox.get(origin, request_id)
         if stored is None:
@@ -715,7 +734,7 @@ class Relay:
         evidence = {name: value for name, value in body.items() if name != "origin"}
         try:
             settled = verify_settlement(
-                request, evidence, self.config.quorum, self._peer_keys[origin], now=time.time()
+                request, evidence, trust.config.quorum, trust.peer_keys[origin], now=time.time()
             )
         except QuorumError as exc:
             self.metrics.decisions.labels("settlement", "rejected").inc()
@@ -756,7 +775,8 @@ class Relay:
             StoreError: Redis failed.
         """
         origin = request.get("origin")
-        if isinstance(origin, str) and origin not in self.config.peers:
+        trust = self.trust  # one snapshot for the check and the verification
+        if isinstance(origin, str) and origin not in trust.peer_keys:
             raise ApiError(403, "forbidden", sentence(f"{origin!r} is not a configured peer of this node"))
         problem = request_problem(request)
         if problem is not None:
@@ -769,7 +789,7 @@ class Relay:
             raise ApiError(
                 422,
                 "invalid",
-                f"Request {request_id} was created at {request['created_at']}, more than "
+                f"Request {request_id} was created at {moment(request['created_at'], now)}, more than "
                 f"{MAX_CLOCK_SKEW_SECONDS} seconds ahead of this node's clock.",
             )
         if now > request["expires_at"]:
@@ -780,7 +800,8 @@ class Relay:
             raise ApiError(
                 422,
                 "expired",
-                f"Request {request_id} expired at {request['expires_at']}; this node no longer accepts it.",
+                f"Request {request_id} expired at {moment(request['expires_at'], now)}; this node no longer "
+                "accepts it.",
             )
         if self.agent_id not in request["peers"]:
             raise ApiError(
@@ -788,7 +809,7 @@ class Relay:
                 "forbidden",
                 f"This node ({self.agent_id}) is not among the peers of request {request_id}.",
             )
-        origin_keys = self._peer_keys[origin]  # every key of the origin, each with its limits
+        origin_keys = trust.peer_keys[origin]  # every key of the origin, each with its limits
         wire = check_request_signature(
             request,
             signature,
@@ -1091,15 +1112,16 @@ class Relay:
                 sentence(f"the statement is signed as {signer!r}, not as this node ({self.agent_id})"),
             )
         now = time.time()
+        own_keys = self.trust.own_keys
         try:
             kind, signer, rebuilt = check_statement(request, statement, configured=(self.agent_id,), now=now)
             wire = verify_decision(
                 kind,
                 rebuilt,
                 signature,
-                self.own_keys,
+                own_keys,
                 allow_dev=self.allow_dev,
-                whose="this node's own key" if len(self.own_keys) == 1 else "this node's keys",
+                whose="this node's own key" if len(own_keys) == 1 else "this node's keys",
             )
         except ApiError:
             self.metrics.decisions.labels("own", "rejected").inc()
@@ -1108,7 +1130,8 @@ class Relay:
             raise ApiError(
                 409,
                 "conflict",
-                f"Request {request_id} expired at {request['expires_at']}; a decision can no longer count.",
+                f"Request {request_id} expired at {moment(request['expires_at'], now)}; a decision can no "
+                "longer count.",
             )
         data = decision_bytes(rebuilt, wire)
         # Recorded first, queued only once it is this node's decision: a contrary one never leaves.

@@ -18,6 +18,7 @@ import teaagent
 from teaagent._bounded_route import bounded_json_route
 from teaagent._json import JSONDepthError, check_json_depth
 from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
+from teaagent._reload import ReloadOut, TrustReloader
 from teaagent.errors import StoreError
 from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
 from teaagent_relay._models import (
@@ -518,6 +519,24 @@ async def ready(relay: RelayDep, request: Request) -> Response:
         return Dependency("failing", f"the delivery worker stopped ({error or 'cancelled'})")
 
     return await readiness("relay", {"store": check(store), "worker": worker()})
+
+
+@operations_router.post(
+    "/v1/reload",
+    response_model=ReloadOut,
+    responses=_errors(401, 422),
+    summary="Read the peers, the operators and the allowed_signers files again (as SIGHUP does)",
+)
+async def reload_trust(_auth: Authorized, request: Request) -> Any:
+    """Read node.toml's ``[peers]`` and ``[quorum]``, ``[approver] operators`` and every
+    ``allowed_signers`` file again, and verify with them from now on. 422 ``reload_failed`` when
+    they do not load: the relay keeps the trust it had (and counts the failure in
+    ``teaagent_relay_trust_reloads``). Other settings apply at a restart (``restart`` names them)."""
+    reloader: TrustReloader = request.app.state.trust
+    outcome = await reloader.reload("POST /v1/reload")
+    if outcome.problem is not None:
+        raise ApiError(422, "reload_failed", f"The relay kept its trust: {outcome.problem}")
+    return ReloadOut(**{k: v for k, v in outcome.to_dict().items() if k != "problem"})
 
 
 @operations_router.get(

@@ -1,0 +1,146 @@
+"""``teaagent --help`` as a newcomer reads it: sections, whole descriptions, an example everywhere."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer.core
+
+from teaagent.cli._main import SECTIONS, command, run
+
+
+def commands() -> Iterator[list[str]]:
+    """The path of every command and group under the root, walked from the command itself."""
+
+    def walk(node: object, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        if isinstance(node, typer.core.TyperGroup):
+            for name, sub in node.commands.items():
+                yield from walk(sub, [*path, name])
+
+    yield from walk(command(), [])
+
+
+ALL = list(commands())
+
+
+def helped(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert run([*argv, "--help"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return captured.out
+
+
+def test_the_walk_reaches_every_command() -> None:
+    names = {" ".join(path) for path in ALL}
+    assert {"", "demo", "approvals approve", "mcp gateway", "agent serve", "tui", "tools call"} <= names
+    assert len(names) > 30
+
+
+def test_the_root_lists_its_commands_in_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    text = helped(capsys)
+    assert "\nCommands:" not in text  # every command has its section
+    assert "\nOther:" not in text
+    for title, names in SECTIONS.items():
+        body = text.split(f"\n{title}:\n", 1)[1].split("\n\n", 1)[0]
+        listed = re.findall(r"^  (\S+)  ", body, flags=re.MULTILINE)
+        assert listed == list(names), title
+    assert {"Cluster", "Approving", "Agent", "Services", "Offline checks"} <= {
+        title.split(" (")[0] for title in SECTIONS
+    }
+
+
+@pytest.mark.parametrize("path", [path for path in ALL if len(path) < 2], ids=lambda p: " ".join(p) or "root")
+def test_a_listing_shows_each_description_whole(capsys: pytest.CaptureFixture[str], path: list[str]) -> None:
+    text = helped(capsys, *path)
+    listing = text.split("\n", 1)[1]  # below the usage line and its [ARGS]...
+    assert "..." not in listing.replace("SHA256:...", "")
+    flat = " ".join(text.split())
+    if not path:  # one description longer than 60 characters, on two lines and whole
+        assert (
+            "Show teaagent at work: four nodes, relays and approvers, rules and an operator, "
+            "2 of 3 signatures." in flat
+        )
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: " ".join(p) or "root")
+def test_every_help_ends_with_an_example_and_shows_no_markup(
+    capsys: pytest.CaptureFixture[str], path: list[str]
+) -> None:
+    text = helped(capsys, *path)
+    assert "``" not in text
+    examples = text.split("\n  Examples:\n\n", 1)[1]
+    lines = [line.strip() for line in examples.splitlines() if line.strip()]
+    assert lines
+    assert all(line.startswith(("teaagent ", "ssh-keygen ")) for line in lines)
+    if path:  # a command's example runs that command
+        assert any(line.startswith("teaagent " + " ".join(path)) for line in lines)
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert run(["--version"]) == 0
+    assert capsys.readouterr().out == f"teaagent {version('teaagent')}\n"
+    assert "--version" in helped(capsys)
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_commands() -> set[str]:
+    """The commands the README's command list names: ``teaagent approvals list|show`` names two."""
+    text = README.read_text()
+    block = text.split("\n## Command line\n", 1)[1].split("\n```\n", 1)[1].split("\n```", 1)[0]
+    found: set[str] = set()
+    for line in block.splitlines():
+        words = line.split()[1:3]
+        paths = [""]
+        for word in words:
+            if not re.fullmatch(r"[a-z|]+", word):
+                break
+            paths = [f"{path} {choice}".strip() for path in paths for choice in word.split("|")]
+            found.update(paths)  # `teaagent bench core|signing` names `bench` (its argument follows)
+    return found
+
+
+def test_the_readme_command_list_names_every_command() -> None:
+    leaves = {
+        " ".join(path)
+        for path in ALL
+        if path and not any(other[: len(path)] == path and other != path for other in ALL)
+    }
+    assert "mcp gateway" in leaves
+    assert leaves - readme_commands() == set()
+
+
+def test_the_readme_lists_every_route_of_the_agent_http_api() -> None:
+    from fastapi.routing import APIRoute
+
+    from teaagent_agent import _routes
+
+    routers = [value for value in vars(_routes).values() if type(value).__name__ == "APIRouter"]
+    served = {
+        (method, route.path)
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.include_in_schema
+        for method in route.methods
+    }
+    text = README.read_text().split("\n### The agent HTTP API\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| ([A-Z]+) \| `([^`]+)` \|", text, flags=re.MULTILINE))
+    assert len(served) > 30
+    assert listed == served
+
+
+@pytest.mark.parametrize("path", [["approvals"], ["mcp"], []], ids=lambda p: " ".join(p) or "root")
+def test_a_group_without_a_command_shows_its_own_help(
+    capsys: pytest.CaptureFixture[str], path: list[str]
+) -> None:
+    assert run(path) == 2
+    text = capsys.readouterr().out
+    assert text.startswith(f"Usage: teaagent {' '.join([*path, ''])}[OPTIONS] COMMAND [ARGS]...\n")
+    assert "Examples:" in text
