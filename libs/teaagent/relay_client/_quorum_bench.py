@@ -71,6 +71,7 @@ import dataclasses
 import json
 import os
 import secrets
+import socket
 import statistics
 import subprocess
 import sys
@@ -120,6 +121,7 @@ PEERS: Final = PEER_NAMES[:2]  # the default cluster: 2 of 3
 NODES: Final = ("alpha", *PEERS)
 FLOOR_CLIENT_HOPS: Final = 2  # the origin's own: its submission and its outcome
 HTTP_VARIANTS: Final = ("httpx",)  # run again through each, beside the services' aiohttp
+IDLE_SECONDS: Final = 2.0  # the cluster left idle once, its services' own CPU measured
 PRIMITIVE_SAMPLES: Final = 200  # each raw cost of the profile is the median of this many
 _SKIPPED_ROUTES: Final = frozenset({"/metrics", "/health"})
 _LONG_POLLS: Final = frozenset({"/v1/requests/{request_id}/outcome", "/v1/inbox"})
@@ -191,6 +193,18 @@ def _write_key(folder: Path, name: str, key: Ed25519PrivateKey) -> None:
     path.chmod(0o600)
 
 
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: each socket held until all are bound (one closed at once may
+    be handed out again)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)
+        ]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
 def _write_nodes(
     folder: Path,
     redis_url: str,
@@ -198,7 +212,8 @@ def _write_nodes(
     raw: Mapping[str, Any],
     size: _Size = DEFAULT_SIZE,
 ) -> dict[str, _Node]:
-    ports = {name: (_free_port(), _free_port()) for name in size.names}
+    free = iter(_free_ports(2 * len(size.names)))
+    ports = {name: (next(free), next(free)) for name in size.names}
     nodes: dict[str, _Node] = {}
     for name in size.names:
         home = folder / name
@@ -308,6 +323,7 @@ class _Counters:
     writes: float
     reads: float
     cpu: dict[str, float]  # per process label: CPU seconds
+    idle_cpu_per_s: float = 0.0  # all services' CPU seconds per second with no quorum running
 
     def minus(self, other: _Counters) -> _Counters:
         return _Counters(
@@ -844,6 +860,13 @@ def _real_path(
     runs: dict[int, _Run] = {}
     with _cluster(folder, nodes) as processes:
         asyncio.run(_ask(1, min(seconds, 0.5), nodes["alpha"], keys["alpha"], config))  # warm every path
+        # What the services spend with nothing to do (their polls and housekeeping), per second.
+        idle = {label: _process_cpu_seconds(process.pid) for label, process in processes.items()}
+        time.sleep(IDLE_SECONDS)
+        idle_per_s = (
+            sum(_process_cpu_seconds(process.pid) - idle[label] for label, process in processes.items())
+            / IDLE_SECONDS
+        )
         for concurrency in concurrencies:
             before = _counters(nodes, client, processes, before=True)
             runs[concurrency] = asyncio.run(_ask(concurrency, seconds, nodes["alpha"], keys["alpha"], config))
@@ -856,6 +879,7 @@ def _real_path(
                 writes=delta.writes / quorums,
                 reads=max(0.0, delta.reads) / quorums,  # see the module docstring
                 cpu={k: v / quorums for k, v in delta.cpu.items()},
+                idle_cpu_per_s=idle_per_s,
             )
     return runs, counted
 
@@ -943,6 +967,11 @@ def bench_quorum(
         figures[f"redis_writes_{suffix}"] = per.writes
         figures[f"redis_reads_{suffix}"] = per.reads
         figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
+        # The same less what the services spent idle meanwhile (their polls, per second of the run).
+        figures[f"cluster_busy_cpu_ms_per_quorum_{suffix}"] = (
+            sum(per.cpu.values()) - per.idle_cpu_per_s / max(run.throughput, 1e-9)
+        ) * 1000
+    figures["cluster_idle_cpu_ms_per_s"] = counted[concurrencies[0]].idle_cpu_per_s * 1000
     figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
     figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
     for name in [key for key in figures if key.startswith("http_") and key.endswith("_p50_ms_c1")]:
@@ -1013,7 +1042,10 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
     ``n<N>_cluster_cpu_ms_per_quorum_c64``, ``n<N>_p50_ms_c1``, ``n<N>_throughput_c64``. Beside
     them, how the cluster's CPU per approved call grows against the smallest size's, over the
     growth in peers (``n<N>_cpu_growth_over_peers``: at most 1 is at most linear in the number of
-    peers) and over the growth in nodes (``n<N>_cpu_growth_over_nodes``).
+    peers) and over the growth in nodes (``n<N>_cpu_growth_over_nodes``); the same of the CPU
+    less what the services spend idle (``busy_``: each service's polls and housekeeping, measured
+    with the cluster idle, ``n<N>_cluster_idle_cpu_ms_per_s``, cost more per quorum the fewer
+    quorums a second a larger cluster completes on the same cores).
 
     Raises:
         ValueError: ``seconds`` is not positive, or a size is not one of ``SIZES``.
@@ -1026,6 +1058,8 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
             "floor_throughput_ratio_c64",
             "cluster_cpu_ms_per_quorum_c64",
             "cluster_cpu_ms_per_quorum_c1",
+            "cluster_busy_cpu_ms_per_quorum_c64",
+            "cluster_idle_cpu_ms_per_s",
             "p50_ms_c1",
             "floor_p50_ms_c1",
             "throughput_c64",
@@ -1035,9 +1069,10 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
         ):
             figures[f"n{nodes}_{key}"] = measured[key]
     smallest = min(sizes)
-    base = figures[f"n{smallest}_cluster_cpu_ms_per_quorum_c64"]
-    for nodes in sizes:
-        growth = figures[f"n{nodes}_cluster_cpu_ms_per_quorum_c64"] / base
-        figures[f"n{nodes}_cpu_growth_over_peers"] = growth / ((nodes - 1) / (smallest - 1))
-        figures[f"n{nodes}_cpu_growth_over_nodes"] = growth / (nodes / smallest)
+    for kind in ("", "busy_"):
+        base = figures[f"n{smallest}_cluster_{kind}cpu_ms_per_quorum_c64"]
+        for nodes in sizes:
+            growth = figures[f"n{nodes}_cluster_{kind}cpu_ms_per_quorum_c64"] / base
+            figures[f"n{nodes}_{kind}cpu_growth_over_peers"] = growth / ((nodes - 1) / (smallest - 1))
+            figures[f"n{nodes}_{kind}cpu_growth_over_nodes"] = growth / (nodes / smallest)
     return figures
