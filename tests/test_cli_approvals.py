@@ -1252,7 +1252,13 @@ def test_watch_prints_new_requests_decides_them_and_outlives_restarts(
 
         process.stdin.write(f"a {first['request_id'][:10]}\n")
         process.stdin.flush()
-        lines.wait_for(lambda line: line.startswith(f"beta approved request {first['request_id']} of alpha"))
+        decided = lines.wait_for(
+            lambda line: line.startswith(f"beta approved request {first['request_id']} of alpha")
+        )
+        # The node key signed it: the line says so, not "operator".
+        assert decided.startswith(
+            f"beta approved request {first['request_id']} of alpha, signed with the node key SHA256:"
+        ), decided
 
         approver.kill()  # kill -9: the watch waits for it, says so once, and goes on when it is back
         lines.wait_for(
@@ -1280,7 +1286,9 @@ def test_watch_prints_new_requests_decides_them_and_outlives_restarts(
         process.stdin.flush()
         lines.wait_for(lambda line: line.startswith(f"beta denied request {second['request_id']} of alpha"))
         lines.wait_for(
-            lambda line: line.startswith(f"request {second['request_id']} of alpha: beta denied by")
+            lambda line: line.startswith(
+                f"request {second['request_id']} of alpha: beta denied with the node key"
+            )
         )
 
         process.stdin.write("q\n")

@@ -82,7 +82,7 @@ def test_peers_add_appends_the_peer_and_keeps_every_comment(
 
 
 def test_peers_add_reads_the_key_from_a_pub_file_and_turns_the_quorum_on(
-    node: Path, ssh_key_factory: Callable[..., SSHKey]
+    node: Path, ssh_key_factory: Callable[..., SSHKey], capsys: pytest.CaptureFixture[str]
 ) -> None:
     gamma = ssh_key_factory("gamma")
 
@@ -107,6 +107,8 @@ def test_peers_add_reads_the_key_from_a_pub_file_and_turns_the_quorum_on(
     assert config.quorum.required_approvals == 2
     assert config.quorum.high_risk_patterns == ["shell.*"]  # the user's own patterns stay
     assert "required_approvals = 2\n" in node.read_text()
+    # Said as approvals needed from peers, never "2 of 2", which reads as a count of approvals.
+    assert "; quorum on, 2 approvals from 2 peers." in capsys.readouterr().out
 
 
 def test_peers_add_keeps_the_file_mode(node: Path, ssh_key_factory: Callable[..., SSHKey]) -> None:

@@ -491,7 +491,7 @@ def test_every_field_of_every_answer_rewritten_runs_nothing_without_a_certificat
     [
         pytest.param(
             lambda asked: asked.certificate(),
-            UNVERIFIED + "0 of the 2 approvals required (counted: nobody).",
+            UNVERIFIED + "0 approvals of the 2 needed (counted: nobody).",
             id="no-approvals",
         ),
         pytest.param(lambda asked: None, None, id="no-certificate"),
@@ -559,7 +559,7 @@ def test_approvals_of_another_request_never_run(
     assert_refused(
         origin,
         result,
-        UNVERIFIED + f"0 of the 2 approvals required (counted: nobody; refused: beta: {mismatch}; "
+        UNVERIFIED + f"0 approvals of the 2 needed (counted: nobody; refused: beta: {mismatch}; "
         f"gamma: {mismatch}).",
     )
 
@@ -624,14 +624,14 @@ def test_one_signer_in_place_of_two_never_runs(
 
     result = origin.run(TOUCH)
 
-    assert_refused(origin, result, UNVERIFIED + "1 of the 2 approvals required (counted: beta).")
+    assert_refused(origin, result, UNVERIFIED + "1 approval of the 2 needed (counted: beta).")
 
 
 # -- 5. an approval by a key that is not the peer's -------------------------------------------------------
 
 STRANGER = SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate(), comment="gamma")
 NOT_GAMMAS_KEY = (
-    UNVERIFIED + "1 of the 2 approvals required (counted: beta; refused: gamma: the signature does not "
+    UNVERIFIED + "1 approval of the 2 needed (counted: beta; refused: gamma: the signature does not "
     f"verify with gamma's configured key: the signature was made by key {fingerprint(STRANGER)} but key "
     f"{fingerprint(signer('gamma'))} was expected)."
 )
@@ -662,7 +662,7 @@ def test_an_approval_by_a_node_that_is_no_peer_never_runs(origin: Origin, relay:
     assert_refused(
         origin,
         result,
-        UNVERIFIED + "1 of the 2 approvals required (counted: beta; refused: epsilon: epsilon is not a "
+        UNVERIFIED + "1 approval of the 2 needed (counted: beta; refused: epsilon: epsilon is not a "
         "peer of this request).",
     )
 
@@ -695,9 +695,7 @@ def test_a_retired_key_back_dating_an_approval_never_runs(
     created = relay.last().request["created_at"]
     assert result.error_message is not None
     assert re.fullmatch(
-        re.escape(
-            UNVERIFIED + "1 of the 2 approvals required (counted: gamma; refused: beta: it was signed at "
-        )
+        re.escape(UNVERIFIED + "1 approval of the 2 needed (counted: gamma; refused: beta: it was signed at ")
         + moment_re(signed_at, AGO)
         + ", more than 60 seconds before the request was created at "
         + moment_re(created, AGO)
@@ -720,7 +718,7 @@ def test_a_denial_carried_as_an_approval_never_runs(origin: Origin, relay: Hosti
     assert_refused(
         origin,
         result,
-        UNVERIFIED + "1 of the 2 approvals required (counted: gamma; refused: beta: the statement has the "
+        UNVERIFIED + "1 approval of the 2 needed (counted: gamma; refused: beta: the statement has the "
         "unknown field reason).",
     )
 
@@ -743,7 +741,7 @@ def test_a_denials_signature_under_an_approval_statement_never_runs(
     assert_refused(
         origin,
         result,
-        UNVERIFIED + "1 of the 2 approvals required (counted: gamma; refused: beta: the signature does not "
+        UNVERIFIED + "1 approval of the 2 needed (counted: gamma; refused: beta: the signature does not "
         "verify with beta's configured key: signature namespace is 'teaagent-denial' but 'teaagent-approval' "
         "was expected).",
     )
@@ -752,7 +750,7 @@ def test_a_denials_signature_under_an_approval_statement_never_runs(
 # -- 6b. a peer's veto hidden: its approval kept, its later denial counted -----------------------------
 
 VETOED = UNVERIFIED + (
-    "1 of the 2 approvals required (counted: gamma; refused: beta: beta also denied the request, so its "
+    "1 approval of the 2 needed (counted: gamma; refused: beta: beta also denied the request, so its "
     "approval is not counted)."
 )
 Where = Literal["nowhere", "outcome", "certificate"]
@@ -821,7 +819,7 @@ def test_a_denial_by_a_peer_that_did_not_approve_leaves_the_quorum_standing(
 @pytest.mark.parametrize(
     ("copies", "why"),
     [
-        pytest.param(50, "proves 1 of the 2 approvals required (counted: beta).", id="fifty-of-beta"),
+        pytest.param(50, "proves 1 approval of the 2 needed (counted: beta).", id="fifty-of-beta"),
         pytest.param(
             MAX_CERTIFICATE_APPROVALS + 1,
             f"carries {MAX_CERTIFICATE_APPROVALS + 1} approvals, more than the limit of "
@@ -871,7 +869,7 @@ def test_outcomes_that_flip_and_repeat_never_run(origin: Origin, relay: HostileR
 
     result = origin.run(TOUCH)
 
-    assert_refused(origin, result, UNVERIFIED + "1 of the 2 approvals required (counted: beta).")
+    assert_refused(origin, result, UNVERIFIED + "1 approval of the 2 needed (counted: beta).")
     # The first decided answer ends the wait: a later, honest one is never asked for.
     assert (relay.last().submits, relay.last().polls) == (1, 4)
 

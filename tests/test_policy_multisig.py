@@ -768,7 +768,7 @@ def test_story_of_a_real_quorum(
         ApprovalDeniedError, match=rf"^{re.escape(LEAD)}its quorum certificate does not verify: "
     ) as short:
         policy_with(gate(["beta"])).assert_allowed("shell.run", "c3", True, arguments)
-    assert str(short.value).endswith("the certificate proves 1 of the 2 approvals required (counted: beta).")
+    assert str(short.value).endswith("the certificate proves 1 approval of the 2 needed (counted: beta).")
 
     # A certificate for other arguments is not this call's.
     ls_gate = SigningGate(

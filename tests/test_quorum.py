@@ -831,7 +831,7 @@ def test_certificate_story_tampered_wrong_key_one_short_threshold_met() -> None:
     tampered = copy.deepcopy(cert)
     tampered["request"]["arguments"] = {"command": "rm -rf /"}
     tampered["request"]["payload_digest"] = payload_digest("shell.run", {"command": "rm -rf /"})
-    with pytest.raises(QuorumError, match=r"^The certificate proves 0 of the 2 approvals required"):
+    with pytest.raises(QuorumError, match=r"^The certificate proves 0 approvals of the 2 needed"):
         verify_certificate(tampered, CONFIG)
     with pytest.raises(
         QuorumError, match=r"^The request signature does not verify with the origin alpha's key"
@@ -840,19 +840,19 @@ def test_certificate_story_tampered_wrong_key_one_short_threshold_met() -> None:
     # Wrong key: mallory signs as gamma.
     wrong = make_certificate([approve("beta"), replace(approve("gamma", key="mallory"), ssh_key_id=None)])
     with pytest.raises(
-        QuorumError, match=r"proves 1 of the 2 approvals required \(counted: beta; refused: gamma: "
+        QuorumError, match=r"proves 1 approval of the 2 needed \(counted: beta; refused: gamma: "
     ):
         verify_certificate(wrong, CONFIG, origin_public_key=origin)
     # One short.
     with pytest.raises(
-        QuorumError, match=r"^The certificate proves 1 of the 2 approvals required \(counted: beta\)\.$"
+        QuorumError, match=r"^The certificate proves 1 approval of the 2 needed \(counted: beta\)\.$"
     ):
         verify_certificate(make_certificate([approve("beta")]), CONFIG)
 
 
 def test_a_certificate_with_one_signer_twice_is_one_short() -> None:
     cert = make_certificate([approve("beta"), approve("beta", at=NOW + 9)])
-    with pytest.raises(QuorumError, match=r"proves 1 of the 2"):
+    with pytest.raises(QuorumError, match=r"proves 1 approval of the 2 needed"):
         verify_certificate(cert, CONFIG)
 
 
@@ -894,7 +894,7 @@ def test_a_certificate_approval_signed_before_the_request_existed_does_not_count
     with pytest.raises(
         QuorumError,
         match=exactly(
-            "The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: it was "
+            "The certificate proves 1 approval of the 2 needed (counted: gamma; refused: beta: it was "
             "signed at 2025-12-01 06:18:59Z, 720h 01m ago, more than 60 seconds before the request was "
             "created at 2025-12-01 06:20:00Z, 720h 00m ago)."
         ),
@@ -943,7 +943,7 @@ def test_rule6_a_certificate_whose_approver_also_denied_is_one_short(
     with pytest.raises(
         QuorumError,
         match=exactly(
-            "The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: beta also "
+            "The certificate proves 1 approval of the 2 needed (counted: gamma; refused: beta: beta also "
             "denied the request, so its approval is not counted)."
         ),
     ):
@@ -967,7 +967,7 @@ def test_rule6_a_certificate_stands_with_a_denial_of_a_peer_that_did_not_approve
         [deny("delta", request)],
     )
     with pytest.raises(
-        QuorumError, match=r"^The certificate proves 2 of the 3 approvals required \(counted: beta, "
+        QuorumError, match=r"^The certificate proves 2 approvals of the 3 needed \(counted: beta, "
     ):
         verify_certificate(strict, config)
 

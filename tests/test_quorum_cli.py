@@ -117,7 +117,7 @@ def test_one_short_exits_1_with_the_reason(cluster: Path, capsys: pytest.Capture
     cert = write(cluster, certificate("beta"))
     assert run(["quorum", "verify", str(cert), "--config", str(cluster / "alpha.toml")]) == 1
     assert capsys.readouterr().err == (
-        "teaagent: The certificate proves 1 of the 2 approvals required (counted: beta).\n"
+        "teaagent: The certificate proves 1 approval of the 2 needed (counted: beta).\n"
     )
 
 
@@ -126,7 +126,7 @@ def test_a_forged_approval_exits_1(cluster: Path, capsys: pytest.CaptureFixture[
     assert run(["quorum", "verify", str(cert), "--config", str(cluster / "alpha.toml")]) == 1
     err = capsys.readouterr().err
     assert err.startswith(
-        "teaagent: The certificate proves 1 of the 2 approvals required (counted: beta; refused: gamma:"
+        "teaagent: The certificate proves 1 approval of the 2 needed (counted: beta; refused: gamma:"
     )
 
 

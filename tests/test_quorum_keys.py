@@ -125,7 +125,7 @@ def test_a_peer_counts_once_whichever_and_however_many_of_its_keys_signed() -> N
     ]
     outcome = evaluate(request, by_beta, [], quorum)
     assert (outcome.state, outcome.signers) == ("pending", ("beta",))
-    with pytest.raises(Exception, match="proves 1 of the 2 approvals required"):
+    with pytest.raises(Exception, match="proves 1 approval of the 2 needed"):
         verify_certificate({"request": request, "request_signature": "x", "approvals": by_beta}, quorum)
 
 
@@ -227,7 +227,7 @@ def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_verify_certi
     with pytest.raises(
         QuorumError,
         match="^"
-        + re.escape("The certificate proves 1 of the 2 approvals required (counted: gamma; refused: beta: ")
+        + re.escape("The certificate proves 1 approval of the 2 needed (counted: gamma; refused: beta: ")
         + reason
         + re.escape(").")
         + "$",
@@ -301,7 +301,7 @@ def test_a_signers_rsa_key_under_two_exponents_is_one_key_and_counts_once() -> N
     outcome = evaluate(request, by_beta, [], quorum)
     assert (outcome.state, outcome.signers) == ("pending", ("beta",))
     with pytest.raises(
-        QuorumError, match=exactly("The certificate proves 1 of the 2 approvals required (counted: beta).")
+        QuorumError, match=exactly("The certificate proves 1 approval of the 2 needed (counted: beta).")
     ):
         verify_certificate({"request": request, "request_signature": "x", "approvals": by_beta}, quorum)
 

@@ -118,7 +118,8 @@ def test_three_relays_give_the_gate_its_certificate_or_the_denial(
         for denier in deniers:
             denier.start()
         with pytest.raises(
-            ApprovalDeniedError, match=r"^shell\.run was denied by gamma: not on Fridays \(2 of 2\)\.$"
+            ApprovalDeniedError,
+            match=r"^shell\.run was denied by gamma: not on Fridays \(2 approvals from 2 peers needed\)\.$",
         ):
             gate.obtain(alpha.request(arguments=arguments, call_id="call-2", run_id="run-1", reason=""))
         for denier in deniers:

@@ -46,6 +46,9 @@ from typing import Annotated, Any, Final, TextIO
 
 import typer
 
+from teaagent._display import INVISIBLE_CATEGORIES as _INVISIBLE
+from teaagent._display import long_values as _long_values
+from teaagent._display import pretty_arguments, visible
 from teaagent._words import moment, plural, time_left
 from teaagent.approver_client import (
     ApprovalItem,
@@ -76,7 +79,6 @@ app = typer.Typer(
 )
 
 _CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
-LONG_VALUE_CHARS: Final = 200  # show names every string argument longer than this, printed whole
 TABLE_ARGUMENTS_CHARS: Final = 60  # a listing's one-line arguments; `show` prints them whole
 MAX_STATEMENT_BYTES: Final = 64 * 1024  # a statement copies a request's fields, not its arguments
 MAX_SIGNATURE_BYTES: Final = 64 * 1024  # an armored SSHSIG of any supported key is a few KB
@@ -145,47 +147,6 @@ def _answers() -> Iterator[None]:
 
 
 # -- showing ------------------------------------------------------------------------------------
-
-_INVISIBLE: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def visible(text: str, *, newlines: bool = False) -> str:
-    r"""Return ``text`` with every character a terminal would not show as itself escaped (``\u202e``).
-
-    A peer's arguments and its model's reason reach an operator's terminal: an escape sequence, a
-    right-to-left override or a zero-width character could otherwise hide what is really asked.
-
-    Args:
-        text: The text.
-        newlines: Keep line feeds (a multi-line reason); tabs and everything else are escaped.
-    """
-    out = []
-    for char in text:
-        if newlines and char == "\n":
-            out.append(char)
-        elif unicodedata.category(char) in _INVISIBLE:
-            code = ord(char)
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def pretty_arguments(arguments: Any) -> str:
-    """The arguments as indented JSON, non-ASCII kept readable and invisible characters escaped."""
-    return visible(json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True), newlines=True)
-
-
-def _long_values(value: Any, path: str = "") -> Iterator[tuple[str, int]]:
-    if isinstance(value, str):
-        if len(value) > LONG_VALUE_CHARS:
-            yield path or "(the value)", len(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _long_values(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _long_values(item, f"{path}[{index}]")
 
 
 def node_key_of(node: NodeConfig) -> str | None:
@@ -996,9 +957,10 @@ class Watch:
                 # The one-shot commands end on a refusal; here it is a line, and the watch goes on.
                 self.emit(str(exc))
                 return True
-        by = f"{result.by or 'this node'}, key {result.key_fingerprint}"
+        by = signed_by(result.by, result.key_fingerprint, node_key_of(self.node))
         self.emit(
-            f"{self.node.agent_id} {result.this_node} request {result.request_id} of {result.origin} ({by}); "
+            f"{self.node.agent_id} {result.this_node} request {result.request_id} of {result.origin}, "
+            f"signed {by}; "
             f"{'forwarded' if result.forwarded else 'not forwarded yet'}; "
             f"its outcome is counted by {result.origin}."
         )

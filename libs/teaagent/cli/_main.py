@@ -30,6 +30,7 @@ from teaagent.cli import (
     _run,
     _tools,
     _tui,
+    _web,  # noqa: F401 - registers `approvals web`
 )
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError

@@ -23,6 +23,7 @@ import typer
 from tomlkit.items import Table
 
 from teaagent._files import atomic_write
+from teaagent._words import needed_from
 from teaagent.cli._exit import bad_usage
 from teaagent.config import CONFIG_ENV_VAR, NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
@@ -255,7 +256,7 @@ def add(
     node = _check(path, edited)
     atomic_write(path, edited.encode("utf-8"), mode=stat.S_IMODE(path.stat().st_mode))
     state = (
-        f"quorum on, {node.quorum.required_approvals} of {len(node.peers)}"
+        f"quorum on, {needed_from(node.quorum.required_approvals, len(node.peers))}"
         if node.quorum.enabled
         else f"{len(node.peers)} peer{'s' if len(node.peers) != 1 else ''}, quorum off"
     )

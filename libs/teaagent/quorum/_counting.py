@@ -573,7 +573,7 @@ def verify_certificate(
         refusals = "; ".join(f"{peer}: {reason}" for peer, reason in rejected.items())
         counted = ", ".join(signers) if signers else "nobody"
         raise QuorumError(
-            f"The certificate proves {len(signers)} of the {counter.required} approvals required "
+            f"The certificate proves {approvals_of(len(signers), counter.required)} "
             f"(counted: {counted}" + (f"; refused: {refusals})." if refusals else ").")
         )
     denied_by = tuple(peer for peer in counter.peers if peer in denied)

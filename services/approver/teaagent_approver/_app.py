@@ -41,8 +41,10 @@ A teaagent node's signing authority and its operators' inbox. It applies the nod
 atomically before it is signed, so that the node never signs two different decisions on one
 request, audits it, and hands it to the relay, which forwards it to the request's origin.
 
-Every call but `/health` and `/metrics` carries the node's bearer token. Bodies are limited to
-{MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`.
+Every call but `/health` and `/metrics` carries the node's bearer token; the operators' web
+inbox under `/web` takes it once, at sign-in, and then a session cookie (docs/operators.md).
+Bodies are limited to {MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut`
+`{{"error": code, "message": sentence}}`.
 A decision here is this node's own; the request's outcome is counted by its origin.
 """
 
@@ -190,6 +192,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(requests_router)
     app.include_router(operations_router)
+    if settings.web:
+        from teaagent_approver._web import install_web
+
+        install_web(app, settings.web_session_seconds)  # the operators' web inbox, under /web
     # The last added is the outermost: metrics see every call, the body limit refuses before any route.
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

@@ -25,6 +25,8 @@ class Settings(BaseSettings):
             unfinished (unsigned, or not sent) before this one finishes it: that process died.
         concurrency: Inbox items decided at once (signatures, relay calls in flight).
         audit_fsync: Flush each audit record to the disk before the decision leaves.
+        web: Serve the operators' web inbox under ``/web``.
+        web_session_seconds: How long a sign-in to the web inbox lasts.
     """
 
     model_config = SettingsConfigDict(env_prefix="TEAAGENT_APPROVER_", populate_by_name=True, extra="forbid")
@@ -37,3 +39,5 @@ class Settings(BaseSettings):
     takeover_seconds: float = Field(default=10.0, gt=0, le=3600)
     concurrency: int = Field(default=256, ge=1, le=1024)
     audit_fsync: bool = False
+    web: bool = True
+    web_session_seconds: float = Field(default=8 * 3600.0, gt=0, le=7 * 24 * 3600)
