@@ -175,6 +175,23 @@ MEANINGS: dict[str, str] = {
     "floor_throughput_ratio_c64": "the floor's throughput at concurrency 64 against the quorum's",
     "p50_ms_c1": "a 2-of-3 quorum end to end at concurrency 1 (median)",
     "throughput_c64": "approved 2-of-3 quorums per second with 64 callers",
+    **{
+        f"n{n}_floor_ratio": f"a quorum of {n} nodes' p50 at concurrency 1 against its own floor"
+        for n in (3, 5, 9)
+    },
+    **{
+        f"n{n}_floor_throughput_ratio_c64": f"the floor's throughput at 64 against a {n}-node quorum's"
+        for n in (3, 5, 9)
+    },
+    **{
+        f"n{n}_cpu_growth_over_peers": f"the cluster CPU per approved call at {n} nodes against 3 nodes', "
+        "over the growth in peers (1: linear)"
+        for n in (5, 9)
+    },
+    "inbox_scale_ratio_approvals_list": "approvals list --limit 10 with 10,000 pending against 10 pending",
+    "inbox_scale_ratio_inbox_page": "the relay's inbox page of 10 with 10,000 pending against 10 pending",
+    "inbox_scale_ratio_approver_round_listing": "one approver round's listing with 10,000 pending against "
+    "10 pending",
 }
 
 
