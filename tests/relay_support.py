@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import json
 import os
 import re
 import secrets
@@ -308,6 +309,8 @@ def write_cluster(
     operators: Mapping[str, Iterable[str]] | None = None,
     rules: Mapping[str, str] | None = None,
     redis_cluster: bool = False,
+    quorum_rules: Mapping[str, str] | None = None,
+    high_risk: Iterable[str] = ("shell.*", "fs.delete"),
 ) -> dict[str, Node]:
     """Write one configuration file per node; by default every node is a peer of every other.
 
@@ -317,6 +320,8 @@ def write_cluster(
     ``rules`` gives, per node, the TOML of its ``[[approver.rules]]`` tables. Every node's
     ``[approver] port`` is a free port of its own (``Node.approver_port``). ``redis_cluster``
     writes ``redis_cluster = true``: ``redis_url`` is one node of a Redis Cluster.
+    ``quorum_rules`` gives, per node, the TOML of its ``[quorum.groups]`` and ``[[quorum.rules]]``
+    (protocol version 2); ``high_risk`` its ``high_risk_patterns``.
     """
     names = list(names)
     ports = dict(ports or {})
@@ -373,10 +378,10 @@ token = "{node.token}"
 [quorum]
 enabled = true
 required_approvals = {node.required}
-high_risk_patterns = ["shell.*", "fs.delete"]
+high_risk_patterns = {json.dumps(list(high_risk))}
 timeout_seconds = {timeout_seconds}
 allow_dev_signatures = {str(allow_dev_signatures).lower()}
-{peer_tables}{approver_table}"""
+{(quorum_rules or {}).get(name, "")}{peer_tables}{approver_table}"""
         )
         nodes[name] = node
     return nodes

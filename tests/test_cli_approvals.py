@@ -765,7 +765,9 @@ def agent_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     )
     try:
         deadline = time.monotonic() + DEADLINE
-        while not socket_path.exists():
+        # The socket's file exists once bound, a moment before the agent listens: wait until it
+        # answers (`ssh-add -l` exits 2 only when it cannot reach an agent).
+        while not socket_path.exists() or _agent_unreachable(socket_path):
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail("ssh-agent did not start")
             time.sleep(0.02)
@@ -774,6 +776,16 @@ def agent_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     finally:
         process.terminate()
         process.wait(timeout=DEADLINE)
+
+
+def _agent_unreachable(socket_path: Path) -> bool:
+    listed = subprocess.run(
+        ["ssh-add", "-l"],
+        env={**os.environ, "SSH_AUTH_SOCK": str(socket_path)},
+        capture_output=True,
+        check=False,
+    )
+    return listed.returncode == 2
 
 
 def ssh_add(socket_path: Path, key: SSHKey) -> None:

@@ -347,3 +347,25 @@ def test_init_takes_the_base_port_from_the_environment(
 
     assert code == 0
     assert _ports(tmp_path / "alpha") + _ports(tmp_path / "beta") == list(range(31000, 31006))
+
+
+def test_init_cluster_writes_a_commented_rules_example_that_loads_once_uncommented(tmp_path: Path) -> None:
+    assert run(["init", "--cluster", "alpha,beta,gamma", str(tmp_path)]) == 0
+    path = tmp_path / "alpha" / "node.toml"
+    text = path.read_text()
+    assert load_config(path).quorum.rules == ()  # commented out: version 1 until the operator says so
+    start = text.index("# [quorum.groups]")
+    end = text.index("# any one peer") + len("# any one peer")
+    block = text[start:end]
+    uncommented = "\n".join(line.removeprefix("# ") for line in block.splitlines())
+    text = text.replace(block, uncommented).replace('"fs.delete"]', '"fs.delete", "git.push*"]', 1)
+    path.write_text(text)
+    quorum = load_config(path).quorum
+    push = quorum.policy_for("git.push")
+    assert push is not None
+    assert push.mode == "all_of"
+    assert [(term.group, term.peers, term.required) for term in push.terms] == [
+        ("ops", ("beta",), 1),
+        ("security", ("gamma",), 1),
+    ]
+    assert quorum.policy_for("fs.delete") is not None

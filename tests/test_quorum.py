@@ -339,8 +339,11 @@ def _mutated(**changes: Any) -> dict[str, Any]:
         ([], "The request is not a JSON object."),
         (_mutated(reason=...), "The request lacks the field reason."),
         (_mutated(extra=1), "The request has the unknown field extra."),
-        (_mutated(v=2), "The request has version 2, but only version 1 is known."),
-        (_mutated(v=True), "The request has version True, but only version 1 is known."),
+        (_mutated(v=3), "The request has version 3, but only versions 1 and 2 are known."),
+        (_mutated(v=True), "The request has version True, but only versions 1 and 2 are known."),
+        # Version 2 carries a policy; version 1 none.
+        (_mutated(v=2), "The request lacks the field policy."),
+        (_mutated(policy={}), "The request has the unknown field policy."),
         (
             _mutated(type="teaagent.approval"),
             "The request has type 'teaagent.approval' instead of 'teaagent.request'.",

@@ -8,13 +8,12 @@ import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent.relay_client._quorum_bench import CONCURRENCIES, FLOOR_CLIENT_HOPS
-
-pytestmark = pytest.mark.slow
+from teaagent.relay_client._quorum_bench import CONCURRENCIES, FLOOR_CLIENT_HOPS, _Counters, _trips
 
 ISSUE_KEYS = {"p50_ms_c1", "p99_ms_c1", "throughput_c16", "throughput_c64", "floor_p50_ms_c1", "floor_ratio"}
 
 
+@pytest.mark.slow
 def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -34,7 +33,12 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
         per_request = FLOOR_CLIENT_HOPS + 4
         assert figures[f"http_hops_{suffix}"] >= (per_request + 2 if suffix == "c1" else per_request)
         assert figures[f"redis_writes_{suffix}"] >= 1
-        assert figures[f"redis_reads_{suffix}"] >= 0
+        assert figures[f"redis_round_trips_{suffix}"] > 0
+        # A read count is measured (and above zero: every quorum reads), or left out with why.
+        if f"redis_reads_{suffix}" in figures:
+            assert figures[f"redis_reads_{suffix}"] > 0
+        else:
+            assert figures[f"redis_reads_{suffix}_omitted"].startswith("not measurable: ")
         assert figures[f"cluster_cpu_ms_per_quorum_{suffix}"] >= 0
     # One caller has one quorum in flight: its rate is about one over its latency (a short run
     # counts a quorum begun before the window, hence the slack).
@@ -73,3 +77,30 @@ def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
     assert figures["n5_redis_writes_c64"] > figures["n3_redis_writes_c64"]
     assert run(["bench", "quorum", "--peers", "4"]) == 2  # no such size: a usage error
     assert "cluster sizes among 3,5,9" in capsys.readouterr().err
+
+
+def _per_quorum(reads: float) -> _Counters:
+    return _Counters(hops=10.0, server_seconds={}, writes=20.0, reads=reads, cpu={})
+
+
+def test_a_read_count_that_cannot_be_measured_is_left_out_with_the_reason_never_zero() -> None:
+    # Fewer read events than writes: several writes shared round trips, reads cannot be told apart.
+    writes, reads, omitted = _trips({1: _per_quorum(30.0), 16: _per_quorum(-7.3), 64: _per_quorum(-25.0)})
+    assert set(omitted) == {16, 64}
+    assert omitted[16] == (
+        "not measurable: the server took in 7.30 fewer read events than writes per quorum "
+        "(several writes per round trip); the floor makes the 12.70 round trips counted, all as writes"
+    )
+    # The floor never makes more round trips than the server counted.
+    assert writes == {1: 20.0, 16: pytest.approx(12.7), 64: 0.0}
+    assert reads == {1: 30.0, 16: 0.0, 64: 0.0}
+
+
+def test_the_table_prints_a_figure_left_out_with_its_reason_and_judges_the_rest() -> None:
+    from teaagent.cli._bench import report
+
+    reason = "not measurable: several writes per round trip"
+    lines, missed = report("quorum", {"floor_ratio": 2.0, "redis_reads_c64_omitted": reason})
+    assert any(line.startswith("redis_reads_c64_omitted") and line.endswith(reason) for line in lines)
+    assert not any(line.startswith("redis_reads_c64 ") for line in lines)  # no 0.0 in its place
+    assert "floor_ratio" not in missed

@@ -39,6 +39,7 @@ from relay_support import Node, public_line, signer, write_cluster
 
 from teaagent.quorum import (
     MAX_CLOCK_SKEW_SECONDS,
+    POLICY_VERSION,
     Tally,
     approval_statement,
     evaluate,
@@ -48,6 +49,7 @@ from teaagent.quorum import (
     sign_request,
     verify_certificate,
 )
+from teaagent.trust import QuorumPolicy
 from teaagent_relay import create_app
 from teaagent_relay._errors import ApiError
 from teaagent_relay._relay import Relay
@@ -98,6 +100,9 @@ class Scenario:
     peers: tuple[str, ...]
     required: int
     steps: tuple[Step, ...]
+    policy: QuorumPolicy | None = (
+        None  # version 2 (tests/test_quorum_policy_parity.py): peers and required follow it
+    )
 
 
 def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
@@ -108,10 +113,16 @@ def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
-    peers = tuple(sorted(draw(st.lists(st.sampled_from(CONFIGURED), min_size=3, max_size=5, unique=True))))
-    # Two or more more often: with one, the first approval decides before anyone changes its mind.
-    required = draw(weighted((1, st.integers(1, len(peers))), (2, st.integers(2, len(peers)))))
+def scenarios(draw: st.DrawFn, policies: st.SearchStrategy[QuorumPolicy] | None = None) -> Scenario:
+    policy = None if policies is None else draw(policies)
+    if policy is not None:
+        peers, required = policy.peers, policy.required
+    else:
+        peers = tuple(
+            sorted(draw(st.lists(st.sampled_from(CONFIGURED), min_size=3, max_size=5, unique=True)))
+        )
+        # Two or more more often: with one, the first approval decides before anyone changes its mind.
+        required = draw(weighted((1, st.integers(1, len(peers))), (2, st.integers(2, len(peers)))))
     outsiders = [ORIGIN, STRANGER, *(peer for peer in CONFIGURED if peer not in peers)]
     # Mostly the request's peers, so that signers repeat and change their minds.
     who = weighted((4, st.sampled_from(peers)), (1, st.sampled_from(outsiders)))
@@ -133,7 +144,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     # The seconds around the expiry, where whole and fractional seconds must agree.
     near_expiry = weighted((20, st.none()), (1, st.sampled_from((-0.5, 0.0, 0.5, 1.0))))
     steps = draw(st.lists(st.builds(Step, advance, action, near_expiry), min_size=2, max_size=16))
-    return Scenario(peers=peers, required=required, steps=tuple(steps))
+    return Scenario(peers=peers, required=required, steps=tuple(steps), policy=policy)
 
 
 def document(request: dict[str, Any], decide: Decide, now: float) -> dict[str, Any]:
@@ -194,10 +205,15 @@ async def drive(relay: Relay, origin: Node, scenario: Scenario) -> None:
     request = origin.request(now=created_at)
     request["peers"] = list(scenario.peers)
     request["required_approvals"] = scenario.required
+    if scenario.policy is not None:
+        request["v"] = POLICY_VERSION
+        request["policy"] = scenario.policy.document()
     request_id, expires_at = request["request_id"], request["expires_at"]
     created, _status = await relay.submit(request, sign_request(request, origin.key))
     assert created
-    tally = Tally(peers=len(scenario.peers), required=scenario.required, expires_at=expires_at)
+    tally = Tally(
+        peers=len(scenario.peers), required=scenario.required, expires_at=expires_at, policy=scenario.policy
+    )
     submitted: list[tuple[Kind, dict[str, Any], bool]] = []  # (kind, document, verified)
     approvals: list[dict[str, Any]] = []
     denials: list[dict[str, Any]] = []

@@ -374,7 +374,9 @@ def test_the_readme_from_make_demo_to_your_own_cluster_runs_as_written(short_tmp
     reader.others.append(agent)
     reader.env["SSH_AUTH_SOCK"] = str(tmp_path / "agent.sock")
     deadline = time.monotonic() + DEADLINE
-    while not (tmp_path / "agent.sock").exists():
+    # The socket's file exists a moment before the agent listens: wait until `ssh-add -l` reaches it
+    # (it exits 2 only when no agent answers).
+    while subprocess.run(["ssh-add", "-l"], env=reader.env, capture_output=True, check=False).returncode == 2:
         assert agent.process.poll() is None, agent.output
         assert time.monotonic() < deadline, agent.output
         time.sleep(0.05)

@@ -796,9 +796,11 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
         )
         task = asyncio.create_task(worker.run())
         try:
-            for _ in range(100):
+            # Until the housekeeping has pruned and then swept (each a few round trips), or 10 s.
+            for _ in range(200):
                 names = {c["name"] for c in await relay.store.client.xinfo_consumers(stream, "workers")}
-                if b"host-5678" in names:
+                swept = await relay.store.inbox_queue.entries()
+                if names == {b"host-5678"} and not swept:
                     break
                 await asyncio.sleep(0.05)
         finally:
@@ -806,8 +808,6 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await worker.aclose()
-
-        swept = await relay.store.inbox_queue.entries()
 
     assert names == {b"host-5678"}
     assert swept == []

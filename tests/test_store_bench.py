@@ -7,6 +7,7 @@ import redis
 
 from teaagent.store import StoreError
 from teaagent.store._bench import bench_async_client, bench_ratelimit
+from teaagent.store._bench_libraries import bench_redis_libraries
 
 
 @pytest.mark.slow
@@ -16,13 +17,16 @@ def test_bench_ratelimit_reports_every_figure_and_leaves_no_keys(redis_url: str)
         "ratelimit_per_s",
         "ratelimit_async_per_s",
         "raw_evalsha_per_s",
-        "raw_evalsha_redispy_per_s",
+        "raw_evalsha_wire_per_s",
         "limits_moving_window_per_s",
         "limits_moving_window_redispy_per_s",
     ):
         assert figures[name] > 0, name
         assert figures[name.removesuffix("_per_s") + "_client_cpu_us"] > 0, name
     assert figures["ratio_to_raw_evalsha"] == figures["ratelimit_per_s"] / figures["raw_evalsha_per_s"]
+    assert (
+        figures["ratio_to_raw_evalsha_wire"] == figures["ratelimit_per_s"] / figures["raw_evalsha_wire_per_s"]
+    )
     assert figures["ratio_to_limits"] == figures["ratelimit_per_s"] / figures["limits_moving_window_per_s"]
     client = redis.Redis.from_url(redis_url)
     assert list(client.scan_iter(match="bench:*")) == []
@@ -45,14 +49,12 @@ def test_bench_async_client_measures_the_store_client_against_its_floor_and_leav
 ) -> None:
     figures = bench_async_client(redis_url, 0.3)
     for call in ("evalsha", "multi3"):
-        for way in ("", "_redispy", "_raw", "_raw_shared"):
+        for way in ("", "_redispy", "_raw"):
             assert figures[f"async_{call}{way}_client_cpu_us"] > 0, (call, way)
         raw = figures[f"async_{call}_raw_client_cpu_us"]
         assert figures[f"async_{call}_ratio_to_raw"] == figures[f"async_{call}_client_cpu_us"] / raw
         redispy = figures[f"async_{call}_redispy_client_cpu_us"]
         assert figures[f"async_{call}_redispy_ratio_to_raw"] == redispy / raw
-        shared = figures[f"async_{call}_raw_shared_client_cpu_us"]
-        assert figures[f"async_{call}_ratio_to_raw_shared"] == figures[f"async_{call}_client_cpu_us"] / shared
     client = redis.Redis.from_url(redis_url)
     assert list(client.scan_iter(match="bench:*")) == []
     client.close()
@@ -66,3 +68,21 @@ def test_bench_async_client_refuses_a_non_positive_duration() -> None:
 def test_bench_async_client_on_an_unreachable_server_is_a_store_error() -> None:
     with pytest.raises(StoreError, match=r"^Redis at redis://127\.0\.0\.1:1/0 is unreachable"):
         bench_async_client("redis://127.0.0.1:1/0", 0.1)
+
+
+@pytest.mark.slow
+def test_bench_redis_libraries_measures_each_library_against_the_wire_and_leaves_no_keys(
+    redis_url: str,
+) -> None:
+    figures = bench_redis_libraries(redis_url, None, 0.3, ("redispy", "coredis"))
+    for call in ("evalsha", "multi3"):
+        raw = figures[f"lib_{call}_client_cpu_us_raw"]
+        assert raw > 0
+        for variant in ("redispy", "coredis"):
+            cpu = figures[f"lib_{call}_client_cpu_us_{variant}"]
+            assert cpu > 0, (call, variant)
+            assert figures[f"lib_{call}_ratio_to_raw_{variant}"] == cpu / raw
+    assert not any("glide" in key for key in figures)  # no TCP address given: left out
+    client = redis.Redis.from_url(redis_url)
+    assert list(client.scan_iter(match="bench:*")) == []
+    client.close()

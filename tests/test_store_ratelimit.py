@@ -1,6 +1,6 @@
 """Rate-limit buckets in Redis (GCRA): a burst of max_calls passes, then one call per refill.
 
-The synchronous limiter talks to Redis over a connection of its own (``LeanChannel``); the stories
+The synchronous limiter sends one EVALSHA through redis-py's client per check; the stories
 at the end put that path through what a real server does to it: losing its scripts, dropping the
 connection, stalling past the socket timeout, dying, being shared by threads and by a forked child.
 """
@@ -392,15 +392,13 @@ def test_a_forked_child_uses_a_connection_of_its_own(redis_url: str, redis_prefi
             assert store.rate_limiter.hit("k", limit, now=T0).remaining == 3  # the parent holds a connection
             context = multiprocessing.get_context("fork")
             results: multiprocessing.Queue[object] = context.Queue()
-            # Fork while another thread of the parent is inside a call: the child inherits a taken lock
-            # and a socket with a reply in flight, and must use neither.
+            # The child inherits the parent's pool with a connection in it, and must not use it.
             child = context.Process(
                 target=_hit_in_child, args=(redis_url, redis_prefix, results), daemon=True
             )
             try:
-                with store.rate_limiter._channel._lock:
-                    child.start()
-                    from_child = results.get(timeout=30)
+                child.start()
+                from_child = results.get(timeout=30)
                 child.join(timeout=30)
             finally:
                 if child.is_alive():  # a child stuck on the inherited lock must not outlive the test

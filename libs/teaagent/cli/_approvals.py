@@ -62,7 +62,13 @@ from teaagent.approver_client import (
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, bad_usage, fail
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, RelayError, SignatureError
-from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
+from teaagent.quorum import (
+    APPROVAL_NAMESPACE,
+    DENIAL_NAMESPACE,
+    request_policy,
+    request_problem,
+    statement_bytes,
+)
 from teaagent.signing import (
     AgentSigner,
     Signer,
@@ -210,8 +216,7 @@ def show_lines(
     lines.extend(f"             {line}" for line in reason[1:])
     lines += [
         f"digest       {item.payload_digest}",
-        f"quorum       {plural(item.required_approvals, 'approval')} needed from {', '.join(item.peers)}, "
-        f"counted by {item.origin}",
+        *_quorum_lines(item, node_id),
         f"{node_id:<12} {_decision_phrase(item, node_key, now)} (this node's own decision, "
         "not the request's outcome)",
         f"time left    {_left_phrase(item, now)}",
@@ -221,6 +226,27 @@ def show_lines(
     if settled is not None:
         lines.insert(-2, f"settled      {settled} (the outcome at its origin, its evidence verified here)")
     return lines
+
+
+def _quorum_lines(item: ApprovalItem, node_id: str) -> list[str]:
+    """What the request needs: N of its peers, or (version 2) its rule, its terms, and this node's term."""
+    policy = request_policy(item.request) if request_problem(item.request) is None else None
+    if policy is None:
+        needed = plural(item.required_approvals, "approval")
+        return [f"quorum       {needed} needed from {', '.join(item.peers)}, counted by {item.origin}"]
+    terms = [f"{term.required} of {', '.join(term.peers)}" for term in policy.terms]
+    mine = [f"term {number}" for number, term in enumerate(policy.terms, 1) if node_id in term.peers]
+    counts = (
+        f"{node_id}'s decision counts toward {' and '.join(mine)}"
+        if mine
+        else f"{node_id} is in none of its terms: its decision counts toward nothing"
+    )
+    every = "all" if policy.mode == "all_of" else "any"
+    return [
+        f"quorum       rule {policy.rule}: {every} of {plural(len(terms), 'term')}, counted by {item.origin}",
+        *(f"  term {number}     {term}" for number, term in enumerate(terms, 1)),
+        f"counts for   {counts}",
+    ]
 
 
 def _one_line(arguments: Any, width: int) -> str:

@@ -7,7 +7,7 @@ ratios hold wherever they are run; absolute rates depend on the machine.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated
 
 import typer
@@ -36,14 +36,15 @@ def _runner(seconds: float) -> dict[str, float]:
     return bench_runner(seconds)
 
 
-def _relay(seconds: float) -> dict[str, float]:
+def _relay(seconds: float) -> dict[str, float | str]:
     from teaagent.relay_client._bench import bench_relay
 
-    # Numbers only: the table prints each figure as one; a missing contender is simply absent.
+    # Numbers, and the reasons of figures left out (``*_omitted``); nothing else.
     return {
-        key: float(value)
+        key: value if isinstance(value, str) else float(value)
         for key, value in bench_relay(seconds).items()
-        if isinstance(value, int | float) and not isinstance(value, bool)
+        if (isinstance(value, int | float) and not isinstance(value, bool))
+        or (isinstance(value, str) and key.endswith("_omitted"))
     }
 
 
@@ -66,13 +67,13 @@ def _mcp(seconds: float) -> dict[str, float]:
     return bench_mcp(seconds)
 
 
-def _quorum(seconds: float) -> dict[str, float]:
+def _quorum(seconds: float) -> dict[str, float | str]:
     from teaagent.relay_client._quorum_bench import bench_quorum
 
     return bench_quorum(seconds)
 
 
-def _quorum_sizes(seconds: float, sizes: tuple[int, ...]) -> dict[str, float]:
+def _quorum_sizes(seconds: float, sizes: tuple[int, ...]) -> dict[str, float | str]:
     from teaagent.relay_client._quorum_bench import bench_quorum_sizes
     from teaagent_approver._bench import bench_inbox_scale
 
@@ -93,7 +94,9 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-BENCHMARKS: dict[str, Callable[[float], dict[str, float]]] = {
+# Figures are numbers; a figure that could not be measured is left out, and ``<name>_omitted``
+# says why (a sentence).
+BENCHMARKS: dict[str, Callable[[float], Mapping[str, float | str]]] = {
     "core": _core,
     "signing": _signing,
     "relay": _relay,
@@ -210,7 +213,7 @@ def unit(key: str) -> str:
     return "s" if words[-1] == "s" else ""
 
 
-def report(name: str, figures: dict[str, float]) -> tuple[list[str], list[str]]:
+def report(name: str, figures: Mapping[str, float | str]) -> tuple[list[str], list[str]]:
     """The lines ``teaagent bench NAME`` prints, and the keys whose target is not met.
 
     Every figure with its unit; each judged one with its target, met or NOT MET, and what it means
@@ -221,6 +224,9 @@ def report(name: str, figures: dict[str, float]) -> tuple[list[str], list[str]]:
     missed: list[str] = []
     for key in sorted(figures):
         value = figures[key]
+        if isinstance(value, str):  # a figure left out, and why (``*_omitted``)
+            lines.append(f"{key:32} {value}")
+            continue
         line = f"{key:32} {value:14,.3f} {unit(key):6}"
         if key in targets:
             op, target = targets[key]
@@ -264,6 +270,7 @@ def bench(
         raise ConfigError("--seconds must be positive.")
     if peers is not None and name != "quorum":
         raise ConfigError("--peers is for bench quorum only.")
+    figures: Mapping[str, float | str]
     if peers is not None:
         figures, judged = _quorum_sizes(seconds, _sizes(peers)), "quorum_peers"
     else:

@@ -167,6 +167,28 @@ def _keygen(plan: NodePlan) -> str:
     return plan.key_path.with_name(plan.name + ".pub").read_text(encoding="utf-8").strip()
 
 
+def _rules_example(peers: Sequence[str]) -> str:
+    """A commented ``[quorum.groups]`` and ``[[quorum.rules]]`` example over these peers (version 2)."""
+    names = sorted(peers) or ["beta", "gamma", "delta"]
+    ops = names[:-1] or names
+    security = names[-1:]
+    listed = ", ".join(_toml_string(name) for name in ops)
+    return f"""# Per-tool rules (docs/configuration.md, [[quorum.rules]]): first match wins; a high-risk call
+# that no rule matches needs required_approvals of all peers. Uncomment to ask more of pushes
+# (and add "git.push*" to high_risk_patterns: rules only say what a high-risk call needs):
+# [quorum.groups]
+# ops = [{listed}]
+# security = [{_toml_string(security[0])}]
+# [[quorum.rules]]
+# pattern = "git.push*"
+# all_of = [{{ group = "ops", required = {len(ops)} }}, {{ group = "security", required = 1 }}]
+# timeout_seconds = 600
+# [[quorum.rules]]
+# pattern = "fs.delete"
+# required = 1                           # any one peer
+"""
+
+
 def _toml_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -240,7 +262,7 @@ enabled = {"true" if quorum_on else "false"}  {quorum_note}
 required_approvals = {required}
 high_risk_patterns = [{patterns}]
 timeout_seconds = 120
-{peer_tables}
+{_rules_example([peer.name for peer, _line in peers])}{peer_tables}
 [approver]                               # this node's signing authority for its peers' requests
 port = {plan.approver_port}
 # First matching rule wins; a request no rule matches waits for an operator

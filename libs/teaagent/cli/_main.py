@@ -90,6 +90,7 @@ EXAMPLES: Final[dict[str, tuple[str, ...]]] = {
         f"--config {_BETA}",
     ),
     "approvals watch": (f"teaagent approvals watch --config {_BETA}",),
+    "approvals web": (f"teaagent approvals web --config {_BETA}",),
     "approver serve": (f"teaagent approver serve --config {_BETA}",),
     "audit verify": ("teaagent audit verify ~/tea/alpha/data/audit.jsonl",),
     "keys fingerprint": (f"teaagent keys fingerprint --config {_TEA}",),

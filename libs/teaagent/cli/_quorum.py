@@ -11,7 +11,7 @@ import typer
 from teaagent.cli._exit import bad_usage
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, QuorumError, SignatureError
-from teaagent.quorum import verify_certificate, verify_request_signature
+from teaagent.quorum import policy_mismatch, request_problem, verify_certificate, verify_request_signature
 from teaagent.signing import fingerprint
 from teaagent.trust import MultiSigQuorumConfig, SignerKey
 
@@ -108,6 +108,12 @@ def verify(
         # Every key configured for the origin, each with its allowed_signers limits.
         peer = node.peers.get(origin)
         origin_keys = _own_key_line(node) if origin == node.agent_id else (peer.keys if peer else None)
+    if origin == node.agent_id and isinstance(request, dict) and request_problem(request) is None:
+        # PROTOCOL.md "Who decides what the policy is": this node's own rules say what its
+        # certificates must prove (another origin's rules are that origin's; its terms are shown).
+        mismatch = policy_mismatch(request, node.quorum)
+        if mismatch is not None:
+            raise QuorumError(mismatch)
     outcome = verify_certificate(cert, _verifier_config(node, origin), origin_public_key=origin_keys)
     typer.echo(f"certificate for request {outcome.request_id}: {outcome.tool_name} from {outcome.origin}")
     typer.echo(outcome.describe())

@@ -46,7 +46,16 @@ from teaagent.policy import (
 from teaagent.signing import SUPPORTED_KEY_TYPES, SSHPublicKey, parse_public_key
 from teaagent.tools import ToolRateLimit
 from teaagent.tools._ratelimit import gcra_parameters
-from teaagent.trust import MAX_ALLOWED_SIGNERS_BYTES, SignerKey, parse_allowed_signers, unique_keys
+from teaagent.trust import (
+    MAX_ALLOWED_SIGNERS_BYTES,
+    POLICY_MODES,
+    PolicyMode,
+    QuorumRule,
+    RuleTerm,
+    SignerKey,
+    parse_allowed_signers,
+    unique_keys,
+)
 
 __all__ = ["CONFIG_ENV_VAR", "load_config"]
 
@@ -108,7 +117,11 @@ QUORUM_KEYS: Final = (
     "high_risk_patterns",
     "timeout_seconds",
     "allow_dev_signatures",
+    "groups",
+    "rules",
 )
+QUORUM_RULE_KEYS: Final = ("pattern", "required", "all_of", "any_of", "timeout_seconds")
+QUORUM_TERM_KEYS: Final = ("group", "required")
 PEER_KEYS: Final = ("public_key", "public_keys", "allowed_signers", "relay_url")
 APPROVER_KEYS: Final = ("port", "rules", "operators", "notify")
 NOTIFY_KEYS: Final = ("webhook_url", "format")
@@ -511,6 +524,64 @@ def _is_agent_id(value: str) -> bool:
     return AGENT_ID_PATTERN.fullmatch(value) is not None
 
 
+def _quorum_groups(table: _Table) -> dict[str, tuple[str, ...]]:
+    """``[quorum.groups]``: each a name and a list of peer ids (checked against the peers later)."""
+    groups = table.table("groups")
+    if groups is None:
+        return {}
+    found: dict[str, tuple[str, ...]] = {}
+    for name in list(groups.data):
+        members = groups.string_list(name, required=True)
+        if not members:
+            raise groups.error(name, "is empty, so no term could ever count toward it")
+        found[name] = tuple(members)
+    groups.finish()
+    return found
+
+
+def _quorum_rules(table: _Table) -> tuple[QuorumRule, ...]:
+    """``[[quorum.rules]]``: each a pattern and ``required``, ``all_of`` or ``any_of``."""
+    table.known.append("rules")
+    raw = table.data.get("rules", [])
+    if not isinstance(raw, list) or not all(isinstance(rule, dict) for rule in raw):
+        raise table.error("rules", "must be an array of tables ([[quorum.rules]])")
+    rules: list[QuorumRule] = []
+    for index, data in enumerate(raw):
+        rule = _Table(table.label, data, f"quorum.rules[{index}].", QUORUM_RULE_KEYS)
+        pattern = rule.required_string("pattern")
+        required = rule.integer("required") if "required" in rule.data else None
+        timeout = rule.integer("timeout_seconds") if "timeout_seconds" in rule.data else None
+        modes: list[PolicyMode] = [mode for mode in POLICY_MODES if mode in rule.data]
+        if (required is not None) + len(modes) != 1:
+            raise ConfigError(
+                f"{table.label}: quorum rule {index + 1} ({pattern!r}) needs exactly one of "
+                "required, all_of or any_of."
+            )
+        terms: list[RuleTerm] = []
+        for mode in modes:
+            rule.known.append(mode)
+            items = rule.data[mode]
+            if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+                raise rule.error(mode, 'must be an array of tables such as { group = "ops", required = 2 }')
+            for number, item in enumerate(items):
+                term = _Table(table.label, item, f"quorum.rules[{index}].{mode}[{number}].", QUORUM_TERM_KEYS)
+                group = term.required_string("group")
+                count = term.integer("required", required=True)
+                term.finish()
+                terms.append(RuleTerm(group=group, required=count))
+        rule.finish()
+        rules.append(
+            QuorumRule(
+                pattern=pattern,
+                required=required,
+                mode=modes[0] if modes else None,
+                terms=tuple(terms),
+                timeout_seconds=timeout,
+            )
+        )
+    return tuple(rules)
+
+
 def _quorum(table: _Table | None, peers: Mapping[str, PeerConfig], relay_url: str) -> MultiSigQuorumConfig:
     base: dict[str, Any] = {
         "peer_agent_ids": list(peers),
@@ -527,6 +598,8 @@ def _quorum(table: _Table | None, peers: Mapping[str, PeerConfig], relay_url: st
     patterns = table.string_list("high_risk_patterns", required=enabled)
     timeout = table.integer("timeout_seconds", DEFAULT_QUORUM_TIMEOUT_SECONDS)
     dev = table.boolean("allow_dev_signatures", False)
+    groups = _quorum_groups(table)
+    rules = _quorum_rules(table)
     table.finish()
     if enabled:
         if required < 1:
@@ -553,9 +626,14 @@ def _quorum(table: _Table | None, peers: Mapping[str, PeerConfig], relay_url: st
             high_risk_patterns=patterns,
             timeout_seconds=timeout,
             allow_dev_signatures=dev,
+            groups=groups,
+            rules=rules,
             **base,
         )
     except (TypeError, ValueError) as exc:
+        if str(exc).startswith(("quorum rule ", "quorum group ")):
+            # Version 2: the sentence names the rule or the group already.
+            raise ConfigError(f"{table.label}: {exc}") from None
         # The checks above mirror the policy's; this names the table for anything they missed.
         raise ConfigError(f"{table.label}: the [quorum] and [peers] tables are refused: {exc}") from None
 

@@ -19,7 +19,7 @@ from teaagent.errors import ApprovalDeniedError
 from teaagent.policy._jit import JITApprovalState, PromptAnswer, Prompter, PromptRequest, remember_key
 from teaagent.policy._modes import PermissionMode
 from teaagent.policy._presets import CONTROL_DIR, ApprovalPreset, ApprovalPresetStore
-from teaagent.quorum import build_request, verify_certificate
+from teaagent.quorum import build_request, policy_mismatch, verify_certificate
 from teaagent.trust import MultiSigQuorumConfig, check_agent_id
 
 __all__ = [
@@ -611,7 +611,10 @@ class ApprovalPolicy:
         run_id: str | None,
     ) -> dict[str, Any]:
         config = self.multi_sig_config
-        lead = f"{tool_name} needs {config.describe_quorum()}"
+        policy = config.policy_for(tool_name)
+        # Version 2: the rule and its terms (``git.push needs rule 'git.push*' (all of: ...)``).
+        needs = config.describe_quorum() if policy is None else f"rule {policy.rule!r} ({policy.summary()})"
+        lead = f"{tool_name} needs {needs}"
         try:
             payload_digest(tool_name, dict(arguments))
         except ValueError:
@@ -641,7 +644,7 @@ class ApprovalPolicy:
         except ApprovalDeniedError:
             raise  # the gate's own sentence: denied by whom, or expired
         except TimeoutError:
-            _deny(f"{lead} but no quorum was reached within {config.timeout_seconds} seconds.")
+            _deny(f"{lead} but no quorum was reached within {config.timeout_for(tool_name)} seconds.")
         except Exception as exc:
             _deny(f"{lead} but no quorum could be obtained: {_clause(exc)}.")
         self._check_certificate(lead, request, certificate)
@@ -675,7 +678,12 @@ class ApprovalPolicy:
                 f"{lead} but its quorum certificate expired at {moment(request['expires_at'], now)}, "
                 "before it was to be used."
             )
-        # 3. The signatures, counted under this node's own configuration.
+        # 3. The policy is the one this node's own rules give the tool (PROTOCOL.md, "Who decides
+        # what the policy is"): nobody lowers the bar, not even a request this node once signed.
+        mismatch = policy_mismatch(carried, self.multi_sig_config)
+        if mismatch is not None:
+            _deny(f"{lead} but its quorum certificate is refused: {_clause(ValueError(mismatch))}.")
+        # 4. The signatures, counted under this node's own configuration.
         try:
             verify_certificate(
                 certificate, self.multi_sig_config, origin_public_key=self.origin_public_key, now=now

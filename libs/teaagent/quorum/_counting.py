@@ -26,6 +26,7 @@ from teaagent.quorum._documents import (
     approval_statement,
     denial_statement,
     is_int,
+    request_policy,
     request_problem,
     signed_at_of,
     signing_key,
@@ -35,7 +36,7 @@ from teaagent.quorum._documents import (
     wire_signature,
 )
 from teaagent.quorum._tally import QuorumState, is_expired, quorum_state
-from teaagent.trust import MultiSigQuorumConfig, PeerSignature, SignerKey
+from teaagent.trust import MultiSigQuorumConfig, PeerSignature, QuorumPolicy, SignerKey
 
 __all__ = [
     "MAX_CERTIFICATE_APPROVALS",
@@ -44,10 +45,35 @@ __all__ = [
     "QuorumState",
     "describe_outcome",
     "evaluate",
+    "policy_mismatch",
+    "policy_view",
     "verify_certificate",
 ]
 
 logger = logging.getLogger("teaagent.quorum")
+
+
+def policy_view(policy: QuorumPolicy, signers: Sequence[str], denied_by: Sequence[str]) -> dict[str, Any]:
+    """A policy with each term's count, JSON-ready: the rule, the mode, and per term who counted."""
+    return {
+        "rule": policy.rule,
+        "mode": policy.mode,
+        "terms": [
+            {
+                "group": term.term.group,
+                "peers": list(term.term.peers),
+                "required": term.term.required,
+                "approved_by": list(term.approvers),
+                "denied_by": list(term.deniers),
+                "met": term.met,
+                "missing": term.missing,
+                "described": term.describe(),
+            }
+            for term in policy.progress(signers, denied_by)
+        ],
+        "described": policy.describe(signers, denied_by),
+    }
+
 
 MAX_CLOCK_SKEW_SECONDS: Final = 60  # PROTOCOL.md rule 4: how far a peer's clock may run ahead of ours
 MAX_CERTIFICATE_APPROVALS: Final = 1024  # far beyond any real cluster; bounds the work one certificate causes
@@ -97,6 +123,7 @@ class QuorumOutcome:
     rejected_denials: Mapping[str, str] = field(default_factory=dict)
     approvals: tuple[dict[str, Any], ...] = ()
     dev_signers: tuple[str, ...] = ()
+    policy: QuorumPolicy | None = None
 
     @property
     def decided(self) -> bool:
@@ -120,11 +147,35 @@ class QuorumOutcome:
             "rejected_denials": dict(self.rejected_denials),
             "approvals": [dict(approval) for approval in self.approvals],
             "dev_signers": list(self.dev_signers),
-        }
+        } | ({} if self.policy is None else {"policy": self.policy_view()})
+
+    def policy_view(self) -> dict[str, Any]:
+        """The version 2 policy and its terms' counts, JSON-ready (empty for version 1)."""
+        if self.policy is None:
+            return {}
+        return policy_view(self.policy, self.signers, self.denied_by)
 
     def describe(self) -> str:
         """Return the outcome as one phrase, such as ``approved by beta (1 approval of the 1 needed)``."""
         return describe_outcome(self)
+
+
+def _describe_policy(outcome: _Described, policy: QuorumPolicy) -> str:
+    """A version 2 outcome: the state, then the rule and each term (``needs 1 more of security: ...``)."""
+    terms = policy.describe(outcome.signers, outcome.denied_by)
+    if outcome.state == "denied":
+        reasons = "; ".join(
+            f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
+            for peer in outcome.denied_by
+        )
+        return f"denied by {reasons} ({terms})"
+    if outcome.state == "pending":
+        return f"waiting ({terms})"
+    if outcome.state == "withdrawn":
+        return f"withdrawn by its origin ({terms})"
+    if outcome.state == "approved":
+        return f"approved by {', '.join(outcome.signers)} ({terms})"
+    return f"{outcome.state} ({terms})"
 
 
 class _Described(Protocol):
@@ -150,6 +201,9 @@ def describe_outcome(outcome: _Described) -> str:
     Counts are worded by :mod:`teaagent._words`: ``1 approval of the 2 needed``, never ``1 of 2``.
     """
     count = approvals_of(len(outcome.signers), outcome.required)
+    policy = getattr(outcome, "policy", None)
+    if isinstance(policy, QuorumPolicy):
+        return _describe_policy(outcome, policy)
     if outcome.state == "approved":
         return f"approved by {', '.join(outcome.signers)} ({count})"
     if outcome.state == "denied":
@@ -263,7 +317,22 @@ class _Counter:
         # Rule 1: in the request's peers, in our own configured peers, and not the origin.
         self.peers = tuple(peer for peer in request["peers"] if peer in configured and peer != origin)
         self.required = max(request["required_approvals"], config.required_approvals, 1)
+        # Version 2: the request's policy counts, each term limited to the authorised peers; its
+        # terms named after this node's groups for display. Whether the policy is the one this
+        # node's rules give the tool is policy_mismatch's question, asked by the origin's gate.
+        policy = request_policy(request)
+        self.policy = None if policy is None else policy.only(self.peers).named(config.groups)
+        if self.policy is not None:
+            self.required = self.policy.required
         self.unauthorised: dict[str, str] = {}
+
+    def state(self, signers: Sequence[str], denied_by: Sequence[str]) -> QuorumState:
+        """What the counted signers prove, expiry aside: the policy's terms, or N of the peers."""
+        if self.policy is not None:
+            return self.policy.state(signers, denied_by)
+        return quorum_state(
+            approvals=len(signers), denials=len(denied_by), peers=len(self.peers), required=self.required
+        )
 
     def refusal_for_stranger(self, claimed: str) -> str:
         if claimed.startswith("#"):
@@ -387,6 +456,7 @@ class _Counter:
             payload_digest=self.request["payload_digest"],
             required=self.required,
             peers=self.peers,
+            policy=self.policy,
             **fields,
         )
 
@@ -412,12 +482,49 @@ def _clock(now: float | None) -> float:
 
 def _counter(request: Mapping[str, Any], config: MultiSigQuorumConfig, now: float) -> _Counter:
     counter = _Counter(request, config, now)
+    for term in counter.policy.terms if counter.policy is not None else ():
+        if term.required > len(term.peers):
+            raise QuorumError(
+                f"Request {request['request_id']} needs {term.required} approvals of a term whose "
+                f"configured peers here are only {len(term.peers)} ({', '.join(term.peers) or 'none'})."
+            )
     if counter.required > len(counter.peers):
         raise QuorumError(
             f"Request {request['request_id']} needs {counter.required} approvals, but only "
             f"{len(counter.peers)} of its peers are configured peers of this node."
         )
     return counter
+
+
+def policy_mismatch(request: Mapping[str, Any], config: MultiSigQuorumConfig) -> str | None:
+    """Why a request's policy is not the one this node's own rules give its tool, or None when it is.
+
+    PROTOCOL.md "Who decides what the policy is": the verifier recomputes the policy from its own
+    configuration (the first matching ``[[quorum.rules]]`` entry, or none: version 1) and refuses a
+    request or certificate that carries another one, so that neither a relay nor a request can
+    lower the bar. A version 1 request for a tool that a rule covers is refused as well.
+
+    Args:
+        request: A well-formed request document.
+        config: The verifier's quorum configuration.
+
+    Returns:
+        One sentence, or None.
+    """
+    expected = config.policy_for(request["tool_name"])
+    carried = request_policy(request)
+    if expected is None and carried is None:
+        return None
+    if expected is not None and carried is not None and carried.document() == expected.document():
+        return None
+
+    def said(policy: QuorumPolicy | None) -> str:
+        return "no rule (version 1)" if policy is None else f"rule {policy.rule!r} ({policy.summary()})"
+
+    return (
+        f"Request {request['request_id']} for {request['tool_name']} carries {said(carried)}, but this "
+        f"node's configuration gives {said(expected)}: a request cannot change the bar."
+    )
 
 
 def evaluate(
@@ -479,9 +586,7 @@ def evaluate(
     _veto(approved, rejected, denied)
     denied_by = tuple(peer for peer in counter.peers if peer in denied)
     signers = tuple(peer for peer in counter.peers if peer in approved)
-    state = quorum_state(
-        approvals=len(signers), denials=len(denied_by), peers=len(counter.peers), required=counter.required
-    )
+    state = counter.state(signers, denied_by)
     reasons = {peer: denied[peer].submission.reason for peer in denied_by}
     return counter.outcome(
         state,
@@ -569,7 +674,13 @@ def verify_certificate(
     # 3. Rule 6: a signer that denied is no approver, whatever the relay that built this says.
     _veto(approved, rejected, denied)
     signers = tuple(peer for peer in counter.peers if peer in approved)
-    if len(signers) < counter.required:
+    if counter.policy is not None and counter.policy.state(signers, ()) != "approved":
+        refusals = "; ".join(f"{peer}: {reason}" for peer, reason in rejected.items())
+        raise QuorumError(
+            f"The certificate does not meet its policy ({counter.policy.describe(signers)}"
+            + (f"; refused: {refusals})." if refusals else ").")
+        )
+    if counter.policy is None and len(signers) < counter.required:
         refusals = "; ".join(f"{peer}: {reason}" for peer, reason in rejected.items())
         counted = ", ".join(signers) if signers else "nobody"
         raise QuorumError(

@@ -19,7 +19,14 @@ from teaagent._canonical import canonical, payload_digest
 from teaagent._json import MAX_ARGUMENTS_DEPTH, JSONDepthError
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.signing import Signer, fingerprint, parse_sshsig, signature_to_wire, sshsig_sign, sshsig_verify
-from teaagent.trust import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS, PeerSignature, SignerKey
+from teaagent.trust import (
+    AGENT_ID_PATTERN,
+    MAX_QUORUM_TIMEOUT_SECONDS,
+    PeerSignature,
+    QuorumPolicy,
+    SignerKey,
+    policy_problem,
+)
 
 if TYPE_CHECKING:
     from teaagent.trust import MultiSigQuorumConfig
@@ -55,7 +62,8 @@ __all__ = [
     "withdrawal_statement",
 ]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 1  # requests without a version 2 rule, and every signed statement
+POLICY_VERSION: Final = 2  # requests that carry a policy (PROTOCOL.md, "Version 2")
 REQUEST_TYPE: Final = "teaagent.request"
 APPROVAL_TYPE: Final = "teaagent.approval"
 DENIAL_TYPE: Final = "teaagent.denial"
@@ -92,6 +100,8 @@ REQUEST_FIELDS: Final = frozenset(
         "expires_at",
     }
 )
+POLICY_FIELD: Final = "policy"
+REQUEST_FIELDS_V2: Final = REQUEST_FIELDS | {POLICY_FIELD}
 CERTIFICATE_FIELDS: Final = frozenset({"request", "request_signature", "approvals"})
 # Written only when the origin's relay counted a denial, so that a verifier applies rule 6 itself;
 # without one a certificate is byte for byte what it was before the field existed.
@@ -189,14 +199,16 @@ def request_problem(request: object) -> str | None:
     """
     if not isinstance(request, Mapping):
         return "the request is not a JSON object"
+    version = request.get("v")
+    known = REQUEST_FIELDS_V2 if is_int(version) and version == POLICY_VERSION else REQUEST_FIELDS
     fields = set(request)
-    if fields != REQUEST_FIELDS:
-        missing = sorted(REQUEST_FIELDS - fields)
+    if fields != known:
+        missing = sorted(known - fields)
         if missing:
             return f"the request lacks the field {missing[0]}"
-        return f"the request has the unknown field {sorted(str(f) for f in fields - REQUEST_FIELDS)[0]}"
-    if not (is_int(request["v"]) and request["v"] == PROTOCOL_VERSION):
-        return f"the request has version {request['v']!r}, but only version {PROTOCOL_VERSION} is known"
+        return f"the request has the unknown field {sorted(str(f) for f in fields - known)[0]}"
+    if not (is_int(version) and version in (PROTOCOL_VERSION, POLICY_VERSION)):
+        return f"the request has version {version!r}, but only versions 1 and 2 are known"
     if request["type"] != REQUEST_TYPE:
         return f"the request has type {request['type']!r} instead of {REQUEST_TYPE!r}"
     if not (isinstance(request["request_id"], str) and REQUEST_ID_PATTERN.fullmatch(request["request_id"])):
@@ -234,6 +246,10 @@ def request_problem(request: object) -> str | None:
     required = request["required_approvals"]
     if not (is_int(required) and 1 <= required <= len(peers)):
         return f"the request's required_approvals is not an integer between 1 and {len(peers)}"
+    if version == POLICY_VERSION:
+        problem = _policy_problem(request)
+        if problem is not None:
+            return problem
     digest = request["payload_digest"]
     if not (isinstance(digest, str) and DIGEST_PATTERN.fullmatch(digest)):
         return "the request's payload_digest is not sha256: followed by 64 lowercase hexadecimal characters"
@@ -246,6 +262,26 @@ def request_problem(request: object) -> str | None:
     if digest != expected:
         return "the request's payload_digest does not match its tool_name and arguments"
     return None
+
+
+def _policy_problem(request: Mapping[str, Any]) -> str | None:
+    """A version 2 request's policy: well formed, its peers the request's, its readers' threshold kept."""
+    problem = policy_problem(request[POLICY_FIELD])
+    if problem is not None:
+        return problem
+    policy = QuorumPolicy.from_document(request[POLICY_FIELD])
+    if list(policy.peers) != request["peers"]:
+        return "the request's peers are not the sorted union of its policy's peers"
+    if request["required_approvals"] != policy.required:
+        return "the request's required_approvals is not the largest required of its policy's terms"
+    return None
+
+
+def request_policy(request: Mapping[str, Any]) -> QuorumPolicy | None:
+    """The policy of a well-formed request: its ``policy`` field (version 2), or None (version 1)."""
+    if request.get("v") != POLICY_VERSION:
+        return None
+    return QuorumPolicy.from_document(request[POLICY_FIELD])
 
 
 def validate_request(request: object) -> None:
@@ -297,6 +333,8 @@ def build_request(
     if is_agent_id(origin) and origin in config.peer_agent_ids:
         raise ValueError(f"the origin {origin} is among the configured peers")
     created_at = int(time.time() if now is None else now)
+    policy = config.policy_for(tool_name) if isinstance(tool_name, str) and config.enabled else None
+    timeout = config.timeout_for(tool_name) if isinstance(tool_name, str) else config.timeout_seconds
     request: dict[str, Any] = {
         "v": PROTOCOL_VERSION,
         "type": REQUEST_TYPE,
@@ -311,8 +349,14 @@ def build_request(
         "required_approvals": config.required_approvals,
         "peers": sorted(config.peer_agent_ids),
         "created_at": created_at,
-        "expires_at": created_at + config.timeout_seconds,
+        "expires_at": created_at + timeout,
     }
+    if policy is not None:
+        # Version 2: the first matching rule's terms, the groups expanded; peers their union.
+        request["v"] = POLICY_VERSION
+        request[POLICY_FIELD] = policy.document()
+        request["peers"] = list(policy.peers)
+        request["required_approvals"] = policy.required
     if isinstance(tool_name, str):
         request["payload_digest"] = payload_digest(tool_name, request["arguments"])
     problem = request_problem(request)

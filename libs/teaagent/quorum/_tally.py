@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from teaagent.trust import QuorumPolicy
+
 __all__ = ["DecisionKind", "QuorumState", "Tally", "is_expired", "quorum_state"]
 
 QuorumState = Literal["pending", "approved", "denied", "expired"]
@@ -60,6 +62,8 @@ class Tally:
         state: ``pending`` until decided; then final.
         approvers: The signers whose approval counts (never one that denied).
         deniers: The signers whose denial counts.
+        policy: A version 2 request's policy (its terms limited to the authorised signers): then
+            it decides instead of ``required`` of ``peers`` (PROTOCOL.md, "Version 2", Counting).
     """
 
     peers: int
@@ -68,6 +72,7 @@ class Tally:
     state: QuorumState = "pending"
     approvers: frozenset[str] = frozenset()
     deniers: frozenset[str] = frozenset()
+    policy: QuorumPolicy | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.required <= self.peers:
@@ -105,7 +110,10 @@ class Tally:
             approvers, deniers = self.approvers | {signer}, self.deniers
         else:
             raise ValueError(f"decision kind must be 'approval', 'denial' or None, not {kind!r}")
-        state = quorum_state(
-            approvals=len(approvers), denials=len(deniers), peers=self.peers, required=self.required
-        )
+        if self.policy is not None:
+            state: QuorumState = self.policy.state(approvers, deniers)
+        else:
+            state = quorum_state(
+                approvals=len(approvers), denials=len(deniers), peers=self.peers, required=self.required
+            )
         return replace(self, state=state, approvers=approvers, deniers=deniers)

@@ -24,7 +24,7 @@ core of its own is about ``1000 / relay_cpu_ms_per_decision``.
 
 Its floor, measured in the same ``teaagent bench relay``: one SSHSIG verification of the same
 approvals (``verify_ms_per_decision``, this process's CPU over a few hundred of them) plus the
-client CPU of one raw EVALSHA round trip (``raw_evalsha_client_cpu_us``);
+client CPU of one raw EVALSHA round trip, no client library (``raw_evalsha_wire_client_cpu_us``);
 ``relay_ratio_to_floor`` is the relay's CPU per decision over their sum.
 """
 
@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import httpx
 from cryptography.hazmat.primitives import serialization
@@ -333,6 +334,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     ):
         figures = bench_ratelimit(server.url, seconds / 2)
         figures.update(bench_async_client(server.url, seconds / 2))
+        figures.update(bench_relay_redis(server, seconds / 2))
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-ratelimit-") as folder,
         EmbeddedRedis(Path(folder) / "always") as server,
@@ -341,7 +343,37 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     figures["ratelimit_fsync_always_per_s"] = shipped["ratelimit_per_s"]
     figures["ratio_to_raw_evalsha_fsync_always"] = shipped["ratio_to_raw_evalsha"]
     figures.update(bench_decisions(seconds))
-    floor = figures["verify_ms_per_decision"] + figures["raw_evalsha_client_cpu_us"] / 1000
+    floor = figures["verify_ms_per_decision"] + figures["raw_evalsha_wire_client_cpu_us"] / 1000
     figures["relay_floor_ms_per_decision"] = floor
     figures["relay_ratio_to_floor"] = figures["relay_cpu_ms_per_decision"] / floor
     return figures
+
+
+# -- issue 29, the Redis side: the store's Redis client, library against library --------------------
+
+
+def tcp_url(server: EmbeddedRedis) -> str:
+    """Open a loopback TCP port on the embedded ``server`` (it has only its socket) and return its URL."""
+    import redis
+
+    port = _free_port()
+    client = redis.Redis.from_url(server.url)
+    try:
+        client.config_set("bind", "127.0.0.1")
+        client.config_set("port", port)
+    finally:
+        client.close()
+    password = urlsplit(server.url).password or ""
+    return f"redis://:{password}@127.0.0.1:{port}/0"
+
+
+def bench_relay_redis(server: EmbeddedRedis, seconds: float) -> dict[str, Any]:
+    """The ``lib_*`` figures on ``server``: redis-py, coredis and valkey-glide against the wire's floor
+    (``teaagent.store._bench_libraries``; glide over the server's TCP port, beside redis-py there).
+
+    The store's own client of before (``lean``) and the relay's decisions on it were measured end to
+    end at commit 18dc4de (``TEAAGENT_STORE_CLIENT``); docs/architecture.md has the figures.
+    """
+    from teaagent.store._bench_libraries import bench_redis_libraries
+
+    return bench_redis_libraries(server.url, tcp_url(server), seconds, ("redispy", "coredis", "glide"))

@@ -21,6 +21,7 @@ from teaagent._http import NoAnswer, client_verify, http_pool
 from teaagent._json import JSONDepthError, parse_json
 from teaagent.errors import RelayError
 from teaagent.quorum import describe_outcome
+from teaagent.trust import QuorumPolicy
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -132,6 +133,9 @@ class RequestStatus:
     approvals: tuple[dict[str, Any], ...] = ()
     deliveries: Mapping[str, PeerDelivery] = field(default_factory=dict)
     withdrawal: dict[str, Any] | None = None
+    # A version 2 request's policy, set only by the gate from the request it signed (never the
+    # relay's word): its terms limited to the peers configured here, named after this node's groups.
+    policy: QuorumPolicy | None = None
 
     @property
     def decided(self) -> bool:

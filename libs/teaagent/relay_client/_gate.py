@@ -8,13 +8,20 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import httpx
 
 from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
-from teaagent.quorum import evaluate, request_problem, sign_request, sign_withdrawal
+from teaagent.quorum import (
+    evaluate,
+    policy_mismatch,
+    request_policy,
+    request_problem,
+    sign_request,
+    sign_withdrawal,
+)
 from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient, RequestStatus
 from teaagent.relay_client._progress import WaitProgress, WaitWhy, next_reminder
 from teaagent.signing import Signer
@@ -46,6 +53,14 @@ def _transient(exc: RelayError) -> bool:
 def _nobody_listens(exc: RelayError) -> bool:
     """Nothing accepted the connection: no relay runs there (a configuration matter, not a blip)."""
     return isinstance(exc.__cause__, httpx.ConnectError)
+
+
+def _needs(request: Mapping[str, Any], config: MultiSigQuorumConfig) -> str:
+    """What a request needs: ``2 approvals from 3 peers``, or its rule and terms (version 2)."""
+    policy = request_policy(request)
+    if policy is None:
+        return config.describe_quorum()
+    return f"rule {policy.rule!r} ({policy.named(config.groups).summary()})"
 
 
 def _with_denials(certificate: dict[str, Any], denials: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -132,7 +147,7 @@ class RelayQuorumGate:
             origin: This node's agent id.
             private_key_signer: What signs requests as this node (``NodeConfig.signer()``).
             config: This node's quorum configuration: peers, threshold, timeout.
-            timeout: Seconds to wait for the outcome; ``config.timeout_seconds`` plus a grace
+            timeout: Seconds to wait for the outcome; the request's own lifetime plus a grace
                 when None (the request expires by then, and the relay says so).
             on_progress: Called with one line per step (submitted, still waiting...), for a
                 command line's stderr.
@@ -167,7 +182,7 @@ class RelayQuorumGate:
         self._origin = origin
         self._signer = private_key_signer
         self._config = config
-        self._timeout = timeout if timeout is not None else config.timeout_seconds + EXPIRY_GRACE_SECONDS
+        self._given_timeout = timeout
         self._progress = on_progress or (lambda _line: None)
         # Someone reads the progress.
         self._shown = on_status is not None or on_progress is not None or on_wait is not None
@@ -217,12 +232,23 @@ class RelayQuorumGate:
             raise ValueError(f"the request cannot be sent: {problem}")
         if request["origin"] != self._origin:
             raise ValueError(f"the request's origin {request['origin']} is not this node ({self._origin})")
+        # PROTOCOL.md "Who decides what the policy is": this node signs only the policy its own
+        # rules give the tool (version 2), or none where no rule covers it: nobody lowers the bar.
+        mismatch = policy_mismatch(request, self._config)
+        if mismatch is not None:
+            raise ValueError(f"the request cannot be sent: {mismatch}")
+        # As long as this request lives (a rule may set its own timeout_seconds), and a grace.
+        timeout = (
+            self._given_timeout
+            if self._given_timeout is not None
+            else request["expires_at"] - request["created_at"] + EXPIRY_GRACE_SECONDS
+        )
         tool_name = request["tool_name"]
         request_id = request["request_id"]
         signature = sign_request(request, self._signer)
         shown = _Shown(request=request, asked_at=time.time())
         try:
-            status = self._wait(request, signature, shown)
+            status = self._wait(request, signature, shown, timeout)
         except KeyboardInterrupt:
             # Best effort, never instead of the interruption: it is raised again as it was.
             self._withdraw(request)
@@ -241,7 +267,7 @@ class RelayQuorumGate:
             f"The request for {tool_name} {self._verified(request, status).describe()}."
         )
 
-    def _wait(self, request: dict[str, Any], signature: str, shown: _Shown) -> RequestStatus:
+    def _wait(self, request: dict[str, Any], signature: str, shown: _Shown, timeout: float) -> RequestStatus:
         """Send the signed request and wait until the relay reports it decided; return that status.
 
         Raises:
@@ -251,12 +277,10 @@ class RelayQuorumGate:
         """
         tool_name = request["tool_name"]
         request_id = request["request_id"]
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + timeout
         failures, last_error = 0, None
         try:
-            status = self._client.submit_request(
-                request, signature, timeout=min(DEFAULT_TIMEOUT, self._timeout)
-            )
+            status = self._client.submit_request(request, signature, timeout=min(DEFAULT_TIMEOUT, timeout))
         except RelayError as exc:
             if not _transient(exc) or _nobody_listens(exc):
                 raise
@@ -265,7 +289,7 @@ class RelayQuorumGate:
             self._progress(f"{exc} Trying again.")
         else:
             self._progress(
-                f"{tool_name} needs {self._config.describe_quorum()}; request {request_id} sent to the peers."
+                f"{tool_name} needs {_needs(request, self._config)}; request {request_id} sent to the peers."
             )
             if status is not None:
                 self._tell(shown, "sent", self._report(request, status))
@@ -279,7 +303,7 @@ class RelayQuorumGate:
             if remaining <= 0:
                 if failures and last_error is not None:
                     raise last_error  # the relay never came back: say so, not "no quorum"
-                raise TimeoutError(f"no quorum was reached for {tool_name} within {self._timeout:g} seconds")
+                raise TimeoutError(f"no quorum was reached for {tool_name} within {timeout:g} seconds")
             try:
                 if failures:
                     backoff = RETRY_START_SECONDS * 2 ** min(failures - 1, 10)  # capped: no float overflow
@@ -466,6 +490,7 @@ class RelayQuorumGate:
             denial_reasons=dict(counted.denial_reasons),
             approvals=tuple(counted.approvals),
             denials=verified_denials,
+            policy=counted.policy,
         )
 
     def _report(self, request: dict[str, Any], status: RequestStatus) -> RequestStatus:

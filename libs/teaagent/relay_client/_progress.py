@@ -21,8 +21,10 @@ from typing import Any, Final, Literal
 
 from teaagent._words import approvals_of, moment, time_left
 from teaagent.errors import SignatureError
+from teaagent.quorum import policy_view
 from teaagent.relay_client._client import RequestStatus
 from teaagent.signing import parse_sshsig
+from teaagent.trust import QuorumPolicy
 
 __all__ = [
     "SHORT_ID_CHARS",
@@ -92,6 +94,8 @@ class WaitProgress:
         untried: Peers the relay reports it has not tried to reach yet.
         expires_at: Unix seconds when the request expires.
         asked_at: Unix seconds when it was sent.
+        policy: A version 2 request's policy (from the signed request), whose terms the count
+            shows instead of ``required``.
     """
 
     request_id: str
@@ -111,6 +115,7 @@ class WaitProgress:
     untried: tuple[str, ...] = ()
     expires_at: int
     asked_at: float
+    policy: QuorumPolicy | None = None
 
     @classmethod
     def of(cls, verified: RequestStatus, *, tool_name: str, why: WaitWhy, asked_at: float) -> WaitProgress:
@@ -167,6 +172,7 @@ class WaitProgress:
             untried=tuple(untried),
             expires_at=verified.expires_at,
             asked_at=asked_at,
+            policy=verified.policy,
         )
 
     @property
@@ -211,7 +217,15 @@ class WaitProgress:
             "seconds_left": self.seconds_left(now),
             "approve_command": self.approve_command,
             "text": describe_wait(self, now),
-        }
+        } | (
+            {} if self.policy is None else {"policy": policy_view(self.policy, self.signers, self.denied_by)}
+        )
+
+    def count(self) -> str:
+        """The count: ``1 approval of the 2 needed``, or a policy's rule and terms (version 2)."""
+        if self.policy is not None:
+            return self.policy.describe(self.signers, self.denied_by)
+        return approvals_of(len(self.signers), self.required)
 
 
 def describe_wait(progress: WaitProgress, now: float | None = None, *, command: bool = True) -> str:
@@ -228,8 +242,9 @@ def describe_wait(progress: WaitProgress, now: float | None = None, *, command: 
     """
     now = time.time() if now is None else now
     head = f"request {progress.short_id} for {progress.tool_name}"
-    count = approvals_of(len(progress.signers), progress.required)
-    signed = f" ({', '.join(progress.signers)})" if progress.signers else ""
+    count = progress.count()
+    # A policy's terms name their approvers already.
+    signed = f" ({', '.join(progress.signers)})" if progress.signers and progress.policy is None else ""
     denied = ""
     if progress.denied_by:
         denied = "; denied by " + "; ".join(
@@ -276,10 +291,7 @@ def wait_news(before: WaitProgress | None, after: WaitProgress, now: float | Non
     for peer in after.signers:
         if peer not in old_signers:
             key = f"key {after.keys[peer]}, " if peer in after.keys else ""
-            lines.append(
-                f"✓ {peer} approved ({key}{elapsed:.1f} s after asking): "
-                f"{approvals_of(len(after.signers), after.required)}."
-            )
+            lines.append(f"✓ {peer} approved ({key}{elapsed:.1f} s after asking): {after.count()}.")
     for peer in after.denied_by:
         if peer not in old_deniers:
             key = f"key {after.keys[peer]}, " if peer in after.keys else ""
@@ -299,9 +311,7 @@ def expiry_sentence(progress: WaitProgress) -> str:
         if p not in answered and (p in progress.unreachable or p in progress.untried)
     ]
     silent = [p for p in progress.peers if p not in answered and p not in unreached]
-    parts = [
-        f"approved by {_names(progress.signers)} ({approvals_of(len(progress.signers), progress.required)})"
-    ]
+    parts = [f"approved by {_names(progress.signers)} ({progress.count()})"]
     if progress.denied_by:
         parts.append(f"denied by {_names(progress.denied_by)}")
     parts.append(f"never answered: {_names(silent)}")

@@ -20,11 +20,11 @@ What one quorum costs in the real path, counted in the same run: its HTTP hops (
 ``teaagent_relay_http_requests`` counter, /metrics and /health aside: the agent's submission and
 long-poll, two deliveries to the peers, each approver's inbox listings and its decision, two
 decisions back), its Redis round trips (a script, a pipeline or a transaction is one: the
-writes are the ``EVALSHA`` and ``EXEC`` calls of ``INFO commandstats``; the reads are the rest of
-the shared server's read events, ``INFO stats`` ``total_reads_processed``, and none when there are
-fewer read events than writes, so that the floor errs on the cheap side: each service's store
-client sends the commands of all its callers over one shared connection, so that one read
-event of the server may carry several of them), and its cryptography by the code: 3 signatures
+round trips are the shared server's read events, ``INFO stats`` ``total_reads_processed``,
+``redis_round_trips_cN``; the writes are the ``EVALSHA`` and ``EXEC`` calls of ``INFO
+commandstats``; the reads are the round trips less the writes, left out with the reason
+(``redis_reads_cN_omitted``) when several writes shared round trips so that they cannot be told
+apart: see ``_trips``), and its cryptography by the code: 3 signatures
 (the request, two approvals) and 12 verifications (the request by alpha's relay, by each peer's
 relay and approver, and in the certificate; each approval by its peer's relay, by alpha's relay
 and in the certificate).
@@ -43,8 +43,8 @@ So 3 signatures and 7 verifications (the protocol's minimum: each peer checks th
 the origin checks each approval once, the agent checks the certificate), against the real path's
 3 and 12. HTTP hops go to a bare uvicorn server running a raw ASGI app that answers every call
 with a constant (no framework), over kept-alive connections, each call framed and its answer
-parsed by h11 (the HTTP/1.1 library under httpx; no HTTP written by hand);
-Redis round trips are RESP written and read by hand over kept-alive connections. The same
+parsed by h11 (the HTTP/1.1 library under httpx; no HTTP written by hand); Redis round
+trips over kept-alive connections, each command packed and its reply parsed by hiredis. The same
 numbers of hops and round trips per quorum as the real path's at that concurrency (rounded).
 The floor's callers run in ``min(N, cores)`` processes, so that it may use the machine as the
 cluster does. ``floor_ratio = p50_ms_c1 / floor_p50_ms_c1`` (target <= 3) and
@@ -84,6 +84,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import h11
+import hiredis
 import httpx
 import redis
 from cryptography.hazmat.primitives import serialization
@@ -357,8 +358,8 @@ def _redis_counters(client: redis.Redis) -> tuple[float, float]:
 
     Writes are counted by their calls; the rest are the server's read events
     (``total_reads_processed``: a script's inner commands, a pipeline's and a transaction's are
-    in one) less the writes. Over a window that difference is below zero when the shared
-    connections carried more than one command per read event; ``bench_quorum`` counts it as none.
+    in one) less the writes. Over a window that difference is below zero when several writes
+    shared a round trip; ``bench_quorum`` then leaves the figure out (``_trips``).
     """
     trips = float(client.info("stats")["total_reads_processed"])
     calls: dict[str, Any] = client.info("commandstats")
@@ -512,29 +513,42 @@ def _plan(per_quorum: _Counters, size: _Size = DEFAULT_SIZE) -> _Plan:
 
 
 def _resp(*parts: bytes) -> bytes:
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+    """A command as RESP, packed by hiredis."""
+    packed: bytes = hiredis.pack_command(parts)  # type: ignore[arg-type]  # its stub takes 1-tuples
+    return packed
 
 
-async def _resp_call(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], command: bytes) -> bytes:
-    reader, writer = connection
-    writer.write(command)
-    line = await reader.readuntil(b"\r\n")
-    if line.startswith(b"-"):
-        raise RuntimeError(f"Redis refused a floor command: {line.decode(errors='replace').strip()}")
-    if line.startswith(b"$") and int(line[1:-2]) >= 0:
-        return (await reader.readexactly(int(line[1:-2]) + 2))[:-2]
-    return line[1:-2]
+@dataclass
+class _RedisConnection:
+    """A kept connection of the floor: commands written as they are, replies read by hiredis."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    replies: hiredis.Reader = dataclasses.field(default_factory=hiredis.Reader)
 
 
-async def _redis_connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _resp_call(connection: _RedisConnection, command: bytes) -> bytes:
+    connection.writer.write(command)
+    while (reply := connection.replies.gets()) is False:
+        data = await connection.reader.read(65536)
+        if not data:
+            raise RuntimeError("Redis closed a floor connection")
+        connection.replies.feed(data)
+    if isinstance(reply, Exception):
+        raise RuntimeError(f"Redis refused a floor command: {reply}")
+    return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+async def _redis_connect(url: str) -> _RedisConnection:
     parts = urlsplit(url)
     if parts.scheme == "unix":  # the embedded server listens on its socket only
         connection = await asyncio.open_unix_connection(parts.path)
     else:
         connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
+    kept = _RedisConnection(*connection)
     if parts.password:
-        await _resp_call(connection, _resp(b"AUTH", parts.password.encode()))
-    return connection
+        await _resp_call(kept, _resp(b"AUTH", parts.password.encode()))
+    return kept
 
 
 class _FloorHTTP:
@@ -633,7 +647,7 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
     value = canonical({"statement": approval_statement(request, "beta", 0), "signature": approvals["beta"]})
     loader = await _redis_connect(job.redis_url)
     sha = await _resp_call(loader, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
-    loader[1].close()
+    loader.writer.close()
     plan = job.plan
 
     async def connections(count: int, port: int) -> list[_FloorHTTP]:
@@ -679,8 +693,8 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
         finally:
             for http in (origin_http, *branch_http):
                 http.close()
-            for _reader, writer in branch_redis:
-                writer.close()
+            for kept in branch_redis:
+                kept.writer.close()
 
     started = asyncio.Event()
     stop_at = warm = 0.0
@@ -833,12 +847,40 @@ async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, fl
                 costs[index].append(time.perf_counter() - begun)
     finally:
         http.close()
-        redis_connection[1].close()
+        redis_connection.writer.close()
     hop, written, got = (_median_seconds(samples) for samples in costs)
     return hop, written, got
 
 
 # -- the benchmark ----------------------------------------------------------------------------------
+
+
+def _trips(counted: Mapping[int, _Counters]) -> tuple[dict[int, float], dict[int, float], dict[int, str]]:
+    """The floor's writes and reads per quorum at each concurrency, and why a read count is left out.
+
+    The server counts read events: a client's command, pipeline or transaction is one when it
+    has a connection to itself (redis-py's pool), so the read events are the round trips, writes
+    and reads together. The writes are counted as commands (``_redis_counters``), and several of
+    them may share a round trip (a pipeline of scripts): then the round trips less the writes
+    fall below zero, the reads cannot be told apart, and ``redis_reads_cN`` is left out with the
+    reason, never reported as zero. The floor makes as many round trips as the server counted,
+    never more: its writes are the writes, or all the round trips when there were fewer, and its
+    reads are the rest.
+    """
+    writes: dict[int, float] = {}
+    reads: dict[int, float] = {}
+    omitted: dict[int, str] = {}
+    for concurrency, per in counted.items():
+        trips = per.writes + per.reads
+        if per.reads < 0:
+            omitted[concurrency] = (
+                f"not measurable: the server took in {-per.reads:.2f} fewer read events than writes per "
+                f"quorum (several writes per round trip); the floor makes the {max(trips, 0.0):.2f} "
+                "round trips counted, all as writes"
+            )
+        writes[concurrency] = max(0.0, min(per.writes, trips))
+        reads[concurrency] = max(0.0, per.reads)
+    return writes, reads, omitted
 
 
 def _percentile(latencies: list[float], fraction: float) -> float:
@@ -877,7 +919,7 @@ def _real_path(
                 hops=delta.hops / quorums,
                 server_seconds={k: v / quorums for k, v in delta.server_seconds.items()},
                 writes=delta.writes / quorums,
-                reads=max(0.0, delta.reads) / quorums,  # see the module docstring
+                reads=delta.reads / quorums,  # below zero: not measurable (_trips)
                 cpu={k: v / quorums for k, v in delta.cpu.items()},
                 idle_cpu_per_s=idle_per_s,
             )
@@ -890,7 +932,7 @@ def bench_quorum(
     nodes: int = DEFAULT_SIZE.nodes,
     concurrencies: tuple[int, ...] = CONCURRENCIES,
     variants: bool = True,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """``teaagent bench quorum``: end-to-end quorums against their floor (see the module docstring).
 
     Args:
@@ -906,7 +948,8 @@ def bench_quorum(
         ``p50_ms_c16``, ``p50_ms_c64``, ``p99_ms_c64``, the floor's ``floor_p50_ms_c1``,
         ``floor_p99_ms_c1``, ``floor_throughput_c16``, ``floor_throughput_c64``, the ratios
         ``floor_ratio`` and ``floor_throughput_ratio_c64``, what one quorum did
-        (``http_hops_c1``, ``redis_writes_c1``, ``redis_reads_c1``, the same at c64), the CPU
+        (``http_hops_c1``, ``redis_round_trips_c1``, ``redis_writes_c1``, ``redis_reads_c1`` or
+        ``redis_reads_c1_omitted``, the same at c16 and c64), the CPU
         milliseconds per quorum of all services at c64 (``cluster_cpu_ms_per_quorum_c64``), and
         the ``profile_*`` breakdown.
 
@@ -926,7 +969,7 @@ def bench_quorum(
     size = _Size(nodes)
     raw = {name: Ed25519PrivateKey.generate() for name in size.names}
     keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
-    figures: dict[str, float] = {}
+    figures: dict[str, Any] = {}
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-quorum-") as temporary,
         EmbeddedRedis(Path(temporary) / "redis") as server,
@@ -945,10 +988,13 @@ def bench_quorum(
         client = redis.Redis.from_url(server.url)
         store = (server.url,)
         runs, counted = _real_path(folder, cluster, keys, config, client, seconds, concurrencies)
+        writes, reads, omitted = _trips(counted)
         with _floor_server(folder) as http_port:
-            floors = {
-                c: _floor(c, seconds, http_port, store, _plan(counted[c], size), size) for c in concurrencies
+            plans = {
+                c: _plan(dataclasses.replace(counted[c], writes=writes[c], reads=reads[c]), size)
+                for c in concurrencies
             }
+            floors = {c: _floor(c, seconds, http_port, store, plans[c], size) for c in concurrencies}
             hop, written, got = asyncio.run(_io_costs(http_port, store))
         if variants:
             figures.update(_http_variants(folder, cluster, keys, config, client, seconds))
@@ -965,7 +1011,11 @@ def bench_quorum(
         figures[f"floor_throughput_{suffix}"] = floor.throughput
         figures[f"http_hops_{suffix}"] = per.hops
         figures[f"redis_writes_{suffix}"] = per.writes
-        figures[f"redis_reads_{suffix}"] = per.reads
+        figures[f"redis_round_trips_{suffix}"] = max(0.0, per.writes + per.reads)
+        if concurrency in omitted:
+            figures[f"redis_reads_{suffix}_omitted"] = omitted[concurrency]
+        else:
+            figures[f"redis_reads_{suffix}"] = per.reads
         figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
         # The same less what the services spent idle meanwhile (their polls, per second of the run).
         figures[f"cluster_busy_cpu_ms_per_quorum_{suffix}"] = (
@@ -984,7 +1034,7 @@ def bench_quorum(
     one = counted[1]
     figures["profile_sign_ms"] = size.signatures * sign * 1000
     figures["profile_verify_ms"] = size.verifications * verify * 1000
-    figures["profile_redis_ms"] = (one.writes * written + one.reads * got) * 1000
+    figures["profile_redis_ms"] = (writes[1] * written + reads[1] * got) * 1000
     figures["profile_http_ms"] = one.hops * hop * 1000
     figures["profile_http_hop_ms"] = hop * 1000
     for name, spent in one.server_seconds.items():

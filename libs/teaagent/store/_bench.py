@@ -4,11 +4,11 @@
 
 - ``ratelimit_per_s``: ``RedisRateLimiter.hit`` (sync client, its lean path), the tools' check;
 - ``ratelimit_async_per_s``: ``AsyncRedisRateLimiter.hit`` (asyncio client), the relay's check;
-- ``raw_evalsha_per_s``: ``EVALSHA`` of ``return 1`` through the same lean transport as the check
-  (``LeanChannel`` on the same client), the floor of one script call: the same client code, the
-  same server, the same run, and no script work;
-- ``raw_evalsha_redispy_per_s``: the same ``EVALSHA`` through redis-py's ordinary
-  ``client.evalsha``, for context (its command layer costs about as much CPU as the round trip);
+- ``raw_evalsha_per_s``: ``EVALSHA`` of ``return 1`` through the same client as the check
+  (redis-py's ``client.evalsha`` on the same pool), the floor of one script call: the same client
+  code, the same server, the same run, and no script work;
+- ``raw_evalsha_wire_per_s``: the same ``EVALSHA`` as RESP packed by hiredis, written on a plain
+  kept socket and read by hiredis, no client library at all: what a round trip costs by itself;
 - ``limits_moving_window_per_s``: ``limits.aio`` ``MovingWindowRateLimiter.hit`` on its async
   ``RedisStorage`` (default coredis implementation), and ``limits_moving_window_redispy_per_s``
   with its redis-py implementation. ``limits`` answers only allowed/refused in that call; ours
@@ -44,7 +44,6 @@ from typing import Any, Final, Literal, TypeVar
 import redis
 
 from teaagent.store._connection import converting
-from teaagent.store._ratelimit import LeanChannel, pack_command
 from teaagent.store._store import connect, connect_sync
 
 __all__ = ["CALLERS", "bench_async_client", "bench_ratelimit"]
@@ -90,11 +89,58 @@ async def _around(call: Callable[[], Awaitable[object]], seconds: float) -> tupl
     return done / elapsed, (time.process_time() - cpu) / done * 1e6
 
 
+def _pack(*args: Any) -> bytes:
+    """A command as RESP, packed by hiredis."""
+    import hiredis
+
+    packed: bytes = hiredis.pack_command(args)
+    return packed
+
+
+class _Wire:
+    """One kept socket to the server, no client library: RESP packed and read by hiredis."""
+
+    def __init__(self, redis_url: str) -> None:
+        import socket
+        from urllib.parse import urlsplit
+
+        import hiredis
+
+        parts = urlsplit(redis_url)
+        try:
+            if parts.scheme == "unix":
+                self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self._socket.connect(parts.path)
+            else:
+                address = (parts.hostname or "127.0.0.1", parts.port or 6379)
+                self._socket = socket.create_connection(address)
+        except OSError as exc:
+            raise redis.exceptions.ConnectionError(f"the floor's connection failed: {exc}") from exc
+        self._replies = hiredis.Reader()
+        if parts.password:
+            user = [parts.username] if parts.username else []
+            self.call(_pack("AUTH", *user, parts.password))
+
+    def call(self, packed: bytes) -> Any:
+        self._socket.sendall(packed)
+        while (reply := self._replies.gets()) is False:
+            data = self._socket.recv(65536)
+            if not data:
+                raise redis.exceptions.ConnectionError("the server closed the floor's connection")
+            self._replies.feed(data)
+        if isinstance(reply, Exception):
+            raise RuntimeError(f"Redis refused a floor command: {reply}")
+        return reply
+
+    def close(self) -> None:
+        self._socket.close()
+
+
 def bench_ratelimit(redis_url: str, seconds: float = 2.0) -> dict[str, Any]:
     """Measure check rates (sequential round trips per second) against the Redis at ``redis_url``.
 
     ``seconds`` is the time spent on each contender. Returns a dict with ``ratelimit_per_s``,
-    ``ratelimit_async_per_s``, ``raw_evalsha_per_s``, ``raw_evalsha_redispy_per_s``,
+    ``ratelimit_async_per_s``, ``raw_evalsha_per_s``, ``raw_evalsha_wire_per_s``,
     ``limits_moving_window_per_s``, ``limits_moving_window_redispy_per_s``, the two ratios the
     targets speak of (``ratio_to_raw_evalsha``, ``ratio_to_limits``), and the parameters. A
     ``limits`` figure is None, with a ``..._error`` beside it, when its client library is missing.
@@ -121,16 +167,18 @@ def bench_ratelimit(redis_url: str, seconds: float = 2.0) -> dict[str, Any]:
     astore = connect(redis_url, prefix=prefix)
     storages: list[Any] = []
     assert isinstance(store.client, redis.Redis)  # one server: the bench has no cluster mode
-    channel = LeanChannel(store.client)
+    wire: _Wire | None = None
     with converting(redis_url):  # the figures need Redis; no answer is a StoreError
         try:
             sha = store.client.script_load("return 1")
             client, limiter, alimiter = store.client, store.rate_limiter, astore.rate_limiter
-            raw = [pack_command(b"EVALSHA", sha.encode(), b"0")]
+            raw = _pack("EVALSHA", sha, 0)
+            wire = _Wire(redis_url)
+            on_wire = wire
             sync_calls: dict[str, Callable[[], object]] = {
                 "ratelimit_per_s": lambda: limiter.hit("bench", limit),
-                "raw_evalsha_per_s": lambda: channel.execute(raw),
-                "raw_evalsha_redispy_per_s": lambda: client.evalsha(sha, 0),
+                "raw_evalsha_per_s": lambda: client.evalsha(sha, 0),
+                "raw_evalsha_wire_per_s": lambda: on_wire.call(raw),
             }
             async_calls: dict[str, Callable[[], Awaitable[object]]] = {
                 "ratelimit_async_per_s": lambda: alimiter.hit("bench-async", limit),
@@ -173,13 +221,15 @@ def bench_ratelimit(redis_url: str, seconds: float = 2.0) -> dict[str, Any]:
                 loop.run_until_complete(storage.reset())
             loop.run_until_complete(astore.aclose())
             loop.close()
-            channel.close()
+            if wire is not None:
+                wire.close()
             store.rate_limiter.close()
             keys = list(store.client.scan_iter(match=f"{prefix}:*", count=1000))
             if keys:
                 store.client.delete(*keys)
             store.close()
     figures["ratio_to_raw_evalsha"] = figures["ratelimit_per_s"] / figures["raw_evalsha_per_s"]
+    figures["ratio_to_raw_evalsha_wire"] = figures["ratelimit_per_s"] / figures["raw_evalsha_wire_per_s"]
     moving_rate = figures.get("limits_moving_window_per_s")
     figures["ratio_to_limits"] = figures["ratelimit_per_s"] / moving_rate if moving_rate else None
     return figures
@@ -191,63 +241,25 @@ CALLERS = 32  # concurrent callers of one client, as a relay's requests share it
 _READS: Final = 3  # the reads of the measured transaction: a request's document and two hashes
 
 
-async def _raw_reply(reader: asyncio.StreamReader) -> None:
-    """Read one reply (a bulk string, a status, an integer or an array of those) and drop it."""
-    line = await reader.readuntil(b"\r\n")
-    if line[:1] in (b"$", b"=") and int(line[1:-2]) >= 0:
-        await reader.readexactly(int(line[1:-2]) + 2)
-    elif line[:1] in (b"*", b"%"):
-        count = int(line[1:-2]) * (2 if line[:1] == b"%" else 1)
-        for _ in range(max(count, 0)):
-            await _raw_reply(reader)
-    elif line[:1] == b"-":
-        raise RuntimeError(f"Redis refused a floor command: {line.decode(errors='replace').strip()}")
-
-
-class _RawShared:
-    """The floor of a shared connection: RESP by hand over one connection that every caller uses.
-
-    A call queues its packed bytes and a future; what is queued in one turn of the loop leaves in
-    one write on the next, and one read task hands the replies out in order (hiredis parses).
-    """
+class _RawConnection:
+    """A kept connection of the floor: RESP packed by hiredis, written by hand, read by hiredis."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        import collections
-
         import hiredis
 
-        self._writer = writer
-        self._pending: collections.deque[list[Any]] = collections.deque()
-        self._outgoing: list[bytes] = []
+        self.reader, self.writer = reader, writer
         self._replies = hiredis.Reader()
-        self._reading = asyncio.get_running_loop().create_task(self._read(reader))
 
-    def call(self, packed: bytes, replies: int) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._pending.append([future, replies])
-        if not self._outgoing:
-            loop.call_soon(self._write)
-        self._outgoing.append(packed)
-        return future
-
-    def _write(self) -> None:
-        self._writer.write(b"".join(self._outgoing))
-        self._outgoing.clear()
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while data := await reader.read(65536):
-            self._replies.feed(data)
-            while self._replies.gets() is not False:  # RESP2: no reply is False
-                entry = self._pending[0]
-                entry[1] -= 1
-                if not entry[1]:
-                    self._pending.popleft()
-                    entry[0].set_result(None)
-
-    def close(self) -> None:
-        self._reading.cancel()
-        self._writer.close()
+    async def call(self, packed: bytes, replies: int) -> None:
+        self.writer.write(packed)
+        while replies:
+            reply = self._replies.gets()
+            if reply is False:
+                self._replies.feed(await self.reader.read(65536))
+            elif isinstance(reply, Exception):
+                raise RuntimeError(f"Redis refused a floor command: {reply}")
+            else:
+                replies -= 1
 
 
 async def _concurrent(calls: Callable[[int], Awaitable[object]], seconds: float) -> float:
@@ -283,42 +295,35 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
         )
     )
     parts = urlsplit(redis_url)
-    floor: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-    shared: _RawShared | None = None
+    floor: list[_RawConnection] = []
     try:
         sha = await ours.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)")
         value = "v" * 400
         await ours.hset(outcome, mapping={"state": "pending", "required": "2", "peers": "2"})
         await ours.hset(decisions, mapping={"approval:beta": value})
-        for _ in range(CALLERS + 1):
+        for _ in range(CALLERS):
             if parts.scheme == "unix":  # the embedded server listens on its socket only
                 connection = await asyncio.open_unix_connection(parts.path)
             else:
                 connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
+            kept = _RawConnection(*connection)
             if parts.password:
-                user = [parts.username.encode()] if parts.username else []
-                connection[1].write(pack_command(b"AUTH", *user, parts.password.encode()))
-                await _raw_reply(connection[0])
-            floor.append(connection)
-        shared = _RawShared(*floor.pop())
-        raw_write = pack_command(b"EVALSHA", sha.encode(), b"1", doc.encode(), value.encode())
+                user = [parts.username] if parts.username else []
+                await kept.call(_pack("AUTH", *user, parts.password), 1)
+            floor.append(kept)
+        raw_write = _pack("EVALSHA", sha, 1, doc, value)
         raw_reads = b"".join(
             [
-                pack_command(b"MULTI"),
-                pack_command(b"GET", doc.encode()),
-                pack_command(b"HGETALL", outcome.encode()),
-                pack_command(b"HGETALL", decisions.encode()),
-                pack_command(b"EXEC"),
+                _pack("MULTI"),
+                _pack("GET", doc),
+                _pack("HGETALL", outcome),
+                _pack("HGETALL", decisions),
+                _pack("EXEC"),
             ]
         )
 
         async def raw(index: int, packed: bytes, replies: int) -> None:
-            reader, writer = floor[index]
-            writer.write(packed)
-            for _ in range(replies):
-                await _raw_reply(reader)
-
-        on_shared = shared
+            await floor[index].call(packed, replies)
 
         def reads(client: Any) -> Callable[[int], Awaitable[object]]:
             async def call(_index: int) -> object:
@@ -334,11 +339,9 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
             "async_evalsha_client_cpu_us": lambda _index: ours.evalsha(sha, 1, doc, value),
             "async_evalsha_redispy_client_cpu_us": lambda _index: stock.evalsha(sha, 1, doc, value),
             "async_evalsha_raw_client_cpu_us": lambda index: raw(index, raw_write, 1),
-            "async_evalsha_raw_shared_client_cpu_us": lambda _index: on_shared.call(raw_write, 1),
             "async_multi3_client_cpu_us": reads(ours),
             "async_multi3_redispy_client_cpu_us": reads(stock),
             "async_multi3_raw_client_cpu_us": lambda index: raw(index, raw_reads, _READS + 2),
-            "async_multi3_raw_shared_client_cpu_us": lambda _index: on_shared.call(raw_reads, _READS + 2),
         }
         for call in contenders.values():  # warm up: every connection opened, scripts cached
             await _concurrent(call, ROUND_SECONDS / 5)
@@ -349,10 +352,8 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
                 rounds[name].append(await _concurrent(call, ROUND_SECONDS))
         figures = {name: statistics.median(measured) for name, measured in rounds.items()}
     finally:
-        for _reader, writer in floor:
-            writer.close()
-        if shared is not None:
-            shared.close()
+        for kept in floor:
+            kept.writer.close()
         await ours.delete(doc, outcome, decisions)
         await ours.aclose()
         await stock.aclose()
@@ -361,9 +362,6 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
         figures[f"async_{kind}_ratio_to_raw"] = figures[f"async_{kind}_client_cpu_us"] / raw_cpu
         figures[f"async_{kind}_redispy_ratio_to_raw"] = (
             figures[f"async_{kind}_redispy_client_cpu_us"] / raw_cpu
-        )
-        figures[f"async_{kind}_ratio_to_raw_shared"] = (
-            figures[f"async_{kind}_client_cpu_us"] / figures[f"async_{kind}_raw_shared_client_cpu_us"]
         )
     return figures
 
@@ -374,14 +372,13 @@ def bench_async_client(redis_url: str, seconds: float = 2.0) -> dict[str, float]
     Client CPU microseconds per call, the median of interleaved rounds (``ROUND_SECONDS`` each,
     ``seconds`` per contender in all), for two calls a relay makes on every quorum: an
     ``EVALSHA`` of a one-line ``SET ... EX`` script and a ``MULTI`` of three reads (a document and
-    two hashes). Each is made three ways: through the store's client (``make_async_client``),
-    through redis-py's own asyncio client on its ``BlockingConnectionPool`` (``*_redispy_*``, for
-    context), and, the floor, as RESP written and read by hand over ``CALLERS`` kept connections
+    two hashes). Each is made three ways: through the store's client (``make_async_client``:
+    redis-py's, on the pool of ``StoreOptions.max_connections``), through redis-py's asyncio
+    client built by hand on a ``BlockingConnectionPool`` of 64 (``*_redispy_*``, for context),
+    and, the floor, as RESP packed and read by hiredis over ``CALLERS`` kept connections
     (``*_raw_*``). ``async_<call>_ratio_to_raw`` is the store's figure over the floor's, and
-    ``async_<call>_redispy_ratio_to_raw`` redis-py's over the floor's. The store's client sends
-    such commands over one connection that its callers share, so a second floor does the same by
-    hand (``*_raw_shared_*``: one connection, one write a turn of the loop, one task handing out
-    the replies), and ``async_<call>_ratio_to_raw_shared`` is the store's figure over that one.
+    ``async_<call>_redispy_ratio_to_raw`` redis-py's over the floor's. ``bench_redis_libraries``
+    sets other libraries beside redis-py the same way (``lib_*``).
 
     Raises:
         StoreError: Redis is unreachable or failed.

@@ -177,6 +177,16 @@ class DecisionToCount:
     signer: str
     decision: bytes
     now: int | None = None  # Unix seconds; None is the current time
+    # A version 2 request's policy as the script reads it (QuorumPolicy.script_form); "" for version 1.
+    policy: str = ""
+
+
+def _record_args(kind: str, signer: str, decision: bytes, now: int, policy: str) -> list[Any]:
+    """``record_decision``'s ARGV; the policy only when there is one (version 1 calls stay as they were)."""
+    args: list[Any] = [kind, signer, decision, now, MAX_EVENTS]
+    if policy:
+        args.append(policy)
+    return args
 
 
 @dataclass(frozen=True)
@@ -430,12 +440,13 @@ class _Book:
         decision: bytes,
         now: int | None,
         label: str,
+        policy: str = "",
     ) -> DecisionResult:
         with converting(self._url):
             reply = await self._scripts.run(
                 "record_decision",
                 [keys.outcome, keys.decisions, keys.events],
-                [kind, signer, decision, _now(now), MAX_EVENTS],
+                _record_args(kind, signer, decision, _now(now), policy),
             )
         result = _decision_result(reply, label)
         if result.decided:
@@ -571,7 +582,7 @@ class _Book:
                 continue
             sent.append(len(answers))
             answers.append(StoreError("not sent"))  # replaced below
-            args = [item.kind, item.signer, item.decision, _now(item.now), MAX_EVENTS]
+            args = _record_args(item.kind, item.signer, item.decision, _now(item.now), item.policy)
             calls.append((keys, member, args))
         if not calls:
             return answers
@@ -1020,6 +1031,7 @@ class RequestBook(_Book):
         signer: str,
         decision: bytes,
         now: int | None = None,
+        policy: str = "",
     ) -> DecisionResult:
         """Count one decision whose signature the caller has already verified.
 
@@ -1028,7 +1040,8 @@ class RequestBook(_Book):
         signer that denied, are no-ops (``counted`` is False); a denial of a signer that approved
         counts and removes the approval (it is no longer in ``StoredRequest.approvals``). The
         outcome is settled once (approved, denied, or expired when ``now`` is past ``expires_at``)
-        and never changes: once decided, nothing more is recorded.
+        and never changes: once decided, nothing more is recorded. A version 2 request's
+        ``policy`` (``QuorumPolicy.script_form``) decides instead of its threshold.
 
         Raises:
             RequestNotFoundError: no request is stored under ``request_id``.
@@ -1045,6 +1058,7 @@ class RequestBook(_Book):
             decision=decision,
             now=now,
             label=f"request {request_id}",
+            policy=policy,
         )
 
     async def record_decisions(

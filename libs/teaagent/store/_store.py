@@ -216,7 +216,7 @@ def connect(
     options = options or StoreOptions()
     Keys(prefix)  # refuse a bad prefix before building a pool
     client = make_async_client(redis_url, options, cluster=cluster)
-    blocking = make_async_client(redis_url, options.for_blocking(), cluster=cluster, shared=False)
+    blocking = make_async_client(redis_url, options.for_blocking(), cluster=cluster)
     return Store(client, url=redis_url, prefix=prefix, options=options, blocking=blocking)
 
 

@@ -31,17 +31,35 @@ from teaagent.trust._multisig import (
     PeerSignature,
     check_agent_id,
 )
+from teaagent.trust._rules import (
+    POLICY_MODES,
+    PolicyMode,
+    PolicyTerm,
+    QuorumPolicy,
+    QuorumRule,
+    RuleTerm,
+    TermProgress,
+    policy_problem,
+)
 
 __all__ = [
     "AGENT_ID_PATTERN",
     "DEFAULT_QUORUM_TIMEOUT_SECONDS",
     "MAX_ALLOWED_SIGNERS_BYTES",
     "MAX_QUORUM_TIMEOUT_SECONDS",
+    "POLICY_MODES",
     "MultiSigQuorumConfig",
     "PeerSignature",
+    "PolicyMode",
+    "PolicyTerm",
+    "QuorumPolicy",
+    "QuorumRule",
+    "RuleTerm",
     "SignerKey",
+    "TermProgress",
     "check_agent_id",
     "match_pattern_list",
     "parse_allowed_signers",
+    "policy_problem",
     "unique_keys",
 ]

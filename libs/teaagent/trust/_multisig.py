@@ -23,6 +23,7 @@ from teaagent._words import needed_from
 from teaagent.errors import SignatureError
 from teaagent.signing import parse_public_key
 from teaagent.trust._keys import SignerKey, unique_keys
+from teaagent.trust._rules import QuorumPolicy, QuorumRule
 
 __all__ = [
     "AGENT_ID_PATTERN",
@@ -150,6 +151,20 @@ def _key_dict(value: object) -> dict[str, tuple[SignerKey, ...]]:
     return copied
 
 
+def _groups(value: object) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"groups must be a mapping of group name to peer ids, not {type(value).__name__}.")
+    return {str(name): tuple(_str_list(f"group {name}", members)) for name, members in value.items()}
+
+
+def _rules(value: object) -> tuple[QuorumRule, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise TypeError(f"rules must be a sequence of QuorumRule, not {type(value).__name__}.")
+    if not all(isinstance(rule, QuorumRule) for rule in value):
+        raise TypeError("rules must hold only QuorumRule objects.")
+    return tuple(value)
+
+
 def _strict_int(name: str, value: object) -> int:
     # bool is an int subclass; True as a count or a timeout is always a mistake.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -183,6 +198,9 @@ class MultiSigQuorumConfig:
         peer_keys: Each peer's further keys (its operators' own keys, PROTOCOL.md "Keys of a
             peer"), beside its node key in ``peer_public_keys``; any of them may sign for the
             peer, which still counts once. Not in the seed; keyword, empty by default.
+        groups: Named sets of peers (``[quorum.groups]``, version 2), each member a peer.
+        rules: Per-tool rules (``[[quorum.rules]]``, version 2), first match wins; a high-risk call
+            that no rule matches needs ``required_approvals`` of all peers, as in version 1.
     """
 
     enabled: bool
@@ -195,6 +213,8 @@ class MultiSigQuorumConfig:
     high_risk_patterns: list[str] = field(default_factory=list)
     timeout_seconds: int = DEFAULT_QUORUM_TIMEOUT_SECONDS
     peer_keys: dict[str, tuple[SignerKey, ...]] = field(default_factory=dict)
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    rules: tuple[QuorumRule, ...] = ()
     _high_risk: re.Pattern[str] | None = field(init=False, repr=False, compare=False, default=None)
     _keys: dict[str, tuple[SignerKey, ...]] = field(
         init=False, repr=False, compare=False, default_factory=dict
@@ -223,6 +243,8 @@ class MultiSigQuorumConfig:
         object.__setattr__(self, "peer_public_keys", _str_dict("peer_public_keys", self.peer_public_keys))
         object.__setattr__(self, "peer_relay_urls", _str_dict("peer_relay_urls", self.peer_relay_urls))
         object.__setattr__(self, "peer_keys", _key_dict(self.peer_keys))
+        object.__setattr__(self, "groups", _groups(self.groups))
+        object.__setattr__(self, "rules", _rules(self.rules))
         if not self.enabled:
             return
         self._validate_enabled()
@@ -298,6 +320,41 @@ class MultiSigQuorumConfig:
                 f"timeout_seconds must be between 1 and {MAX_QUORUM_TIMEOUT_SECONDS}, "
                 f"not {self.timeout_seconds}."
             )
+        self._validate_rules()
+
+    def _validate_rules(self) -> None:
+        """Version 2: every group is a set of configured peers, every rule can be met."""
+        peers = set(self.peer_agent_ids)
+        for name, members in self.groups.items():
+            check_agent_id(name, "group name")
+            strangers = [member for member in members if member not in peers]
+            if strangers:
+                raise ValueError(f"quorum group {name} names {strangers[0]}, which is not a configured peer.")
+            if len(set(members)) != len(members):
+                raise ValueError(f"quorum group {name} lists a peer twice.")
+        for number, rule in enumerate(self.rules, 1):
+            problem = rule.problem(self.groups, self.peer_agent_ids)
+            timeout = rule.timeout_seconds
+            if problem is None and timeout is not None and not 1 <= timeout <= MAX_QUORUM_TIMEOUT_SECONDS:
+                problem = f"its timeout_seconds is not between 1 and {MAX_QUORUM_TIMEOUT_SECONDS}"
+            if problem is not None:
+                raise ValueError(f"quorum rule {number} ({rule.pattern!r}) cannot be met: {problem}.")
+
+    def rule_for(self, tool_name: str) -> QuorumRule | None:
+        """The first rule whose pattern matches ``tool_name``, or None (version 1 counting)."""
+        return next((rule for rule in self.rules if rule.matches(tool_name)), None)
+
+    def policy_for(self, tool_name: str) -> QuorumPolicy | None:
+        """The version 2 policy a request for ``tool_name`` carries here, or None for version 1."""
+        rule = self.rule_for(tool_name)
+        return None if rule is None else rule.policy(self.groups, self.peer_agent_ids)
+
+    def timeout_for(self, tool_name: str) -> int:
+        """How long a request for ``tool_name`` waits: its rule's ``timeout_seconds``, else the quorum's."""
+        rule = self.rule_for(tool_name)
+        if rule is None or rule.timeout_seconds is None:
+            return self.timeout_seconds
+        return rule.timeout_seconds
 
     @classmethod
     def disabled(cls) -> MultiSigQuorumConfig:

@@ -49,6 +49,7 @@ from teaagent.quorum import (
     MAX_CLOCK_SKEW_SECONDS,
     build_certificate,
     is_expired,
+    request_policy,
     request_problem,
     verify_settlement,
     verify_withdrawal,
@@ -244,8 +245,19 @@ class Relay:
         """Who counts for a request here and how many must approve (as ``evaluate`` counts it)."""
         config = (trust or self.trust).config
         peers = tuple(p for p in request["peers"] if p in config.peers and p != request["origin"])
+        policy = request_policy(request)
+        if policy is not None:
+            # Version 2: the policy's terms decide (record_decision.lua); the largest term's
+            # threshold is what the store keeps for readers.
+            return peers, policy.required
         required = max(request["required_approvals"], config.quorum.required_approvals, 1)
         return peers, required
+
+    @staticmethod
+    def _script_policy(request: dict[str, Any], peers: tuple[str, ...]) -> str:
+        """A version 2 request's policy for ``record_decision.lua``, terms limited to ``peers``; else ""."""
+        policy = request_policy(request)
+        return "" if policy is None else policy.only(peers).script_form()
 
     def _remember(self, known: KnownRequest) -> KnownRequest:
         request_id = known.request["request_id"]
@@ -299,6 +311,15 @@ class Relay:
                 f"Request {request_id} needs {required} approvals but only {len(peers)} of its peers "
                 "are configured peers of this node.",
             )
+        policy = request_policy(request)
+        for term in policy.only(peers).terms if policy is not None else ():
+            if term.required > len(term.peers):
+                raise ApiError(
+                    422,
+                    "invalid",
+                    f"Request {request_id} needs {term.required} approvals of a term of which only "
+                    f"{len(term.peers)} peers are configured peers of this node.",
+                )
         # Never trust the body: the signature must verify with this node's own configured key.
         wire = check_request_signature(
             request, signature, self.own_node_key, allow_dev=self.allow_dev, whose="this node's own key"
@@ -479,7 +500,12 @@ class Relay:
             raise
         # Rules 5 and 6 are the script's: it alone sees every relay process's decisions at once.
         result = await self.writer.record(
-            request_id, kind=kind, signer=signer, decision=decision_bytes(rebuilt, wire), now=at
+            request_id,
+            kind=kind,
+            signer=signer,
+            decision=decision_bytes(rebuilt, wire),
+            now=at,
+            policy=self._script_policy(request, counted),
         )
         self.metrics.decisions.labels("peer", "counted" if result.counted else "duplicate").inc()
         if result.decided:

@@ -40,7 +40,7 @@ class DecisionWriter:
         )
 
     async def record(
-        self, request_id: str, *, kind: DecisionKind, signer: str, decision: bytes, now: int
+        self, request_id: str, *, kind: DecisionKind, signer: str, decision: bytes, now: int, policy: str = ""
     ) -> DecisionResult:
         """Count one decision whose signature was verified (see ``RequestBook.record_decision``).
 
@@ -49,4 +49,4 @@ class DecisionWriter:
             StoreError: Redis is unreachable or failed.
             ValueError: a malformed id, kind or signer, or a decision too large.
         """
-        return await self._batches.call(DecisionToCount(request_id, kind, signer, decision, now))
+        return await self._batches.call(DecisionToCount(request_id, kind, signer, decision, now, policy))

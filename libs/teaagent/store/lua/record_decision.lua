@@ -16,6 +16,12 @@
 -- ARGV[3] decision    the decision's bytes, kept verbatim
 -- ARGV[4] now         Unix seconds on the caller's clock
 -- ARGV[5] max_events  bound on the events stream
+-- ARGV[6] policy      optional: a version 2 request's policy, "all_of|2:beta,gamma|1:epsilon,zeta"
+--                     (teaagent.trust.QuorumPolicy.script_form; each term "required:peer,peer...").
+--                     With it the terms decide instead of required of peers, as QuorumPolicy.state
+--                     does: each signer counts toward every term that holds it; all_of is approved
+--                     when every term is met, any_of when one is; denied as soon as the policy can
+--                     no longer be met by the signers who have not denied.
 --
 -- Returns {state, approvals, denials, counted, decided}: counted is 1 when this decision changed the
 -- count (a signer's first approval, or its first denial, which replaces its approval), decided is 1
@@ -23,6 +29,7 @@
 local outcome_key, decisions_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local kind, signer, decision = ARGV[1], ARGV[2], ARGV[3]
 local now, max_events = tonumber(ARGV[4]), tonumber(ARGV[5])
+local policy = ARGV[6] or ''
 
 local fields = redis.call('HMGET', outcome_key, 'state', 'required', 'peers', 'expires_at', 'approvals', 'denials')
 local state = fields[1]
@@ -77,9 +84,43 @@ if counted == 1 then
     'type', 'decision', 'kind', kind, 'signer', signer, 'approvals', approvals, 'denials', denials, 'at', now)
 end
 
+-- Version 2: teaagent.trust.QuorumPolicy.state over the decisions hash (a signer that denied has
+-- no approval there: rule 6 above). A term is met with its required approvals, lost when its
+-- approvals and its undecided peers together fall short; both can never hold at once.
+local function policy_state()
+  local mode, met_all, met_any, lost_all, lost_any = nil, true, false, true, false
+  for part in string.gmatch(policy, '[^|]+') do
+    if not mode then
+      mode = part
+    else
+      local colon = string.find(part, ':', 1, true)
+      local needed = tonumber(string.sub(part, 1, colon - 1))
+      local approved, open = 0, 0
+      for peer in string.gmatch(string.sub(part, colon + 1), '[^,]+') do
+        if redis.call('HEXISTS', decisions_key, 'approval:' .. peer) == 1 then
+          approved = approved + 1
+        elseif redis.call('HEXISTS', decisions_key, 'denial:' .. peer) == 0 then
+          open = open + 1
+        end
+      end
+      local met, lost = approved >= needed, approved + open < needed
+      met_all, met_any = met_all and met, met_any or met
+      lost_all, lost_any = lost_all and lost, lost_any or lost
+    end
+  end
+  if mode == 'all_of' then
+    if met_all then return 'approved' elseif lost_any then return 'denied' end
+  else
+    if met_any then return 'approved' elseif lost_all then return 'denied' end
+  end
+  return 'pending'
+end
+
 -- teaagent.quorum.quorum_state: with each signer on one side, both can never hold.
 local decided = 0
-if denials > peers - required then
+if policy ~= '' then
+  state = policy_state()
+elseif denials > peers - required then
   state = 'denied'
 elseif approvals >= required then
   state = 'approved'

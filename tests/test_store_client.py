@@ -1,0 +1,383 @@
+"""The store's asyncio client is redis-py's own, as documented, and survives what a library must.
+
+``make_async_client`` builds ``redis.asyncio.Redis`` on a ``BlockingConnectionPool`` sized to the
+calls in flight (hiredis parses: a dependency). These tests hold it, on the real server or on a
+scripted one, to the failures issue 29 lists: a cancellation mid-reply, a server closing mid-reply,
+a timeout that fails only its own caller, a reconnect, TLS; and, on
+both, no reply is ever served to another command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import pytest
+import redis
+import redis.asyncio
+import redis.exceptions
+from redis.utils import HIREDIS_AVAILABLE
+from relay_support import until
+
+from teaagent.store import StoreOptions
+from teaagent.store._connection import make_async_client
+
+BLOCK_SECONDS = 10  # a blocking read's own timeout: far past the client's, on any host
+
+
+def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+def _blocked(admin: redis.Redis, client_id: int) -> bool:
+    """Whether the server's connection ``client_id`` waits in a blocking command."""
+    return any("b" in entry.get("flags", "") for entry in admin.client_list(client_id=[client_id]))
+
+
+def test_the_store_client_is_redis_pys_own_on_a_blocking_pool_sized_to_the_calls_in_flight() -> None:
+    client = make_async_client("redis://127.0.0.1:1/0", StoreOptions(max_connections=48))
+    assert type(client) is redis.asyncio.Redis
+    pool = client.connection_pool
+    assert type(pool) is redis.asyncio.BlockingConnectionPool
+    assert pool.max_connections == 48
+    assert pool.connection_class is redis.asyncio.Connection  # redis-py's, not a subclass of ours
+    assert HIREDIS_AVAILABLE  # so its connections parse with hiredis
+    asyncio.run(client.aclose())
+
+
+class _ScriptedRedis:
+    """A server that speaks enough RESP for the handshake, ``GET`` and ``PING``, scripted per key.
+
+    ``GET hold`` is answered only once ``release`` is set; ``GET half`` gets half a reply, then the
+    connection is closed; any other ``GET k`` answers ``k``.
+    """
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> _ScriptedRedis:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"redis://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import hiredis
+
+        self.connections += 1
+        commands = hiredis.Reader()
+        try:
+            while data := await reader.read(65536):
+                commands.feed(data)
+                while (command := commands.gets()) is not False:
+                    name = command[0].upper()
+                    if name == b"HELLO":
+                        writer.write(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+                    elif name == b"PING":
+                        writer.write(b"+PONG\r\n")
+                    elif name == b"GET":
+                        key = command[1]
+                        answer = b"$%d\r\n%s\r\n" % (len(key), key)
+                        if key == b"hold":
+                            await self.release.wait()
+                        elif key == b"half":
+                            writer.write(answer[: len(answer) // 2])
+                            await writer.drain()
+                            return
+                        writer.write(answer)
+                    else:
+                        writer.write(b"+OK\r\n")
+                    await writer.drain()
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def test_a_timeout_fails_its_own_caller_only_and_no_later_command_reads_its_reply() -> None:
+    async def scenario() -> tuple[str, float, list[Any], Any]:
+        async with _ScriptedRedis() as server:
+            client = make_async_client(server.url, StoreOptions(socket_timeout=1, retries=0))
+            try:
+                held = asyncio.create_task(client.get("hold"))
+                await asyncio.sleep(0.1)
+                others = await asyncio.gather(*(client.get(f"k{n}") for n in range(8)))  # all answered
+                begun = time.monotonic()
+                with pytest.raises(redis.exceptions.TimeoutError) as raised:
+                    await held
+                waited = time.monotonic() - begun
+                server.release.set()  # the late reply goes to the connection that was dropped
+                return str(raised.value), waited, others, await client.get("k")
+            finally:
+                await client.aclose()
+
+    message, waited, others, later = run(scenario)
+    assert message.startswith("Timeout reading from")
+    assert waited < 30
+    assert others == [b"k%d" % n for n in range(8)]
+    assert later == b"k"
+
+
+def test_a_server_closing_mid_reply_fails_that_call_and_the_next_answers_on_a_fresh_connection() -> None:
+    async def scenario() -> tuple[type[BaseException], Any, int]:
+        async with _ScriptedRedis() as server:
+            client = make_async_client(server.url, StoreOptions(retries=0, max_connections=1))
+            try:
+                assert await client.get("k") == b"k"
+                with pytest.raises(redis.exceptions.ConnectionError) as raised:
+                    await client.get("half")
+                return raised.type, await client.get("k"), server.connections
+            finally:
+                await client.aclose()
+
+    kind, later, connections = run(scenario)
+    assert (kind, later, connections) == (redis.exceptions.ConnectionError, b"k", 2)
+
+
+def test_with_retries_a_server_closing_mid_reply_is_ridden_out() -> None:
+    async def scenario() -> tuple[Any, Any]:
+        async with _ScriptedRedis() as server:
+            client = make_async_client(server.url, StoreOptions(retries=1, max_connections=1))
+            try:
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await client.get("half")  # the retry is closed mid-reply too
+                return await client.get("k"), server.connections
+            finally:
+                await client.aclose()
+
+    assert run(scenario) == (b"k", 3)
+
+
+def test_a_cancelled_read_leaves_no_reply_for_the_next_command(redis_url: str, redis_prefix: str) -> None:
+    key = f"{redis_prefix}:cancelled:{{one}}"
+    admin = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> tuple[Any, Any]:
+        client = make_async_client(redis_url, StoreOptions(max_connections=1))
+        try:
+            await client.set(key, "mine")
+            client_id = await client.client_id()
+            waiting = asyncio.create_task(client.blpop([f"{key}:empty"], timeout=BLOCK_SECONDS))
+            assert await until(lambda: _blocked(admin, client_id), timeout=30), "the BLPOP never blocked"
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            # Until the BLPOP no longer waits: its connection was dropped, or (were it kept) its nil
+            # has been sent, to be read by the next command.
+            assert await until(lambda: not _blocked(admin, client_id), timeout=30), "the BLPOP never ended"
+            got = await client.get(key)
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.get(key)
+                piped = (await pipe.execute())[0]
+            return got, piped
+        finally:
+            await client.delete(key)
+            await client.aclose()
+
+    try:
+        assert run(scenario) == (b"mine", b"mine")
+    finally:
+        admin.close()
+
+
+def test_a_cancelled_caller_mid_reply_leaves_the_other_callers_their_replies() -> None:
+    async def scenario() -> tuple[list[Any], Any]:
+        async with _ScriptedRedis() as server:
+            client = make_async_client(server.url, StoreOptions(retries=0, max_connections=4))
+            try:
+                held = asyncio.create_task(client.get("hold"))
+                await asyncio.sleep(0.1)
+                held.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await held
+                server.release.set()
+                answered = await asyncio.gather(*(client.get(f"k{n}") for n in range(8)))
+                return answered, await client.get("k")
+            finally:
+                await client.aclose()
+
+    answered, later = run(scenario)
+    assert answered == [b"k%d" % n for n in range(8)]
+    assert later == b"k"
+
+
+def test_a_connection_the_server_dropped_is_replaced_and_the_command_answers(
+    redis_url: str, redis_prefix: str
+) -> None:
+    key = f"{redis_prefix}:dropped:{{one}}"
+    admin = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> tuple[Any, Any, bool]:
+        client = make_async_client(redis_url, StoreOptions(max_connections=1))
+        try:
+            await client.set(key, "mine")
+            first_id = await client.client_id()
+            admin.client_kill_filter(_id=first_id)
+            got = await client.get(key)  # on a fresh connection: reconnected, or retried
+            admin.client_kill_filter(_id=await client.client_id())
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.get(key)
+                piped = (await pipe.execute())[0]
+            return got, piped, await client.client_id() != first_id
+        finally:
+            await client.delete(key)
+            await client.aclose()
+
+    try:
+        assert run(scenario) == (b"mine", b"mine", True)
+    finally:
+        admin.close()
+
+
+def test_a_pipeline_whose_replies_are_late_fails_and_serves_no_late_reply_later(
+    redis_url: str, redis_prefix: str
+) -> None:
+    key = f"{redis_prefix}:late:{{one}}"
+    admin = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> tuple[type[BaseException], Any, Any]:
+        client = make_async_client(redis_url, StoreOptions(socket_timeout=0.5, retries=0, max_connections=1))
+        try:
+            await client.set(key, "mine")
+            client_id = await client.client_id()
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.blpop([f"{key}:empty"], timeout=BLOCK_SECONDS)  # answers nil, past the socket timeout
+                pipe.get(key)
+                with pytest.raises(redis.exceptions.TimeoutError) as raised:
+                    await pipe.execute()
+            assert await until(lambda: not _blocked(admin, client_id), timeout=30), "the BLPOP never ended"
+            got = await client.get(key)
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.get(key)
+                piped = (await pipe.execute())[0]
+            return raised.type, got, piped
+        finally:
+            await client.delete(key)
+            await client.aclose()
+
+    try:
+        assert run(scenario) == (redis.exceptions.TimeoutError, b"mine", b"mine")
+    finally:
+        admin.close()
+
+
+def test_callers_beyond_the_pool_wait_their_turn_and_all_are_answered(
+    redis_url: str, redis_prefix: str
+) -> None:
+    key = f"{redis_prefix}:turns:{{one}}"
+
+    async def scenario() -> list[Any]:
+        client = make_async_client(redis_url, StoreOptions(max_connections=2))
+        try:
+            await client.set(key, "mine")
+            return list(await asyncio.gather(*(client.get(key) for _ in range(50))))
+        finally:
+            await client.delete(key)
+            await client.aclose()
+
+    assert run(scenario) == [b"mine"] * 50
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files in ``folder``."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    where = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(where, critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+def test_the_store_client_speaks_tls_and_refuses_a_certificate_it_does_not_trust(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A TLS endpoint in front of the real server (its build has no TLS of its own): ``rediss://``."""
+    cert, key = _self_signed(tmp_path)
+    upstream = urlsplit(redis_url)
+    name = f"{redis_prefix}:tls:{{one}}"
+
+    async def connect_upstream() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if upstream.scheme == "unix":
+            return await asyncio.open_unix_connection(upstream.path)
+        return await asyncio.open_connection(upstream.hostname, upstream.port or 6379)
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def terminate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await connect_upstream()
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    async def scenario() -> tuple[Any, list[Any], type[BaseException]]:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        server = await asyncio.start_server(terminate, "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        password = f":{quote(upstream.password, safe='')}@" if upstream.password else ""
+        trusted = make_async_client(
+            f"rediss://{password}127.0.0.1:{port}/0?ssl_ca_certs={quote(str(cert))}", StoreOptions()
+        )
+        untrusted = make_async_client(f"rediss://{password}127.0.0.1:{port}/0", StoreOptions(retries=0))
+        try:
+            await trusted.set(name, "mine")
+            got = await trusted.get(name)
+            async with trusted.pipeline(transaction=True) as pipe:
+                pipe.get(name)
+                pipe.delete(name)
+                piped = await pipe.execute()
+            with pytest.raises(redis.exceptions.ConnectionError) as refused:
+                await untrusted.ping()
+            return got, piped, refused.type
+        finally:
+            await trusted.aclose()
+            await untrusted.aclose()
+            server.close()
+
+    assert run(scenario) == (b"mine", [b"mine", 1], redis.exceptions.ConnectionError)
