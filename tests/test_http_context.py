@@ -51,34 +51,3 @@ def test_forty_clients_build_the_default_context_once(monkeypatch: pytest.Monkey
 
     # Each client passed the shared context, which httpx uses as it is (it builds none itself).
     assert len(built) == 1
-
-
-def test_kept_alive_calls_beyond_its_connections_wait_at_most_their_timeout() -> None:
-    import asyncio
-    import socket
-
-    from teaagent._http import KeptAlive, NoAnswer
-
-    async def main() -> tuple[NoAnswer, NoAnswer]:
-        with socket.socket() as silent:  # accepts, never answers
-            silent.bind(("127.0.0.1", 0))
-            silent.listen()
-            client = KeptAlive(f"http://127.0.0.1:{silent.getsockname()[1]}", connections=1, timeout=0.3)
-            held = asyncio.ensure_future(client.request("GET", "/slow", timeout=30))
-            deadline = asyncio.get_running_loop().time() + 30
-            while not client._slots.empty():  # until the held call has the one connection
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.001)
-            with pytest.raises(NoAnswer) as queued:
-                await client.request("GET", "/next")
-            held.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await held
-            with pytest.raises(NoAnswer) as late:  # the slot came back: this one reaches the server
-                await client.request("GET", "/again")
-            await client.aclose()
-            return queued.value, late.value
-
-    queued, late = asyncio.run(main())
-    assert (str(queued), queued.timed_out) == ("no connection was free in time", True)
-    assert (str(late), late.timed_out) == ("no answer in time", True)

@@ -44,10 +44,12 @@ def test_every_name_in_all_exists(module: str) -> None:
 
 def test_the_command_line_loads_neither_the_mcp_sdk_nor_fastapi_until_a_command_needs_them() -> None:
     """Every service and CLI call is a process: the MCP SDK (about a second) and FastAPI load only
-    in the commands that serve them (``mcp serve``/``gateway``, the services' apps)."""
+    in the commands that serve them (``mcp serve``/``gateway``, the services' apps), aiohttp (a
+    quarter of a second) only where an asyncio relay client makes its first pool."""
     code = (
-        "import sys, teaagent.cli; "
-        "print(sorted(name for name in ('mcp', 'fastapi', 'teaagent.mcp_server') if name in sys.modules))"
+        "import sys, teaagent.cli, teaagent.relay_client; "
+        "print(sorted(name for name in ('mcp', 'fastapi', 'teaagent.mcp_server', 'aiohttp') "
+        "if name in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"

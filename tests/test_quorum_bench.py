@@ -50,6 +50,33 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
     for part in ("sign", "verify", "redis", "http"):
         assert figures[f"profile_{part}_ms"] > 0
     assert {f"profile_server_ms_{node}" for node in ("alpha", "beta", "gamma")} <= set(figures)
+    # The other HTTP client, in the same run, against the same floor.
+    for key in ("p50_ms_c1", "throughput_c64", "cluster_cpu_ms_per_quorum_c64", "floor_ratio"):
+        assert figures[f"http_httpx_{key}"] > 0, key
+    assert figures["cluster_idle_cpu_ms_per_s"] >= 0
+
+
+def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from teaagent.relay_client import _quorum_bench
+
+    assert [(_quorum_bench._Size(n).required, len(_quorum_bench._Size(n).peers)) for n in (3, 5, 9)] == [
+        (2, 2),
+        (3, 4),
+        (5, 8),
+    ]
+    figures = _quorum_bench.bench_quorum_sizes(0.2, (3, 5))
+    for nodes in (3, 5):
+        assert figures[f"n{nodes}_floor_ratio"] > 0
+        assert figures[f"n{nodes}_floor_throughput_ratio_c64"] > 0
+        assert figures[f"n{nodes}_cluster_cpu_ms_per_quorum_c64"] > 0
+    assert figures["n3_cpu_growth_over_peers"] == 1.0
+    # Twice the peers: about twice the hops and the writes of each quorum.
+    assert figures["n5_http_hops_c64"] > figures["n3_http_hops_c64"]
+    assert figures["n5_redis_writes_c64"] > figures["n3_redis_writes_c64"]
+    assert run(["bench", "quorum", "--peers", "4"]) == 2  # no such size: a usage error
+    assert "cluster sizes among 3,5,9" in capsys.readouterr().err
 
 
 def _per_quorum(reads: float) -> _Counters:

@@ -46,7 +46,14 @@ def test_bench_relay_is_registered_with_its_target() -> None:
 def test_bench_decisions_reports_every_figure() -> None:
     figures = bench_decisions(0.2)
 
-    for name in ("decisions_per_s", "decisions_per_s_httpx", "relay_cpu_ms_per_decision"):
+    for name in (
+        "decisions_per_s",
+        "decisions_per_s_httpx",
+        "decisions_per_s_aiohttp",
+        "client_cpu_us_per_call_httpx",
+        "client_cpu_us_per_call_aiohttp",
+        "relay_cpu_ms_per_decision",
+    ):
         assert figures[name] > 0, name
     # The floor's verification, in the same run: part of what the relay spends on each decision.
     assert 0 < figures["verify_ms_per_decision"] < figures["relay_cpu_ms_per_decision"]

@@ -3,8 +3,9 @@
 Each call below is made twice on the same relay and state: once taken by the hot route, once with
 ``hot_routes`` off, so that FastAPI's documented route answers it. Both answers must be the same
 status and the same JSON. A call the hot route does not read exactly as the documented one (a
-query parameter out of range, another content type) must reach FastAPI's stack, which a counting
-middleware shows; the calls the hot routes take must not.
+query parameter out of range, another content type) must be answered by the documented route,
+which a middleware sees; the calls the hot routes take must not be. Every hot route is one of
+the app's one router, and in its OpenAPI schema.
 """
 
 from __future__ import annotations
@@ -23,20 +24,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 class _Seen:
-    """Counts the calls that reach FastAPI's middleware stack."""
+    """Counts the calls that the documented routes answer (those no hot route took)."""
 
     def __init__(self, app: ASGIApp, *, paths: list[str]) -> None:
         self.app = app
         self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            self.paths.append(f"{scope['method']} {scope['path']}")
         await self.app(scope, receive, send)
+        if scope["type"] == "http" and not scope.get("teaagent.hot"):
+            self.paths.append(f"{scope['method']} {scope['path']}")
 
 
 def fastapi_calls(client: httpx.AsyncClient) -> list[str]:
-    """The calls that will reach the relay's FastAPI stack, as "METHOD path" (before its first call)."""
+    """The calls the relay's documented routes will answer, as "METHOD path" (before its first call)."""
     seen: list[str] = []
     client.app.add_middleware(_Seen, paths=seen)  # type: ignore[attr-defined]
     return seen
@@ -59,8 +60,8 @@ async def both(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any)
 def assert_taken(
     pairs: dict[str, Any], hot_seen: list[str], declined: dict[str, Any], seen: list[str]
 ) -> None:
-    """The hot routes kept their calls from FastAPI's stack (only each pair's second call reached
-    it); the calls they declined reached it both times."""
+    """The hot routes answered their calls (the documented routes only each pair's second call);
+    the calls they declined, the documented routes answered both times."""
     assert len(hot_seen) == len(pairs)
     assert len(seen) == 2 * len(declined)
 
@@ -209,3 +210,30 @@ async def test_a_peers_hot_calls_answer_as_the_documented_routes(nodes: dict[str
     assert declined["an unknown state"][0][0] == 422
     assert declined["an unknown parameter"][0][0] == 200  # ignored, as FastAPI ignores it
     assert_taken(pairs, hot_seen, declined, seen)
+
+
+def test_every_hot_route_is_a_route_of_the_one_router_and_in_the_openapi_schema(tmp_path: Any) -> None:
+    from fastapi.routing import APIRoute
+    from starlette.routing import Route
+
+    from teaagent_relay._fast import ROUTES, RelayApp, hot_routes
+    from teaagent_relay._routes import inbox_router, requests_router
+
+    made = hot_routes(requests_router, inbox_router)
+    app = RelayApp()
+    app.include_router(requests_router)
+    app.include_router(inbox_router)
+    app.router.routes[:0] = made
+    schema = app.openapi()["paths"]
+
+    assert "__call__" not in RelayApp.__dict__  # no dispatch of its own beside the router
+    assert [route.path for route in made] == [spec.path for spec in ROUTES]
+    assert all(spec.method in (route.methods or ()) for route, spec in zip(made, ROUTES, strict=True))
+    assert all(isinstance(route, Route) for route in app.router.routes[: len(ROUTES)])
+    for route, spec in zip(made, ROUTES, strict=True):
+        operation = schema[spec.path][spec.method.lower()]
+        assert operation["responses"], spec.path
+        # Each hands what it does not take to the documented route of the same method and path.
+        documented = route.endpoint.documented  # type: ignore[attr-defined]
+        assert isinstance(documented, APIRoute)
+        assert (documented.path, documented.methods) == (spec.path, {spec.method})

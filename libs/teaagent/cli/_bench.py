@@ -73,6 +73,27 @@ def _quorum(seconds: float) -> dict[str, float | str]:
     return bench_quorum(seconds)
 
 
+def _quorum_sizes(seconds: float, sizes: tuple[int, ...]) -> dict[str, float | str]:
+    from teaagent.relay_client._quorum_bench import bench_quorum_sizes
+    from teaagent_approver._bench import bench_inbox_scale
+
+    # Beside the clusters: one inbox of 10, then 10,000 pending requests, listed.
+    return {**bench_quorum_sizes(seconds, sizes), **bench_inbox_scale()}
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """``--peers 3,5,9``: the clusters' sizes, each one of those ``bench quorum`` knows."""
+    from teaagent.relay_client._quorum_bench import SIZES
+
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        sizes = ()
+    if not sizes or not set(sizes) <= set(SIZES):
+        raise ConfigError(f"--peers takes cluster sizes among {','.join(map(str, SIZES))}, not {text!r}.")
+    return sizes
+
+
 # Figures are numbers; a figure that could not be measured is left out, and ``<name>_omitted``
 # says why (a sentence).
 BENCHMARKS: dict[str, Callable[[float], Mapping[str, float | str]]] = {
@@ -121,6 +142,19 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         # The same cluster, same run, under a version 2 rule of two groups (all_of), one caller.
         ("policy_floor_ratio", "<=", 3.0),
     ],
+    # bench quorum --peers 3,5,9: each size against its own floor, and the CPU per approved call
+    # growing at most linearly in the number of peers.
+    "quorum_peers": [
+        *(
+            (f"n{n}_{key}", "<=", 3.0)
+            for n in (3, 5, 9)
+            for key in ("floor_ratio", "floor_throughput_ratio_c64")
+        ),
+        *((f"n{n}_cpu_growth_over_peers", "<=", 1.0) for n in (5, 9)),
+        # 10,000 pending requests in one inbox against 10: the same page costs the same.
+        *((f"inbox_scale_ratio_{name}", "<=", 1.5) for name in ("approvals_list", "inbox_page")),
+        ("inbox_scale_ratio_approver_round_listing", "<=", 1.5),
+    ],
 }
 
 
@@ -148,6 +182,23 @@ MEANINGS: dict[str, str] = {
     "throughput_c64": "approved 2-of-3 quorums per second with 64 callers",
     "policy_floor_ratio": "a quorum under a two-group all_of rule, p50 at concurrency 1, against its own "
     "floor (the same raw work with its own hops and round trips)",
+    **{
+        f"n{n}_floor_ratio": f"a quorum of {n} nodes' p50 at concurrency 1 against its own floor"
+        for n in (3, 5, 9)
+    },
+    **{
+        f"n{n}_floor_throughput_ratio_c64": f"the floor's throughput at 64 against a {n}-node quorum's"
+        for n in (3, 5, 9)
+    },
+    **{
+        f"n{n}_cpu_growth_over_peers": f"the cluster CPU per approved call at {n} nodes against 3 nodes', "
+        "over the growth in peers (1: linear)"
+        for n in (5, 9)
+    },
+    "inbox_scale_ratio_approvals_list": "approvals list --limit 10 with 10,000 pending against 10 pending",
+    "inbox_scale_ratio_inbox_page": "the relay's inbox page of 10 with 10,000 pending against 10 pending",
+    "inbox_scale_ratio_approver_round_listing": "one approver round's listing with 10,000 pending against "
+    "10 pending",
 }
 
 
@@ -209,6 +260,10 @@ def bench(
     seconds: Annotated[
         float, typer.Option(help="Time budget of the benchmark, in seconds.")
     ] = DEFAULT_SECONDS,
+    peers: Annotated[
+        str | None,
+        typer.Option(help="bench quorum only: the clusters' sizes, as 3,5,9 (2 of 3, 3 of 5, 5 of 9)."),
+    ] = None,
 ) -> None:
     """Run one benchmark and print its figures (`make bench` runs them all)."""
     if name not in BENCHMARKS:
@@ -217,10 +272,16 @@ def bench(
         )
     if seconds <= 0:
         raise ConfigError("--seconds must be positive.")
-    figures = BENCHMARKS[name](seconds)
+    if peers is not None and name != "quorum":
+        raise ConfigError("--peers is for bench quorum only.")
+    figures: Mapping[str, float | str]
+    if peers is not None:
+        figures, judged = _quorum_sizes(seconds, _sizes(peers)), "quorum_peers"
+    else:
+        figures, judged = BENCHMARKS[name](seconds), name
     if as_json:
         typer.echo(json.dumps(figures, sort_keys=True))
         return
-    lines, _missed = report(name, figures)
+    lines, _missed = report(judged, figures)
     for line in lines:
         typer.echo(line)

@@ -4,19 +4,22 @@
 (``teaagent relay serve``: one uvicorn worker; its delivery worker off, so that only intake is
 measured), stores signed requests of its origin, and pre-signs three decisions for each (a denial
 by ``delta``, approvals by ``beta`` and ``gamma``; 2 of 3 required, so all three count when they
-arrive in that order). It then posts every decision at once over ``CONCURRENCY`` keep-alive
-connections, twice, on fresh requests each time:
+arrive in that order). It then posts every decision at once, ``CONCURRENCY`` in flight, once
+per HTTP client (``HTTP_CLIENTS``), on fresh requests each time; each client is one pool of
+``CONCURRENCY`` kept-alive connections (as many as calls in flight, so that none is closed and
+reopened; ``teaagent._http.http_pool``):
 
-- ``decisions_per_s``: with a minimal HTTP/1.1 client (asyncio streams), so that the figure is
-  the relay's own rate and not the load generator's, which shares this machine's cores;
-- ``decisions_per_s_httpx``: with httpx (``HTTPX_CLIENTS`` clients of ``CONCURRENCY / HTTPX_CLIENTS``
-  connections each: one httpx pool of many connections spends more time in its pool than on
-  the wire).
+- ``decisions_per_s`` (and ``_aiohttp``): through aiohttp's client, the services' own;
+- ``decisions_per_s_httpx``: through httpx, sized the same (``httpx.Limits``, HTTP/1.1).
+
+Beside each: ``client_cpu_us_per_call_<client>``, this process's CPU per call (the load
+generator's cost, which shares the machine's cores with the relay), and
+``relay_cpu_ms_per_decision_<client>``.
 
 Each decision is verified by the relay (PROTOCOL.md's counting rules, one Ed25519 SSHSIG
 verification) and counted in Redis (the atomic ``record_decision`` script) before it is answered;
 only 2xx answers count, and every decision must be answered 2xx. ``relay_cpu_ms_per_decision`` is
-the relay process's CPU time (user and system) per decision during the first run: its rate on a
+the relay process's CPU time (user and system) per decision during the aiohttp run: its rate on a
 core of its own is about ``1000 / relay_cpu_ms_per_decision``.
 
 Its floor, measured in the same ``teaagent bench relay``: one SSHSIG verification of the same
@@ -46,6 +49,7 @@ import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from teaagent._http import http_pool
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
     APPROVAL_TYPE,
@@ -63,7 +67,6 @@ from teaagent.trust import MultiSigQuorumConfig
 __all__ = ["bench_decisions", "bench_relay"]
 
 CONCURRENCY: Final = 64  # decisions in flight: many peers answering at once
-HTTPX_CLIENTS: Final = 16  # httpx clients sharing CONCURRENCY connections
 DECISIONS_PER_SECOND_GUESS: Final = 1500  # sizes the work to the time budget; the figure is measured
 READY_TIMEOUT: Final = 30.0  # seconds for the relay process to answer /health
 PEERS: Final = ("beta", "delta", "gamma")
@@ -83,68 +86,46 @@ def _process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _post_raw(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
-    """POST every item over CONCURRENCY keep-alive connections with a minimal HTTP/1.1 client."""
-    host, port = url.rsplit("//", 1)[1].split(":")
-    extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+# -- HTTP client variants (http-lib) --------------------------------------------------------------
+
+
+HTTP_CLIENTS: Final = ("aiohttp", "httpx")  # the services' client first, then httpx sized the same
+
+
+async def _post(
+    url: str, items: list[_Item], headers: dict[str, str], client: str = "aiohttp"
+) -> tuple[int, list[float]]:
+    """POST every item through one client of ``client``'s kind, CONCURRENCY calls in flight.
+
+    One pool of CONCURRENCY kept-alive connections (``teaagent._http.http_pool``): as many
+    connections as calls in flight, so that no client closes and reopens one.
+    """
+    pool = http_pool(url, headers=headers, connections=CONCURRENCY, timeout=60.0, client=client)
     pending = list(reversed(items))
     ok = 0
     latencies: list[float] = []
 
     async def worker() -> None:
         nonlocal ok
-        reader, writer = await asyncio.open_connection(host, int(port))
-        try:
-            while pending:
-                path, body = pending.pop()
-                started = time.perf_counter()
-                head = (
-                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                    f"{extra}Content-Length: {len(body)}\r\n\r\n"
-                )
-                writer.write(head.encode() + body)
-                answer = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in answer.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                latencies.append(time.perf_counter() - started)
-                ok += answer.startswith(b"HTTP/1.1 2")
-        finally:
-            writer.close()
-
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return ok, latencies
-
-
-async def _post_httpx(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
-    """POST every item with httpx: HTTPX_CLIENTS clients, CONCURRENCY connections in all."""
-    per_client = max(1, CONCURRENCY // HTTPX_CLIENTS)
-    limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
-    clients = [
-        httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0, headers=headers)
-        for _ in range(HTTPX_CLIENTS)
-    ]
-    pending = list(reversed(items))
-    ok = 0
-    latencies: list[float] = []
-
-    async def worker(client: httpx.AsyncClient) -> None:
-        nonlocal ok
         while pending:
             path, body = pending.pop()
             started = time.perf_counter()
-            response = await client.post(path, content=body, headers={"Content-Type": "application/json"})
+            status, _answer = await pool.post(path, body)
             latencies.append(time.perf_counter() - started)
-            ok += response.is_success
+            ok += 200 <= status < 300
 
     try:
-        await asyncio.gather(*(worker(client) for client in clients for _ in range(per_client)))
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     finally:
-        for client in clients:
-            await client.aclose()
+        await pool.aclose()
     return ok, latencies
+
+
+def _posting(client: str) -> _Poster:
+    async def post(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
+        return await _post(url, items, headers, client)
+
+    return post
 
 
 def _write_node(
@@ -259,9 +240,9 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
     raw = {name: Ed25519PrivateKey.generate() for name in ("alpha", *PEERS)}
     keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
     count = max(50, round(seconds * DECISIONS_PER_SECOND_GUESS / 3 / 2))
+    # aiohttp first: the services' client, whose run gives the relay's own figures.
     runs: list[tuple[str, _Poster, list[_Item], list[_Item]]] = [
-        ("raw", _post_raw, *_work(count, keys, "raw")),
-        ("httpx", _post_httpx, *_work(count, keys, "httpx")),
+        (name, _posting(name), *_work(count, keys, name)) for name in HTTP_CLIENTS
     ]
     figures: dict[str, Any] = {"decisions": 3 * count, "concurrency": CONCURRENCY}
     with (
@@ -287,18 +268,25 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
             _wait_ready(process, url, log)
             auth = {"Authorization": f"Bearer {token}"}
             for name, post, submissions, decisions in runs:
-                stored, _ = asyncio.run(_post_raw(url, submissions, auth))
+                stored, _ = asyncio.run(_post(url, submissions, auth))
                 if stored != len(submissions):
                     raise RuntimeError(f"the relay stored {stored} of {len(submissions)} requests")
                 cpu = _process_cpu_seconds(process.pid)
+                own = time.process_time()
                 started = time.perf_counter()
                 accepted, latencies = asyncio.run(post(url, decisions, {}))
                 elapsed = time.perf_counter() - started
+                client_cpu = time.process_time() - own
                 if accepted != len(decisions):
                     raise RuntimeError(
                         f"the relay accepted {accepted} of {len(decisions)} valid decisions ({name})"
                     )
-                if name == "raw":
+                figures[f"decisions_per_s_{name}"] = accepted / elapsed
+                figures[f"client_cpu_us_per_call_{name}"] = client_cpu / accepted * 1e6
+                figures[f"relay_cpu_ms_per_decision_{name}"] = (
+                    (_process_cpu_seconds(process.pid) - cpu) / accepted * 1000
+                )
+                if name == "aiohttp":
                     figures["verify_ms_per_decision"] = _verify_ms(decisions, keys)
                     figures["decisions_per_s"] = accepted / elapsed
                     figures["relay_cpu_ms_per_decision"] = (
@@ -309,8 +297,6 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
                     figures["decision_latency_ms_p99"] = (
                         latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
                     )
-                else:
-                    figures[f"decisions_per_s_{name}"] = accepted / elapsed
         finally:
             process.terminate()
             try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -18,7 +17,7 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-from teaagent._http import KeptAlive, NoAnswer, client_verify
+from teaagent._http import NoAnswer, client_verify, http_pool
 from teaagent._json import JSONDepthError, parse_json
 from teaagent.errors import RelayError
 from teaagent.quorum import describe_outcome
@@ -459,15 +458,6 @@ def _reason(status: int) -> str:
         return ""
 
 
-def _proxied(base_url: str) -> bool:
-    """Whether the environment sends calls to ``base_url`` through a proxy (as httpx would)."""
-    parts = urlsplit(base_url)
-    proxies = urllib.request.getproxies()
-    if not (proxies.get(parts.scheme) or proxies.get("all")):
-        return False
-    return not urllib.request.proxy_bypass(parts.netloc)
-
-
 class _Calls:
     """The API's calls, shared by both clients; each returns the call and how to parse its answer."""
 
@@ -782,9 +772,9 @@ class RelayClient:
 class AsyncRelayClient:
     """The asyncio twin of :class:`RelayClient` (the approver service, benchmarks); same calls.
 
-    Its calls go out on kept-alive HTTP/1.1 streams (``teaagent._http.KeptAlive``: about half
-    of httpx's CPU a call), with the same answers and errors; with a ``transport`` (tests),
-    ``verify=False`` or a proxy in the environment (``HTTP_PROXY``...) they go through httpx.
+    Its calls go out through one pool of kept-alive connections (aiohttp's client, or httpx's
+    with a ``transport``), as many as ``limits`` allows (100 by default: a client shared by many
+    callers never closes and reopens one); see :func:`teaagent._http.http_pool`.
     """
 
     def __init__(
@@ -799,6 +789,8 @@ class AsyncRelayClient:
     ) -> None:
         """Connect nothing yet; calls open pooled connections as needed (``verify`` as for ``RelayClient``).
 
+        ``limits``: its ``max_connections`` sizes the pool (every connection kept alive).
+
         Raises:
             ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
         """
@@ -807,31 +799,22 @@ class AsyncRelayClient:
         self.base_url = _check_base_url(base_url)
         self._token = token
         self._timeout = timeout
-        limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
-        verified = client_verify(verify)
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, timeout=timeout, transport=transport, limits=limits, verify=verified
+        connections = (limits.max_connections if limits is not None else None) or 100
+        self._http = http_pool(
+            self.base_url,
+            connections=connections,
+            timeout=timeout,
+            verify=verify,
+            transport=transport,
+            max_response_bytes=_MAX_ANSWER_BYTES,
         )
-        # The calls go out on kept-alive streams (teaagent._http), unless a test hands in a
-        # transport, TLS is not verified, or the environment names a proxy: those stay httpx's.
-        self._raw: KeptAlive | None = None
-        if transport is None and not isinstance(verified, bool) and not _proxied(self.base_url):
-            self._raw = KeptAlive(
-                self.base_url,
-                connections=limits.max_connections or 100,
-                timeout=timeout,
-                ssl_context=verified,
-                max_response_bytes=_MAX_ANSWER_BYTES,
-            )
 
     def __repr__(self) -> str:
         return f"AsyncRelayClient({self.base_url!r})"
 
     async def aclose(self) -> None:
         """Close the pooled connections."""
-        if self._raw is not None:
-            await self._raw.aclose()
-        await self._client.aclose()
+        await self._http.aclose()
 
     async def __aenter__(self) -> AsyncRelayClient:
         return self
@@ -843,32 +826,21 @@ class AsyncRelayClient:
 
     async def _send(self, call: _Call) -> Any:
         headers = {"Authorization": f"Bearer {self._token}"} if call.token and self._token else None
-        if self._raw is not None:
-            path = f"{call.path}?{urlencode(call.params)}" if call.params else call.path
-            body = json.dumps(call.body).encode() if call.body is not None else None
-            try:
-                status, content = await self._raw.request(
-                    call.method,
-                    path,
-                    body,
-                    headers=headers,
-                    timeout=call.timeout if call.timeout is not None else self._timeout,
-                )
-            except NoAnswer as exc:
-                raise _unreachable(self.base_url, call, exc) from exc
-            return _answer(status, content, _reason(status), self.base_url, call)
+        path = f"{call.path}?{urlencode(call.params)}" if call.params else call.path
+        body = json.dumps(call.body).encode() if call.body is not None else None
         try:
-            response = await self._client.request(
+            status, content = await self._http.request(
                 call.method,
-                call.path,
-                json=call.body,
-                params=call.params,
+                path,
+                body,
                 headers=headers,
                 timeout=call.timeout if call.timeout is not None else self._timeout,
             )
-        except httpx.HTTPError as exc:
+        except NoAnswer as exc:
             raise _unreachable(self.base_url, call, exc) from exc
-        return _json(response, self.base_url, call)
+        except ValueError as exc:  # a token with CR or LF: never sent
+            raise RelayError(f"The call to the relay at {self.base_url} was not sent: {exc}.") from exc
+        return _answer(status, content, _reason(status), self.base_url, call)
 
     async def health(self) -> dict[str, Any]:
         """See :meth:`RelayClient.health`.

@@ -42,8 +42,9 @@ nothing around it, in the protocol's shape (the origin, then both peers at once,
 So 3 signatures and 7 verifications (the protocol's minimum: each peer checks the origin once,
 the origin checks each approval once, the agent checks the certificate), against the real path's
 3 and 12. HTTP hops go to a bare uvicorn server running a raw ASGI app that answers every call
-with a constant (no framework), over kept-alive connections with a minimal HTTP/1.1 client;
-Redis round trips are RESP written and read by hand over kept-alive connections. The same
+with a constant (no framework), over kept-alive connections, each call framed and its answer
+parsed by h11 (the HTTP/1.1 library under httpx; no HTTP written by hand); Redis round
+trips over kept-alive connections, each command packed and its reply parsed by hiredis. The same
 numbers of hops and round trips per quorum as the real path's at that concurrency (rounded).
 The floor's callers run in ``min(N, cores)`` processes, so that it may use the machine as the
 cluster does. ``floor_ratio = p50_ms_c1 / floor_p50_ms_c1`` (target <= 3) and
@@ -76,6 +77,7 @@ import dataclasses
 import json
 import os
 import secrets
+import socket
 import statistics
 import subprocess
 import sys
@@ -87,6 +89,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import h11
 import hiredis
 import httpx
 import redis
@@ -94,6 +97,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from prometheus_client.parser import text_string_to_metric_families
 
+from teaagent._http import BENCH_CLIENT_ENV
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
     REQUEST_NAMESPACE,
@@ -111,19 +115,20 @@ from teaagent.signing import SSHPrivateKey, sshsig_sign, sshsig_verify
 from teaagent.store import EmbeddedRedis
 from teaagent.trust import MultiSigQuorumConfig, QuorumRule, RuleTerm
 
-__all__ = ["CONCURRENCIES", "bench_quorum"]
+__all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes"]
 
 CONCURRENCIES: Final = (1, 16, 64)
 WARMUP_FRACTION: Final = 0.2  # of each run, not timed: connections open, caches fill
 MIN_TIMED: Final = 5  # quorums timed per run at least, however short the budget
 READY_TIMEOUT: Final = 90.0  # seconds for a service to answer /health: five start at once on a loaded host
 RUN_DEADLINE: Final = 120.0  # seconds past its budget that one run may take before the bench gives up
-PEERS: Final = ("beta", "gamma")
+PEER_NAMES: Final = ("beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota")
+SIZES: Final = (3, 5, 9)  # nodes in the cluster of ``--peers``: 2 of 3, 3 of 5, 5 of 9
+PEERS: Final = PEER_NAMES[:2]  # the default cluster: 2 of 3
 NODES: Final = ("alpha", *PEERS)
-SIGNATURES: Final = 3  # the request, two approvals
-VERIFICATIONS: Final = 12  # see the module docstring
-FLOOR_VERIFICATIONS: Final = 7
 FLOOR_CLIENT_HOPS: Final = 2  # the origin's own: its submission and its outcome
+HTTP_VARIANTS: Final = ("httpx",)  # run again through each, beside the services' aiohttp
+IDLE_SECONDS: Final = 2.0  # the cluster left idle once, its services' own CPU measured
 PRIMITIVE_SAMPLES: Final = 200  # each raw cost of the profile is the median of this many
 _SKIPPED_ROUTES: Final = frozenset({"/metrics", "/health"})
 _LONG_POLLS: Final = frozenset({"/v1/requests/{request_id}/outcome", "/v1/inbox"})
@@ -145,6 +150,38 @@ all_of = [{ group = "ops", required = 1 }, { group = "security", required = 1 }]
 
 
 # -- the cluster -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Size:
+    """A cluster of ``nodes`` nodes: alpha and its peers, a majority of the nodes' approvals needed."""
+
+    nodes: int
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return PEER_NAMES[: self.nodes - 1]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return ("alpha", *self.peers)
+
+    @property
+    def required(self) -> int:
+        return self.nodes // 2 + 1
+
+    @property
+    def signatures(self) -> int:
+        return 1 + len(self.peers)  # the request, every peer's approval
+
+    @property
+    def verifications(self) -> int:
+        # The request by alpha's relay and in the certificate, by each peer's relay and approver;
+        # each approval by its peer's relay and by alpha's relay; the certificate's approvals.
+        return 2 + 4 * len(self.peers) + self.required
+
+
+DEFAULT_SIZE: Final = _Size(3)
 
 
 @dataclass(frozen=True)
@@ -175,24 +212,41 @@ def _write_key(folder: Path, name: str, key: Ed25519PrivateKey) -> None:
     path.chmod(0o600)
 
 
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: each socket held until all are bound (one closed at once may
+    be handed out again)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)
+        ]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
 def _write_nodes(
-    folder: Path, redis_url: str, keys: Mapping[str, SSHPrivateKey], raw: Mapping[str, Any]
+    folder: Path,
+    redis_url: str,
+    keys: Mapping[str, SSHPrivateKey],
+    raw: Mapping[str, Any],
+    size: _Size = DEFAULT_SIZE,
 ) -> dict[str, _Node]:
-    ports = {name: (_free_port(), _free_port()) for name in NODES}
+    free = iter(_free_ports(2 * len(size.names)))
+    ports = {name: (next(free), next(free)) for name in size.names}
     nodes: dict[str, _Node] = {}
-    for name in NODES:
+    for name in size.names:
         home = folder / name
         home.mkdir()
         _write_key(home, name, raw[name])
         token = f"bench-{secrets.token_hex(16)}"
         port, approver_port = ports[name]
-        others = PEERS if name == "alpha" else ("alpha",)
+        others = size.peers if name == "alpha" else ("alpha",)
         peers = "".join(
             f'\n[peers.{peer}]\npublic_key = "{keys[peer].public_key.to_line()}"\n'
             f'relay_url = "http://127.0.0.1:{ports[peer][0]}"\n'
             for peer in others
         )
-        required = len(PEERS) if name == "alpha" else 1
+        required = size.required if name == "alpha" else 1
         approver = (
             ""
             if name == "alpha"
@@ -290,6 +344,7 @@ class _Counters:
     writes: float
     reads: float
     cpu: dict[str, float]  # per process label: CPU seconds
+    idle_cpu_per_s: float = 0.0  # all services' CPU seconds per second with no quorum running
 
     def minus(self, other: _Counters) -> _Counters:
         return _Counters(
@@ -463,21 +518,22 @@ def serve_floor(port: int) -> None:
 class _Plan:
     """What one floor quorum does besides its cryptography: per peer branch, hops, writes, reads."""
 
-    branch_hops: tuple[int, int]
-    branch_writes: tuple[int, int]
-    branch_reads: tuple[int, int]
+    branch_hops: tuple[int, ...]
+    branch_writes: tuple[int, ...]
+    branch_reads: tuple[int, ...]
 
 
-def _split(total: float) -> tuple[int, int]:
+def _split(total: float, ways: int) -> tuple[int, ...]:
     whole = max(0, round(total))
-    return (whole + 1) // 2, whole // 2
+    return tuple(whole // ways + (index < whole % ways) for index in range(ways))
 
 
-def _plan(per_quorum: _Counters) -> _Plan:
+def _plan(per_quorum: _Counters, size: _Size = DEFAULT_SIZE) -> _Plan:
+    ways = len(size.peers)
     return _Plan(
-        branch_hops=_split(per_quorum.hops - FLOOR_CLIENT_HOPS),
-        branch_writes=_split(per_quorum.writes),
-        branch_reads=_split(per_quorum.reads),
+        branch_hops=_split(per_quorum.hops - FLOOR_CLIENT_HOPS, ways),
+        branch_writes=_split(per_quorum.writes, ways),
+        branch_reads=_split(per_quorum.reads, ways),
     )
 
 
@@ -520,17 +576,53 @@ async def _redis_connect(url: str) -> _RedisConnection:
     return kept
 
 
-async def _hop(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: bytes) -> None:
-    reader, writer = connection
-    writer.write(request)
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    await reader.readexactly(length)
-    if not head.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(f"the floor's server answered {head[:40]!r}")
+class _FloorHTTP:
+    """One kept-alive connection of the floor's bare HTTP hops, framed and parsed by h11."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.state = h11.Connection(our_role=h11.CLIENT)
+
+    @classmethod
+    async def open(cls, port: int) -> _FloorHTTP:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _floor_call(body: bytes) -> list[h11.Request | h11.Data | h11.EndOfMessage]:
+    """The floor's one call: ``POST /v1/requests`` with ``body``, as h11 events."""
+    headers = [
+        ("Host", "127.0.0.1"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+    ]
+    return [
+        h11.Request(method="POST", target="/v1/requests", headers=headers),
+        h11.Data(data=body),
+        h11.EndOfMessage(),
+    ]
+
+
+async def _hop(connection: _FloorHTTP, call: list[h11.Request | h11.Data | h11.EndOfMessage]) -> None:
+    state = connection.state
+    connection.writer.write(b"".join(state.send(event) or b"" for event in call))
+    status = 0
+    while True:
+        event = state.next_event()
+        if event is h11.NEED_DATA:
+            data = await connection.reader.read(65536)
+            if not data:
+                raise RuntimeError("the floor's server closed the connection")
+            state.receive_data(data)
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        elif isinstance(event, h11.EndOfMessage):
+            break
+    state.start_next_cycle()
+    if status != 200:
+        raise RuntimeError(f"the floor's server answered {status}")
 
 
 @dataclass(frozen=True)
@@ -540,12 +632,16 @@ class _FloorJob:
     callers: int
     seconds: float
     plan: _Plan
+    nodes: int = DEFAULT_SIZE.nodes
 
 
 async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float, float]:
     """Run one process's floor callers: set up, say ``ready`` on stdout, start on a line on stdin."""
+    size = _Size(job.nodes)
+    peers = size.peers
     keys = {
-        name: SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate(), comment=name) for name in NODES
+        name: SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate(), comment=name)
+        for name in size.names
     }
     public = {name: key.public_key for name, key in keys.items()}
     request = build_request(
@@ -557,10 +653,10 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
         reason="benchmark",
         config=MultiSigQuorumConfig(
             enabled=True,
-            required_approvals=2,
-            peer_agent_ids=list(PEERS),
-            peer_public_keys={peer: public[peer].to_line() for peer in PEERS},
-            peer_relay_urls={peer: "http://127.0.0.1:1" for peer in PEERS},
+            required_approvals=size.required,
+            peer_agent_ids=list(peers),
+            peer_public_keys={peer: public[peer].to_line() for peer in peers},
+            peer_relay_urls={peer: "http://127.0.0.1:1" for peer in peers},
             high_risk_patterns=["shell.*"],
             timeout_seconds=600,
         ),
@@ -568,29 +664,26 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
     request_bytes = request_statement(request)
     request_signature = sshsig_sign(request_bytes, keys["alpha"], REQUEST_NAMESPACE)
     statements = {
-        peer: statement_bytes(approval_statement(request, peer, int(time.time()))) for peer in PEERS
+        peer: statement_bytes(approval_statement(request, peer, int(time.time()))) for peer in peers
     }
-    approvals = {peer: sshsig_sign(statements[peer], keys[peer], APPROVAL_NAMESPACE) for peer in PEERS}
+    approvals = {peer: sshsig_sign(statements[peer], keys[peer], APPROVAL_NAMESPACE) for peer in peers}
     body = canonical({"request": request, "signature": request_signature})
-    http_request = (
-        b"POST /v1/requests HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-    )
+    http_request = _floor_call(body)
     value = canonical({"statement": approval_statement(request, "beta", 0), "signature": approvals["beta"]})
     loader = await _redis_connect(job.redis_url)
     sha = await _resp_call(loader, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
     loader.writer.close()
     plan = job.plan
 
-    async def connections(count: int, port: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-        return list(await asyncio.gather(*(asyncio.open_connection("127.0.0.1", port) for _ in range(count))))
+    async def connections(count: int, port: int) -> list[_FloorHTTP]:
+        return list(await asyncio.gather(*(_FloorHTTP.open(port) for _ in range(count))))
 
     spans: list[tuple[float, float]] = []
     opened = 0
 
     async def caller(index: int) -> None:
-        origin_http, *branch_http = await connections(3, job.http_port)
-        branch_redis = [await _redis_connect(job.redis_url) for _ in PEERS]
+        origin_http, *branch_http = await connections(1 + len(peers), job.http_port)
+        branch_redis = [await _redis_connect(job.redis_url) for _ in peers]
         key = f"bench:floor:{{{os.getpid()}-{index}}}:decision".encode()
         write, read = _resp(b"EVALSHA", sha, b"1", key, value), _resp(b"GET", key)
         await _resp_call(branch_redis[0], write)  # the key exists before the first GET
@@ -616,15 +709,15 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
                 begun = time.perf_counter()
                 sshsig_sign(request_bytes, keys["alpha"], REQUEST_NAMESPACE)
                 await _hop(origin_http, http_request)
-                await asyncio.gather(branch(0, "beta"), branch(1, "gamma"))
+                await asyncio.gather(*(branch(side, peer) for side, peer in enumerate(peers)))
                 await _hop(origin_http, http_request)
                 sshsig_verify(request_bytes, request_signature, public["alpha"], REQUEST_NAMESPACE)
-                for peer in PEERS:
+                for peer in peers[: size.required]:  # the certificate's approvals
                     sshsig_verify(statements[peer], approvals[peer], public[peer], APPROVAL_NAMESPACE)
                 spans.append((begun, time.perf_counter()))
         finally:
-            for _reader, writer in (origin_http, *branch_http):
-                writer.close()
+            for http in (origin_http, *branch_http):
+                http.close()
             for kept in branch_redis:
                 kept.writer.close()
 
@@ -658,7 +751,14 @@ def floor_main() -> None:
     sys.stdout.flush()
 
 
-def _floor(concurrency: int, seconds: float, http_port: int, store: tuple[str], plan: _Plan) -> _Run:
+def _floor(
+    concurrency: int,
+    seconds: float,
+    http_port: int,
+    store: tuple[str],
+    plan: _Plan,
+    size: _Size = DEFAULT_SIZE,
+) -> _Run:
     count = 1 if concurrency == 1 else max(1, min(concurrency, os.cpu_count() or 1))
     shares = [concurrency // count + (index < concurrency % count) for index in range(count)]
     command = [
@@ -672,7 +772,7 @@ def _floor(concurrency: int, seconds: float, http_port: int, store: tuple[str], 
     ]
     try:
         for worker, share in zip(workers, shares, strict=True):
-            job = _FloorJob(http_port, *store, share, seconds, plan)
+            job = _FloorJob(http_port, *store, share, seconds, plan, size.nodes)
             _send(worker, json.dumps(dataclasses.asdict(job)))
         for worker in workers:
             _expect(worker, "ready")
@@ -751,12 +851,8 @@ def _crypto_costs() -> tuple[float, float]:
 
 async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, float]:
     """The median seconds of one raw HTTP hop, one EVALSHA write and one GET, one at a time."""
-    body = b"x" * 700
-    http_request = b"POST /v1/requests HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(body),
-        body,
-    )
-    http = await asyncio.open_connection("127.0.0.1", http_port)
+    http_request = _floor_call(b"x" * 700)
+    http = await _FloorHTTP.open(http_port)
     redis_connection = await _redis_connect(*store)
     key = b"bench:floor:{profile}:decision"
     sha = await _resp_call(redis_connection, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
@@ -775,7 +871,7 @@ async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, fl
                 await call
                 costs[index].append(time.perf_counter() - begun)
     finally:
-        http[1].close()
+        http.close()
         redis_connection.writer.close()
     hop, written, got = (_median_seconds(samples) for samples in costs)
     return hop, written, got
@@ -867,11 +963,69 @@ def _policy_figures(run: _Run, floor: _Run, per: _Counters) -> dict[str, float]:
     }
 
 
-def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
+def _real_path(
+    folder: Path,
+    nodes: Mapping[str, _Node],
+    keys: Mapping[str, SSHPrivateKey],
+    config: MultiSigQuorumConfig,
+    client: redis.Redis,
+    seconds: float,
+    concurrencies: tuple[int, ...],
+    *,
+    policy: bool = False,
+) -> tuple[dict[int, _Run], dict[int, _Counters], tuple[_Run, _Counters] | None]:
+    """Start the cluster, run the real asking path at each concurrency; its runs and per-quorum counts.
+
+    With ``policy``, the version 2 variant runs first (:func:`_policy_run`), on the idle cluster
+    the plain run at concurrency 1 also finds; its run and counts are the third value.
+    """
+    counted: dict[int, _Counters] = {}
+    runs: dict[int, _Run] = {}
+    policy_result: tuple[_Run, _Counters] | None = None
+    with _cluster(folder, nodes) as processes:
+        asyncio.run(_ask(1, min(seconds, 0.5), nodes["alpha"], keys["alpha"], config))  # warm every path
+        if policy:
+            policy_result = _policy_run(seconds, nodes, client, processes, keys["alpha"], config)
+        # What the services spend with nothing to do (their polls and housekeeping), per second.
+        idle = {label: _process_cpu_seconds(process.pid) for label, process in processes.items()}
+        time.sleep(IDLE_SECONDS)
+        idle_per_s = (
+            sum(_process_cpu_seconds(process.pid) - idle[label] for label, process in processes.items())
+            / IDLE_SECONDS
+        )
+        for concurrency in concurrencies:
+            before = _counters(nodes, client, processes, before=True)
+            runs[concurrency] = asyncio.run(_ask(concurrency, seconds, nodes["alpha"], keys["alpha"], config))
+            after = _counters(nodes, client, processes, before=False)
+            delta = after.minus(before)
+            quorums = runs[concurrency].quorums
+            counted[concurrency] = _Counters(
+                hops=delta.hops / quorums,
+                server_seconds={k: v / quorums for k, v in delta.server_seconds.items()},
+                writes=delta.writes / quorums,
+                reads=delta.reads / quorums,  # below zero: not measurable (_trips)
+                cpu={k: v / quorums for k, v in delta.cpu.items()},
+                idle_cpu_per_s=idle_per_s,
+            )
+    return runs, counted, policy_result
+
+
+def bench_quorum(
+    seconds: float = 3.0,
+    *,
+    nodes: int = DEFAULT_SIZE.nodes,
+    concurrencies: tuple[int, ...] = CONCURRENCIES,
+    variants: bool = True,
+) -> dict[str, Any]:
     """``teaagent bench quorum``: end-to-end quorums against their floor (see the module docstring).
 
     Args:
         seconds: The time of each run: the real path and the floor, at each concurrency.
+        nodes: The cluster's size: alpha and ``nodes - 1`` peers, a majority of the nodes'
+            approvals needed (2 of 3, 3 of 5, 5 of 9).
+        concurrencies: The numbers of callers at once, 1 and 64 among them.
+        variants: Whether to run the cluster again with each other HTTP client
+            (``http_<client>_*``, see ``_http_variants``).
 
     Returns:
         ``p50_ms_c1``, ``p99_ms_c1``, ``throughput_c1``, ``throughput_c16``, ``throughput_c64``,
@@ -885,14 +1039,20 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         the ``profile_*`` breakdown.
 
     Raises:
-        ValueError: ``seconds`` is not positive.
+        ValueError: ``seconds`` is not positive, ``nodes`` not one of ``SIZES``, or a
+            concurrency other than 1 and 64 is missing.
         RuntimeError: A service did not start, a quorum was not approved or its certificate did
             not verify, or a run did not finish in time.
         StoreError: The embedded Redis did not start.
     """
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, not {seconds}")
-    raw = {name: Ed25519PrivateKey.generate() for name in NODES}
+    if nodes not in SIZES:
+        raise ValueError(f"a cluster of {nodes} nodes is not one of {', '.join(map(str, SIZES))}")
+    if not {1, 64} <= set(concurrencies):
+        raise ValueError("the concurrencies must include 1 and 64")
+    size = _Size(nodes)
+    raw = {name: Ed25519PrivateKey.generate() for name in size.names}
     keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
     figures: dict[str, Any] = {}
     with (
@@ -900,52 +1060,42 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         EmbeddedRedis(Path(temporary) / "redis") as server,
     ):
         folder = Path(temporary)
-        nodes = _write_nodes(folder, server.url, keys, raw)
+        cluster = _write_nodes(folder, server.url, keys, raw, size)
         config = MultiSigQuorumConfig(
             enabled=True,
-            required_approvals=len(PEERS),
-            peer_agent_ids=list(PEERS),
-            peer_public_keys={peer: keys[peer].public_key.to_line() for peer in PEERS},
-            peer_relay_urls={peer: nodes[peer].url for peer in PEERS},
+            required_approvals=size.required,
+            peer_agent_ids=list(size.peers),
+            peer_public_keys={peer: keys[peer].public_key.to_line() for peer in size.peers},
+            peer_relay_urls={peer: cluster[peer].url for peer in size.peers},
             high_risk_patterns=["shell.*"],
             timeout_seconds=600,
         )
         config = _policy_config(config)  # shell.run matches no rule: version 1, 2 of 3, as before
         client = redis.Redis.from_url(server.url)
         store = (server.url,)
-        counted: dict[int, _Counters] = {}
-        runs: dict[int, _Run] = {}
-        with _cluster(folder, nodes) as processes:
-            asyncio.run(_ask(1, min(seconds, 0.5), nodes["alpha"], keys["alpha"], config))  # warm every path
-            # The version 2 variant first, on the idle cluster the plain c1 run also finds.
-            policy_run, policy_counted = _policy_run(seconds, nodes, client, processes, keys["alpha"], config)
-            for concurrency in CONCURRENCIES:
-                before = _counters(nodes, client, processes, before=True)
-                runs[concurrency] = asyncio.run(
-                    _ask(concurrency, seconds, nodes["alpha"], keys["alpha"], config)
-                )
-                after = _counters(nodes, client, processes, before=False)
-                delta = after.minus(before)
-                quorums = runs[concurrency].quorums
-                counted[concurrency] = _Counters(
-                    hops=delta.hops / quorums,
-                    server_seconds={k: v / quorums for k, v in delta.server_seconds.items()},
-                    writes=delta.writes / quorums,
-                    reads=delta.reads / quorums,  # below zero: not measurable (_trips)
-                    cpu={k: v / quorums for k, v in delta.cpu.items()},
-                )
+        # The version 2 variant (a two-group all_of rule) on the default cluster, in the same run.
+        with_policy = variants and nodes == DEFAULT_SIZE.nodes
+        runs, counted, policy_result = _real_path(
+            folder, cluster, keys, config, client, seconds, concurrencies, policy=with_policy
+        )
         writes, reads, omitted = _trips(counted)
         with _floor_server(folder) as http_port:
             plans = {
-                c: _plan(dataclasses.replace(counted[c], writes=writes[c], reads=reads[c]))
-                for c in CONCURRENCIES
+                c: _plan(dataclasses.replace(counted[c], writes=writes[c], reads=reads[c]), size)
+                for c in concurrencies
             }
-            floors = {c: _floor(c, seconds, http_port, store, plans[c]) for c in CONCURRENCIES}
-            policy_floor = _floor(1, seconds, http_port, store, _plan(policy_counted))
+            floors = {c: _floor(c, seconds, http_port, store, plans[c], size) for c in concurrencies}
+            policy_floor = (
+                None
+                if policy_result is None
+                else _floor(1, seconds, http_port, store, _plan(policy_result[1], size), size)
+            )
             hop, written, got = asyncio.run(_io_costs(http_port, store))
+        if variants:
+            figures.update(_http_variants(folder, cluster, keys, config, client, seconds))
         client.close()
     sign, verify = _crypto_costs()
-    for concurrency in CONCURRENCIES:
+    for concurrency in concurrencies:
         run, floor, per = runs[concurrency], floors[concurrency], counted[concurrency]
         suffix = f"c{concurrency}"
         figures[f"p50_ms_{suffix}"] = statistics.median(run.latencies) * 1000
@@ -962,16 +1112,114 @@ def bench_quorum(seconds: float = 3.0) -> dict[str, Any]:
         else:
             figures[f"redis_reads_{suffix}"] = per.reads
         figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
+        # The same less what the services spent idle meanwhile (their polls, per second of the run).
+        figures[f"cluster_busy_cpu_ms_per_quorum_{suffix}"] = (
+            sum(per.cpu.values()) - per.idle_cpu_per_s / max(run.throughput, 1e-9)
+        ) * 1000
+    figures["cluster_idle_cpu_ms_per_s"] = counted[concurrencies[0]].idle_cpu_per_s * 1000
     figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
     figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
-    figures |= _policy_figures(policy_run, policy_floor, policy_counted)
+    for name in [key for key in figures if key.startswith("http_") and key.endswith("_p50_ms_c1")]:
+        client_name = name.removeprefix("http_").removesuffix("_p50_ms_c1")
+        prefix = f"http_{client_name}_"
+        figures[f"{prefix}floor_ratio"] = figures[name] / figures["floor_p50_ms_c1"]
+        figures[f"{prefix}floor_throughput_ratio_c64"] = (
+            figures["floor_throughput_c64"] / figures[f"{prefix}throughput_c64"]
+        )
+    if policy_result is not None and policy_floor is not None:
+        figures |= _policy_figures(policy_result[0], policy_floor, policy_result[1])
     one = counted[1]
-    figures["profile_sign_ms"] = SIGNATURES * sign * 1000
-    figures["profile_verify_ms"] = VERIFICATIONS * verify * 1000
+    figures["profile_sign_ms"] = size.signatures * sign * 1000
+    figures["profile_verify_ms"] = size.verifications * verify * 1000
     figures["profile_redis_ms"] = (writes[1] * written + reads[1] * got) * 1000
     figures["profile_http_ms"] = one.hops * hop * 1000
+    figures["profile_http_hop_ms"] = hop * 1000
     for name, spent in one.server_seconds.items():
         figures[f"profile_server_ms_{name}"] = spent * 1000
     for label, spent in one.cpu.items():
         figures[f"profile_cpu_ms_{label.replace('-', '_')}"] = spent * 1000
+    return figures
+
+
+# -- HTTP variants (http-lib) -----------------------------------------------------------------------
+
+
+def _http_variants(
+    folder: Path,
+    nodes: Mapping[str, _Node],
+    keys: Mapping[str, SSHPrivateKey],
+    config: MultiSigQuorumConfig,
+    client: redis.Redis,
+    seconds: float,
+) -> dict[str, float]:
+    """The real path again, its calls through each other HTTP client, at concurrency 1 and 64.
+
+    Every service of the cluster and the asking callers here make their pools with
+    ``teaagent._http.http_pool``, which ``TEAAGENT_BENCH_HTTP_CLIENT`` points at the client:
+    ``httpx`` (one client per server, ``httpx.Limits`` sized as aiohttp's connector, HTTP/1.1).
+    Each: ``http_<client>_p50_ms_c1``, ``http_<client>_throughput_c64`` and
+    ``http_<client>_cluster_cpu_ms_per_quorum_c64``, against the same floor as the services'
+    own client's (``http_<client>_floor_ratio``...).
+    """
+    figures: dict[str, float] = {}
+    for name in HTTP_VARIANTS:
+        before = os.environ.get(BENCH_CLIENT_ENV)
+        os.environ[BENCH_CLIENT_ENV] = name
+        try:
+            runs, counted, _ = _real_path(folder, nodes, keys, config, client, seconds, (1, 64))
+        finally:
+            if before is None:
+                os.environ.pop(BENCH_CLIENT_ENV, None)
+            else:
+                os.environ[BENCH_CLIENT_ENV] = before
+        figures[f"http_{name}_p50_ms_c1"] = statistics.median(runs[1].latencies) * 1000
+        figures[f"http_{name}_throughput_c64"] = runs[64].throughput
+        figures[f"http_{name}_cluster_cpu_ms_per_quorum_c64"] = sum(counted[64].cpu.values()) * 1000
+    return figures
+
+
+# -- growth with the cluster's size (http-lib) ------------------------------------------------------
+
+
+def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> dict[str, float]:
+    """``teaagent bench quorum --peers 3,5,9``: the same quorum on clusters of each size.
+
+    For each size N (2 of 3, 3 of 5, 5 of 9; every node on this machine), at concurrency 1 and 64,
+    against its own floor: ``n<N>_floor_ratio``, ``n<N>_floor_throughput_ratio_c64``,
+    ``n<N>_cluster_cpu_ms_per_quorum_c64``, ``n<N>_p50_ms_c1``, ``n<N>_throughput_c64``. Beside
+    them, how the cluster's CPU per approved call grows against the smallest size's, over the
+    growth in peers (``n<N>_cpu_growth_over_peers``: at most 1 is at most linear in the number of
+    peers) and over the growth in nodes (``n<N>_cpu_growth_over_nodes``); the same of the CPU
+    less what the services spend idle (``busy_``: each service's polls and housekeeping, measured
+    with the cluster idle, ``n<N>_cluster_idle_cpu_ms_per_s``, cost more per quorum the fewer
+    quorums a second a larger cluster completes on the same cores).
+
+    Raises:
+        ValueError: ``seconds`` is not positive, or a size is not one of ``SIZES``.
+    """
+    figures: dict[str, float] = {}
+    for nodes in sizes:
+        measured = bench_quorum(seconds, nodes=nodes, concurrencies=(1, 64), variants=False)
+        for key in (
+            "floor_ratio",
+            "floor_throughput_ratio_c64",
+            "cluster_cpu_ms_per_quorum_c64",
+            "cluster_cpu_ms_per_quorum_c1",
+            "cluster_busy_cpu_ms_per_quorum_c64",
+            "cluster_idle_cpu_ms_per_s",
+            "p50_ms_c1",
+            "floor_p50_ms_c1",
+            "throughput_c64",
+            "floor_throughput_c64",
+            "http_hops_c64",
+            "redis_writes_c64",
+        ):
+            figures[f"n{nodes}_{key}"] = measured[key]
+    smallest = min(sizes)
+    for kind in ("", "busy_"):
+        base = figures[f"n{smallest}_cluster_{kind}cpu_ms_per_quorum_c64"]
+        for nodes in sizes:
+            growth = figures[f"n{nodes}_cluster_{kind}cpu_ms_per_quorum_c64"] / base
+            figures[f"n{nodes}_{kind}cpu_growth_over_peers"] = growth / ((nodes - 1) / (smallest - 1))
+            figures[f"n{nodes}_{kind}cpu_growth_over_nodes"] = growth / (nodes / smallest)
     return figures

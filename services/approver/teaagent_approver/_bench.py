@@ -24,12 +24,13 @@ import json
 import os
 import re
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import httpx
 from cryptography.hazmat.primitives import serialization
@@ -38,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from teaagent.quorum import build_request, sign_request
 from teaagent.relay_client._bench import (
     _free_port,
-    _post_raw,
+    _post,
     _process_cpu_seconds,
     _wait_ready,
     bench_decisions,
@@ -48,7 +49,7 @@ from teaagent.store import EmbeddedRedis
 from teaagent.trust import MultiSigQuorumConfig
 from teaagent_approver._audit import AUDIT_FILE_NAME
 
-__all__ = ["bench_approver"]
+__all__ = ["bench_approver", "bench_inbox_scale"]
 
 DECISIONS_PER_SECOND_GUESS: Final = 400  # sizes the work to the time budget; the figure is measured
 MIN_REQUESTS: Final = 200  # enough that the clock starts well before the last decision
@@ -64,7 +65,9 @@ def _write_node(
     approver_port: int,
     keys: dict[str, SSHPrivateKey],
     raw: Ed25519PrivateKey,
-) -> None:
+    *,
+    rule_tool: str = "shell.*",
+) -> str:
     raw_path = folder / "keys" / "beta"
     raw_path.parent.mkdir(parents=True)
     raw_path.write_bytes(
@@ -73,19 +76,22 @@ def _write_node(
         )
     )
     raw_path.chmod(0o600)
+    token = f"bench-{secrets.token_hex(16)}"
     (folder / "beta.toml").write_text(
         f'agent_id = "beta"\nprivate_key = "keys/beta"\nredis_url = "{redis_url}"\n'
-        f'relay_url = "http://127.0.0.1:{port}"\ntoken = "bench-{secrets.token_hex(16)}"\n'
+        f'relay_url = "http://127.0.0.1:{port}"\ntoken = "{token}"\n'
         'workspace = "workspace"\ndata_dir = "data"\n\n'
         '[quorum]\nenabled = true\nrequired_approvals = 1\nhigh_risk_patterns = ["shell.*"]\n'
         "timeout_seconds = 600\n\n"
         f'[peers.alpha]\npublic_key = "{keys["alpha"].public_key.to_line()}"\n'
         f'relay_url = "http://127.0.0.1:{_free_port()}"\n\n'
-        f'[approver]\nport = {approver_port}\n\n[[approver.rules]]\ntool = "shell.*"\ndecision = "approve"\n'
+        f"[approver]\nport = {approver_port}\n\n"
+        f'[[approver.rules]]\ntool = "{rule_tool}"\ndecision = "approve"\n'
     )
+    return token
 
 
-def _requests(count: int, keys: dict[str, SSHPrivateKey]) -> list[tuple[str, bytes]]:
+def _requests(count: int, keys: dict[str, SSHPrivateKey], start: int = 0) -> list[tuple[str, bytes]]:
     config = MultiSigQuorumConfig(
         enabled=True,
         required_approvals=1,
@@ -96,7 +102,7 @@ def _requests(count: int, keys: dict[str, SSHPrivateKey]) -> list[tuple[str, byt
         timeout_seconds=600,
     )
     items = []
-    for index in range(count):
+    for index in range(start, start + count):
         request = build_request(
             origin="alpha",
             run_id="bench-approver",
@@ -187,7 +193,7 @@ def bench_approver_only(count: int) -> dict[str, float]:
         approver: subprocess.Popen[bytes] | None = None
         try:
             _wait_ready(relay, url, folder / "relay.log")
-            stored, _ = asyncio.run(_post_raw(url, items, {}))
+            stored, _ = asyncio.run(_post(url, items, {}))
             if stored != count:
                 raise RuntimeError(f"the relay stored {stored} of {count} requests")
             approver = _serve(["approver", "serve", "--config", config], env, folder / "approver.log")
@@ -244,4 +250,105 @@ def bench_approver(seconds: float = 3.0) -> dict[str, float]:
     ceiling = float(bench_decisions(seconds / 2)["decisions_per_s"])
     figures["relay_decisions_per_s"] = ceiling
     figures["ratio_to_relay"] = figures["decisions_per_s"] / ceiling
+    return figures
+
+
+# -- an inbox of many pending requests (http-lib) ---------------------------------------------------
+
+INBOX_SIZES: Final = (10, 10_000)
+INBOX_SAMPLES: Final = 20  # calls timed per figure; the median is reported
+
+
+def _median_call(
+    client: httpx.Client, url: str, headers: dict[str, str], redis_client: Any
+) -> tuple[float, float]:
+    """The median milliseconds of ``GET url`` over INBOX_SAMPLES calls, and the Redis commands per call."""
+    times = []
+    before = redis_client.info("stats")["total_commands_processed"]
+    for _ in range(INBOX_SAMPLES):
+        begun = time.perf_counter()
+        response = client.get(url, headers=headers)
+        times.append(time.perf_counter() - begun)
+        response.raise_for_status()
+    # Less the INFO call itself.
+    commands = redis_client.info("stats")["total_commands_processed"] - before - 1
+    return statistics.median(times) * 1000, commands / INBOX_SAMPLES
+
+
+def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
+    """What a listing costs with ``sizes`` pending requests in one inbox (10 and 10,000).
+
+    Node beta's relay (its delivery worker off) and approver (whose one rule matches none of the
+    requests, so that they stay pending and the approver idles) on an embedded Redis; alpha's
+    signed requests are posted to beta's inbox up to each size. At each size, over
+    ``INBOX_SAMPLES`` calls: ``approvals_list_ms_<size>`` (the approver's ``GET /v1/requests?limit=10``,
+    what ``teaagent approvals list --limit 10`` calls), ``inbox_page_ms_<size>`` (the relay's
+    ``GET /v1/inbox?limit=10``) and ``approver_round_listing_ms_<size>`` (the relay's listing one
+    approver round makes, ``limit`` its ``LIST_LIMIT``), each with its Redis commands per call
+    (``..._redis_commands_<size>``); and the ratios of the largest size to the smallest
+    (``inbox_scale_ratio_*``: 1 when the cost does not grow with the inbox).
+
+    Raises:
+        RuntimeError: A process did not start or the relay refused a request.
+        StoreError: The embedded Redis did not start.
+    """
+    import redis
+
+    from teaagent_approver._engine import LIST_LIMIT
+
+    raw = {name: Ed25519PrivateKey.generate() for name in ("alpha", "beta")}
+    keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
+    figures: dict[str, float] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="teaagent-bench-inbox-") as temporary,
+        EmbeddedRedis(Path(temporary) / "redis") as server,
+        httpx.Client(timeout=60) as client,
+    ):
+        folder = Path(temporary)
+        port, approver_port = _free_port(), _free_port()
+        token = _write_node(folder, server.url, port, approver_port, keys, raw["beta"], rule_tool="none.*")
+        config = str(folder / "beta.toml")
+        env = {
+            **os.environ,
+            "TEAAGENT_RELAY_DELIVER": "0",
+            "TEAAGENT_RELAY_INBOX_RATE_LIMIT": "100000",
+            "TEAAGENT_RELAY_INBOX_MAX_PENDING": str(max(sizes)),
+            "TEAAGENT_RELAY_REDIS_PREFIX": "bench:beta",
+            "TEAAGENT_APPROVER_REDIS_PREFIX": "bench:beta",
+        }
+        env.pop("TEAAGENT_CONFIG", None)
+        url, approver_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{approver_port}"
+        auth = {"Authorization": f"Bearer {token}"}
+        store = redis.Redis.from_url(server.url)
+        relay = _serve(["relay", "serve", "--config", config], env, folder / "relay.log")
+        try:
+            _wait_ready(relay, url, folder / "relay.log")
+            held = 0
+            for size in sorted(sizes):
+                items = _requests(size - held, keys, start=held)
+                stored, _ = asyncio.run(_post(url, items, {}))
+                if stored != len(items):
+                    raise RuntimeError(f"the relay stored {stored} of {len(items)} requests")
+                held = size
+                # The approver runs only while measured: each request posted would wake a round.
+                approver = _serve(["approver", "serve", "--config", config], env, folder / "approver.log")
+                try:
+                    _wait_ready(approver, approver_url, folder / "approver.log")
+                    time.sleep(1.0)  # its first round lists the inbox and finds nothing to decide
+                    for name, call in (
+                        ("approvals_list", f"{approver_url}/v1/requests?limit=10"),
+                        ("inbox_page", f"{url}/v1/inbox?limit=10"),
+                        ("approver_round_listing", f"{url}/v1/inbox?limit={LIST_LIMIT}"),
+                    ):
+                        ms, commands = _median_call(client, call, auth, store)
+                        figures[f"{name}_ms_{size}"] = ms
+                        figures[f"{name}_redis_commands_{size}"] = commands
+                finally:
+                    _stop(approver)
+        finally:
+            _stop(relay)
+            store.close()
+    low, high = min(sizes), max(sizes)
+    for name in ("approvals_list", "inbox_page", "approver_round_listing"):
+        figures[f"inbox_scale_ratio_{name}"] = figures[f"{name}_ms_{high}"] / figures[f"{name}_ms_{low}"]
     return figures

@@ -230,17 +230,17 @@ async def _decide(engine: Engine, item: Received, proposal: Proposal) -> dict[st
 
 
 async def _listing(
-    engine: Engine, request: Request, state: Literal["pending", "all"], wait: float
+    engine: Engine, request: Request, state: Literal["pending", "all"], wait: float, limit: int = MAX_LISTED
 ) -> list[InboxItem]:
-    """The relay's listing; a long-poll ends early when this service is stopping (SIGTERM).
+    """The relay's listing of ``limit`` items; a long-poll ends early when this service is stopping.
 
     Raises:
         RelayError: The relay failed.
     """
     stopping: asyncio.Event | None = getattr(request.app.state, "stopping", None)
     if wait <= 0 or stopping is None:
-        return await engine.relay.list_inbox(state, limit=MAX_LISTED, wait=wait)
-    polled = asyncio.ensure_future(engine.relay.list_inbox(state, limit=MAX_LISTED, wait=wait))
+        return await engine.relay.list_inbox(state, limit=limit, wait=wait)
+    polled = asyncio.ensure_future(engine.relay.list_inbox(state, limit=limit, wait=wait))
     stopped = asyncio.ensure_future(stopping.wait())
     try:
         await asyncio.wait({polled, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -249,7 +249,7 @@ async def _listing(
     if polled.done():
         return polled.result()
     polled.cancel()
-    return await engine.relay.list_inbox(state, limit=MAX_LISTED, wait=0.0)
+    return await engine.relay.list_inbox(state, limit=limit, wait=0.0)
 
 
 requests_router = APIRouter(prefix="/v1/requests", tags=["requests"], route_class=BoundedJSONRoute)
@@ -276,8 +276,14 @@ async def list_requests(
     ] = 0.0,
 ) -> Any:
     """List received requests as this node sees them; with ``wait``, block until one is pending."""
+    # The relay lists pending requests first, in order of expiry: unfiltered, its first ``limit``
+    # are this page, and a listing reads as many, whatever the inbox holds. A filter (origin,
+    # tool, a decided state) picks among the relay's whole bound.
+    paged = origin is None and tool is None and state in ("pending", "all")
     try:
-        items = await _listing(engine, request, "pending" if state == "pending" else "all", wait)
+        items = await _listing(
+            engine, request, "pending" if state == "pending" else "all", wait, limit if paged else MAX_LISTED
+        )
     except RelayError as exc:
         raise ApiError(
             503, "unavailable", sentence(f"this node's relay failed: {exc}"), headers={"Retry-After": "1"}

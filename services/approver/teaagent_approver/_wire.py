@@ -1,8 +1,8 @@
 """Signed decisions to the node's relay: ``POST /v1/inbox/{id}/decision`` over kept-alive HTTP/1.1.
 
 The engine sends one decision per request it decides, so this call is the approver's hot path:
-it goes out on :class:`teaagent._http.KeptAlive` (plain asyncio streams, not httpx, which costs
-more CPU per call than the relay spends answering it). Everything else (listings, look-ups) uses
+it goes out on :func:`teaagent._http.http_pool` (one aiohttp session whose connector keeps
+every connection it may use alive). Everything else (listings, look-ups) uses
 :class:`teaagent.relay_client.AsyncRelayClient`. Failures are :class:`~teaagent.errors.RelayError`
 exactly as that client raises them: the relay's status and ``ErrorOut`` code, or no status when it
 did not answer. A connection the relay closed while idle is replaced and the call sent once more
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from teaagent._batch import Coalescer
-from teaagent._http import KeptAlive, NoAnswer
+from teaagent._http import NoAnswer, http_pool
 from teaagent._json import parse_json
 from teaagent.errors import RelayError
 
@@ -48,12 +48,12 @@ class DecisionPoster:
         Raises:
             ValueError: ``base_url`` is not an http or https URL with a host, or a limit is not positive.
         """
-        self._http = KeptAlive(
+        self._http = http_pool(
             base_url,
             headers={"Authorization": f"Bearer {token}"},
             connections=connections,
             timeout=timeout,
-            ssl_context=ssl_context,
+            verify=ssl_context or True,
         )
         self.base_url = self._http.base_url
         self._batches: Coalescer[tuple[str, bytes], Any] = Coalescer(

@@ -1,20 +1,22 @@
-"""The relay's hot routes, answered ahead of FastAPI's stack.
+"""The relay's hot routes: ordinary routes of its one router, ahead of the documented ones.
 
 Every quorum passes through the same few calls: the agent's submission and its outcome long-poll,
 the peers' deliveries into the inbox, the approver's listing and its decisions, and the decisions
-sent back to the origin. On a small host FastAPI's middleware stack (its telemetry reads the
-environment on every call), dependency solving and response validation cost as much as the
-calls' own work (the signature checks and the Redis round trips), so :class:`RelayApp` answers
-them directly: the same metrics and body limit (the relay's own middlewares), the same token
-check, body check and answer, and the same ``ErrorOut`` for every failure
-(:func:`~teaagent_relay._errors.response_of`).
+sent back to the origin. On a small host FastAPI's dependency solving and response validation
+cost as much as the calls' own work (the signature checks and the Redis round trips), so each of
+these calls has a Starlette ``Route`` at the head of the app's router (:func:`hot_routes`) whose
+endpoint reads it directly: through the same middlewares (metrics, body limit), with the same
+token check, body check and answer, and the same ``ErrorOut`` for every failure
+(:func:`~teaagent_relay._errors.response_of`). The documented FastAPI route of the same method
+and path stays in the router and in the OpenAPI schema; the hot route hands it every call it does
+not read exactly as it does.
 
 A call is taken here only when it is one these handlers read exactly as the documented route
 does: its method and path, a JSON body (``Content-Type: application/json``) and query
 parameters that are present at most once and valid. Anything else (another content type, a
 query parameter out of range, a request id that is not 32 hex characters) goes on to the
-documented FastAPI route, so that its refusal is the documented one. The documented routes stay
-what the OpenAPI schema describes; the tests hold both paths to the same answers. One order
+documented FastAPI route, so that its refusal is the documented one. The tests hold both paths to
+the same answers, and the OpenAPI schema to listing every hot route. One order
 differs on purpose: the token is checked before the body is read, so a call without the token
 and with a malformed body is 401 here where FastAPI, which reads the body first, says 400.
 """
@@ -30,15 +32,15 @@ from typing import Any, Final
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute, APIRouter
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from teaagent._json import parse_json
 from teaagent_relay._errors import ApiError, response_of, validation_message
-from teaagent_relay._metrics import RelayMetrics
-from teaagent_relay._middleware import BodyLimitMiddleware, MetricsMiddleware
 from teaagent_relay._models import SignedRequestIn
 from teaagent_relay._relay import MAX_WAIT_SECONDS
 from teaagent_relay._routes import (
@@ -52,7 +54,7 @@ from teaagent_relay._routes import (
     refuse_deep,
 )
 
-__all__ = ["RelayApp"]
+__all__ = ["ROUTES", "RelayApp", "hot_routes"]
 
 Endpoint = Callable[..., Awaitable[Response]]
 _STATES: Final = frozenset({"pending", "approved", "denied", "expired", "withdrawn", "settled", "all"})
@@ -217,55 +219,87 @@ def _json_declared(scope: Scope) -> bool:
 
 
 class RelayApp(FastAPI):
-    """The relay's FastAPI application, with :data:`ROUTES` answered ahead of its stack.
+    """The relay's FastAPI application: one router, :data:`ROUTES` at its head (:func:`hot_routes`).
 
-    ``hot_routes`` (False) sends every call through FastAPI: the tests compare the two paths.
+    ``hot_routes`` (False) makes every hot route hand its calls to the documented route at once:
+    the tests compare the two.
     """
 
     hot_routes: bool = True
-    _hot_app: ASGIApp | None = None
 
-    def serve_hot_routes(self, metrics: RelayMetrics, *, limit: int) -> None:
-        """Answer :data:`ROUTES` from now on, inside the relay's own middlewares (as FastAPI's
-        stack has them): the body limit inside, the metrics outside."""
-        self._hot_app = MetricsMiddleware(BodyLimitMiddleware(self._dispatch, limit=limit), metrics=metrics)
+
+class _HotEndpoint:
+    """One hot route's ASGI endpoint: the call answered here, or handed to the documented route."""
+
+    def __init__(self, spec: _Route, documented: BaseRoute) -> None:
+        self.spec = spec
+        self.documented = documented
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.hot_routes and self._hot_app is not None:
-            taken = _match(scope)
-            if taken is not None:
-                route, params, request_id = taken
-                scope["app"] = self
-                scope["route"] = route
-                scope["path_params"] = {} if request_id is None else {"request_id": request_id}
-                scope["teaagent.parameters"] = params
-                await self._hot_app(scope, receive, send)
-                return
-        await super().__call__(scope, receive, send)
-
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route: _Route = scope["route"]
-        request = Request(scope, receive)
+        taken = _take(self.spec, scope) if getattr(scope.get("app"), "hot_routes", True) else None
+        if taken is None:
+            await self.documented.handle(scope, receive, send)
+            return
+        params, request_id = taken
+        scope["path_params"] = {} if request_id is None else {"request_id": request_id}
+        scope["teaagent.hot"] = True  # the tests' proof that this route answered
+        # The metrics label the call by its route's template, as the documented route's.
+        scope["route"] = self.documented
+        spec = self.spec
         try:
-            response = await route.endpoint(request, **scope["teaagent.parameters"])
+            response = await spec.endpoint(Request(scope, receive), **params)
         except Exception as exc:
-            response = response_of(exc, route.method, scope.get("path", ""))
+            response = response_of(exc, spec.method, scope.get("path", ""))
         await response(scope, receive, send)
 
 
-def _match(scope: Scope) -> tuple[_Route, dict[str, Any], str | None] | None:
-    method = scope.get("method")
-    path = scope.get("path", "")
-    for route in ROUTES:
-        if route.method != method:
-            continue
-        found = route.pattern.fullmatch(path)
-        if found is None:
-            continue
-        if route.json_body and not _json_declared(scope):
-            return None
-        params = route.parameters(scope.get("query_string", b""))
-        if params is None:
-            return None
-        return route, params, found.groupdict().get("request_id")
-    return None
+def hot_routes(*routers: APIRouter) -> list[Route]:
+    """:data:`ROUTES` as Starlette routes, each with its documented FastAPI route to hand calls to.
+
+    Put ahead of the app's other routes (``app.router.routes``), they take the calls they read
+    exactly as the documented route does and hand every other to it; the OpenAPI schema is the
+    documented routes' (these are not in it: they have the same paths and methods).
+
+    Raises:
+        LookupError: A hot route has no documented route of the same method and path in ``routers``.
+    """
+    made: list[Route] = []
+    for spec in ROUTES:
+        documented = next(
+            (
+                route
+                for router in routers
+                for route in router.routes
+                if isinstance(route, APIRoute)
+                and route.path == spec.path
+                and spec.method in (route.methods or ())
+            ),
+            None,
+        )
+        if documented is None:
+            raise LookupError(f"{spec.method} {spec.path} has no documented route")
+        made.append(
+            Route(
+                spec.path,
+                _HotEndpoint(spec, documented),
+                methods=[spec.method],
+                name=f"hot {spec.method} {spec.path}",
+                include_in_schema=False,
+            )
+        )
+    return made
+
+
+def _take(spec: _Route, scope: Scope) -> tuple[dict[str, Any], str | None] | None:
+    """The endpoint's keyword arguments and request id, or None: the documented route answers."""
+    if scope.get("method") != spec.method:  # HEAD, which Starlette routes to a GET route
+        return None
+    found = spec.pattern.fullmatch(scope.get("path", ""))
+    if found is None:
+        return None
+    if spec.json_body and not _json_declared(scope):
+        return None
+    params = spec.parameters(scope.get("query_string", b""))
+    if params is None:
+        return None
+    return params, found.groupdict().get("request_id")

@@ -13,14 +13,13 @@ import json
 import logging
 import os
 import socket
-import ssl
 import time
 from http import HTTPStatus
 from typing import Final
 
 import httpx
 
-from teaagent._http import KeptAlive, NoAnswer, client_verify
+from teaagent._http import HTTPPool, NoAnswer, http_pool
 from teaagent._json import JSONDepthError, check_json_depth
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
@@ -87,20 +86,13 @@ class DeliveryWorker:
         self._timeout = timeout
         # Peers' https:// relays are verified against [tls] ca when set, else the public CAs.
         self._verify = relay.config.tls.client_verify()
-        # Deliveries go out on kept-alive HTTP/1.1 streams, one pool per peer relay (httpx cost
-        # more CPU per call than the peer spent answering it); through httpx only when a test
-        # hands in a transport (an app in the same process).
-        self._peers: dict[str, KeptAlive] = {}
-        self.client = (
-            httpx.AsyncClient(timeout=timeout, transport=transport, verify=client_verify(self._verify))
-            if transport is not None
-            else None
-        )
+        # Deliveries go out through one pool per peer relay, as large as the deliveries in
+        # flight (teaagent._http); ``transport`` (tests: an app in the same process) is httpx's.
+        self._peers: dict[str, HTTPPool] = {}
+        self._transport = transport
 
     async def aclose(self) -> None:
         """Close the connections to the peers."""
-        if self.client is not None:
-            await self.client.aclose()
         for peer in self._peers.values():
             await peer.aclose()
         self._peers.clear()
@@ -112,24 +104,20 @@ class DeliveryWorker:
             NoAnswer: The peer's relay did not answer.
         """
         data = json.dumps(body, separators=(",", ":")).encode()
-        if self.client is not None:
-            try:
-                response = await self.client.post(
-                    base_url.rstrip("/") + path, content=data, headers={"Content-Type": "application/json"}
-                )
-            except httpx.HTTPError as exc:
-                raise NoAnswer(str(exc) or type(exc).__name__) from exc
-            return response.status_code, response.content
         peer = self._peers.get(base_url)
         if peer is None:
-            peer = self._peers[base_url] = KeptAlive(
+            peer = self._peers[base_url] = http_pool(
                 base_url,
                 headers={"User-Agent": "teaagent-relay"},
                 connections=MAX_IN_FLIGHT,  # a delivery never waits for a connection
                 timeout=self._timeout,
-                ssl_context=self._verify if isinstance(self._verify, ssl.SSLContext) else None,
+                verify=self._verify,
+                transport=self._transport,
             )
-        return await peer.post(path, data)
+        try:
+            return await peer.post(path, data)
+        except ValueError as exc:  # a peer's URL that is not an http(s) URL
+            raise NoAnswer(str(exc)) from exc
 
     async def run(self) -> None:
         """Claim and deliver until cancelled; failures (Redis down) are waited out with a backoff.
