@@ -33,7 +33,7 @@ import asyncio
 import functools
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import urlsplit
 
@@ -157,6 +157,18 @@ def _check_headers(headers: Mapping[str, str] | None) -> None:
             raise ValueError(f"the header {name.strip()!r} holds CR, LF or NUL: not sent")
 
 
+async def _bounded(declared: int | None, chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """An answer's body, read whole, or NoAnswer as soon as it is (or says it is) over ``limit``."""
+    if declared is not None and declared > limit:
+        raise NoAnswer("the answer is too large")
+    content = bytearray()
+    async for chunk in chunks:
+        content += chunk
+        if len(content) > limit:
+            raise NoAnswer("the answer is too large")
+    return bytes(content)
+
+
 class _HttpxPool:
     """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
 
@@ -226,16 +238,11 @@ class _HttpxPool:
         response = await self._client.send(request, stream=True)
         try:
             declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self._max:
-                raise NoAnswer("the answer is too large")
-            content = bytearray()
-            async for chunk in response.aiter_bytes():
-                content += chunk
-                if len(content) > self._max:
-                    raise NoAnswer("the answer is too large")
+            length = int(declared) if declared is not None and declared.isdigit() else None
+            content = await _bounded(length, response.aiter_bytes(), self._max)
         finally:
             await response.aclose()
-        return response.status_code, bytes(content)
+        return response.status_code, content
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -325,14 +332,8 @@ class _AiohttpPool:
         async with session.request(
             method, url, data=body, headers=headers, allow_redirects=False
         ) as response:
-            if response.content_length is not None and response.content_length > self._max:
-                raise NoAnswer("the answer is too large")
-            content = bytearray()
-            async for chunk in response.content.iter_any():
-                content += chunk
-                if len(content) > self._max:
-                    raise NoAnswer("the answer is too large")
-            return response.status, bytes(content)
+            content = await _bounded(response.content_length, response.content.iter_any(), self._max)
+            return response.status, content
 
     async def aclose(self) -> None:
         if self._session is not None and self._loop is asyncio.get_running_loop():
