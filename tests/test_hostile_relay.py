@@ -1004,6 +1004,40 @@ def test_what_the_asking_side_shows_of_a_wait_is_only_what_verifies(
     assert all(found == (["gamma"], 0) for found in documents[1:])
 
 
+def test_what_a_wait_shows_of_its_own_request_is_the_signed_requests_whatever_the_relay_says(
+    short_origin: Origin, relay: HostileRelay
+) -> None:
+    # The relay says the request needs 1 approval of one peer, mallory, expires in a day, and is
+    # approved: none of it is in the request this node signed, so none of it is shown.
+    def tactic(asked: Asked, phase: Phase) -> Answer:
+        body = asked.status("approved" if phase == "outcome" else "pending")
+        body.update(required=1, peers=["mallory"], expires_at=asked.request["expires_at"] + 86_400)
+        return body if phase == "submit" else Held(body)
+
+    relay.tactic = tactic
+    seen: list[RequestStatus] = []
+    gate = short_origin.gate(SHORT_TIMEOUT, on_status=seen.append)
+
+    result = short_origin.run(TOUCH, gate=gate)
+
+    request = relay.last().request
+    assert_refused(
+        short_origin,
+        result,
+        LEAD + f"no quorum could be obtained: the relay approved request {request['request_id']} but sent "
+        "no certificate.",
+    )
+    assert seen
+    for status in seen:
+        assert (status.required, status.peers, status.expires_at) == (
+            request["required_approvals"],
+            tuple(request["peers"]),
+            request["expires_at"],
+        )
+        assert status.state in ("pending", "expired")  # never the relay's "approved"
+        assert status.signers == ()
+
+
 @pytest.mark.slow
 def test_a_relay_that_fails_every_poll_only_delays_the_denial(
     short_origin: Origin, relay: HostileRelay

@@ -474,10 +474,20 @@ class RelayQuorumGate:
         except (QuorumError, ValueError, TypeError):
             empty: tuple[dict[str, Any], ...] = ()
             return dataclasses.replace(
-                status, signers=(), denied_by=(), denial_reasons={}, approvals=empty, denials=empty
+                status,
+                **self._own_fields(request, status),
+                signers=(),
+                denied_by=(),
+                denial_reasons={},
+                approvals=empty,
+                denials=empty,
             )
+        own = self._own_fields(request, status)
+        if counted.state != "pending":  # decided by the signed documents themselves
+            own["state"] = counted.state
         return dataclasses.replace(
             status,
+            **own,
             signers=tuple(counted.signers),
             denied_by=tuple(counted.denied_by),
             denial_reasons=dict(counted.denial_reasons),
@@ -485,6 +495,29 @@ class RelayQuorumGate:
             denials=verified_denials,
             policy=counted.policy,
         )
+
+    def _own_fields(self, request: dict[str, Any], status: RequestStatus) -> dict[str, Any]:
+        """What the status says of the request that this node signed itself: taken from the request.
+
+        The id, the peers, the threshold and the expiry a wait shows are the signed request's (and
+        this node's configuration's), whatever the relay reports; of the relay's state only a
+        withdrawal is kept (this node withdrew it); ``expired`` is read off this machine's clock,
+        and an ``approved`` or ``denied`` the signed documents do not show is ``pending`` here.
+        """
+        required = max(int(request.get("required_approvals", 0)), self._config.required_approvals)
+        return {
+            "request_id": request["request_id"],
+            "peers": tuple(request["peers"]),
+            "required": required,
+            "expires_at": request["expires_at"],
+            "state": (
+                "withdrawn"
+                if status.state == "withdrawn"
+                else "expired"
+                if time.time() > request["expires_at"]
+                else "pending"
+            ),
+        }
 
     def _report(self, request: dict[str, Any], status: RequestStatus) -> RequestStatus:
         """Hand the verified status to ``on_status``; return it (the relay's, unread, when nobody looks)."""
