@@ -878,12 +878,17 @@ async def _decide(
         return await _request_page(
             request, engine, session, origin, request_id, notice=_decided_notice(outcome, engine.fingerprint)
         )
-    except _Refused as refused:
-        return _error_page(request, session, refused.status, refused.message)
-    except ApiError as exc:
+    except (_Refused, ApiError, StoreError) as exc:
+        return _refusal_page(request, session, exc)
+
+
+def _refusal_page(request: Request, session: Session, exc: _Refused | ApiError | StoreError) -> Response:
+    """The page of a refusal: this page's own, the approver's (its ErrorOut), or a lost Redis."""
+    if isinstance(exc, _Refused):
+        return _error_page(request, session, exc.status, exc.message)
+    if isinstance(exc, ApiError):
         return _error_page(request, session, exc.status_code, exc.message)
-    except StoreError as exc:
-        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
+    return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
 
 
 @router.post("/requests/{origin}/{request_id}/approve")
@@ -972,12 +977,8 @@ async def own_key_page(
         statement = await _rebuilt(
             engine, origin, request_id, decision, signed_reason, at, view["tool_name"], view["payload_digest"]
         )
-    except _Refused as refused:
-        return _error_page(request, session, refused.status, refused.message)
-    except ApiError as exc:
-        return _error_page(request, session, exc.status_code, exc.message)
-    except StoreError as exc:
-        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
+    except (_Refused, ApiError, StoreError) as exc:
+        return _refusal_page(request, session, exc)
     query = f"{query}&at={at}"
     name = _statement_name(decision, request_id)
     namespace = APPROVAL_NAMESPACE if decision == "approval" else DENIAL_NAMESPACE
@@ -1037,12 +1038,8 @@ async def statement_file(
         decision = _kind(kind)
         engine = await _engine(request)
         statement = await _rebuilt(engine, origin, request_id, decision, reason, at, None, None)
-    except _Refused as refused:
-        return _error_page(request, session, refused.status, refused.message)
-    except ApiError as exc:
-        return _error_page(request, session, exc.status_code, exc.message)
-    except StoreError as exc:
-        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
+    except (_Refused, ApiError, StoreError) as exc:
+        return _refusal_page(request, session, exc)
     return Response(
         statement_bytes(statement),
         media_type="application/json",
@@ -1087,12 +1084,8 @@ async def own_key_submit(request: Request, origin: str, request_id: str, session
         )
     except ValidationError as exc:
         return _error_page(request, session, 422, f"The form is not a decision: {exc.errors()[0]['msg']}.")
-    except _Refused as refused:
-        return _error_page(request, session, refused.status, refused.message)
-    except ApiError as exc:
-        return _error_page(request, session, exc.status_code, exc.message)
-    except StoreError as exc:
-        return _error_page(request, session, 503, f"This approver lost its Redis: {exc}")
+    except (_Refused, ApiError, StoreError) as exc:
+        return _refusal_page(request, session, exc)
 
 
 @router.get("/static/{name}")
