@@ -13,7 +13,7 @@ import pytest
 from relay_support import Node, asynctest, error, in_process, signer, write_cluster
 from test_relay_inbox import nothing_stored
 
-import teaagent_relay._relay
+import teaagent_relay._inbox
 from teaagent.config import load_config
 from teaagent.quorum import PROTOCOL_VERSION, build_request, request_problem
 from teaagent.relay_client import RelayQuorumGate
@@ -121,7 +121,7 @@ async def test_a_version_1_peer_refuses_a_version_2_request_in_one_sentence(
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = push(load_config(alpha.config_path).quorum)
     assert request["v"] == 2
-    monkeypatch.setattr(teaagent_relay._relay, "request_problem", version_1_only)
+    monkeypatch.setattr(teaagent_relay._inbox, "request_problem", version_1_only)
     async with in_process(beta, deliver=False) as client:
         refused = await client.post("/v1/inbox", json=alpha.signed(request))
         # It never counts it as version 1: nothing is stored or queued for its approver.

@@ -532,9 +532,9 @@ async def test_requests_waiting_at_the_head_of_the_inbox_queue_do_not_hide_the_o
 
 @pytest.fixture
 def one_entry_per_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
-    import teaagent_relay._relay
+    import teaagent_relay._inbox
 
-    monkeypatch.setattr(teaagent_relay._relay, "INBOX_SWEEP_BATCH", 1)
+    monkeypatch.setattr(teaagent_relay._inbox, "INBOX_SWEEP_BATCH", 1)
 
 
 @asynctest
