@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 from teaagent._words import approvals_of, moment, time_left
 from teaagent.errors import SignatureError
 from teaagent.quorum import policy_view
-from teaagent.relay_client._client import RequestStatus
+from teaagent.relay_client._models import RequestStatus
 from teaagent.signing import parse_sshsig
 from teaagent.trust import QuorumPolicy
 
