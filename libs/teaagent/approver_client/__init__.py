@@ -18,9 +18,11 @@ from __future__ import annotations
 from teaagent.approver_client._client import (
     DEFAULT_TIMEOUT,
     MAX_WAIT_SECONDS,
-    ApprovalItem,
     ApproverClient,
     AsyncApproverClient,
+)
+from teaagent.approver_client._models import (
+    ApprovalItem,
     DecisionResult,
     Expected,
     MatchingRule,

@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from teaagent.approver_client._client import ApprovalItem, ApproverClient
+from teaagent.approver_client._client import ApproverClient
+from teaagent.approver_client._models import ApprovalItem
 
 __all__ = ["LISTED_FOR_PREFIX", "MIN_PREFIX_CHARS", "REQUEST_ID_CHARS", "resolve_request"]
 
