@@ -47,6 +47,7 @@ MAX_WAIT_SECONDS: Final = 60.0  # the longest single long-poll asked for; longer
 _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the service answers first
 
 T = TypeVar("T")
+Tr = TypeVar("Tr", httpx.BaseTransport, httpx.AsyncBaseTransport)  # a sync or an asyncio transport
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,35 @@ def long_poll(wait: float, timeout: float) -> tuple[float, float]:
     return wait, wait + max(timeout, _WAIT_MARGIN)
 
 
-class ServiceClient:
-    """A client of one service at ``base_url``: its sentences, whichever way the calls go."""
+class ServiceClient(Generic[Tr]):
+    """A client of one service at ``base_url``: its sentences, whichever way its calls go (``Tr``:
+    the httpx transport, sync or asyncio, that tests may put in place of the network)."""
 
     service: ClassVar[str]  # "relay", "approver": how sentences name it
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
-        """Check the URL and the timeout; connect nothing.
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        start_command: str | None = None,
+        transport: Tr | None = None,
+        limits: httpx.Limits | None = None,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        """Connect nothing yet; calls open pooled connections as needed.
+
+        Args:
+            base_url: The service's base URL, ``http://127.0.0.1:<port>``.
+            token: The node's bearer token, sent with the node's own calls (not a peer's).
+            timeout: Seconds for one call (a long-poll adds its wait).
+            start_command: The command that starts the service, named when nobody answers.
+            transport: An httpx transport instead of the network (tests of the client alone).
+            limits: Its ``max_connections`` sizes the pool (an asyncio client keeps every one
+                alive; 100 by default).
+            verify: Checks an ``https://`` service's certificate: True for the public CAs, or a
+                context trusting a private CA (``NodeConfig.tls.client_verify()``).
 
         Raises:
             ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
@@ -115,6 +138,14 @@ class ServiceClient:
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._timeout = timeout
+        self._start_command = start_command
+        self._connect(transport, limits, verify)
+
+    def _connect(
+        self, transport: Tr | None, limits: httpx.Limits | None, verify: ssl.SSLContext | bool
+    ) -> None:
+        """Make the client's pool (it opens connections only when calls need them)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"
@@ -135,8 +166,11 @@ class ServiceClient:
         return self._unreachable(call, detail)
 
     def _unreachable(self, call: Call[Any], detail: str) -> RelayError:
-        """The sentence of a call nobody answered (a client may name how to start its service)."""
-        return RelayError(f"The {self.service} at {self.base_url} is unreachable ({call.what}): {detail}.")
+        """The sentence of a call nobody answered."""
+        hint = f"; start it with `{self._start_command}`" if self._start_command else ""
+        return RelayError(
+            f"The {self.service} at {self.base_url} is unreachable ({call.what}): {detail}{hint}."
+        )
 
     def _not_json(self, status: int, call: Call[Any], exc: ValueError) -> RelayError:
         """The sentence of a 2xx answer that is not JSON (or nests too deep)."""
@@ -192,34 +226,22 @@ class ServiceClient:
         )
 
 
-class SyncServiceClient(ServiceClient):
+class SyncServiceClient(ServiceClient[httpx.BaseTransport]):
     """A synchronous client: its calls go out through one ``httpx.Client`` and its pool."""
 
-    def __init__(
+    def _connect(
         self,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        transport: httpx.BaseTransport | None = None,
-        verify: ssl.SSLContext | bool = True,
+        transport: httpx.BaseTransport | None,
+        limits: httpx.Limits | None,
+        verify: ssl.SSLContext | bool,
     ) -> None:
-        """Connect nothing yet; calls open pooled connections as needed.
-
-        Args:
-            base_url: The service's base URL, ``http://127.0.0.1:<port>``.
-            token: The node's bearer token, sent with the node's own calls.
-            timeout: Seconds for one call (a long-poll adds its wait).
-            transport: An httpx transport instead of the network (tests of the client alone).
-            verify: Checks an ``https://`` service's certificate: True for the public CAs, or a
-                context trusting a private CA (``NodeConfig.tls.client_verify()``).
-
-        Raises:
-            ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
-        """
-        super().__init__(base_url, token=token, timeout=timeout)
         self._client = httpx.Client(
-            base_url=self.base_url, timeout=timeout, transport=transport, verify=client_verify(verify)
+            base_url=self.base_url,
+            timeout=self._timeout,
+            transport=transport,
+            verify=client_verify(verify),
+            limits=limits
+            or httpx.Limits(max_connections=100, max_keepalive_connections=20),  # httpx's default
         )
 
     def close(self) -> None:
@@ -249,33 +271,24 @@ class SyncServiceClient(ServiceClient):
         return self._read(response.status_code, response.content, response.reason_phrase, call)
 
 
-class AsyncServiceClient(ServiceClient):
+class AsyncServiceClient(ServiceClient[httpx.AsyncBaseTransport]):
     """An asyncio client: its calls go out through one pool of kept-alive connections.
 
-    aiohttp's client, or httpx's with a ``transport`` (tests: an app in the same process); see
-    :func:`teaagent._http.http_pool`.
+    aiohttp's client, or httpx's with a ``transport`` (tests: an app in the same process), as many
+    connections as ``limits`` allows (100 by default: a client shared by many callers never closes
+    and reopens one); see :func:`teaagent._http.http_pool`.
     """
 
-    def __init__(
+    def _connect(
         self,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        transport: httpx.AsyncBaseTransport | None = None,
-        connections: int = 100,
-        verify: ssl.SSLContext | bool = True,
+        transport: httpx.AsyncBaseTransport | None,
+        limits: httpx.Limits | None,
+        verify: ssl.SSLContext | bool,
     ) -> None:
-        """Connect nothing yet; calls open at most ``connections`` pooled connections as needed.
-
-        Raises:
-            ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
-        """
-        super().__init__(base_url, token=token, timeout=timeout)
         self._http = http_pool(
             self.base_url,
-            connections=connections,
-            timeout=timeout,
+            connections=(limits.max_connections if limits is not None else None) or 100,
+            timeout=self._timeout,
             verify=verify,
             transport=transport,
             max_response_bytes=MAX_ANSWER_BYTES,

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-import httpx
-
 from teaagent._service_client import (
     DEFAULT_TIMEOUT,
     MAX_WAIT_SECONDS,
@@ -133,9 +131,10 @@ class _Calls:
         )
 
 
-class _Approver(ServiceClient):
+class _Approver(ServiceClient[Any]):
+    """The approver's words in the clients' sentences: who answers nobody, and how to start it."""
+
     service: ClassVar[str] = "approver"
-    _start_command: str | None = None  # the command that starts it, named when nobody answers
 
     def _unreachable(self, call: Call[Any], detail: str) -> RelayError:
         hint = f"; start it with `{self._start_command}`" if self._start_command else ""
@@ -152,32 +151,10 @@ class _Approver(ServiceClient):
 class ApproverClient(_Approver, SyncServiceClient):
     """A synchronous client of one node's approver service (the ``teaagent approvals`` commands).
 
-    Use it as a context manager, or call :meth:`close`.
+    Use it as a context manager, or call :meth:`close`. See
+    :class:`~teaagent._service_client.ServiceClient` for its arguments (``start_command``: the
+    command that starts this approver, named when nobody answers).
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        start_command: str | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        """Connect nothing yet; calls open pooled connections as needed.
-
-        Args:
-            base_url: The approver's base URL, ``http://127.0.0.1:<approver.port>``.
-            token: The node's bearer token.
-            timeout: Seconds for one call (a long-poll adds its wait).
-            start_command: The command that starts this approver, named when nobody answers.
-            transport: An httpx transport instead of the network (tests of the client alone).
-
-        Raises:
-            ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
-        """
-        super().__init__(base_url, token=token, timeout=timeout, transport=transport)
-        self._start_command = start_command
 
     def health(self) -> dict[str, Any]:
         """Return the approver's health document.
@@ -302,23 +279,6 @@ class ApproverClient(_Approver, SyncServiceClient):
 
 class AsyncApproverClient(_Approver, AsyncServiceClient):
     """The asyncio twin of :class:`ApproverClient` (the TUI); same calls, same errors."""
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        start_command: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        """Connect nothing yet; see :class:`ApproverClient`.
-
-        Raises:
-            ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
-        """
-        super().__init__(base_url, token=token, timeout=timeout, transport=transport)
-        self._start_command = start_command
 
     async def health(self) -> dict[str, Any]:
         """See :meth:`ApproverClient.health`.

@@ -10,7 +10,7 @@ for what is not one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
 
 __all__ = [
@@ -110,13 +110,7 @@ class OwnDecision:
 
     def to_dict(self) -> dict[str, Any]:
         """Return it as the approver's JSON."""
-        return {
-            "kind": self.kind,
-            "reason": self.reason,
-            "by": self.by,
-            "key_fingerprint": self.key_fingerprint,
-            "at": self.at,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,12 +149,7 @@ class MatchingRule:
 
     def to_dict(self) -> dict[str, Any]:
         """Return it as the approver's JSON."""
-        return {
-            "index": self.index,
-            "tool": self.tool,
-            "arguments": self.arguments,
-            "decision": self.decision,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -417,17 +406,7 @@ class DecisionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Return it as the approver's JSON."""
-        return {
-            "request_id": self.request_id,
-            "origin": self.origin,
-            "decision": self.decision,
-            "reason": self.reason,
-            "this_node": self.this_node,
-            "by": self.by,
-            "key_fingerprint": self.key_fingerprint,
-            "forwarded": self.forwarded,
-            "note": self.note,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)

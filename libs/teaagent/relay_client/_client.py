@@ -8,11 +8,8 @@ shares).
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from typing import Any, ClassVar
-
-import httpx
 
 from teaagent._service_client import (
     DEFAULT_TIMEOUT,
@@ -188,7 +185,9 @@ class _Calls:
         )
 
 
-class _Relay(ServiceClient):
+class _Relay(ServiceClient[Any]):
+    """The relay's words in the clients' sentences."""
+
     service: ClassVar[str] = "relay"
 
 
@@ -197,7 +196,7 @@ class RelayClient(_Relay, SyncServiceClient):
 
     Calls of the node itself send ``token``; the peer calls (``deliver_*``) send none.
     Use it as a context manager, or call :meth:`close`. See
-    :class:`~teaagent._service_client.SyncServiceClient` for its arguments.
+    :class:`~teaagent._service_client.ServiceClient` for its arguments.
     """
 
     def health(self) -> dict[str, Any]:
@@ -342,35 +341,8 @@ class AsyncRelayClient(_Relay, AsyncServiceClient):
 
     Its calls go out through one pool of kept-alive connections (aiohttp's client, or httpx's
     with a ``transport``), as many as ``limits`` allows (100 by default: a client shared by many
-    callers never closes and reopens one); see :func:`teaagent._http.http_pool`.
+    callers never closes and reopens one); see :class:`~teaagent._service_client.AsyncServiceClient`.
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        transport: httpx.AsyncBaseTransport | None = None,
-        limits: httpx.Limits | None = None,
-        verify: ssl.SSLContext | bool = True,
-    ) -> None:
-        """Connect nothing yet; calls open pooled connections as needed (``verify`` as for ``RelayClient``).
-
-        ``limits``: its ``max_connections`` sizes the pool (every connection kept alive).
-
-        Raises:
-            ValueError: ``base_url`` is not an http or https URL, or ``timeout`` is not positive.
-        """
-        connections = (limits.max_connections if limits is not None else None) or 100
-        super().__init__(
-            base_url,
-            token=token,
-            timeout=timeout,
-            transport=transport,
-            connections=connections,
-            verify=verify,
-        )
 
     async def health(self) -> dict[str, Any]:
         """See :meth:`RelayClient.health`.

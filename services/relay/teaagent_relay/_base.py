@@ -44,12 +44,12 @@ from teaagent_relay._metrics import RelayMetrics
 from teaagent_relay._protocol import DEV_SIGNATURE_PREFIX, decision_bytes, sentence
 from teaagent_relay._settings import Settings
 
-__all__ = ["MAX_WAIT_SECONDS", "RelayBase", "configured_keys", "delivery", "envelope", "redis_failures"]
+__all__ = ["MAX_WAIT_SECONDS", "RelayBase", "delivery", "envelope", "redis_failures", "whose_keys"]
 
 MAX_WAIT_SECONDS: Final = 60.0  # one long-poll; proxies commonly cut idle HTTP at 60-100 s
 
 
-def configured_keys(keys: Sequence[SignerKey], peer: str) -> str:
+def whose_keys(keys: Sequence[SignerKey], peer: str) -> str:
     """A peer's configured keys as a phrase for messages."""
     return f"the key configured for {peer}" if len(keys) == 1 else f"the keys configured for {peer}"
 

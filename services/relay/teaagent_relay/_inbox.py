@@ -25,14 +25,7 @@ from teaagent._words import moment
 from teaagent.errors import QuorumError, RequestNotFoundError
 from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, request_problem, verify_settlement
 from teaagent.store import DecisionResult, DecisionToCount, Intake, RequestState, StoredRequest
-from teaagent_relay._base import (
-    MAX_WAIT_SECONDS,
-    RelayBase,
-    configured_keys,
-    delivery,
-    envelope,
-    redis_failures,
-)
+from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
 from teaagent_relay._errors import ApiError
 from teaagent_relay._protocol import (
     check_request_signature,
@@ -161,7 +154,7 @@ class Inbox(RelayBase):
             statement,
             signature,
             origin_keys,
-            whose=configured_keys(origin_keys, origin),
+            whose=whose_keys(origin_keys, origin),
             now=time.time(),
         )
         try:
@@ -276,7 +269,7 @@ class Inbox(RelayBase):
             signature,
             origin_keys,
             allow_dev=self.allow_dev,
-            whose=configured_keys(origin_keys, origin),
+            whose=whose_keys(origin_keys, origin),
         )
         document = canonical({"request": request, "signature": wire})
         # Already here: a repeat (or a clash) is answered from the store and charges nothing. Else

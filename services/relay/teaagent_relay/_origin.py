@@ -23,14 +23,7 @@ from teaagent._reload import Trust
 from teaagent.errors import RequestConflictError, RequestNotFoundError
 from teaagent.quorum import build_certificate, is_expired, request_policy, request_problem
 from teaagent.store import DecisionResult, StoredRequest
-from teaagent_relay._base import (
-    MAX_WAIT_SECONDS,
-    RelayBase,
-    configured_keys,
-    delivery,
-    envelope,
-    redis_failures,
-)
+from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
 from teaagent_relay._errors import ApiError
 from teaagent_relay._protocol import (
     check_request_signature,
@@ -356,7 +349,7 @@ class OwnRequests(RelayBase):
                 signature,
                 trust.peer_keys[signer],
                 allow_dev=self.allow_dev,
-                whose=configured_keys(trust.peer_keys[signer], signer),
+                whose=whose_keys(trust.peer_keys[signer], signer),
             )
         except ApiError:
             self.metrics.decisions.labels("peer", "rejected").inc()
