@@ -29,6 +29,7 @@ from teaagent.errors import RelayError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "HEALTH_CHECK",
     "MAX_ANSWER_BYTES",
     "MAX_WAIT_SECONDS",
     "AsyncServiceClient",
@@ -89,6 +90,11 @@ def json_object(data: Any) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise TypeError("it is not a JSON object")
     return dict(data)
+
+
+HEALTH_CHECK: Final[Call[dict[str, Any]]] = Call(
+    "GET", "/health", "the health check", json_object, token=False
+)
 
 
 def long_poll(wait: float, timeout: float) -> tuple[float, float]:

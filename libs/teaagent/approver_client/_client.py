@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from teaagent._service_client import (
     DEFAULT_TIMEOUT,
+    HEALTH_CHECK,
     MAX_WAIT_SECONDS,
     AsyncServiceClient,
     Call,
@@ -54,10 +55,6 @@ def _items(data: Any) -> list[ApprovalItem]:
 
 class _Calls:
     """The API's calls, shared by both clients."""
-
-    @staticmethod
-    def health() -> Call[dict[str, Any]]:
-        return Call("GET", "/health", "the health check", json_object, token=False)
 
     @staticmethod
     def list_requests(
@@ -162,7 +159,7 @@ class ApproverClient(_Approver, SyncServiceClient):
         Raises:
             RelayError: The approver is unreachable or unhealthy.
         """
-        return self._send(_Calls.health())
+        return self._send(HEALTH_CHECK)
 
     def list_requests(
         self,
@@ -286,7 +283,7 @@ class AsyncApproverClient(_Approver, AsyncServiceClient):
         Raises:
             RelayError: The approver is unreachable or unhealthy.
         """
-        return await self._send(_Calls.health())
+        return await self._send(HEALTH_CHECK)
 
     async def list_requests(
         self,

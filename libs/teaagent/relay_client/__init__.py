@@ -11,18 +11,15 @@ and :func:`wait_news`.
 from __future__ import annotations
 
 from teaagent.errors import RelayError
-from teaagent.relay_client._client import (
-    DEFAULT_TIMEOUT,
-    MAX_WAIT_SECONDS,
-    AsyncRelayClient,
+from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, AsyncRelayClient, RelayClient
+from teaagent.relay_client._gate import EXPIRY_GRACE_SECONDS, RelayQuorumGate
+from teaagent.relay_client._models import (
     DecisionReceipt,
     InboxDecision,
     InboxItem,
     PeerDelivery,
-    RelayClient,
     RequestStatus,
 )
-from teaagent.relay_client._gate import EXPIRY_GRACE_SECONDS, RelayQuorumGate
 from teaagent.relay_client._progress import (
     WaitProgress,
     describe_wait,

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from teaagent._service_client import (
     DEFAULT_TIMEOUT,
+    HEALTH_CHECK,
     MAX_WAIT_SECONDS,
     AsyncServiceClient,
     Call,
@@ -27,21 +28,10 @@ from teaagent.relay_client._models import (
     InboxDecision,
     InboxItem,
     InboxState,
-    PeerDelivery,
     RequestStatus,
 )
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "MAX_WAIT_SECONDS",
-    "AsyncRelayClient",
-    "DecisionReceipt",
-    "InboxDecision",
-    "InboxItem",
-    "PeerDelivery",
-    "RelayClient",
-    "RequestStatus",
-]
+__all__ = ["DEFAULT_TIMEOUT", "MAX_WAIT_SECONDS", "AsyncRelayClient", "RelayClient"]
 
 
 def _status(data: Any) -> RequestStatus:
@@ -76,10 +66,6 @@ def _signed(statement: Mapping[str, Any], signature: str) -> dict[str, Any]:
 
 class _Calls:
     """The API's calls, shared by both clients: what each sends, and how its answer is read."""
-
-    @staticmethod
-    def health() -> Call[dict[str, Any]]:
-        return Call("GET", "/health", "the health check", json_object, token=False)
 
     @staticmethod
     def submit_request(
@@ -205,7 +191,7 @@ class RelayClient(_Relay, SyncServiceClient):
         Raises:
             RelayError: The relay is unreachable or unhealthy (503 when its Redis is down).
         """
-        return self._send(_Calls.health())
+        return self._send(HEALTH_CHECK)
 
     def submit_request(
         self, request: Mapping[str, Any], signature: str, *, timeout: float | None = None
@@ -350,7 +336,7 @@ class AsyncRelayClient(_Relay, AsyncServiceClient):
         Raises:
             RelayError: The relay is unreachable or unhealthy.
         """
-        return await self._send(_Calls.health())
+        return await self._send(HEALTH_CHECK)
 
     async def submit_request(self, request: Mapping[str, Any], signature: str) -> RequestStatus:
         """See :meth:`RelayClient.submit_request`.

@@ -22,7 +22,8 @@ from teaagent.quorum import (
     sign_request,
     sign_withdrawal,
 )
-from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient, RequestStatus
+from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient
+from teaagent.relay_client._models import RequestStatus
 from teaagent.relay_client._progress import WaitProgress, WaitWhy, next_reminder
 from teaagent.signing import Signer
 from teaagent.trust import MultiSigQuorumConfig

@@ -75,6 +75,17 @@ def _not_a_peer(origin: object) -> ApiError:
     return ApiError(403, "forbidden", sentence(f"{origin!r} is not a configured peer of this node"))
 
 
+# The states in which no decision of this node counts any more, and what its origin did.
+_CLOSED: Final = {"withdrawn": "was withdrawn by its origin", "settled": "was already decided at its origin"}
+
+
+def _closed(state: str, request_id: str, origin: str) -> ApiError:
+    """409 ``withdrawn`` or ``settled``: a decision on the request no longer counts."""
+    return ApiError(
+        409, state, f"Request {request_id} {_CLOSED[state]} {origin}; no decision on it counts any more."
+    )
+
+
 def _not_in_inbox(request_id: str, origin: str) -> ApiError:
     return ApiError(404, "not_found", f"No request {request_id} from {origin} is in this node's inbox.")
 
@@ -344,23 +355,6 @@ class Inbox(RelayBase):
         return await self._received(origin, request, created=False, state=stored.state, queued=stored.queued)
 
     @staticmethod
-    def _withdrawn(request_id: str, origin: str) -> ApiError:
-        return ApiError(
-            409,
-            "withdrawn",
-            f"Request {request_id} was withdrawn by its origin {origin}; no decision on it counts any more.",
-        )
-
-    @staticmethod
-    def _settled(request_id: str, origin: str) -> ApiError:
-        return ApiError(
-            409,
-            "settled",
-            f"Request {request_id} was already decided at its origin {origin}; no decision on it "
-            "counts any more.",
-        )
-
-    @staticmethod
     def _clash(origin: str, request_id: str) -> ApiError:
         return ApiError(
             409,
@@ -548,10 +542,8 @@ class Inbox(RelayBase):
         """
         origin = _origin_of(statement, "statement")
         stored = await self._find_inbox(request_id, origin)  # one coalesced read, origin given
-        if stored.state == "withdrawn":
-            raise self._withdrawn(request_id, origin)
-        if stored.state == "settled":
-            raise self._settled(request_id, origin)
+        if stored.state in _CLOSED:
+            raise _closed(stored.state, request_id, origin)
         request, _signature = envelope(stored.document)
         signer = statement.get("signer")
         if signer != self.agent_id:
@@ -588,10 +580,8 @@ class Inbox(RelayBase):
         result = await self._inbox_writes.call(
             (origin, DecisionToCount(request_id, kind, signer, data, int(now)))
         )
-        if result.state == "withdrawn" and not result.counted:
-            raise self._withdrawn(request_id, origin)  # withdrawn between the read above and here
-        if result.state == "settled" and not result.counted:
-            raise self._settled(request_id, origin)  # settled between the read above and here
+        if result.state in _CLOSED and not result.counted:
+            raise _closed(result.state, request_id, origin)  # withdrawn or settled since the read above
         if not result.counted:
             self._refuse_another(await self.store.inbox.get(origin, request_id), signer, data, request_id)
         self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()
