@@ -8,8 +8,8 @@ shares).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 from teaagent._service_client import (
     DEFAULT_TIMEOUT,
@@ -32,6 +32,8 @@ from teaagent.relay_client._models import (
 )
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_WAIT_SECONDS", "AsyncRelayClient", "RelayClient"]
+
+T = TypeVar("T")
 
 
 def _status(data: Any) -> RequestStatus:
@@ -60,8 +62,19 @@ def _inbox_items(data: Any) -> list[InboxItem]:
     return [_inbox_item(item) for item in data]
 
 
-def _signed(statement: Mapping[str, Any], signature: str) -> dict[str, Any]:
-    return {"statement": dict(statement), "signature": signature}
+def _signed(
+    path: str,
+    what: str,
+    parse: Callable[[Any], T],
+    statement: Mapping[str, Any],
+    signature: str,
+    *,
+    timeout: float | None = None,
+    token: bool = True,
+) -> Call[T]:
+    """A POST of a signed statement (a decision, a withdrawal) to ``path``."""
+    body = {"statement": dict(statement), "signature": signature}
+    return Call("POST", path, what, parse, body=body, timeout=timeout, token=token)
 
 
 class _Calls:
@@ -117,39 +130,22 @@ class _Calls:
 
     @staticmethod
     def submit_decision(request_id: str, statement: Mapping[str, Any], signature: str) -> Call[InboxDecision]:
-        return Call(
-            "POST",
-            f"/v1/inbox/{request_id}/decision",
-            f"the decision on request {request_id}",
-            InboxDecision.from_json,
-            body=_signed(statement, signature),
-        )
+        path, what = f"/v1/inbox/{request_id}/decision", f"the decision on request {request_id}"
+        return _signed(path, what, InboxDecision.from_json, statement, signature)
 
     @staticmethod
     def withdraw(
         request_id: str, statement: Mapping[str, Any], signature: str, timeout: float | None
     ) -> Call[RequestStatus]:
-        return Call(
-            "POST",
-            f"/v1/requests/{request_id}/withdrawal",
-            f"the withdrawal of request {request_id}",
-            _status,
-            body=_signed(statement, signature),
-            timeout=timeout,
-        )
+        path, what = f"/v1/requests/{request_id}/withdrawal", f"the withdrawal of request {request_id}"
+        return _signed(path, what, _status, statement, signature, timeout=timeout)
 
     @staticmethod
     def deliver_withdrawal(
         request_id: str, statement: Mapping[str, Any], signature: str
     ) -> Call[dict[str, Any]]:
-        return Call(
-            "POST",
-            f"/v1/inbox/{request_id}/withdrawal",
-            f"the withdrawal of request {request_id}",
-            json_object,
-            body=_signed(statement, signature),
-            token=False,
-        )
+        path, what = f"/v1/inbox/{request_id}/withdrawal", f"the withdrawal of request {request_id}"
+        return _signed(path, what, json_object, statement, signature, token=False)
 
     @staticmethod
     def deliver_request(request: Mapping[str, Any], signature: str) -> Call[dict[str, Any]]:
@@ -161,14 +157,8 @@ class _Calls:
     def deliver_decision(
         request_id: str, statement: Mapping[str, Any], signature: str
     ) -> Call[DecisionReceipt]:
-        return Call(
-            "POST",
-            f"/v1/requests/{request_id}/decisions",
-            f"the decision on request {request_id}",
-            DecisionReceipt.from_json,
-            body=_signed(statement, signature),
-            token=False,
-        )
+        path, what = f"/v1/requests/{request_id}/decisions", f"the decision on request {request_id}"
+        return _signed(path, what, DecisionReceipt.from_json, statement, signature, token=False)
 
 
 class _Relay(ServiceClient[Any]):
