@@ -10,7 +10,7 @@ for what is not one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 __all__ = [
@@ -55,6 +55,14 @@ def _object(data: Mapping[str, Any], name: str) -> dict[str, Any]:
     return dict(value)
 
 
+class _FieldsAsJSON:
+    """An answer whose JSON form is its fields, in their order."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return it as the approver's JSON."""
+        return dict(vars(self))
+
+
 def signed_by(by: str, key_fingerprint: str, node_key: str | None) -> str:
     """Who signed a decision and with which key, as a person reads it.
 
@@ -71,7 +79,7 @@ def signed_by(by: str, key_fingerprint: str, node_key: str | None) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class OwnDecision:
+class OwnDecision(_FieldsAsJSON):
     """This node's own decision on a request, as its approver recorded it.
 
     Attributes:
@@ -108,13 +116,9 @@ class OwnDecision:
             at=_integer(data, "at"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """Return it as the approver's JSON."""
-        return asdict(self)
-
 
 @dataclass(frozen=True, kw_only=True)
-class MatchingRule:
+class MatchingRule(_FieldsAsJSON):
     """The first ``[[approver.rules]]`` entry that matches a request.
 
     Attributes:
@@ -146,10 +150,6 @@ class MatchingRule:
             arguments={str(name): str(pattern) for name, pattern in arguments.items()},
             decision=_text(data, "decision"),
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return it as the approver's JSON."""
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,7 +350,7 @@ class StatementToSign:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DecisionResult:
+class DecisionResult(_FieldsAsJSON):
     """What the approver did with this node's decision on one request.
 
     It names this node's own decision (``this_node``), never the request's outcome: that is counted
@@ -403,10 +403,6 @@ class DecisionResult:
             forwarded=bool(data.get("forwarded")),
             note=str(data.get("note") or ""),
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return it as the approver's JSON."""
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)

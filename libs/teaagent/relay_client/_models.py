@@ -30,6 +30,8 @@ _INBOX_STATES: Final = frozenset(("pending", "approved", "denied", "expired", "w
 _REQUEST_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 _DELIVERY_STATES: Final = ("pending", "delivered", "failing", "given_up")
+# The fields of an inbox item that the client reads; the relay's other fields are its description.
+_CARRIED: Final = ("request_id", "origin", "state", "request", "signature", "decision", "settlement")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,7 +234,6 @@ class InboxItem:
         settlement = data.get("settlement")
         if settlement is not None and not isinstance(settlement, dict):
             raise ValueError(f"inbox item {request_id} has a settlement that is not a JSON object")
-        kept = {"request_id", "origin", "state", "request", "signature", "decision", "settlement"}
         return cls(
             request_id=request_id,
             origin=origin,
@@ -240,22 +241,13 @@ class InboxItem:
             request=request,
             signature=signature,
             decision=decision,
-            described={name: value for name, value in data.items() if name not in kept},
+            described={name: value for name, value in data.items() if name not in _CARRIED},
             settlement=settlement,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """Return the item as the relay's JSON."""
-        return {
-            **self.described,
-            "request_id": self.request_id,
-            "origin": self.origin,
-            "state": self.state,
-            "request": self.request,
-            "signature": self.signature,
-            "decision": self.decision,
-            "settlement": self.settlement,
-        }
+        return {**self.described, **{name: getattr(self, name) for name in _CARRIED}}
 
 
 @dataclass(frozen=True, kw_only=True)
