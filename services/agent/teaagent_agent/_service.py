@@ -181,7 +181,7 @@ class AgentService:
         for entry in self.models():
             if entry.name == name:
                 return entry
-        raise ApiError("not_found", f"No model is named {name!r}; GET /models lists them.")
+        raise ApiError(404, "not_found", f"No model is named {name!r}; GET /models lists them.")
 
     def current_model(self) -> ModelEntry | None:
         entries = self.models()
@@ -214,18 +214,19 @@ class AgentService:
         try:
             self.node = write_model_tables(self.node.path, change, label=str(self.node.path))
         except ModelsFileError as exc:
-            raise ApiError("invalid", sentence(str(exc)), status=409) from None
+            raise ApiError(409, "invalid", sentence(str(exc))) from None
         except ConfigError as exc:
-            raise ApiError("invalid", sentence(f"the model was not written: {exc}")) from None
+            raise ApiError(422, "invalid", sentence(f"the model was not written: {exc}")) from None
         except OSError as exc:
             raise ApiError(
-                "internal", sentence(f"{self.node.path} cannot be written: {exc.strerror or exc}")
+                500, "internal", sentence(f"{self.node.path} cannot be written: {exc.strerror or exc}")
             ) from None
 
     def add_model(self, body: ModelCreate) -> ModelOut:
         name = body.display_model or body.model
         if MODEL_NAME_PATTERN.fullmatch(name) is None:
             raise ApiError(
+                422,
                 "invalid",
                 f"{name!r} cannot name a model: give display_model, 1 to 64 letters, digits, "
                 "'.', '_', ':' or '-'.",
@@ -245,10 +246,10 @@ class AgentService:
         entry = self.model(name)
         if entry.builtin:
             raise ApiError(
+                409,
                 "invalid",
                 f"The model {name!r} is node.toml's [agent] provider, not a [models] table; "
                 "add a model instead.",
-                status=409,
             )
         changes = body.changes()
 
@@ -270,9 +271,9 @@ class AgentService:
         entry = self.model(name)
         if entry.builtin:
             raise ApiError(
+                409,
                 "invalid",
                 f"The model {name!r} is node.toml's [agent] provider; it cannot be removed here.",
-                status=409,
             )
 
         def change(tables: dict[str, dict[str, Any]]) -> None:
@@ -298,7 +299,7 @@ class AgentService:
     def settings_out(self) -> SettingsOut:
         entry = self.current_model()
         if entry is None:  # pragma: no cover - the [agent] provider is always a model
-            raise ApiError("invalid", "No model is configured; POST /models adds one.", status=409)
+            raise ApiError(409, "invalid", "No model is configured; POST /models adds one.")
         return SettingsOut(
             model=self.model_out(entry),
             effort=self.effort(entry),
@@ -321,7 +322,7 @@ class AgentService:
             if body.effort not in entry.efforts and not (body.effort == "default" and not entry.efforts):
                 offered = ", ".join(entry.efforts) or "only default"
                 raise ApiError(
-                    "invalid", f"The model {entry.name} offers no effort {body.effort!r} ({offered})."
+                    422, "invalid", f"The model {entry.name} offers no effort {body.effort!r} ({offered})."
                 )
             changes["effort"] = None if body.effort == "default" else body.effort
         if body.permission is not None:
@@ -383,21 +384,23 @@ class AgentService:
         if given is None or given == CURRENT:
             current = self.preferences.value.current_session
             if current is None and required:
-                raise ApiError("not_found", "No session is current; POST /sessions or POST /runs starts one.")
+                raise ApiError(
+                    404, "not_found", "No session is current; POST /sessions or POST /runs starts one."
+                )
             return current
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", given):
-            raise ApiError("not_found", f"No session is named {given[:80]!r}.")
+            raise ApiError(404, "not_found", f"No session is named {given[:80]!r}.")
         return given
 
     def load_session(self, session_id: str) -> ChatSession:
         try:
             session = self.store.load(session_id)
         except ConfigError as exc:
-            raise ApiError("invalid", sentence(str(exc)), status=409) from None
+            raise ApiError(409, "invalid", sentence(str(exc))) from None
         except ValueError:
             session = None
         if session is None:
-            raise ApiError("not_found", f"No session is named {session_id!r}.")
+            raise ApiError(404, "not_found", f"No session is named {session_id!r}.")
         return session
 
     def _running(self, session_id: str) -> ActiveRun | None:
@@ -407,7 +410,7 @@ class AgentService:
     def _not_busy(self, session_id: str) -> None:
         if self._running(session_id) is not None:
             raise ApiError(
-                "busy", f"Session {session_id} has a run going; wait for it, or POST /runs/cancel."
+                409, "busy", f"Session {session_id} has a run going; wait for it, or POST /runs/cancel."
             )
 
     def session_out(self, summary: Mapping[str, Any]) -> SessionOut:
@@ -441,7 +444,7 @@ class AgentService:
         try:
             self.store.save(session)
         except (OSError, ValueError) as exc:
-            raise ApiError("internal", sentence(f"the session cannot be saved: {exc}")) from None
+            raise ApiError(500, "internal", sentence(f"the session cannot be saved: {exc}")) from None
 
     def _session_usage(self, session_id: str) -> UsageOut:
         totals = scan_usage(self.node.workspace, {session_id}).by_session.get(session_id)
@@ -497,7 +500,7 @@ class AgentService:
             self.store.delete(chosen)
         except OSError as exc:
             raise ApiError(
-                "internal", sentence(f"the session cannot be removed: {exc.strerror or exc}")
+                500, "internal", sentence(f"the session cannot be removed: {exc.strerror or exc}")
             ) from None
         self.runs.pop(chosen, None)
         prefs = self.preferences.value
@@ -620,20 +623,20 @@ class AgentService:
     async def _ask_model(self, messages: list[LLMMessage], timeout: float | None, max_tokens: int) -> str:
         entry = self.current_model()
         if entry is None or not entry.ready():
-            raise ApiError("invalid", self._not_ready(entry), status=409)
+            raise ApiError(409, "invalid", self._not_ready(entry))
         try:
             adapter = make_adapter(entry, script_path=self.settings.llm_script)
         except (ConfigError, MissingAPIKeyError, ValueError) as exc:
-            raise ApiError("invalid", sentence(str(exc)), status=409) from None
+            raise ApiError(409, "invalid", sentence(str(exc))) from None
         request = LLMRequest(messages=messages, model=entry.model, max_tokens=max_tokens)
         try:
             response = await asyncio.wait_for(adapter.complete(request), timeout)
         except TimeoutError:
             raise ApiError(
-                "timeout", f"The model {entry.name} did not answer within {timeout:g} seconds."
+                504, "timeout", f"The model {entry.name} did not answer within {timeout:g} seconds."
             ) from None
         except LLMError as exc:
-            raise ApiError("run", sentence(f"the model {entry.name} failed: {exc}")) from None
+            raise ApiError(502, "run", sentence(f"the model {entry.name} failed: {exc}")) from None
         finally:
             await _close(adapter)
         return response.content.strip()
@@ -771,13 +774,13 @@ class AgentService:
         """
         entry = self.current_model()
         if entry is None or not entry.ready():
-            raise ApiError("invalid", self._not_ready(entry), status=409)
+            raise ApiError(409, "invalid", self._not_ready(entry))
         if images:
             self._check_images(entry, images)
         chosen = self.session_id(session_id, required=False)
         if chosen is None:
             if text is None:
-                raise ApiError("invalid", "There is nothing to resume: no session is current.", status=409)
+                raise ApiError(409, "invalid", "There is nothing to resume: no session is current.")
             session = new_session(label=" ".join(text.split())[:80])
             self._save(session)
             self.preferences.update(current_session=session.id)
@@ -788,9 +791,7 @@ class AgentService:
         if text is None:
             interrupted = _interrupted(session)
             if interrupted is None:
-                raise ApiError(
-                    "invalid", f"Session {session.id} has no interrupted prompt to resume.", status=409
-                )
+                raise ApiError(409, "invalid", f"Session {session.id} has no interrupted prompt to resume.")
             # The prompt runs again: its calls that were made stay in the audit log, not here.
             text = session.messages[interrupted].content
             del session.messages[interrupted:]
@@ -799,7 +800,7 @@ class AgentService:
         try:
             adapter = make_adapter(entry, script_path=self.settings.llm_script)
         except (ConfigError, MissingAPIKeyError, ValueError) as exc:
-            raise ApiError("invalid", sentence(str(exc)), status=409) from None
+            raise ApiError(409, "invalid", sentence(str(exc))) from None
         self._hold_workspace()
         run = ActiveRun(
             session_id=session.id,
@@ -851,15 +852,18 @@ class AgentService:
         for index, image in enumerate(images):
             if image.media_type not in IMAGE_TYPES:
                 raise ApiError(
-                    "invalid", f"images[{index}].media_type must be one of {', '.join(sorted(IMAGE_TYPES))}."
+                    422,
+                    "invalid",
+                    f"images[{index}].media_type must be one of {', '.join(sorted(IMAGE_TYPES))}.",
                 )
             if _BASE64.fullmatch(image.data) is None or len(image.data) % 4:
-                raise ApiError("invalid", f"images[{index}].data is not base64.")
+                raise ApiError(422, "invalid", f"images[{index}].data is not base64.")
         if not entry.multimodal:
             raise ApiError(
-                "invalid", f"The model {entry.name} does not take images; send the prompt without them."
+                422, "invalid", f"The model {entry.name} does not take images; send the prompt without them."
             )
         raise ApiError(
+            422,
             "invalid",
             "This node's model adapters send text only, so images cannot be sent yet; "
             "send the prompt without them.",
@@ -872,9 +876,11 @@ class AgentService:
             except WorkspaceLockConflictError as exc:
                 # Whole, not cut to a sentence's length: it ends naming the holder's command line.
                 text = str(exc)
-                raise ApiError("locked", text[:1].upper() + text[1:]) from None
+                raise ApiError(423, "locked", text[:1].upper() + text[1:]) from None
             except (OSError, ConfigError) as exc:
-                raise ApiError("locked", sentence(f"the workspace lock cannot be taken: {exc}")) from None
+                raise ApiError(
+                    423, "locked", sentence(f"the workspace lock cannot be taken: {exc}")
+                ) from None
         self._holders += 1
 
     def _release_workspace(self) -> None:

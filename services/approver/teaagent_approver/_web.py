@@ -48,17 +48,16 @@ from teaagent._words import moment, plural
 from teaagent.approver_client import signed_by
 from teaagent.errors import SignatureError, StoreError
 from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, shown_policy, statement_bytes
+from teaagent.service import require_token
 from teaagent.signing import signature_to_wire
 from teaagent_approver._engine import Engine
 from teaagent_approver._errors import ApiError
-from teaagent_approver._middleware import MAX_BODY_BYTES
 from teaagent_approver._models import MAX_REASON_CHARS, ApproveIn, DecisionIn, DenyIn
 from teaagent_approver._routes import (
     MAX_LISTED,
     _check_expected,
     _engine,
     _find,
-    _require_token,
     approve,
     deny,
     get_request,
@@ -66,6 +65,7 @@ from teaagent_approver._routes import (
     list_requests,
     submit_decision,
 )
+from teaagent_approver._settings import MAX_BODY_BYTES
 
 __all__ = ["COOKIE", "CSP", "LINK_SECONDS", "WebState", "install_web"]
 
@@ -828,7 +828,7 @@ async def logout(request: Request, session: SignedIn) -> Response:
     return response
 
 
-@router.post("/links", dependencies=[Depends(_require_token)])
+@router.post("/links", dependencies=[Depends(require_token)])
 async def new_link(request: Request) -> Any:
     """A one-time sign-in link (the node's bearer token): ``teaagent approvals web`` prints it."""
     code = _web(request).new_link()
