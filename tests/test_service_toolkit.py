@@ -33,8 +33,9 @@ from teaagent.service import (
     ServiceSettings,
     StoreSettings,
     check,
-    install_error_handlers,
+    install_toolkit,
     readiness,
+    started,
 )
 
 TOKEN = "tiny-token-of-this-test"
@@ -57,8 +58,7 @@ def tiny_app(*, limit: int = LIMIT, table: ErrorTable = TABLE) -> FastAPI:
     metrics = ServiceMetrics("tiny")
     things = metrics.counter("things", "Things added, by whether they count.", "kind")
     app = FastAPI()
-    app.state.token = TOKEN
-    install_error_handlers(app, table)
+    install_toolkit(app, errors=table, metrics=metrics, token=TOKEN, body_limit=limit)
     router = APIRouter(route_class=BoundedJSONRoute)
 
     @router.post("/things")
@@ -94,9 +94,12 @@ def tiny_app(*, limit: int = LIMIT, table: ErrorTable = TABLE) -> FastAPI:
     async def render(request: Request) -> Response:
         return metrics.response()
 
+    @router.get("/engine")
+    async def engine(request: Request) -> dict[str, str]:
+        found: str = started(request, "engine", "tiny service")
+        return {"engine": found}
+
     app.include_router(router)
-    app.add_middleware(BodyLimitMiddleware, limit=limit, errors=table)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 
 
@@ -249,6 +252,20 @@ def test_readiness_is_200_with_every_dependency_or_503_naming_the_failing_one(ur
     assert body["error"] == "unavailable"
     assert body["message"] == "The tiny service is not ready: store (Redis does not answer)."
     assert body["dependencies"]["store"] == {"state": "failing", "detail": "Redis does not answer"}
+
+
+def test_a_route_of_what_the_lifespan_starts_is_503_until_it_is_there() -> None:
+    app = tiny_app()
+    with ServedApp(app, name="starting") as served:
+        starting = call("GET", f"{served.url}/engine")
+        app.state.engine = "running"
+        running = call("GET", f"{served.url}/engine")
+    assert error(starting) == (
+        503,
+        "unavailable",
+        "The tiny service is starting or stopping; try again in a moment.",
+    )
+    assert running.json() == {"engine": "running"}
 
 
 def test_the_middlewares_are_pure_asgi() -> None:

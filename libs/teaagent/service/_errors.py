@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 __all__ = [
+    "CODES_BY_STATUS",
     "MAX_DETAIL_CHARS",
     "ApiError",
     "ErrorOut",
@@ -30,9 +31,22 @@ __all__ = [
     "error_responses",
     "install_error_handlers",
     "sentence",
+    "started",
     "validation_message",
 ]
 
+#: The codes of the framework's refusals that the relay and the approver share (a table's default).
+CODES_BY_STATUS: Final[Mapping[int, str]] = {
+    400: "invalid",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid",
+    503: "unavailable",
+}
 MAX_DETAIL_CHARS: Final = 300  # a validation message quotes the client's input; keep it a sentence
 # The parts of a validation error's location that name where, not what: dropped from the sentence.
 _PLACES: Final = (["body"], ["query"], ["path"], ["header"])
@@ -70,6 +84,7 @@ class ErrorTable:
             this relay.").
         codes_by_status: The code of a framework refusal by its status (404, 405, 413, ...); a
             status it does not name is ``internal`` from 500 up, else ``invalid``.
+            :data:`CODES_BY_STATUS` by default.
         exceptions: Library errors answered with a status and code of their own, their message
             as the sentence (checked in order: name a subclass before its base). A 503 among
             them is temporary: answered with ``Retry-After: 1`` and logged as a warning.
@@ -77,7 +92,7 @@ class ErrorTable:
     """
 
     service: str
-    codes_by_status: Mapping[int, str]
+    codes_by_status: Mapping[int, str] = field(default_factory=lambda: CODES_BY_STATUS)
     exceptions: Mapping[type[Exception], tuple[int, str]] = field(default_factory=dict)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("teaagent"))
 
@@ -107,6 +122,18 @@ class ErrorTable:
                 return error_response(status, code, sentence(str(exc)), {"Retry-After": "1"})
         self.logger.error("internal error on %s %s", method, path, exc_info=exc)
         return error_response(500, "internal", f"The {self.service} failed on this call; its log says why.")
+
+
+def started(request: Request, attribute: str, service: str, *, code: str = "unavailable") -> Any:
+    """What the application's lifespan put at ``app.state.<attribute>`` (its engine, its relay).
+
+    Raises:
+        ApiError: 503 (``code``): the service is starting or stopping, it is not there.
+    """
+    found = getattr(request.app.state, attribute, None)
+    if found is None:
+        raise ApiError(503, code, f"The {service} is starting or stopping; try again in a moment.")
+    return found
 
 
 def error_response(

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 import teaagent
 from teaagent.config import load_config
-from teaagent.service import BodyLimitMiddleware, MetricsMiddleware, install_error_handlers
+from teaagent.service import install_toolkit
 from teaagent_agent._errors import ERRORS
 from teaagent_agent._metrics import AgentMetrics
 from teaagent_agent._routes import (
@@ -106,12 +106,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.config = node
     # Set before the lifespan too, so that an app driven without one (ASGI transport) still answers.
     app.state.service = service
-    app.state.token = service.token
-    app.state.metrics = AgentMetrics()
-    install_error_handlers(app, ERRORS)
+    install_toolkit(
+        app, errors=ERRORS, metrics=AgentMetrics(), token=service.token, body_limit=MAX_BODY_BYTES
+    )
     for router in (operations_router, runs_router, sessions_router, models_router, usage_router):
         app.include_router(router)
-    # The last added is the outermost: metrics see every call, the body limit's refusals included.
-    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES, errors=ERRORS)
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

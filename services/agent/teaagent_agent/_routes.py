@@ -21,6 +21,7 @@ from teaagent.service import (
     check,
     readiness,
     ready_responses,
+    started,
 )
 from teaagent_agent._errors import ApiError, ErrorOut
 from teaagent_agent._probes import redis_ping, relay_ping
@@ -84,9 +85,7 @@ _SSE: Final = {
 
 
 async def _service(request: Request) -> AgentService:
-    service: AgentService | None = getattr(request.app.state, "service", None)
-    if service is None:
-        raise ApiError(503, "internal", "The agent service is starting or stopping; try again in a moment.")
+    service: AgentService = started(request, "service", "agent service", code="internal")
     return service
 
 

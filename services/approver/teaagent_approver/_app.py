@@ -18,7 +18,7 @@ from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.relay_client import AsyncRelayClient
-from teaagent.service import BodyLimitMiddleware, MetricsMiddleware, install_error_handlers
+from teaagent.service import install_toolkit
 from teaagent.signing import Signer
 from teaagent.store import Store, open_node_store
 from teaagent_approver._audit import AUDIT_FILE_NAME, DecisionAudit
@@ -179,20 +179,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.config = config
-    app.state.metrics = metrics
-    app.state.token = token
     app.state.engine = None
     # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
     app.state.trust = trust
     app.state.stopping = asyncio.Event()  # set by serve_app on SIGTERM: long-polls answer at once
-    install_error_handlers(app, ERRORS)
+    install_toolkit(app, errors=ERRORS, metrics=metrics, token=token, body_limit=MAX_BODY_BYTES)
     app.include_router(requests_router)
     app.include_router(operations_router)
     if settings.web:
         from teaagent_approver._web import install_web
 
         install_web(app, settings.web_session_seconds)  # the operators' web inbox, under /web
-    # The last added is the outermost: metrics see every call, the body limit refuses before any route.
-    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES, errors=ERRORS)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

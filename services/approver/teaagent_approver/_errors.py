@@ -37,17 +37,6 @@ __all__ = ["ERRORS", "ApiError", "ErrorOut", "error_response", "sentence"]
 #: The approver's answers to the failures its routes do not raise as ``ApiError`` (the table above).
 ERRORS: Final = ErrorTable(
     service="approver",
-    codes_by_status={
-        400: "invalid",
-        401: "unauthorized",
-        403: "forbidden",
-        404: "not_found",
-        405: "method_not_allowed",
-        409: "conflict",
-        413: "too_large",
-        422: "invalid",
-        503: "unavailable",
-    },
     exceptions={StoreError: (503, "unavailable")},
     logger=logging.getLogger("teaagent.approver"),
 )

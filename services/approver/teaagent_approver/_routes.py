@@ -48,6 +48,7 @@ from teaagent.service import (
     readiness,
     ready_responses,
     reloaded_trust,
+    started,
     store_health,
 )
 from teaagent_approver._audit import AuditWriteError
@@ -77,9 +78,7 @@ _TRANSIENT = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 async def _engine(request: Request) -> Engine:
-    engine: Engine | None = getattr(request.app.state, "engine", None)
-    if engine is None:
-        raise ApiError(503, "unavailable", "The approver is starting or stopping; try again in a moment.")
+    engine: Engine = started(request, "engine", "approver")
     return engine
 
 

@@ -14,7 +14,7 @@ import teaagent
 from teaagent._reload import TrustReloader, trust_reloader
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
-from teaagent.service import BodyLimitMiddleware, MetricsMiddleware, install_error_handlers
+from teaagent.service import install_toolkit
 from teaagent.store import Store, open_node_store
 from teaagent_relay._errors import ERRORS
 from teaagent_relay._fast import RelayApp, hot_routes
@@ -126,21 +126,16 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     )
     app.state.settings = settings
     app.state.config = config
-    app.state.metrics = metrics
-    app.state.token = token
     app.state.relay = None
     # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
     app.state.trust = trust
     # Set by `teaagent relay serve` (teaagent.cli._serve) when a stop signal comes: long-polls answer.
     app.state.stopping = asyncio.Event()
-    install_error_handlers(app, ERRORS)
+    install_toolkit(app, errors=ERRORS, metrics=metrics, token=token, body_limit=MAX_BODY_BYTES)
     app.include_router(requests_router)
     app.include_router(inbox_router)
     app.include_router(deliveries_router)
     app.include_router(operations_router)
-    # The last added is the outermost: metrics see every call, the body limit refuses before any route.
-    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES, errors=ERRORS)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
     # The quorum's hot calls (the decisions among them): routes at the head of the one router,
     # each handing what it does not read exactly as documented to its FastAPI route (_fast.py).
     app.router.routes[:0] = hot_routes(requests_router, inbox_router)

@@ -34,25 +34,21 @@ import logging
 from typing import Final
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
-from teaagent.service import ApiError, ErrorOut, ErrorTable, error_response, validation_message
+from teaagent.service import (
+    CODES_BY_STATUS,
+    ApiError,
+    ErrorOut,
+    ErrorTable,
+    error_response,
+    validation_message,
+)
 
 __all__ = ["ERRORS", "ApiError", "ErrorOut", "error_response", "validation_message"]
 
 #: The relay's answers to the failures its routes do not raise as ``ApiError`` (the table above).
 ERRORS: Final = ErrorTable(
     service="relay",
-    codes_by_status={
-        400: "invalid",
-        401: "unauthorized",
-        403: "forbidden",
-        404: "not_found",
-        405: "method_not_allowed",
-        409: "conflict",
-        413: "too_large",
-        422: "invalid",
-        429: "rate_limited",
-        503: "unavailable",
-    },
+    codes_by_status={**CODES_BY_STATUS, 429: "rate_limited"},
     exceptions={
         RequestNotFoundError: (404, "not_found"),
         RequestConflictError: (409, "conflict"),

@@ -27,6 +27,7 @@ from teaagent.service import (
     ready_responses,
     refuse_deep,
     reloaded_trust,
+    started,
     store_health,
 )
 from teaagent_relay._errors import ApiError, validation_message
@@ -67,9 +68,7 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 async def _relay(request: Request) -> Relay:
-    relay: Relay | None = getattr(request.app.state, "relay", None)
-    if relay is None:
-        raise ApiError(503, "unavailable", "The relay is starting or stopping; try again in a moment.")
+    relay: Relay = started(request, "relay", "relay")
     return relay
 
 
