@@ -134,7 +134,7 @@ async def test_webhooks_carry_the_rule_its_terms_and_this_nodes_term_from_the_si
 
 
 def test_the_web_inbox_shows_the_rule_its_terms_and_this_nodes_term() -> None:
-    from teaagent_approver._web import card_html
+    from teaagent_approver._web_html import card_html
 
     doc, signature = push()
     view = {

@@ -650,7 +650,7 @@ async def test_the_long_poll_is_capped(nodes: dict[str, Node]) -> None:
             f"/v1/requests/{'f' * 32}/outcome", params={"wait": 1}, headers=alpha.headers
         )
 
-    assert error(response) == (422, "invalid", "Query.wait: Input should be less than or equal to 60.")
+    assert error(response) == (422, "invalid", "Wait: Input should be less than or equal to 60.")
     assert error(unknown)[:2] == (404, "not_found")
 
 

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Final
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import teaagent
 from teaagent.config import load_config
-from teaagent_agent._errors import ApiError, install_error_handlers
-from teaagent_agent._metrics import AgentMetrics, MetricsMiddleware
+from teaagent.service import install_toolkit
+from teaagent_agent._errors import ERRORS
+from teaagent_agent._metrics import AgentMetrics
 from teaagent_agent._routes import (
     models_router,
     operations_router,
@@ -48,57 +47,6 @@ Bodies are limited to {MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut`
 `invalid`, `timeout`, `run`, `internal` (`unauthorized` without the token).
 
 The frames,{_FRAMES}"""
-
-
-class BodyLimitMiddleware:
-    """Refuse bodies above ``limit`` bytes: by ``Content-Length`` before reading, else while reading."""
-
-    def __init__(self, app: ASGIApp, *, limit: int = MAX_BODY_BYTES) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                if not value.isdigit():
-                    await _send_error(send, 400, "The Content-Length header is not a number.")
-                    return
-                if int(value) > self.limit:
-                    await _send_error(
-                        send, 413, f"The request body is larger than the limit of {self.limit} bytes."
-                    )
-                    return
-        received = 0
-
-        async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise ApiError(
-                        "invalid",
-                        f"The request body is larger than the limit of {self.limit} bytes.",
-                        status=413,
-                    )
-            return message
-
-        await self.app(scope, limited, send)
-
-
-async def _send_error(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"error": "invalid", "message": message}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def _lifespan(service: AgentService) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
@@ -158,11 +106,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.config = node
     # Set before the lifespan too, so that an app driven without one (ASGI transport) still answers.
     app.state.service = service
-    app.state.metrics = AgentMetrics()
-    install_error_handlers(app)
+    install_toolkit(
+        app, errors=ERRORS, metrics=AgentMetrics(), token=service.token, body_limit=MAX_BODY_BYTES
+    )
     for router in (operations_router, runs_router, sessions_router, models_router, usage_router):
         app.include_router(router)
-    # The last added is the outermost: metrics see every call, the body limit's refusals included.
-    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

@@ -7,16 +7,22 @@ current session when left out.
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST
 
-from teaagent._bounded_route import bounded_json_route
-from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
+from teaagent.service import (
+    METRICS_RESPONSES,
+    Authorized,
+    BoundedJSONRoute,
+    Dependency,
+    ReadyOut,
+    check,
+    readiness,
+    ready_responses,
+    started,
+)
 from teaagent_agent._errors import ApiError, ErrorOut
 from teaagent_agent._probes import redis_ping, relay_ping
 from teaagent_agent._runs import ActiveRun, RunChannel
@@ -61,7 +67,6 @@ from teaagent_agent._schemas import (
 from teaagent_agent._service import AgentService
 
 __all__ = [
-    "BoundedJSONRoute",
     "models_router",
     "operations_router",
     "runs_router",
@@ -79,38 +84,12 @@ _SSE: Final = {
 }
 
 
-# JSON bodies nested deeper than MAX_JSON_DEPTH are 400 invalid, never a RecursionError (a 500).
-BoundedJSONRoute = bounded_json_route(lambda exc: ApiError("invalid", str(exc), status=400))
-
-
 async def _service(request: Request) -> AgentService:
-    service: AgentService | None = getattr(request.app.state, "service", None)
-    if service is None:
-        raise ApiError(
-            "internal", "The agent service is starting or stopping; try again in a moment.", status=503
-        )
+    service: AgentService = started(request, "service", "agent service", code="internal")
     return service
 
 
 ServiceDep = Annotated[AgentService, Depends(_service)]
-_bearer = HTTPBearer(
-    auto_error=False, description="The node's token (`token` in node.toml, or data_dir/token)."
-)
-
-
-async def _require_token(
-    service: ServiceDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    given = credentials.credentials.encode() if credentials is not None else b""
-    if not given or not hmac.compare_digest(given, service.token.encode()):
-        raise ApiError(
-            "unauthorized",
-            "This call needs the node's bearer token (Authorization: Bearer <token>).",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-
-
-Authorized = Annotated[None, Depends(_require_token)]
 SessionQuery = Annotated[
     str | None,
     Query(max_length=64, description="The session; the current one when left out (or `current`)."),
@@ -174,26 +153,23 @@ async def ready(service: ServiceDep) -> Response:
     return await readiness(
         "agent service",
         {
-            "store": check(store) if node.agent.rate_limits else _now(off_store),
-            "relay": check(relay) if node.quorum.enabled else _now(off_relay),
+            "store": check(store) if node.agent.rate_limits else off_store,
+            "relay": check(relay) if node.quorum.enabled else off_relay,
         },
     )
-
-
-async def _now(dependency: Dependency) -> Dependency:
-    return dependency
 
 
 @operations_router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    responses=METRICS_RESPONSES,
     summary="Prometheus metrics",
 )
 async def metrics(request: Request) -> Response:
     """Answer without the token (as the relay's and the approver's): calls by route, method and
     status, and their latency."""
-    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    response: Response = request.app.state.metrics.response()
+    return response
 
 
 # -- runs ----------------------------------------------------------------------------------------
@@ -248,7 +224,7 @@ async def run_events(
     """The run going in the session, or its last run (whose stream ends with its ``result``)."""
     run = service.run_of(session)
     if run is None:
-        raise ApiError("not_found", "This session has no run to read.")
+        raise ApiError(404, "not_found", "This session has no run to read.")
     return _stream(run.channel, last_event_id if last_event_id is not None else (after or 0))
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from teaagent.service import ServiceSettings
 
 __all__ = ["Settings"]
 
 
-class Settings(BaseSettings):
+class Settings(ServiceSettings):
     """The agent service's settings, read from the environment.
 
     ``config`` comes from ``TEAAGENT_CONFIG`` (shared with the other services and the CLI); the
@@ -24,8 +25,7 @@ class Settings(BaseSettings):
             no choice of its own.
     """
 
-    model_config = SettingsConfigDict(env_prefix="TEAAGENT_AGENT_", populate_by_name=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="TEAAGENT_AGENT_")
 
-    config: str | None = Field(default=None, validation_alias="TEAAGENT_CONFIG")
     llm_script: str | None = None
     self_compaction: bool = False

@@ -14,7 +14,6 @@ from __future__ import annotations
 from teaagent_approver._app import create_app
 from teaagent_approver._audit import AUDIT_FILE_NAME, DECISION_EVENT
 from teaagent_approver._errors import ErrorOut
-from teaagent_approver._middleware import MAX_BODY_BYTES
-from teaagent_approver._settings import Settings
+from teaagent_approver._settings import MAX_BODY_BYTES, Settings
 
 __all__ = ["AUDIT_FILE_NAME", "DECISION_EVENT", "MAX_BODY_BYTES", "ErrorOut", "Settings", "create_app"]

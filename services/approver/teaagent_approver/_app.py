@@ -18,15 +18,15 @@ from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.relay_client import AsyncRelayClient
+from teaagent.service import install_toolkit
 from teaagent.signing import Signer
-from teaagent.store import Keys, Store, node_prefix, open_node_store
+from teaagent.store import Store, open_node_store
 from teaagent_approver._audit import AUDIT_FILE_NAME, DecisionAudit
 from teaagent_approver._engine import Engine, Notifies
-from teaagent_approver._errors import install_error_handlers
+from teaagent_approver._errors import ERRORS
 from teaagent_approver._metrics import ApproverMetrics
-from teaagent_approver._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, MetricsMiddleware
 from teaagent_approver._routes import operations_router, requests_router
-from teaagent_approver._settings import Settings
+from teaagent_approver._settings import MAX_BODY_BYTES, Settings
 from teaagent_approver._wire import DecisionPoster
 
 __all__ = ["create_app"]
@@ -166,11 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         signer = config.signer()
     except SignatureError as exc:
         raise ConfigError(f"{config.path}: the node key cannot sign: {exc}") from exc
-    prefix = settings.redis_prefix or node_prefix(config.agent_id)
-    try:
-        Keys(prefix)
-    except ValueError as exc:
-        raise ConfigError(f"TEAAGENT_APPROVER_REDIS_PREFIX is not usable: {exc}.") from exc
+    prefix = settings.store_prefix(config)
     metrics = ApproverMetrics()
     trust = trust_reloader(
         config, f"the approver of {config.agent_id}", metrics.trust_reloads, metrics.trust_generation
@@ -183,20 +179,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.config = config
-    app.state.metrics = metrics
-    app.state.token = token
     app.state.engine = None
     # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
     app.state.trust = trust
     app.state.stopping = asyncio.Event()  # set by serve_app on SIGTERM: long-polls answer at once
-    install_error_handlers(app)
+    install_toolkit(app, errors=ERRORS, metrics=metrics, token=token, body_limit=MAX_BODY_BYTES)
     app.include_router(requests_router)
     app.include_router(operations_router)
     if settings.web:
         from teaagent_approver._web import install_web
 
         install_web(app, settings.web_session_seconds)  # the operators' web inbox, under /web
-    # The last added is the outermost: metrics see every call, the body limit refuses before any route.
-    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

@@ -27,25 +27,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import time
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST
 
-import teaagent
-from teaagent._bounded_route import bounded_json_route
-from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
-from teaagent._reload import ReloadOut, TrustReloader
-from teaagent.errors import RelayError, StoreError
+from teaagent._reload import ReloadOut
+from teaagent.errors import RelayError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
+from teaagent.service import (
+    METRICS_RESPONSES,
+    Authorized,
+    BoundedJSONRoute,
+    Dependency,
+    ReadyOut,
+    check,
+    error_responses,
+    readiness,
+    ready_responses,
+    reloaded_trust,
+    started,
+    store_health,
+)
 from teaagent_approver._audit import AuditWriteError
 from teaagent_approver._engine import Engine, Outcome, Proposal
-from teaagent_approver._errors import ApiError, ErrorOut, error_response, sentence
+from teaagent_approver._errors import ApiError, sentence
 from teaagent_approver._items import Received, item_view
 from teaagent_approver._models import (
     AGENT_ID,
@@ -62,7 +70,7 @@ from teaagent_approver._models import (
     StatementOut,
 )
 
-__all__ = ["MAX_LISTED", "MAX_WAIT_SECONDS", "BoundedJSONRoute", "operations_router", "requests_router"]
+__all__ = ["MAX_LISTED", "MAX_WAIT_SECONDS", "operations_router", "requests_router"]
 
 MAX_LISTED = 1000  # one listing; the relay's own bound
 MAX_WAIT_SECONDS = 60.0  # one long-poll; the relay's own bound
@@ -70,33 +78,11 @@ _TRANSIENT = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 async def _engine(request: Request) -> Engine:
-    engine: Engine | None = getattr(request.app.state, "engine", None)
-    if engine is None:
-        raise ApiError(503, "unavailable", "The approver is starting or stopping; try again in a moment.")
+    engine: Engine = started(request, "engine", "approver")
     return engine
 
 
 EngineDep = Annotated[Engine, Depends(_engine)]
-_bearer = HTTPBearer(
-    auto_error=False, description="The node's token (`token` in node.toml, or data_dir/token)."
-)
-
-
-async def _require_token(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    token: str = request.app.state.token
-    given = credentials.credentials.encode() if credentials is not None else b""
-    if not given or not hmac.compare_digest(given, token.encode()):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "This call needs the node's bearer token (Authorization: Bearer <token>).",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-
-
-Authorized = Annotated[None, Depends(_require_token)]
 RequestId = Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="32 lowercase hex characters.")]
 Origin = Annotated[
     str | None, Query(pattern=AGENT_ID, description="The origin, when several sent a request of this id.")
@@ -116,14 +102,6 @@ ExpectPayloadDigest = Annotated[
         "differs.",
     ),
 ]
-
-
-# JSON bodies nested deeper than MAX_JSON_DEPTH are 400 invalid, never a RecursionError (a 500).
-BoundedJSONRoute = bounded_json_route(lambda exc: ApiError(400, "invalid", str(exc)))
-
-
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": ErrorOut} for status in statuses}
 
 
 def _relay_refusal(exc: RelayError, request_id: str, origin: str | None) -> ApiError:
@@ -258,7 +236,7 @@ requests_router = APIRouter(prefix="/v1/requests", tags=["requests"], route_clas
 @requests_router.get(
     "",
     response_model=ItemsOut,
-    responses=_errors(401, 422, 503),
+    responses=error_responses(401, 422, 503),
     summary="The requests that reached this node, pending ones first",
 )
 async def list_requests(
@@ -311,7 +289,7 @@ async def list_requests(
 @requests_router.get(
     "/{request_id}",
     response_model=ItemOut,
-    responses=_errors(401, 404, 409, 422, 503),
+    responses=error_responses(401, 404, 409, 422, 503),
     summary="One received request, with this node's decision and the rule that matches",
 )
 async def get_request(
@@ -326,7 +304,7 @@ async def get_request(
 @requests_router.get(
     "/{request_id}/statement",
     response_model=StatementOut,
-    responses=_errors(401, 404, 409, 422, 503),
+    responses=error_responses(401, 404, 409, 422, 503),
     summary="The statement to sign elsewhere (ssh-keygen -Y sign), dated now",
 )
 async def get_statement(
@@ -362,7 +340,7 @@ async def get_statement(
 @requests_router.post(
     "/{request_id}/approve",
     response_model=DecisionOut,
-    responses=_errors(400, 401, 404, 409, 413, 422, 503),
+    responses=error_responses(400, 401, 404, 409, 413, 422, 503),
     summary="Approve with the node key",
 )
 async def approve(request_id: RequestId, body: ApproveIn, engine: EngineDep, _auth: Authorized) -> Any:
@@ -376,7 +354,7 @@ async def approve(request_id: RequestId, body: ApproveIn, engine: EngineDep, _au
 @requests_router.post(
     "/{request_id}/deny",
     response_model=DecisionOut,
-    responses=_errors(400, 401, 404, 409, 413, 422, 503),
+    responses=error_responses(400, 401, 404, 409, 413, 422, 503),
     summary="Deny with the node key",
 )
 async def deny(request_id: RequestId, body: DenyIn, engine: EngineDep, _auth: Authorized) -> Any:
@@ -389,7 +367,7 @@ async def deny(request_id: RequestId, body: DenyIn, engine: EngineDep, _auth: Au
 @requests_router.post(
     "/{request_id}/decision",
     response_model=DecisionOut,
-    responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     summary="A decision signed elsewhere (an operator's own key)",
 )
 async def submit_decision(
@@ -417,7 +395,7 @@ operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 @operations_router.post(
     "/v1/reload",
     response_model=ReloadOut,
-    responses=_errors(401, 422),
+    responses=error_responses(401, 422),
     summary="Read the peers, the operators and the allowed_signers files again (as SIGHUP does)",
 )
 async def reload_trust(_auth: Authorized, request: Request) -> Any:
@@ -426,33 +404,18 @@ async def reload_trust(_auth: Authorized, request: Request) -> Any:
     ``reload_failed`` when they do not load: the approver keeps the trust it had (and counts the
     failure in ``teaagent_approver_trust_reloads``). Other settings (its rules among them) apply
     at a restart (``restart`` names them)."""
-    reloader: TrustReloader = request.app.state.trust
-    outcome = await reloader.reload("POST /v1/reload")
-    if outcome.problem is not None:
-        raise ApiError(422, "reload_failed", f"The approver kept its trust: {outcome.problem}")
-    return ReloadOut(**{k: v for k, v in outcome.to_dict().items() if k != "problem"})
+    return await reloaded_trust(request, "approver")
 
 
 @operations_router.get(
     "/health",
     response_model=HealthOut,
-    responses=_errors(503),
+    responses=error_responses(503),
     summary="Liveness (readiness: /ready)",
 )
 async def health(engine: EngineDep) -> Any:
     """Answer 200 when the approver and its Redis answer, 503 ``unavailable`` otherwise."""
-    try:
-        seconds = await engine.store.ping()
-    except StoreError as exc:
-        return error_response(503, "unavailable", sentence(str(exc)))
-    return {
-        "status": "ok",
-        "service": "approver",
-        "version": teaagent.__version__,
-        "agent_id": engine.agent_id,
-        "redis_ms": round(seconds * 1000, 3),
-        "engine": engine.settings.engine,
-    }
+    return await store_health("approver", engine.agent_id, engine.store, engine=engine.settings.engine)
 
 
 @operations_router.get(
@@ -487,9 +450,9 @@ async def ready(engine: EngineDep) -> Response:
 @operations_router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    responses=METRICS_RESPONSES,
     summary="Prometheus metrics",
 )
 async def metrics(engine: EngineDep) -> Response:
     """Counters of calls, decisions, signatures, forwards, skipped items, takeovers; latency."""
-    return Response(engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return engine.metrics.response()

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-__all__ = ["Settings"]
+from teaagent.service import StoreSettings
+
+__all__ = ["MAX_BODY_BYTES", "Settings"]
+
+MAX_BODY_BYTES: Final = 64 * 1024  # a statement and its signature, not a file upload
 
 
-class Settings(BaseSettings):
+class Settings(StoreSettings):
     """The approver service's settings, read from the environment.
 
     ``config`` comes from ``TEAAGENT_CONFIG`` (shared with the other services and the CLI); the
@@ -29,10 +35,8 @@ class Settings(BaseSettings):
         web_session_seconds: How long a sign-in to the web inbox lasts.
     """
 
-    model_config = SettingsConfigDict(env_prefix="TEAAGENT_APPROVER_", populate_by_name=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="TEAAGENT_APPROVER_")
 
-    config: str | None = Field(default=None, validation_alias="TEAAGENT_CONFIG")
-    redis_prefix: str | None = None
     relay_url: str | None = None
     engine: bool = True
     poll_seconds: float = Field(default=30.0, ge=0, le=60)

@@ -25,17 +25,13 @@ Safety:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
-import html
 import json
 import re
-import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -43,22 +39,19 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from teaagent._display import LONG_VALUE_CHARS, long_values, visible
-from teaagent._words import moment, plural
-from teaagent.approver_client import signed_by
+from teaagent._display import visible
 from teaagent.errors import SignatureError, StoreError
-from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, shown_policy, statement_bytes
+from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
+from teaagent.service import require_token
 from teaagent.signing import signature_to_wire
 from teaagent_approver._engine import Engine
 from teaagent_approver._errors import ApiError
-from teaagent_approver._middleware import MAX_BODY_BYTES
 from teaagent_approver._models import MAX_REASON_CHARS, ApproveIn, DecisionIn, DenyIn
 from teaagent_approver._routes import (
     MAX_LISTED,
     _check_expected,
     _engine,
     _find,
-    _require_token,
     approve,
     deny,
     get_request,
@@ -66,16 +59,41 @@ from teaagent_approver._routes import (
     list_requests,
     submit_decision,
 )
+from teaagent_approver._settings import MAX_BODY_BYTES
+from teaagent_approver._web_html import (
+    Snapshot,
+    card_html,
+    card_version,
+    clock,
+    decided_notice,
+    esc,
+    hidden_fields,
+    inbox_main,
+    layout,
+    notice_html,
+    page_response,
+    request_main,
+    request_path,
+    shown_text,
+)
+from teaagent_approver._web_session import (
+    COOKIE,
+    LINK_SECONDS,
+    Refused,
+    Session,
+    SignedIn,
+    SignInNeeded,
+    WebState,
+    checked_form,
+    form_text,
+    same_site,
+    web_state,
+)
 
-__all__ = ["COOKIE", "CSP", "LINK_SECONDS", "WebState", "install_web"]
+__all__ = ["CSP", "install_web"]
 
-COOKIE: Final = "teaagent_web"
-LINK_SECONDS: Final = 300  # a one-time sign-in link of `teaagent approvals web`
-MAX_SESSIONS: Final = 256  # the oldest are dropped beyond it
-MAX_LINKS: Final = 32
 REFRESH_SECONDS: Final = 2.0  # the event stream looks again at least this often (decisions made elsewhere)
 PING_SECONDS: Final = 15.0  # an idle event stream sends a comment this often
-FOLD_CHARS: Final = LONG_VALUE_CHARS  # longer strings are folded (<details>), never cut
 CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -93,346 +111,7 @@ _REQUEST_ID = re.compile(r"^[0-9a-f]{32}$")
 _STATIC: Final = {"web.css": "text/css; charset=utf-8", "web.js": "text/javascript; charset=utf-8"}
 
 
-# -- sessions -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Session:
-    """One browser's sign-in: its CSRF token and when it ends (Unix seconds)."""
-
-    csrf: str
-    expires_at: float
-
-
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
-class WebState:
-    """The web inbox's state in this process: sessions, one-time links, and a wake-up for the streams."""
-
-    def __init__(self, session_seconds: float) -> None:
-        self.session_seconds = session_seconds
-        self._sessions: dict[str, Session] = {}  # sha256 of the cookie -> session
-        self._links: dict[str, float] = {}  # sha256 of the code -> when it stops working
-        self._changed = asyncio.Event()
-
-    def open_session(self) -> tuple[str, Session]:
-        """A new session: the cookie's value (kept nowhere here) and the session."""
-        now = time.time()
-        for key in [key for key, session in self._sessions.items() if session.expires_at <= now]:
-            del self._sessions[key]
-        while len(self._sessions) >= MAX_SESSIONS:
-            del self._sessions[next(iter(self._sessions))]
-        cookie = secrets.token_urlsafe(32)
-        session = Session(csrf=secrets.token_urlsafe(32), expires_at=now + self.session_seconds)
-        self._sessions[_digest(cookie)] = session
-        return cookie, session
-
-    def session(self, cookie: str | None) -> Session | None:
-        """The live session of this cookie, or None (none, unknown, or ended)."""
-        if not cookie:
-            return None
-        session = self._sessions.get(_digest(cookie))
-        if session is None:
-            return None
-        if session.expires_at <= time.time():
-            self._sessions.pop(_digest(cookie), None)
-            return None
-        return session
-
-    def close_session(self, cookie: str | None) -> None:
-        if cookie:
-            self._sessions.pop(_digest(cookie), None)
-
-    def new_link(self) -> str:
-        """A one-time sign-in code, good for :data:`LINK_SECONDS`."""
-        now = time.time()
-        for key in [key for key, until in self._links.items() if until <= now]:
-            del self._links[key]
-        while len(self._links) >= MAX_LINKS:
-            del self._links[next(iter(self._links))]
-        code = secrets.token_urlsafe(32)
-        self._links[_digest(code)] = now + LINK_SECONDS
-        return code
-
-    def use_link(self, code: str) -> bool:
-        """Whether ``code`` is a live one-time code; it never works again either way."""
-        until = self._links.pop(_digest(code), None)
-        return until is not None and until > time.time()
-
-    def changed(self) -> None:
-        """Wake every event stream: something was decided here."""
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    def waiter(self) -> asyncio.Event:
-        return self._changed
-
-
-def _web(request: Request) -> WebState:
-    state: WebState = request.app.state.web
-    return state
-
-
-class _SignIn(Exception):
-    """No live session: the page sends the browser to the sign-in page."""
-
-    def __init__(self, expired: bool) -> None:
-        super().__init__("sign in")
-        self.expired = expired
-
-
-def _signed_in(request: Request) -> Session:
-    cookie = request.cookies.get(COOKIE)
-    session = _web(request).session(cookie)
-    if session is None:
-        raise _SignIn(expired=cookie is not None)
-    return session
-
-
-SignedIn = Annotated[Session, Depends(_signed_in)]
-
-
-def _same_site(request: Request) -> bool:
-    """Whether a POST comes from this approver's own pages (its Origin, or Sec-Fetch-Site, says so)."""
-    origin = request.headers.get("origin")
-    if origin is not None:
-        return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
-    return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
-
-
-class _Refused(Exception):
-    """A decision form refused before anything was done: status and sentence."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-async def _form(request: Request, session: Session) -> Mapping[str, Any]:
-    """The posted form, once its origin and CSRF token are this session's.
-
-    Raises:
-        _Refused: 403 for another site's form or a CSRF token that is not this session's.
-    """
-    if not _same_site(request):
-        raise _Refused(403, "This form was sent from another site; nothing was done.")
-    form = await request.form()
-    given = form.get("csrf")
-    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), session.csrf.encode()):
-        raise _Refused(
-            403,
-            "This form does not carry this session's CSRF token (a stale page, or a form from elsewhere); "
-            "nothing was done. Reload the page and try again.",
-        )
-    return form
-
-
-def _text(form: Mapping[str, Any], name: str) -> str:
-    value = form.get(name)
-    return value if isinstance(value, str) else ""
-
-
-# -- rendering ------------------------------------------------------------------------------------
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _shown(text: str, *, newlines: bool = False) -> str:
-    """Hostile text as HTML: invisible characters escaped, then HTML-escaped."""
-    return _e(visible(text, newlines=newlines))
-
-
-def _clock(when: float) -> str:
-    """The date alone (``2026-12-06 01:02:03Z``): a page's relative part would go stale."""
-    return moment(when).split(",")[0]
-
-
-def _folded(encoded: str, length: int, what: str) -> str:
-    """A long text (already made visible) as its first characters and the rest in a <details>."""
-    if len(encoded) <= FOLD_CHARS:
-        return _e(encoded)
-    return (
-        f'{_e(encoded[:FOLD_CHARS])}<details class="fold"><summary>{_e(what)} of {length:,} characters: '
-        f"{len(encoded) - FOLD_CHARS:,} more folded here, show them</summary>"
-        f'<span class="rest">{_e(encoded[FOLD_CHARS:])}</span></details>'
-    )
-
-
-def _json_string(text: str) -> str:
-    encoded = visible(json.dumps(text, ensure_ascii=False))
-    return f'<span class="s">{_folded(encoded, len(text), "a string")}</span>'
-
-
-def json_html(value: Any, depth: int = 0) -> str:
-    """``value`` as indented JSON in HTML, keys sorted, strings escaped, long strings folded (never cut)."""
-    pad = "  " * depth
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        members = [
-            f"{pad}  {_json_string(str(key))}: {json_html(value[key], depth + 1)}" for key in sorted(value)
-        ]
-        return "{\n" + ",\n".join(members) + f"\n{pad}}}"
-    if isinstance(value, list):
-        if not value:
-            return "[]"
-        return "[\n" + ",\n".join(f"{pad}  {json_html(item, depth + 1)}" for item in value) + f"\n{pad}]"
-    if isinstance(value, str):
-        return _json_string(value)
-    return f'<span class="n">{_e(json.dumps(value))}</span>'
-
-
-def _long_text(text: str, what: str) -> str:
-    return _folded(visible(text, newlines=True), len(text), what)
-
-
-def _left(view: Mapping[str, Any]) -> str:
-    expires = int(view["expires_at"])
-    return (
-        f'<span class="left" data-expires="{expires}">expires at <time datetime="'
-        f'{time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))}">{_e(_clock(expires))}</time></span>'
-    )
-
-
-def _policy(view: Mapping[str, Any], node_id: str) -> str:
-    # The view's "request" is the document of the request whose signature verified here.
-    shown = shown_policy(view["request"], node_id)
-    if shown is not None:  # version 2: the rule, its terms, the term this node counts toward
-        terms = "".join(f"<li>{_e(name)}: {_e(term)}</li>" for name, term in shown.numbered)
-        return f'{_e(shown.heading)}<ul class="terms">{terms}</ul>{_e(shown.counts)}'
-    peers = ", ".join(view["peers"])
-    needed = plural(int(view["required_approvals"]), "approval")
-    return f"{needed} needed from {_e(peers)}, counted by {_e(view['origin'])}"
-
-
-def _rule(view: Mapping[str, Any]) -> str:
-    rule = view.get("rule")
-    if rule is None:
-        return "none matches: it waits for an operator"
-    patterns = "".join(f" {name}={pattern!r}" for name, pattern in sorted(rule["arguments"].items()))
-    return _e(f"#{rule['index']} tool={rule['tool']!r}{patterns} -> {rule['decision']}")
-
-
-def _signed_so_far(view: Mapping[str, Any], node_id: str, node_key: str | None) -> str:
-    """Who has signed, as this approver knows it: this node's own decision, and the verified outcome."""
-    parts = []
-    decision = view.get("decision")
-    if decision is not None:
-        verb = "approved" if decision["kind"] == "approval" else "denied"
-        who = signed_by(decision["by"], decision["key_fingerprint"], node_key)
-        parts.append(f"{_e(node_id)} {verb}, signed {_e(who)}")
-    settled = view.get("settled")
-    if settled is not None:
-        parts.append(
-            f"{_e(settled['outcome'])} at {_e(view['origin'])} by {_e(', '.join(settled['decided_by']))} "
-            "(its evidence verified here)"
-        )
-    if not parts:
-        return (
-            f"none known here yet (the other peers' decisions go to {_e(view['origin'])}, which counts them)"
-        )
-    return "; ".join(parts)
-
-
-def _state(view: Mapping[str, Any], node_id: str) -> str:
-    state = view["state"]
-    words = {
-        "pending": "waiting for a decision",
-        "approved": f"approved by {node_id}",
-        "denied": f"denied by {node_id}",
-        "expired": "expired undecided",
-        "withdrawn": "withdrawn by its origin",
-        "settled": "decided at its origin without this node",
-    }
-    return f'<span class="badge badge-{_e(state)}">{_e(words.get(state, state))}</span>'
-
-
-def _request_path(view: Mapping[str, Any]) -> str:
-    return f"/web/requests/{view['origin']}/{view['request_id']}"
-
-
-def card_html(view: Mapping[str, Any], node_id: str, node_key: str | None) -> str:
-    """One request of the inbox: everything but the decision forms (those are on its own page)."""
-    key = f"{view['origin']}/{view['request_id']}"
-    heading = f"card-{view['origin']}-{view['request_id']}"
-    return (
-        f'<article class="card state-{_e(view["state"])}" data-key="{_e(key)}" '
-        f'aria-labelledby="{_e(heading)}">'
-        f'<h3 id="{_e(heading)}"><a href="{_e(_request_path(view))}"><span class="tool">'
-        f"{_shown(view['tool_name'])}</span> from {_e(view['origin'])}</a></h3>"
-        f'<p class="meta">{_state(view, node_id)} {_left(view) if view["state"] == "pending" else ""}</p>'
-        "<dl>"
-        f"<dt>Request</dt><dd><code>{_e(view['request_id'])}</code></dd>"
-        f"<dt>Origin</dt><dd>{_e(view['origin'])} (run {_shown(view['run_id'])}, "
-        f"call {_shown(view['call_id'])})</dd>"
-        f'<dt>Reason</dt><dd class="text">{_long_text(view["reason"], "a reason")}</dd>'
-        f"<dt>Digest</dt><dd><code>{_e(view['payload_digest'])}</code></dd>"
-        f"<dt>Policy</dt><dd>{_policy(view, node_id)}</dd>"
-        f"<dt>Signed so far</dt><dd>{_signed_so_far(view, node_id, node_key)}</dd>"
-        "</dl>"
-        f'<details class="arguments" open><summary>Arguments</summary><pre class="json">'
-        f"{json_html(view['arguments'])}</pre></details>"
-        + (
-            f'<p><a class="button" href="{_e(_request_path(view))}">Review and decide</a></p>'
-            if view["state"] == "pending"
-            else ""
-        )
-        + "</article>"
-    )
-
-
-def _version(card: str) -> str:
-    return hashlib.sha256(card.encode()).hexdigest()[:16]
-
-
-def _layout(
-    title: str, main: str, *, node_id: str, session: Session | None, page: str, notice: str = ""
-) -> str:
-    signed = (
-        '<form method="post" action="/web/logout" class="signout">'
-        f'<input type="hidden" name="csrf" value="{_e(session.csrf)}">'
-        '<button type="submit">Sign out</button></form>'
-        if session is not None
-        else ""
-    )
-    nav = f'<nav aria-label="Main"><a href="/web/">Inbox</a>{signed}</nav>' if session is not None else ""
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)} · {_e(node_id)} · teaagent</title>"
-        '<link rel="stylesheet" href="/web/static/web.css">'
-        '<script src="/web/static/web.js" defer></script></head>'
-        f'<body data-page="{_e(page)}" data-server-now="{int(time.time())}">'
-        '<a class="skip" href="#main">Skip to the content</a>'
-        f'<header><p class="brand">teaagent · approver of <strong>{_e(node_id)}</strong></p>{nav}</header>'
-        '<div id="status" class="status" role="status" aria-live="polite" hidden></div>'
-        f'<main id="main" tabindex="-1">{notice}{main}</main></body></html>'
-    )
-
-
-def _html(text: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(text, status_code=status, headers={"Cache-Control": "no-store"})
-
-
-def _notice(message: str, kind: Literal["error", "done"]) -> str:
-    role = "alert" if kind == "error" else "status"
-    return f'<div class="notice notice-{kind}" role="{role}" tabindex="-1" id="notice">{_e(message)}</div>'
-
-
 # -- the inbox ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Snapshot:
-    """The inbox as the approver sees it now, or why it cannot tell (its relay or Redis)."""
-
-    views: list[dict[str, Any]]
-    problem: str | None
 
 
 async def _snapshot(request: Request, engine: Engine) -> Snapshot:
@@ -446,37 +125,6 @@ async def _snapshot(request: Request, engine: Engine) -> Snapshot:
     except StoreError as exc:
         return Snapshot([], f"This approver lost its Redis: {exc}")
     return Snapshot(listed["items"], None)
-
-
-def _problem_banner(problem: str | None) -> str:
-    if problem is None:
-        return ""
-    return (
-        f'<div class="notice notice-error" role="alert">{_e(problem)} The page updates when it answers.</div>'
-    )
-
-
-def _inbox_main(snapshot: Snapshot, node_id: str, node_key: str | None) -> str:
-    pending = [view for view in snapshot.views if view["state"] == "pending"]
-    others = [view for view in snapshot.views if view["state"] != "pending"]
-
-    def cards(views: list[dict[str, Any]]) -> str:
-        return "".join(card_html(view, node_id, node_key) for view in views)
-
-    return (
-        f"<h1>Requests for {_e(node_id)}</h1>"
-        f'<p class="lede">Peers ask {_e(node_id)} to approve these tool calls. Each decision here is '
-        f"{_e(node_id)}'s own; the request's origin counts the outcome from every peer's.</p>"
-        f'<div id="problem">{_problem_banner(snapshot.problem)}</div>'
-        '<section aria-labelledby="pending-h"><h2 id="pending-h">Waiting for a decision '
-        f'<span class="count" id="pending-count">({len(pending)})</span></h2>'
-        f'<div id="pending" class="cards">{cards(pending)}</div>'
-        f'<p class="empty" id="pending-empty"{" hidden" if pending else ""}>Nothing waits for '
-        f"{_e(node_id)}.</p></section>"
-        '<section aria-labelledby="settled-h"><h2 id="settled-h">Settled</h2>'
-        f'<div id="settled" class="cards">{cards(others)}</div>'
-        f'<p class="empty" id="settled-empty"{" hidden" if others else ""}>None yet.</p></section>'
-    )
 
 
 async def _events(request: Request, engine: Engine, web: WebState, session: Session) -> AsyncIterator[str]:
@@ -502,7 +150,7 @@ async def _events(request: Request, engine: Engine, web: WebState, session: Sess
         if snapshot.problem is None:
             for view in snapshot.views:
                 card = card_html(view, node_id, engine.fingerprint)
-                version = _version(card)
+                version = card_version(card)
                 key = f"{view['origin']}/{view['request_id']}"
                 order["pending" if view["state"] == "pending" else "settled"].append([key, version])
                 if version not in sent:
@@ -559,126 +207,6 @@ def _ref(origin: str, request_id: str) -> tuple[str, str]:
     return origin, request_id
 
 
-def _hidden(**fields: str) -> str:
-    return "".join(
-        f'<input type="hidden" name="{_e(name)}" value="{_e(value)}">' for name, value in fields.items()
-    )
-
-
-def _confirmed(view: Mapping[str, Any], session: Session) -> str:
-    return _hidden(
-        csrf=session.csrf,
-        expect_tool_name=str(view["tool_name"]),
-        expect_payload_digest=str(view["payload_digest"]),
-    )
-
-
-def _decide_forms(view: Mapping[str, Any], session: Session, node_id: str, fingerprint: str) -> str:
-    path = _e(_request_path(view))
-    origin = _e(view["origin"])
-    return (
-        '<section class="decide" aria-labelledby="decide-h">'
-        f'<h2 id="decide-h">Decide as {_e(node_id)}</h2>'
-        f"<p>Signed with the node key <code>{_e(fingerprint)}</code> by this approver, which records the "
-        "decision before it signs it and never signs another on this request.</p>"
-        '<div class="forms">'
-        f'<form method="post" action="{path}/approve" class="form-approve">{_confirmed(view, session)}'
-        '<label for="approve-reason">Reason for approving (optional, kept in the audit log)</label>'
-        f'<textarea id="approve-reason" name="reason" rows="2" maxlength="{MAX_REASON_CHARS}"></textarea>'
-        '<button type="submit" class="approve">Approve</button></form>'
-        f'<form method="post" action="{path}/deny" class="form-deny">{_confirmed(view, session)}'
-        f'<label for="deny-reason">Reason for denying (required: signed, and read by {origin}\'s '
-        "operators)</label>"
-        f'<textarea id="deny-reason" name="reason" rows="2" required maxlength="{MAX_REASON_CHARS}">'
-        "</textarea>"
-        '<button type="submit" class="deny">Deny</button></form>'
-        "</div></section>"
-        '<section class="own-key" aria-labelledby="own-h">'
-        '<h2 id="own-h">Or sign with your own key</h2>'
-        f"<p>An operator's key listed in {_e(node_id)}'s <code>[approver] operators</code> signs the "
-        "statement with <code>ssh-keygen</code>; the signature comes back here.</p>"
-        f'<form method="get" action="{path}/own-key">'
-        "<fieldset><legend>Decision to sign</legend>"
-        '<label class="choice"><input type="radio" name="kind" value="approval" checked> Approval</label>'
-        '<label class="choice"><input type="radio" name="kind" value="denial"> Denial</label></fieldset>'
-        '<label for="own-reason">Reason (a denial needs one)</label>'
-        f'<textarea id="own-reason" name="reason" rows="2" maxlength="{MAX_REASON_CHARS}"></textarea>'
-        '<button type="submit">Prepare the statement</button></form></section>'
-    )
-
-
-def _signed_section(view: Mapping[str, Any], record: Any, node_id: str, node_key: str) -> str:
-    """What this node signed, by which key: the statement exactly as signed (the approver's record)."""
-    decision = view.get("decision")
-    if decision is None:
-        return ""
-    verb = "approved" if decision["kind"] == "approval" else "denied"
-    statement = record.statement if record is not None else None
-    body = (
-        f'<pre class="json" id="signed-statement">{json_html(statement)}</pre>'
-        if statement is not None
-        else "<p>The relay holds this decision; this approver has no record of its statement.</p>"
-    )
-    reason = f" Reason: {_shown(decision['reason'])}." if decision["reason"] else ""
-    return (
-        '<section class="signed" aria-labelledby="signed-h">'
-        f'<h2 id="signed-h">What {_e(node_id)} signed</h2>'
-        f'<p id="signed-by">{_e(node_id)} {verb} this request, signed '
-        f"{_e(signed_by(decision['by'], decision['key_fingerprint'], node_key))} "
-        f"at {_e(_clock(decision['at']))}.{reason}</p>"
-        f"{body}</section>"
-    )
-
-
-def _request_main(
-    view: Mapping[str, Any], record: Any, node_id: str, session: Session, fingerprint: str
-) -> str:
-    notes = "".join(
-        f"<li>{_shown(path)} is {length:,} characters long: folded above, open it to read it whole.</li>"
-        for path, length in long_values(view["arguments"])
-    )
-    settled = view.get("settled")
-    rows = [
-        ("Request", f"<code>{_e(view['request_id'])}</code>"),
-        ("Origin", f"{_e(view['origin'])} (run {_shown(view['run_id'])}, call {_shown(view['call_id'])})"),
-        ("Tool", f'<span class="tool">{_shown(view["tool_name"])}</span>'),
-        ("Reason", f'<span class="text">{_long_text(view["reason"], "a reason")}</span>'),
-        ("Digest", f"<code>{_e(view['payload_digest'])}</code>"),
-        ("Quorum", _policy(view, node_id)),
-        (
-            node_id,
-            f"{_state(view, node_id)} (this node's own decision, not the request's outcome)",
-        ),
-        ("Signed so far", _signed_so_far(view, node_id, fingerprint)),
-        ("Created", _e(_clock(view["created_at"]))),
-        (
-            "Time left",
-            _left(view) if view["state"] == "pending" else f"expires at {_e(_clock(view['expires_at']))}",
-        ),
-        ("Rule", _rule(view)),
-    ]
-    if settled is not None:
-        rows.append(
-            (
-                "Settled",
-                f"{_e(settled['outcome'])} at {_e(view['origin'])} by "
-                f"{_e(', '.join(settled['decided_by']))} (its evidence verified here)",
-            )
-        )
-    table = "".join(f"<dt>{_e(name)}</dt><dd>{value}</dd>" for name, value in rows)
-    actionable = view["state"] == "pending" and view["expires_at"] > time.time()
-    return (
-        f'<h1><span class="tool">{_shown(view["tool_name"])}</span> from {_e(view["origin"])}</h1>'
-        f'<dl class="request">{table}</dl>'
-        '<section aria-labelledby="arguments-h"><h2 id="arguments-h">Arguments</h2>'
-        f'<pre class="json" id="arguments">{json_html(view["arguments"])}</pre>'
-        + (f'<ul class="notes">{notes}</ul>' if notes else "")
-        + "</section>"
-        + _signed_section(view, record, node_id, fingerprint)
-        + (_decide_forms(view, session, node_id, fingerprint) if actionable else "")
-    )
-
-
 async def _request_page(
     request: Request,
     engine: Engine,
@@ -692,9 +220,9 @@ async def _request_page(
     node_id = engine.agent_id
     view = await get_request(request_id, engine, None, origin)
     [(record, _signature)] = await engine.ledger.read([(origin, request_id)])
-    main = _request_main(view, record, node_id, session, engine.fingerprint)
-    return _html(
-        _layout(
+    main = request_main(view, record, node_id, session, engine.fingerprint)
+    return page_response(
+        layout(
             f"Request {request_id[:8]}", main, node_id=node_id, session=session, page="request", notice=notice
         ),
         status,
@@ -703,23 +231,10 @@ async def _request_page(
 
 def _error_page(request: Request, session: Session | None, status: int, message: str) -> HTMLResponse:
     config = request.app.state.config
-    main = f'<h1>Nothing was done</h1>{_notice(message, "error")}<p><a href="/web/">Back to the inbox</a></p>'
-    return _html(_layout("Refused", main, node_id=config.agent_id, session=session, page="error"), status)
-
-
-def _decided_notice(outcome: Mapping[str, Any], node_key: str) -> str:
-    verb = outcome["this_node"]
-    forwarded = (
-        f"Forwarded to {outcome['origin']} through this node's relay."
-        if outcome["forwarded"]
-        else f"Not forwarded to {outcome['origin']} yet: the approver sends it again until the relay "
-        "takes it."
-    )
-    who = signed_by(outcome["by"], outcome["key_fingerprint"], node_key)
-    return _notice(
-        f"Done: this node {verb} request {outcome['request_id']} of {outcome['origin']}, signed {who}. "
-        f"{forwarded} {outcome['note']}",
-        "done",
+    back = '<p><a href="/web/">Back to the inbox</a></p>'
+    main = f"<h1>Nothing was done</h1>{notice_html(message, 'error')}{back}"
+    return page_response(
+        layout("Refused", main, node_id=config.agent_id, session=session, page="error"), status
     )
 
 
@@ -737,24 +252,24 @@ async def web_root() -> Response:
 async def inbox(request: Request, session: SignedIn) -> Response:
     engine = await _engine(request)
     snapshot = await _snapshot(request, engine)
-    page = _layout(
+    page = layout(
         "Inbox",
-        _inbox_main(snapshot, engine.agent_id, engine.fingerprint),
+        inbox_main(snapshot, engine.agent_id, engine.fingerprint),
         node_id=engine.agent_id,
         session=session,
         page="inbox",
     )
-    return _html(page)
+    return page_response(page)
 
 
 @router.get("/events")
 async def events(request: Request) -> Response:
-    session = _web(request).session(request.cookies.get(COOKIE))
+    session = web_state(request).session(request.cookies.get(COOKIE))
     if session is None:
         return Response("Sign in first.", status_code=401, media_type="text/plain")
     engine = await _engine(request)
     return StreamingResponse(
-        _events(request, engine, _web(request), session),
+        _events(request, engine, web_state(request), session),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -762,9 +277,9 @@ async def events(request: Request) -> Response:
 
 def _login_page(request: Request, message: str = "", status: int = 200) -> HTMLResponse:
     node_id = request.app.state.config.agent_id
-    notice = _notice(message, "error") if message else ""
+    notice = notice_html(message, "error") if message else ""
     main = (
-        f"<h1>Sign in to {_e(node_id)}'s approver</h1>"
+        f"<h1>Sign in to {esc(node_id)}'s approver</h1>"
         "<p>Paste the node's token (<code>token</code> in node.toml, or <code>data_dir/token</code>), "
         "or open "
         "the one-time link <code>teaagent approvals web</code> prints.</p>"
@@ -774,23 +289,25 @@ def _login_page(request: Request, message: str = "", status: int = 200) -> HTMLR
         '<input type="hidden" id="code" name="code" value="">'
         '<button type="submit">Sign in</button></form>'
     )
-    return _html(_layout("Sign in", main, node_id=node_id, session=None, page="login", notice=notice), status)
+    return page_response(
+        layout("Sign in", main, node_id=node_id, session=None, page="login", notice=notice), status
+    )
 
 
 @router.get("/login")
 async def login_form(request: Request, expired: int = 0) -> Response:
-    if _web(request).session(request.cookies.get(COOKIE)) is not None:
+    if web_state(request).session(request.cookies.get(COOKIE)) is not None:
         return RedirectResponse("/web/", status_code=303)
     return _login_page(request, "Your session expired; sign in again." if expired else "")
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    if not _same_site(request):
+    if not same_site(request):
         return _login_page(request, "This sign-in form was sent from another site; sign in here.", 403)
     form = await request.form()
-    token, code = _text(form, "token"), _text(form, "code")
-    web = _web(request)
+    token, code = form_text(form, "token"), form_text(form, "code")
+    web = web_state(request)
     node_token: str = request.app.state.token
     ok = (code and web.use_link(code)) or (
         token and hmac.compare_digest(token.strip().encode(), node_token.encode())
@@ -819,19 +336,19 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 async def logout(request: Request, session: SignedIn) -> Response:
     try:
-        await _form(request, session)
-    except _Refused as refused:
+        await checked_form(request, session)
+    except Refused as refused:
         return _error_page(request, session, refused.status, refused.message)
-    _web(request).close_session(request.cookies.get(COOKIE))
+    web_state(request).close_session(request.cookies.get(COOKIE))
     response = RedirectResponse("/web/login", status_code=303)
     response.delete_cookie(COOKIE, path="/web", httponly=True, samesite="strict")
     return response
 
 
-@router.post("/links", dependencies=[Depends(_require_token)])
+@router.post("/links", dependencies=[Depends(require_token)])
 async def new_link(request: Request) -> Any:
     """A one-time sign-in link (the node's bearer token): ``teaagent approvals web`` prints it."""
-    code = _web(request).new_link()
+    code = web_state(request).new_link()
     return {"path": f"/web/login#code={code}", "expires_in": LINK_SECONDS}
 
 
@@ -852,39 +369,39 @@ async def _decide(
 ) -> Response:
     try:
         _ref(origin, request_id)
-        form = await _form(request, session)
+        form = await checked_form(request, session)
         engine = await _engine(request)
-        reason = _text(form, "reason")
+        reason = form_text(form, "reason")
         fields: dict[str, Any] = {
             "reason": reason,
             "origin": origin,
-            "expect_tool_name": _text(form, "expect_tool_name") or None,
-            "expect_payload_digest": _text(form, "expect_payload_digest") or None,
+            "expect_tool_name": form_text(form, "expect_tool_name") or None,
+            "expect_payload_digest": form_text(form, "expect_payload_digest") or None,
         }
         try:
             if kind == "approval":
                 outcome = await approve(request_id, ApproveIn(**fields), engine, None)
             else:
                 if not reason.strip():
-                    raise _Refused(
+                    raise Refused(
                         422, "A denial needs a reason for the origin's operators; nothing was signed."
                     )
                 outcome = await deny(request_id, DenyIn(**fields), engine, None)
         except ValidationError as exc:
-            raise _Refused(
+            raise Refused(
                 422, f"The form is not a decision: {exc.errors()[0]['msg']}; nothing was signed."
             ) from exc
-        _web(request).changed()
+        web_state(request).changed()
         return await _request_page(
-            request, engine, session, origin, request_id, notice=_decided_notice(outcome, engine.fingerprint)
+            request, engine, session, origin, request_id, notice=decided_notice(outcome, engine.fingerprint)
         )
-    except (_Refused, ApiError, StoreError) as exc:
+    except (Refused, ApiError, StoreError) as exc:
         return _refusal_page(request, session, exc)
 
 
-def _refusal_page(request: Request, session: Session, exc: _Refused | ApiError | StoreError) -> Response:
+def _refusal_page(request: Request, session: Session, exc: Refused | ApiError | StoreError) -> Response:
     """The page of a refusal: this page's own, the approver's (its ErrorOut), or a lost Redis."""
-    if isinstance(exc, _Refused):
+    if isinstance(exc, Refused):
         return _error_page(request, session, exc.status, exc.message)
     if isinstance(exc, ApiError):
         return _error_page(request, session, exc.status_code, exc.message)
@@ -903,7 +420,7 @@ async def deny_form(request: Request, origin: str, request_id: str, session: Sig
 
 def _kind(text: str) -> Literal["approval", "denial"]:
     if text not in ("approval", "denial"):
-        raise _Refused(422, "The decision to sign is an approval or a denial.")
+        raise Refused(422, "The decision to sign is an approval or a denial.")
     return "approval" if text == "approval" else "denial"
 
 
@@ -923,13 +440,13 @@ async def _rebuilt(
 ) -> dict[str, Any]:
     """The statement offered for signing at ``at``, rebuilt from the verified request."""
     if not at.isdigit():
-        raise _Refused(422, "The statement's time is not a Unix time; prepare the statement again.")
+        raise Refused(422, "The statement's time is not a Unix time; prepare the statement again.")
     item = await _find(engine, request_id, origin)
     _check_expected(item, tool_name, payload_digest)
     try:
         return engine.statement_for(item.request, kind, reason if kind == "denial" else "", int(at))
     except ValueError as exc:
-        raise _Refused(422, f"The statement cannot be built: {exc}") from exc
+        raise Refused(422, f"The statement cannot be built: {exc}") from exc
 
 
 @router.get("/requests/{origin}/{request_id}/own-key")
@@ -951,11 +468,9 @@ async def own_key_page(
         _ref(origin, request_id)
         decision = _kind(kind)
         if decision == "denial" and not reason.strip():
-            raise _Refused(
-                422, "A denial needs a reason for the origin's operators; write one and try again."
-            )
+            raise Refused(422, "A denial needs a reason for the origin's operators; write one and try again.")
         if len(reason) > MAX_REASON_CHARS:
-            raise _Refused(422, f"The reason is longer than {MAX_REASON_CHARS} characters.")
+            raise Refused(422, f"The reason is longer than {MAX_REASON_CHARS} characters.")
         engine = await _engine(request)
         view = await get_request(request_id, engine, None, origin)
         to_sign = await get_statement(
@@ -970,20 +485,20 @@ async def own_key_page(
         )
         signed_reason = reason if decision == "denial" else ""
         query = f"kind={decision}&reason=" + _url_quote(signed_reason)
-        path = _request_path(view)
+        path = request_path(view)
         if not at:
             dated = f"{path}/own-key?{query}&at={to_sign['statement']['signed_at']}"
             return RedirectResponse(dated, status_code=303)
         statement = await _rebuilt(
             engine, origin, request_id, decision, signed_reason, at, view["tool_name"], view["payload_digest"]
         )
-    except (_Refused, ApiError, StoreError) as exc:
+    except (Refused, ApiError, StoreError) as exc:
         return _refusal_page(request, session, exc)
     query = f"{query}&at={at}"
     name = _statement_name(decision, request_id)
     namespace = APPROVAL_NAMESPACE if decision == "approval" else DENIAL_NAMESPACE
     line = f"ssh-keygen -Y sign -n {namespace} -f ~/.ssh/id_ed25519 {name}"
-    fields = _hidden(
+    fields = hidden_fields(
         csrf=session.csrf,
         kind=decision,
         reason=reason if decision == "denial" else "",
@@ -992,28 +507,28 @@ async def own_key_page(
         expect_payload_digest=str(view["payload_digest"]),
     )
     main = (
-        f"<h1>Sign the {decision} of request <code>{_e(request_id[:12])}</code> with your own key</h1>"
-        f"<p>{_shown(view['tool_name'])} from {_e(origin)}; "
-        f"digest <code>{_e(view['payload_digest'])}</code>. "
-        f'<a href="{_e(path)}">Back to the request</a></p>'
+        f"<h1>Sign the {decision} of request <code>{esc(request_id[:12])}</code> with your own key</h1>"
+        f"<p>{shown_text(view['tool_name'])} from {esc(origin)}; "
+        f"digest <code>{esc(view['payload_digest'])}</code>. "
+        f'<a href="{esc(path)}">Back to the request</a></p>'
         '<ol class="steps">'
-        f'<li><p>Download the statement: <a id="statement-link" download="{_e(name)}" '
-        f'href="{_e(path)}/statement?{_e(query)}">{_e(name)}</a>. It is exactly these bytes '
+        f'<li><p>Download the statement: <a id="statement-link" download="{esc(name)}" '
+        f'href="{esc(path)}/statement?{esc(query)}">{esc(name)}</a>. It is exactly these bytes '
         "(no trailing newline):</p>"
-        f'<pre class="json" id="statement">{_e(visible(statement_bytes(statement).decode()))}</pre></li>'
+        f'<pre class="json" id="statement">{esc(visible(statement_bytes(statement).decode()))}</pre></li>'
         "<li><p>Sign it in the folder you downloaded it to, with your key in place of "
         "<code>~/.ssh/id_ed25519</code>:</p>"
-        f'<pre class="line"><code id="sign-line">{_e(line)}</code></pre></li>'
-        f"<li><p>Upload the signature it wrote, <code>{_e(name)}.sig</code>:</p>"
-        f'<form method="post" action="{_e(path)}/own-key" enctype="multipart/form-data">{fields}'
+        f'<pre class="line"><code id="sign-line">{esc(line)}</code></pre></li>'
+        f"<li><p>Upload the signature it wrote, <code>{esc(name)}.sig</code>:</p>"
+        f'<form method="post" action="{esc(path)}/own-key" enctype="multipart/form-data">{fields}'
         '<label for="signature">Signature file (.sig)</label>'
         '<input type="file" id="signature" name="signature" accept=".sig" required>'
         f'<button type="submit">Submit the signed {decision}</button></form></li></ol>'
-        f"<p>The request expires at {_e(_clock(view['expires_at']))}; the statement must be signed "
+        f"<p>The request expires at {esc(clock(view['expires_at']))}; the statement must be signed "
         "before.</p>"
     )
-    return _html(
-        _layout("Sign with your key", main, node_id=engine.agent_id, session=session, page="own-key")
+    return page_response(
+        layout("Sign with your key", main, node_id=engine.agent_id, session=session, page="own-key")
     )
 
 
@@ -1038,7 +553,7 @@ async def statement_file(
         decision = _kind(kind)
         engine = await _engine(request)
         statement = await _rebuilt(engine, origin, request_id, decision, reason, at, None, None)
-    except (_Refused, ApiError, StoreError) as exc:
+    except (Refused, ApiError, StoreError) as exc:
         return _refusal_page(request, session, exc)
     return Response(
         statement_bytes(statement),
@@ -1055,36 +570,43 @@ async def own_key_submit(request: Request, origin: str, request_id: str, session
     """The uploaded ``.sig`` of the statement offered, checked as ``teaagent approvals submit`` has it."""
     try:
         _ref(origin, request_id)
-        form = await _form(request, session)
-        decision = _kind(_text(form, "kind"))
+        form = await checked_form(request, session)
+        decision = _kind(form_text(form, "kind"))
         upload = form.get("signature")
         if not isinstance(upload, UploadFile):
-            raise _Refused(422, "Choose the signature file (.sig) that ssh-keygen wrote.")
+            raise Refused(422, "Choose the signature file (.sig) that ssh-keygen wrote.")
         raw = await upload.read(MAX_BODY_BYTES + 1)
         try:
             signature = signature_to_wire(raw.decode("ascii"))
         except (UnicodeDecodeError, SignatureError) as exc:
             detail = "it is not ASCII" if isinstance(exc, UnicodeDecodeError) else str(exc).rstrip(".")
-            raise _Refused(
+            raise Refused(
                 422, f"The file {upload.filename or ''} is not an SSH signature: {detail}."
             ) from exc
         engine = await _engine(request)
-        tool_name = _text(form, "expect_tool_name") or None
-        digest = _text(form, "expect_payload_digest") or None
+        tool_name = form_text(form, "expect_tool_name") or None
+        digest = form_text(form, "expect_payload_digest") or None
         statement = await _rebuilt(
-            engine, origin, request_id, decision, _text(form, "reason"), _text(form, "at"), tool_name, digest
+            engine,
+            origin,
+            request_id,
+            decision,
+            form_text(form, "reason"),
+            form_text(form, "at"),
+            tool_name,
+            digest,
         )
         body = DecisionIn(
             statement=statement, signature=signature, expect_tool_name=tool_name, expect_payload_digest=digest
         )
         outcome = await submit_decision(request_id, body, engine, None)
-        _web(request).changed()
+        web_state(request).changed()
         return await _request_page(
-            request, engine, session, origin, request_id, notice=_decided_notice(outcome, engine.fingerprint)
+            request, engine, session, origin, request_id, notice=decided_notice(outcome, engine.fingerprint)
         )
     except ValidationError as exc:
         return _error_page(request, session, 422, f"The form is not a decision: {exc.errors()[0]['msg']}.")
-    except (_Refused, ApiError, StoreError) as exc:
+    except (Refused, ApiError, StoreError) as exc:
         return _refusal_page(request, session, exc)
 
 
@@ -1124,8 +646,8 @@ def install_web(app: FastAPI, session_seconds: float) -> None:
     app.state.web = WebState(session_seconds)
     app.include_router(router)
 
-    @app.exception_handler(_SignIn)
-    async def _sign_in(request: Request, exc: _SignIn) -> Response:
+    @app.exception_handler(SignInNeeded)
+    async def _sign_in(request: Request, exc: SignInNeeded) -> Response:
         if request.method == "GET":
             target = "/web/login?expired=1" if exc.expired else "/web/login"
             return RedirectResponse(target, status_code=303)

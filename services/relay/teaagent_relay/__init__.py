@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from teaagent_relay._app import create_app
 from teaagent_relay._errors import ErrorOut
-from teaagent_relay._middleware import MAX_BODY_BYTES
 from teaagent_relay._relay import MAX_WAIT_SECONDS
-from teaagent_relay._settings import Settings
+from teaagent_relay._settings import MAX_BODY_BYTES, Settings
 
 __all__ = ["MAX_BODY_BYTES", "MAX_WAIT_SECONDS", "ErrorOut", "Settings", "create_app"]

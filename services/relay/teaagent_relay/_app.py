@@ -14,15 +14,14 @@ import teaagent
 from teaagent._reload import TrustReloader, trust_reloader
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
-from teaagent.errors import ConfigError
-from teaagent.store import Keys, Store, node_prefix, open_node_store
-from teaagent_relay._errors import install_error_handlers
+from teaagent.service import install_toolkit
+from teaagent.store import Store, open_node_store
+from teaagent_relay._errors import ERRORS
 from teaagent_relay._fast import RelayApp, hot_routes
 from teaagent_relay._metrics import RelayMetrics
-from teaagent_relay._middleware import MAX_BODY_BYTES, BodyLimitMiddleware, MetricsMiddleware
 from teaagent_relay._relay import Relay
 from teaagent_relay._routes import deliveries_router, inbox_router, operations_router, requests_router
-from teaagent_relay._settings import Settings
+from teaagent_relay._settings import MAX_BODY_BYTES, Settings
 from teaagent_relay._worker import DeliveryWorker
 
 __all__ = ["create_app"]
@@ -109,13 +108,9 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     settings = settings or Settings()
     config = load_config(settings.config)
     # Read now, not in the lifespan: a missing key or an unusable token file fails before serving.
-    config.load_token()
+    token = config.load_token()
     config.own_public_key()
-    prefix = settings.redis_prefix or node_prefix(config.agent_id)
-    try:
-        Keys(prefix)
-    except ValueError as exc:
-        raise ConfigError(f"TEAAGENT_RELAY_REDIS_PREFIX is not usable: {exc}.") from exc
+    prefix = settings.store_prefix(config)
     metrics = RelayMetrics()
     trust = trust_reloader(
         config, f"the relay of {config.agent_id}", metrics.trust_reloads, metrics.trust_generation
@@ -131,20 +126,16 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     )
     app.state.settings = settings
     app.state.config = config
-    app.state.metrics = metrics
     app.state.relay = None
     # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
     app.state.trust = trust
     # Set by `teaagent relay serve` (teaagent.cli._serve) when a stop signal comes: long-polls answer.
     app.state.stopping = asyncio.Event()
-    install_error_handlers(app)
+    install_toolkit(app, errors=ERRORS, metrics=metrics, token=token, body_limit=MAX_BODY_BYTES)
     app.include_router(requests_router)
     app.include_router(inbox_router)
     app.include_router(deliveries_router)
     app.include_router(operations_router)
-    # The last added is the outermost: metrics see every call, the body limit refuses before any route.
-    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
     # The quorum's hot calls (the decisions among them): routes at the head of the one router,
     # each handing what it does not read exactly as documented to its FastAPI route (_fast.py).
     app.router.routes[:0] = hot_routes(requests_router, inbox_router)

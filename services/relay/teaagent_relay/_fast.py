@@ -7,7 +7,7 @@ cost as much as the calls' own work (the signature checks and the Redis round tr
 these calls has a Starlette ``Route`` at the head of the app's router (:func:`hot_routes`) whose
 endpoint reads it directly: through the same middlewares (metrics, body limit), with the same
 token check, body check and answer, and the same ``ErrorOut`` for every failure
-(:func:`~teaagent_relay._errors.response_of`). The documented FastAPI route of the same method
+(``ERRORS.response_of``, :mod:`teaagent_relay._errors`). The documented FastAPI route of the same method
 and path stays in the router and in the OpenAPI schema; the hot route hands it every call it does
 not read exactly as it does.
 
@@ -40,18 +40,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from teaagent._json import parse_json
-from teaagent_relay._errors import ApiError, response_of, validation_message
+from teaagent.service import bearer_token, check_token, refuse_deep
+from teaagent_relay._errors import ERRORS, ApiError, validation_message
 from teaagent_relay._models import SignedRequestIn
 from teaagent_relay._relay import MAX_WAIT_SECONDS
 from teaagent_relay._routes import (
     MAX_LISTED,
-    _bearer_token,
-    _check_token,
     _relay,
     count_decision,
     own_decision,
     own_decisions,
-    refuse_deep,
 )
 
 __all__ = ["ROUTES", "RelayApp", "hot_routes"]
@@ -64,7 +62,7 @@ _HEX32: Final = "[0-9a-f]{32}"
 async def submit(request: Request) -> Response:
     """``POST /v1/requests``, as ``submit_request`` answers it."""
     relay = await _relay(request)
-    _check_token(relay, _bearer_token(request))
+    check_token(bearer_token(request), relay.token)
     body = await _read_request(request)
     created, status = await relay.submit(body.request, body.signature)
     return JSONResponse(status, status_code=201 if created else 200)
@@ -75,7 +73,7 @@ async def outcome(
 ) -> Response:
     """``GET /v1/requests/{id}/outcome``, as ``wait_outcome`` answers it."""
     relay = await _relay(request)
-    _check_token(relay, _bearer_token(request))
+    check_token(bearer_token(request), relay.token)
     counted = None if approvals is None or denials is None else (approvals, denials)
     return JSONResponse(await relay.wait(request.path_params["request_id"], wait, counted))
 
@@ -91,7 +89,7 @@ async def receive(request: Request) -> Response:
 async def inbox(request: Request, state: str = "pending", limit: int = 100, wait: float = 0.0) -> Response:
     """``GET /v1/inbox``, as ``list_inbox`` answers it."""
     relay = await _relay(request)
-    _check_token(relay, _bearer_token(request))
+    check_token(bearer_token(request), relay.token)
     return JSONResponse(await relay.inbox(None if state == "all" else state, limit, wait))  # type: ignore[arg-type]
 
 
@@ -249,7 +247,7 @@ class _HotEndpoint:
         try:
             response = await spec.endpoint(Request(scope, receive), **params)
         except Exception as exc:
-            response = response_of(exc, spec.method, scope.get("path", ""))
+            response = ERRORS.response_of(exc, spec.method, scope.get("path", ""))
         await response(scope, receive, send)
 
 

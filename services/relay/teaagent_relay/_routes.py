@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-import teaagent
-from teaagent._bounded_route import bounded_json_route
-from teaagent._json import JSONDepthError, check_json_depth
-from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
-from teaagent._reload import ReloadOut, TrustReloader
+from teaagent._reload import ReloadOut
 from teaagent.errors import StoreError
-from teaagent_relay._errors import ApiError, ErrorOut, error_response, validation_message
+from teaagent.service import (
+    METRICS_RESPONSES,
+    Authorized,
+    BoundedJSONRoute,
+    Dependency,
+    ReadyOut,
+    bearer_token,
+    check,
+    check_token,
+    error_responses,
+    readiness,
+    ready_responses,
+    refuse_deep,
+    reloaded_trust,
+    started,
+    store_health,
+)
+from teaagent_relay._errors import ApiError, validation_message
 from teaagent_relay._models import (
     MAX_DECISION_BATCH,
     DeadLetterOut,
@@ -43,14 +53,12 @@ from teaagent_relay._protocol import sentence
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
 __all__ = [
-    "BoundedJSONRoute",
     "count_decision",
     "deliveries_router",
     "inbox_router",
     "operations_router",
     "own_decision",
     "own_decisions",
-    "refuse_deep",
     "requests_router",
 ]
 
@@ -60,42 +68,11 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 async def _relay(request: Request) -> Relay:
-    relay: Relay | None = getattr(request.app.state, "relay", None)
-    if relay is None:
-        raise ApiError(503, "unavailable", "The relay is starting or stopping; try again in a moment.")
+    relay: Relay = started(request, "relay", "relay")
     return relay
 
 
 RelayDep = Annotated[Relay, Depends(_relay)]
-_bearer = HTTPBearer(
-    auto_error=False, description="The node's token (`token` in node.toml, or data_dir/token)."
-)
-
-
-async def _require_token(
-    relay: RelayDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    _check_token(relay, credentials.credentials if credentials is not None else "")
-
-
-def _bearer_token(request: Request) -> str:
-    """The token of an ``Authorization: Bearer`` header (the scheme in any case), or ""."""
-    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    return credentials.strip() if scheme.lower() == "bearer" else ""
-
-
-def _check_token(relay: Relay, given_text: str) -> None:
-    given = given_text.encode()
-    if not given or not hmac.compare_digest(given, relay.token.encode()):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "This call needs the node's bearer token (Authorization: Bearer <token>).",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-
-
-Authorized = Annotated[None, Depends(_require_token)]
 RequestId = Annotated[str, Path(pattern="^[0-9a-f]{32}$", description="32 lowercase hex characters.")]
 Wait = Annotated[
     float,
@@ -113,19 +90,6 @@ Counted = Annotated[
 ]
 
 
-def refuse_deep(raw: bytes) -> None:
-    """Refuse (400 ``invalid``) a body nested deeper than ``MAX_JSON_DEPTH``, before any parser
-    recurses into it.
-
-    Raises:
-        ApiError: 400, the body nests arrays and objects too deep.
-    """
-    try:
-        check_json_depth(raw, what="The request body")
-    except JSONDepthError as exc:
-        raise ApiError(400, "invalid", str(exc)) from exc
-
-
 async def _read(request: Request, model: type[_Model]) -> _Model:
     raw = await request.body()
     refuse_deep(raw)
@@ -136,14 +100,6 @@ async def _read(request: Request, model: type[_Model]) -> _Model:
         raise ApiError(status, "invalid", message) from exc
 
 
-# JSON bodies nested deeper than MAX_JSON_DEPTH are 400 invalid, never a RecursionError (a 500).
-BoundedJSONRoute = bounded_json_route(lambda exc: ApiError(400, "invalid", str(exc)))
-
-
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": ErrorOut} for status in statuses}
-
-
 requests_router = APIRouter(prefix="/v1/requests", tags=["requests"], route_class=BoundedJSONRoute)
 
 
@@ -151,7 +107,7 @@ requests_router = APIRouter(prefix="/v1/requests", tags=["requests"], route_clas
     "",
     status_code=201,
     response_model=RequestStatusOut,
-    responses=_errors(400, 401, 403, 409, 413, 422, 503),
+    responses=error_responses(400, 401, 403, 409, 413, 422, 503),
     summary="Submit a signed request of this node's agent and fan it out to the peers",
 )
 async def submit_request(
@@ -170,7 +126,7 @@ async def submit_request(
 @requests_router.get(
     "/{request_id}",
     response_model=RequestStatusOut,
-    responses=_errors(401, 404, 422, 503),
+    responses=error_responses(401, 404, 422, 503),
     summary="State, counted signers and, once approved, the quorum certificate",
 )
 async def get_request(request_id: RequestId, relay: RelayDep, _auth: Authorized) -> Any:
@@ -181,7 +137,7 @@ async def get_request(request_id: RequestId, relay: RelayDep, _auth: Authorized)
 @requests_router.get(
     "/{request_id}/outcome",
     response_model=RequestStatusOut,
-    responses=_errors(401, 404, 422, 503),
+    responses=error_responses(401, 404, 422, 503),
     summary="Long-poll until the request is decided",
 )
 async def wait_outcome(
@@ -205,7 +161,7 @@ async def wait_outcome(
 @requests_router.post(
     "/{request_id}/withdrawal",
     response_model=RequestStatusOut,
-    responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     summary="Withdraw one of this node's requests and tell every peer's relay",
 )
 async def withdraw_request(
@@ -223,7 +179,7 @@ async def withdraw_request(
 @requests_router.post(
     "/{request_id}/decisions",
     response_model=DecisionReceiptOut,
-    responses=_errors(400, 403, 404, 409, 413, 422, 503),
+    responses=error_responses(400, 403, 404, 409, 413, 422, 503),
     summary="A peer's signed approval or denial of one of this node's requests",
     openapi_extra={
         "requestBody": {
@@ -263,7 +219,7 @@ inbox_router = APIRouter(prefix="/v1/inbox", tags=["inbox"], route_class=Bounded
     "",
     status_code=201,
     response_model=InboxAcceptedOut,
-    responses=_errors(400, 403, 409, 413, 422, 429, 503),
+    responses=error_responses(400, 403, 409, 413, 422, 429, 503),
     summary="A peer relay delivers a signed request for this node's approver",
 )
 async def receive_request(body: SignedRequestIn, relay: RelayDep, response: Response) -> Any:
@@ -283,7 +239,7 @@ async def receive_request(body: SignedRequestIn, relay: RelayDep, response: Resp
 @inbox_router.get(
     "",
     response_model=list[InboxItemOut],
-    responses=_errors(401, 422, 503),
+    responses=error_responses(401, 422, 503),
     summary="Requests received from peers (pending ones by default)",
 )
 async def list_inbox(
@@ -300,7 +256,7 @@ async def list_inbox(
 @inbox_router.get(
     "/{request_id}",
     response_model=InboxItemOut,
-    responses=_errors(401, 404, 409, 422, 503),
+    responses=error_responses(401, 404, 409, 422, 503),
     summary="One received request",
 )
 async def get_inbox_item(
@@ -316,7 +272,7 @@ async def get_inbox_item(
 @inbox_router.post(
     "/{request_id}/decision",
     response_model=InboxDecisionOut,
-    responses=_errors(400, 401, 403, 404, 409, 413, 422, 503),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 503),
     summary="This node's signed approval or denial, forwarded to the origin's relay",
     openapi_extra={
         "requestBody": {
@@ -344,7 +300,7 @@ async def own_decision(request: Request) -> Response:
     :func:`count_decision`): the same token check, body check and answer, without FastAPI's
     dependency solving and response validation."""
     relay = await _relay(request)
-    _check_token(relay, _bearer_token(request))
+    check_token(bearer_token(request), relay.token)
     request_id = request.path_params["request_id"]
     if not _REQUEST_ID.fullmatch(request_id):
         raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
@@ -355,7 +311,7 @@ async def own_decision(request: Request) -> Response:
 @inbox_router.post(
     "/decisions",
     response_model=DecisionBatchOut,
-    responses=_errors(400, 401, 413, 422, 503),
+    responses=error_responses(400, 401, 413, 422, 503),
     summary=f"Up to {MAX_DECISION_BATCH} of this node's signed decisions at once, each as the route above",
 )
 async def decide_many(_body: DecisionBatchIn, request: Request, _auth: Authorized) -> Any:
@@ -369,7 +325,7 @@ async def decide_many(_body: DecisionBatchIn, request: Request, _auth: Authorize
 async def own_decisions(request: Request) -> Response:
     """The approver's batches: concurrent decisions share each Redis round trip (see ``Relay``)."""
     relay = await _relay(request)
-    _check_token(relay, _bearer_token(request))
+    check_token(bearer_token(request), relay.token)
     batch = await _read(request, DecisionBatchIn)
 
     async def one(item: SignedDecisionIn) -> dict[str, Any]:
@@ -391,7 +347,7 @@ async def own_decisions(request: Request) -> Response:
 @inbox_router.post(
     "/{request_id}/withdrawal",
     response_model=WithdrawalReceiptOut,
-    responses=_errors(400, 403, 404, 413, 422, 503),
+    responses=error_responses(400, 403, 404, 413, 422, 503),
     summary="A peer relay delivers its origin's signed withdrawal of a request in this inbox",
 )
 async def receive_withdrawal(request_id: RequestId, body: SignedWithdrawalIn, relay: RelayDep) -> Any:
@@ -408,7 +364,7 @@ async def receive_withdrawal(request_id: RequestId, body: SignedWithdrawalIn, re
 @inbox_router.post(
     "/{request_id}/settled",
     response_model=SettlementReceiptOut,
-    responses=_errors(400, 403, 404, 413, 422, 503),
+    responses=error_responses(400, 403, 404, 413, 422, 503),
     summary="A peer relay delivers the evidence of its request's outcome (approved or denied) there",
 )
 async def receive_settlement(request_id: RequestId, body: SettlementIn, relay: RelayDep) -> Any:
@@ -431,7 +387,7 @@ deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"], rout
 @deliveries_router.get(
     "/dead",
     response_model=list[DeadLetterOut],
-    responses=_errors(401, 422, 503),
+    responses=error_responses(401, 422, 503),
     summary="Deliveries to peer relays that were given up, oldest first",
 )
 async def list_dead_letters(
@@ -478,22 +434,12 @@ operations_router = APIRouter(tags=["operations"], route_class=BoundedJSONRoute)
 @operations_router.get(
     "/health",
     response_model=HealthOut,
-    responses=_errors(503),
+    responses=error_responses(503),
     summary="Liveness (readiness: /ready)",
 )
 async def health(relay: RelayDep) -> Any:
     """Answer 200 when the relay and its Redis answer, 503 ``unavailable`` otherwise."""
-    try:
-        seconds = await relay.store.ping()
-    except StoreError as exc:
-        return error_response(503, "unavailable", str(exc))
-    return {
-        "status": "ok",
-        "service": "relay",
-        "version": teaagent.__version__,
-        "agent_id": relay.agent_id,
-        "redis_ms": round(seconds * 1000, 3),
-    }
+    return await store_health("relay", relay.agent_id, relay.store)
 
 
 @operations_router.get(
@@ -524,7 +470,7 @@ async def ready(relay: RelayDep, request: Request) -> Response:
 @operations_router.post(
     "/v1/reload",
     response_model=ReloadOut,
-    responses=_errors(401, 422),
+    responses=error_responses(401, 422),
     summary="Read the peers, the operators and the allowed_signers files again (as SIGHUP does)",
 )
 async def reload_trust(_auth: Authorized, request: Request) -> Any:
@@ -532,17 +478,13 @@ async def reload_trust(_auth: Authorized, request: Request) -> Any:
     ``allowed_signers`` file again, and verify with them from now on. 422 ``reload_failed`` when
     they do not load: the relay keeps the trust it had (and counts the failure in
     ``teaagent_relay_trust_reloads``). Other settings apply at a restart (``restart`` names them)."""
-    reloader: TrustReloader = request.app.state.trust
-    outcome = await reloader.reload("POST /v1/reload")
-    if outcome.problem is not None:
-        raise ApiError(422, "reload_failed", f"The relay kept its trust: {outcome.problem}")
-    return ReloadOut(**{k: v for k, v in outcome.to_dict().items() if k != "problem"})
+    return await reloaded_trust(request, "relay")
 
 
 @operations_router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
+    responses=METRICS_RESPONSES,
     summary="Prometheus metrics",
 )
 async def metrics(relay: RelayDep) -> Response:
@@ -554,4 +496,4 @@ async def metrics(relay: RelayDep) -> Response:
             continue  # the counters still render; the gauges keep their last values
         for kind in ("length", "pending", "scheduled", "dead"):
             relay.metrics.queue.labels(queue.name, kind).set(getattr(stats, kind))
-    return Response(relay.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return relay.metrics.response()

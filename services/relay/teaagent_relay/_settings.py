@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Final
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from teaagent.service import StoreSettings
 from teaagent.store import MAX_PENDING_PER_ORIGIN
 
 __all__ = [
     "DEFAULT_INBOX_RATE_LIMIT",
     "DEFAULT_INBOX_RATE_WINDOW_SECONDS",
+    "MAX_BODY_BYTES",
     "Settings",
 ]
 
@@ -20,8 +22,10 @@ DEFAULT_INBOX_RATE_LIMIT: Final = (
 )
 DEFAULT_INBOX_RATE_WINDOW_SECONDS: Final = 60.0
 
+MAX_BODY_BYTES: Final = 64 * 1024  # a signed tool call or decision, not a file upload
 
-class Settings(BaseSettings):
+
+class Settings(StoreSettings):
     """The relay service's settings, read from the environment.
 
     ``config`` comes from ``TEAAGENT_CONFIG`` (shared with the other services and the CLI); the
@@ -46,10 +50,8 @@ class Settings(BaseSettings):
         delivery_retry_cap_seconds: The longest backoff between two attempts.
     """
 
-    model_config = SettingsConfigDict(env_prefix="TEAAGENT_RELAY_", populate_by_name=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="TEAAGENT_RELAY_")
 
-    config: str | None = Field(default=None, validation_alias="TEAAGENT_CONFIG")
-    redis_prefix: str | None = None
     deliver: bool = True
     inbox_rate_limit: int = Field(default=DEFAULT_INBOX_RATE_LIMIT, ge=1, le=100_000)
     inbox_rate_window_seconds: float = Field(default=DEFAULT_INBOX_RATE_WINDOW_SECONDS, gt=0, le=3600)

@@ -86,17 +86,26 @@ async def check(probe: Callable[[], Awaitable[str]]) -> Dependency:
         return Dependency("failing", _clause(str(exc) or type(exc).__name__))
 
 
-async def readiness(service: str, checks: Mapping[str, Awaitable[Dependency]]) -> JSONResponse:
+async def _known(dependency: Dependency) -> Dependency:
+    return dependency
+
+
+def _awaitable(found: Awaitable[Dependency] | Dependency) -> Awaitable[Dependency]:
+    return _known(found) if isinstance(found, Dependency) else found
+
+
+async def readiness(service: str, checks: Mapping[str, Awaitable[Dependency] | Dependency]) -> JSONResponse:
     """Run the checks concurrently and answer ``/ready``.
 
     Args:
         service: The service's name, as the sentence names it (``relay``).
-        checks: Each dependency's name and its check (see :func:`check`).
+        checks: Each dependency's name and its check (see :func:`check`), or its state when it
+            is known without one (``off``).
 
     Returns:
         200 with a ``ReadyOut``, or 503 with a ``NotReadyOut`` naming every failing dependency.
     """
-    results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
+    results = dict(zip(checks, await asyncio.gather(*map(_awaitable, checks.values())), strict=True))
     dependencies = {name: {"state": r.state, "detail": r.detail} for name, r in results.items()}
     failing = [f"{name} ({r.detail})" for name, r in results.items() if r.state == "failing"]
     if not failing:
