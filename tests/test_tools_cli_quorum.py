@@ -22,7 +22,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, refusing_port, served, signer, write_cluster
+from port_support import refusing_port
+from relay_support import ApproverProcess, Node, served, signer, write_cluster
 
 pytestmark = pytest.mark.slow
 

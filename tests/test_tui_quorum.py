@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, refusing_port, served, signer, wait_until, write_cluster
+from port_support import refusing_port
+from relay_support import ApproverProcess, Node, served, signer, wait_until, write_cluster
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
