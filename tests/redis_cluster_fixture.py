@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 import redis
 import redis.cluster
 from port_support import free_port
+from redis_fixture import new_prefix
 
 from teaagent.store import find_server_binary
 
@@ -283,7 +283,7 @@ def fixture_redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(name="cluster_prefix")
 def fixture_cluster_prefix(redis_cluster: RedisCluster) -> Iterator[str]:
     """A key prefix no other test uses; its keys are deleted from every master after the test."""
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     yield prefix
     for node in redis_cluster.masters():
         with contextlib.closing(node.client()) as client:

@@ -306,55 +306,86 @@ async def in_process(node: Node, **overrides: Any) -> AsyncIterator[httpx.AsyncC
             yield client
 
 
-class RelayProcess:
-    """``teaagent relay serve`` for one node, as a real process on its loopback port."""
+class ServiceProcess:
+    """``teaagent <kind> serve --config <config_path> <args>`` as a real process on a loopback port.
 
-    def __init__(self, node: Node, log_folder: Path) -> None:
-        self.node = node
-        self.log_path = log_folder / f"relay-{node.name}-{int(time.time() * 1000)}.log"
+    The one service-process class of the tests: started (and waited for until ``/health``
+    answers 200), killed (``kill -9``) or stopped (SIGTERM, then SIGKILL after ``stop_timeout``);
+    its output goes to a log file of its own under ``log_folder``, quoted when it does not start.
+    """
+
+    ready_timeout = READY_TIMEOUT
+    stop_timeout = 10.0
+
+    def __init__(
+        self,
+        kind: str,
+        config_path: Path,
+        log_folder: Path,
+        *,
+        port: int,
+        env: Mapping[str, str],
+        label: str,
+        args: Iterable[str] = ("--no-access-log", "--log-level", "warning"),
+    ) -> None:
+        self.kind = kind
+        self.config_path = config_path
+        self.port = port
+        self.environment = dict(env)
+        self.label = label  # "relay alpha": what the errors call it
+        self.args = list(args)
+        self.log_path = log_folder / f"{label.replace(' ', '-')}-{port}-{int(time.time() * 1000)}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.verify: Any = True  # what the /health probe verifies: an ssl context for HTTPS
 
-    def start(self, *, wait: bool = True, new_session: bool = False) -> RelayProcess:
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, wait: bool = True, new_session: bool = False) -> Any:
         """Start it; ``new_session`` puts it in a process group of its own, as a shell does a command."""
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "teaagent",
-                "relay",
-                "serve",
-                "--config",
-                str(self.node.config_path),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env=self.node.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=new_session,
-        )
-        log.close()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "teaagent",
+                    self.kind,
+                    "serve",
+                    "--config",
+                    str(self.config_path),
+                    *self.args,
+                ],
+                env=self.environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=new_session,
+            )
         if wait:
             self.wait_ready()
         return self
 
+    def log(self) -> str:
+        return self.log_path.read_text()[-2000:]
+
     def wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + READY_TIMEOUT
+        deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"relay {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"{self.label} exited: {self.log()}")
             try:
-                if httpx.get(f"{self.node.url}/health", timeout=0.5).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=0.5, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         raise RuntimeError(
-            f"relay {self.node.name} did not answer in {READY_TIMEOUT}s: {self.log_path.read_text()[-2000:]}"
+            f"{self.label} did not answer at {self.url} in {self.ready_timeout}s: {self.log()}"
         )
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=5, verify=self.verify).text
 
     def kill(self) -> None:
         """``kill -9``: no shutdown, no acknowledgement, nothing flushed."""
@@ -367,87 +398,43 @@ class RelayProcess:
             return
         self.process.terminate()
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=self.stop_timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
 
+    def __enter__(self) -> Any:
+        return self.start()
 
-class ApproverProcess:
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RelayProcess(ServiceProcess):
+    """``teaagent relay serve`` for one node, as a real process on its loopback port."""
+
+    def __init__(self, node: Node, log_folder: Path) -> None:
+        super().__init__(
+            "relay", node.config_path, log_folder, port=node.port, env=node.env(), label=f"relay {node.name}"
+        )
+        self.node = node
+
+
+class ApproverProcess(ServiceProcess):
     """``teaagent approver serve`` for one node, as a real process on its ``[approver]`` port or ``port``."""
 
     def __init__(self, node: Node, log_folder: Path, *, port: int | None = None, **env: str) -> None:
+        port = port or node.approver_port
+        super().__init__(
+            "approver",
+            node.config_path,
+            log_folder,
+            port=port,
+            env={**node.env(), **env},
+            label=f"approver {node.name}",
+            args=["--port", str(port), "--no-access-log", "--log-level", "warning"],
+        )
         self.node = node
-        self.port = port or node.approver_port
-        self.env = env
-        self.log_path = log_folder / f"approver-{node.name}-{self.port}-{int(time.time() * 1000)}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, *, wait: bool = True) -> ApproverProcess:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "teaagent",
-                "approver",
-                "serve",
-                "--config",
-                str(self.node.config_path),
-                "--port",
-                str(self.port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env={**self.node.env(), **self.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        if wait:
-            self.wait_ready()
-        return self
-
-    def wait_ready(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"approver {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"approver {self.node.name} did not answer in {READY_TIMEOUT}s: "
-            f"{self.log_path.read_text()[-2000:]}"
-        )
-
-    def metrics(self) -> str:
-        return httpx.get(f"{self.url}/metrics", timeout=5).text
-
-    def kill(self) -> None:
-        """``kill -9``: no shutdown, nothing flushed."""
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @contextlib.asynccontextmanager

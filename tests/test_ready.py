@@ -7,7 +7,6 @@ the same port, and reads each service's readiness over real sockets while it is 
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,50 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
-from relay_support import Served, ServedApp, free_port, wait_until, write_cluster
+from redis_fixture import RestartableRedis
+from relay_support import Served, ServedApp, wait_until, write_cluster
 
 from teaagent.errors import StoreError
-from teaagent.store import find_server_binary
 
 pytestmark = pytest.mark.slow
-
-
-class RestartableRedis:
-    """A Redis server of one test on a fixed loopback port: stopped and started again at will."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [str(find_server_binary()), "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""],
-            cwd=self.folder,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        try:
-            assert wait_until(lambda: _pings(client), timeout=10), "the test's Redis did not start"
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        assert self.process is not None
-        self.process.terminate()
-        self.process.wait(timeout=10)
-
-
-def _pings(client: redis.Redis) -> bool:
-    with contextlib.suppress(redis.RedisError):
-        return bool(client.ping())
-    return False
 
 
 @pytest.fixture(name="own_redis")
@@ -69,8 +30,7 @@ def fixture_own_redis() -> Iterator[RestartableRedis]:
         try:
             yield server
         finally:
-            if server.process is not None and server.process.poll() is None:
-                server.stop()
+            server.stop()
 
 
 def ready(url: str) -> tuple[int, dict[str, Any]]:

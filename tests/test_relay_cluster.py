@@ -8,9 +8,6 @@ that is down, a decision delivered five times, fifty decisions racing at the thr
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from redis_fixture import RestartableRedis
 from relay_support import (
     Node,
     RelayProcess,
     approval,
     approve_next,
-    free_port,
     public_line,
     running,
     undelivered,
@@ -36,7 +33,7 @@ from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.policy import ApprovalPolicy, PermissionMode
 from teaagent.quorum import verify_certificate
 from teaagent.relay_client import RelayClient, RelayQuorumGate
-from teaagent.store import Keys, find_server_binary
+from teaagent.store import Keys
 
 pytestmark = pytest.mark.slow
 
@@ -267,45 +264,8 @@ def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
     assert outcome.state == "approved"
 
 
-class _Valkey:
-    """A Redis-compatible server on a fixed port with append-only persistence, to restart at will."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "valkey.conf").write_text(
-            f"bind 127.0.0.1\nport {self.port}\ndir {folder}\nappendonly yes\nappendfsync always\n"
-            'save ""\ndaemonize no\n'
-        )
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [str(find_server_binary()), str(self.folder / "valkey.conf")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
-        assert wait_until(lambda: self._ping(client), timeout=WAIT), "valkey did not start"
-        client.close()
-
-    @staticmethod
-    def _ping(client: redis.Redis) -> bool:
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=WAIT)
-
-
 def test_a_redis_restart_with_append_only_keeps_pending_requests(tmp_path: Path) -> None:
-    server = _Valkey(tmp_path / "valkey")
+    server = RestartableRedis(tmp_path / "valkey", append_only=True)
     server.start()
     nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=server.url, prefix="restart", required=1)
     alpha = nodes["alpha"]

@@ -12,12 +12,11 @@ import asyncio
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from relay_support import READY_TIMEOUT, Node, RelayProcess, wait_until, write_cluster
+from relay_support import Node, RelayProcess, wait_until, write_cluster
 from tls_support import PrivateCA
 
 from teaagent.config import load_config
@@ -38,20 +37,6 @@ class HttpsRelay(RelayProcess):
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.node.port}"
-
-    def wait_ready(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"relay {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=0.5, verify=self.verify).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"relay {self.node.name} never answered over HTTPS: {self.log_path.read_text()}")
 
     def inbox(self) -> list[dict[str, object]]:
         response = httpx.get(f"{self.url}/v1/inbox", headers=self.node.headers, verify=self.verify, timeout=5)
