@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cluster_support import running_star
 
 # The Redis fixtures (redis_server, redis_url, redis_prefix) for every test module, and the Redis
 # Cluster's (redis_cluster, cluster_prefix), started only for the tests that ask for it.
 from redis_cluster_fixture import fixture_cluster_prefix, fixture_redis_cluster  # noqa: F401
 from redis_fixture import fixture_redis_prefix, fixture_redis_server, fixture_redis_url  # noqa: F401
+from relay_support import Node
 
 # Started in the background by a shell without job control (`make test &`, nohup), the suite would
 # inherit SIGINT ignored, and with it every process it starts: the Ctrl-C tests would then wait in
@@ -70,3 +74,20 @@ def ssh_key_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., S
         return cache[cache_key]
 
     return make
+
+
+@pytest.fixture(scope="module", name="star_cluster")
+def fixture_star_cluster(
+    tmp_path_factory: pytest.TempPathFactory, redis_server: str
+) -> Iterator[Callable[..., dict[str, Node]]]:
+    """Start star clusters (``cluster_support.running_star``) on the session's Redis for one module.
+
+    ``star_cluster("name", leaves=..., approvers=..., rules=...)`` writes one in a folder of its
+    own and returns its nodes, services up; everything stops at the module's end.
+    """
+    with contextlib.ExitStack() as stack:
+
+        def start(name: str = "star", **options: Any) -> dict[str, Node]:
+            return stack.enter_context(running_star(tmp_path_factory.mktemp(name), redis_server, **options))
+
+        yield start

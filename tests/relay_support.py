@@ -39,6 +39,16 @@ from teaagent.store import Keys
 
 READY_TIMEOUT = 20.0  # seconds for a relay process to answer /health (Python start-up on a loaded host)
 
+# The services' timings in the tests (their environment): an approver takes a dead one's place
+# within a second, a relay retries a delivery within half of one.
+SERVICE_TIMING = {
+    "TEAAGENT_APPROVER_TAKEOVER_SECONDS": "1",
+    "TEAAGENT_APPROVER_POLL_SECONDS": "2",
+    "TEAAGENT_RELAY_DELIVERY_MIN_IDLE_SECONDS": "2",
+    "TEAAGENT_RELAY_DELIVERY_RETRY_BASE_SECONDS": "0.1",
+    "TEAAGENT_RELAY_DELIVERY_RETRY_CAP_SECONDS": "0.5",
+}
+
 
 _KEYS: dict[str, Ed25519PrivateKey] = {}
 
@@ -72,6 +82,7 @@ class Node:
     prefix: str
     extra_env: dict[str, str] = field(default_factory=dict)
     approver_port: int = 0  # [approver] port
+    nested: bool = False  # teaagent.testing.LocalCluster's files: <name>/workspace, <name>/data
 
     @property
     def url(self) -> str:
@@ -83,7 +94,13 @@ class Node:
 
     @property
     def data_dir(self) -> Path:
-        return self.folder / f"data-{self.name}"
+        return self.folder / self.name / "data" if self.nested else self.folder / f"data-{self.name}"
+
+    @property
+    def workspace(self) -> Path:
+        return (
+            self.folder / self.name / "workspace" if self.nested else self.folder / f"workspace-{self.name}"
+        )
 
     @property
     def config_path(self) -> Path:
@@ -119,11 +136,7 @@ class Node:
             {
                 "TEAAGENT_RELAY_REDIS_PREFIX": self.redis_prefix,
                 "TEAAGENT_APPROVER_REDIS_PREFIX": self.redis_prefix,
-                "TEAAGENT_APPROVER_TAKEOVER_SECONDS": "1",
-                "TEAAGENT_APPROVER_POLL_SECONDS": "2",
-                "TEAAGENT_RELAY_DELIVERY_MIN_IDLE_SECONDS": "2",
-                "TEAAGENT_RELAY_DELIVERY_RETRY_BASE_SECONDS": "0.1",
-                "TEAAGENT_RELAY_DELIVERY_RETRY_CAP_SECONDS": "0.5",
+                **SERVICE_TIMING,
             }
         )
         env.update(self.extra_env)
