@@ -16,16 +16,14 @@ import re
 import secrets
 import threading
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from port_support import refusing_port
-from relay_support import ApproverProcess, Node, served, signer, wait_until, write_cluster
+from relay_support import Node, served, signer, wait_until, write_cluster
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -67,7 +65,6 @@ reason = "not on Fridays"
 @dataclass
 class Cluster:
     nodes: dict[str, Node]
-    approvers: dict[str, ApproverProcess]
 
     @property
     def alpha(self) -> Node:
@@ -78,41 +75,17 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[Cluster]:
+def cluster(star_cluster: Callable[..., dict[str, Node]]) -> Cluster:
     """alpha needs 2 of beta and gamma; beta and gamma each need alpha. Relays and approvers run."""
-    folder = tmp_path_factory.mktemp("tui-quorum")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_server,
-        prefix=prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": BETA_RULES, "gamma": GAMMA_RULES},
-        operators={"alpha": ["alpha-operator"]},
+    return Cluster(
+        star_cluster(
+            "tui-quorum",
+            required=2,
+            rules={"beta": BETA_RULES, "gamma": GAMMA_RULES},
+            operators={"alpha": ["alpha-operator"]},
+            approvers=["alpha", "beta", "gamma"],
+        )
     )
-    (folder / "workspace-alpha").mkdir()
-    logs = folder / "logs"
-    logs.mkdir()
-    approvers = {name: ApproverProcess(node, logs) for name, node in nodes.items()}
-    with served(*nodes.values()):
-        try:
-            for process in approvers.values():
-                process.start(wait=False)
-            for process in approvers.values():
-                process.wait_ready()
-            yield Cluster(nodes, approvers)
-        finally:
-            for process in approvers.values():
-                process.stop()
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 def alpha_tui(
