@@ -27,6 +27,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """``@pytest.mark.anyio`` tests (anyio's pytest plugin) run on asyncio, each in a loop of its own."""
+    return "asyncio"
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     """An empty workspace root of its own for one test."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import re
@@ -19,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import redis
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from port_support import free_port
+from port_support import refusing_port as refusing_port  # the relay tests import it from here too
 
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import build_request, sign_approval, sign_denial, sign_request
@@ -563,16 +563,6 @@ class Served(ServedApp):
 def served(*nodes: Node, **overrides: Any) -> Iterator[dict[str, Served]]:
     with contextlib.ExitStack() as stack:
         yield {node.name: stack.enter_context(Served(node, **overrides)) for node in nodes}
-
-
-def asynctest(function: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Run an ``async def`` test in its own event loop (no pytest plugin needed)."""
-
-    @functools.wraps(function)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(function(*args, **kwargs))
-
-    return run
 
 
 @pytest.fixture(name="nodes")

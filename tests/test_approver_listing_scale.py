@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio
-from relay_support import Node, approver_in_process, asynctest, served, write_cluster
+from relay_support import Node, approver_in_process, served, write_cluster
 
 from teaagent._canonical import canonical
 from teaagent.store import connect
@@ -68,7 +68,7 @@ async def documents_read(redis_url: str, call: Any) -> tuple[int, httpx.Response
     return after - before, response
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_page_of_ten_reads_ten_documents_with_ten_or_two_thousand_pending(
     cluster: dict[str, Node], redis_url: str
 ) -> None:

@@ -22,7 +22,6 @@ from agent_support import write_node
 from relay_support import (
     Node,
     ServedApp,
-    asynctest,
     error,
     fixture_nodes,  # noqa: F401 - the nodes fixture
     free_port,
@@ -212,7 +211,7 @@ def fixture_nested_relay() -> Iterator[NestedPeer]:
         yield peer
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_relay_clients_refuse_an_answer_nested_too_deep_in_one_sentence(
     nested_relay: NestedPeer,
 ) -> None:

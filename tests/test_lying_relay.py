@@ -40,7 +40,6 @@ from relay_support import (
     Node,
     ServedApp,
     approver_in_process,
-    asynctest,
     served,
     write_cluster,
 )
@@ -230,7 +229,7 @@ SHOWN = (
 )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_relay_that_lies_about_an_item_gets_nothing_signed_but_the_verified_request(
     cluster: dict[str, Node],
 ) -> None:
@@ -319,7 +318,7 @@ async def one_case(
         assert_signed_only(beta, echo, "approval")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_both_decided(
     cluster: dict[str, Node], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -18,7 +18,6 @@ import pytest
 from key_forms import rsa_exponent_forms, rsa_line, sk_form
 from relay_support import (
     approval,
-    asynctest,
     denial,
     in_process,
     private_key,
@@ -407,7 +406,7 @@ def staffed(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Any]
     )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_relay_takes_this_nodes_decision_from_its_operators_key_only(
     staffed: dict[str, Any],
 ) -> None:
@@ -431,7 +430,7 @@ async def test_the_relay_takes_this_nodes_decision_from_its_operators_key_only(
     assert (by_operator.status_code, by_operator.json()["this_node"]) == (200, "approved")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_origins_relay_counts_a_peers_operator_once(staffed: dict[str, Any]) -> None:
     alpha = staffed["alpha"]
     request = alpha.request()

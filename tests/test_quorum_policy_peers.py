@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relay_support import Node, asynctest, error, in_process, signer, write_cluster
+from relay_support import Node, error, in_process, signer, write_cluster
 from test_relay_inbox import nothing_stored
 
 import teaagent_relay._relay
@@ -114,7 +114,7 @@ def version_1_only(request: object) -> str | None:
     return request_problem(request)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_version_1_peer_refuses_a_version_2_request_in_one_sentence(
     nodes: dict[str, Node], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,7 +133,7 @@ async def test_a_version_1_peer_refuses_a_version_2_request_in_one_sentence(
     assert plain.status_code == 201
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_version_2_peer_takes_a_version_2_request(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = push(load_config(alpha.config_path).quorum)

@@ -15,7 +15,6 @@ import pytest
 from relay_support import (
     Node,
     approval,
-    asynctest,
     denial,
     public_line,
     refusing_port,
@@ -122,7 +121,7 @@ def test_the_client_speaks_every_call_of_the_api(nodes: dict[str, Node]) -> None
     assert health["agent_id"] == "alpha"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_async_client_reports_the_relays_refusals(nodes: dict[str, Node]) -> None:
     from relay_support import in_process
 
@@ -303,9 +302,9 @@ def test_the_gate_refuses_an_origin_among_its_peers_and_a_bad_timeout(nodes: dic
 # -- the async client against the sync one ---------------------------------------------------------
 
 
+@pytest.mark.anyio
 @pytest.mark.slow
-def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]) -> None:
-    import asyncio
+async def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]) -> None:
 
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
@@ -342,7 +341,7 @@ def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]
             return answers
 
     with served(alpha, beta, deliver=False):
-        first = asyncio.run(async_answers())
+        first = await async_answers()
         with (
             RelayClient(alpha.url, token=alpha.token) as client,
             RelayClient(beta.url, token=beta.token) as peer,
@@ -367,8 +366,10 @@ def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]
     assert first[7][1:] == (404, "not_found")  # type: ignore[index]
 
 
-def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch: pytest.MonkeyPatch) -> None:
-    import asyncio
+@pytest.mark.anyio
+async def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import socket
 
     async def main() -> tuple[str, RelayError, RelayError]:
@@ -386,7 +387,7 @@ def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch
                     await client.get_request("a" * 32)
         return closed, unreachable.value, late.value
 
-    closed, unreachable, late = asyncio.run(main())
+    closed, unreachable, late = await main()
     assert unreachable.status_code is None
     assert str(unreachable).startswith(
         f"The relay at {closed} is unreachable (the status of request {'a' * 32}):"

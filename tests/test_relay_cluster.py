@@ -290,7 +290,8 @@ def test_a_redis_restart_with_append_only_keeps_pending_requests(tmp_path: Path)
     assert (counted.counted, counted.state) == (True, "approved")
 
 
-def test_the_same_decision_delivered_five_times_counts_once(
+@pytest.mark.anyio
+async def test_the_same_decision_delivered_five_times_counts_once(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
     nodes = write_cluster(tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix)
@@ -306,7 +307,7 @@ def test_the_same_decision_delivered_five_times_counts_once(
 
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         client.submit_request(request, alpha.signed(request)["signature"])
-        answers = asyncio.run(deliver_five_times())
+        answers = await deliver_five_times()
         status = client.get_request(request["request_id"])
 
     assert [answer.status_code for answer in answers] == [200] * 5
@@ -315,7 +316,8 @@ def test_the_same_decision_delivered_five_times_counts_once(
     assert status.state == "pending"
 
 
-def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_outcome_event(
+@pytest.mark.anyio
+async def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_outcome_event(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
     peers = [f"p{index:02d}" for index in range(50)]
@@ -337,7 +339,7 @@ def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_
 
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         client.submit_request(request, alpha.signed(request)["signature"])
-        receipts = asyncio.run(race())
+        receipts = await race()
         status = client.get_request(request["request_id"])
     events_key = Keys(alpha.redis_prefix).request(request["request_id"]).events
     store = redis.Redis.from_url(redis_url)

@@ -19,7 +19,6 @@ import pytest
 from relay_support import (
     Node,
     approval,
-    asynctest,
     denial,
     error,
     fixture_nodes,  # noqa: F401 - the nodes fixture
@@ -49,7 +48,7 @@ async def nothing_stored(client: httpx.AsyncClient, origin: str, request_id: str
 # -- accepting peers' requests ---------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_peers_request_is_accepted_once_and_queued_for_the_approver(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -86,7 +85,7 @@ async def test_a_peers_request_is_accepted_once_and_queued_for_the_approver(node
     assert {entry.target for entry in queued} == {"approver"}
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_unknown_origin_is_forbidden_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -109,7 +108,7 @@ async def test_an_unknown_origin_is_forbidden_and_nothing_is_stored(nodes: dict[
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_bad_request_signature_is_refused_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -128,7 +127,7 @@ async def test_a_bad_request_signature_is_refused_and_nothing_is_stored(nodes: d
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_that_does_not_name_this_node_is_forbidden(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -153,7 +152,7 @@ async def test_a_request_that_does_not_name_this_node_is_forbidden(
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_malformed_request_or_body_is_invalid_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -190,7 +189,7 @@ async def test_a_malformed_request_or_body_is_invalid_and_nothing_is_stored(node
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_oversized_body_is_refused_before_and_while_reading(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -218,7 +217,7 @@ async def test_an_oversized_body_is_refused_before_and_while_reading(nodes: dict
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_from_the_future_is_refused_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     late = alpha.request(now=time.time() + 3600)  # genuinely signed, by a clock an hour ahead
@@ -239,7 +238,7 @@ async def test_a_request_from_the_future_is_refused_and_nothing_is_stored(nodes:
     assert accepted.status_code == 201
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_origin_past_its_rate_limit_gets_429_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
@@ -314,7 +313,7 @@ def test_an_origin_holding_its_share_of_the_inbox_gets_429_until_one_of_its_requ
     }
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_captured_request_posted_again_and_again_never_uses_up_its_origins_window(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -356,7 +355,7 @@ async def test_a_captured_request_posted_again_and_again_never_uses_up_its_origi
     )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_expired_request_is_refused_and_charges_nothing(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
@@ -385,7 +384,7 @@ async def test_an_expired_request_is_refused_and_charges_nothing(nodes: dict[str
     assert [response.status_code for response in genuine] == [201, 201, 429]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_inbox_needs_the_nodes_token(nodes: dict[str, Node]) -> None:
     beta = nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -399,7 +398,7 @@ async def test_the_inbox_needs_the_nodes_token(nodes: dict[str, Node]) -> None:
         assert error(response)[:2] == (401, "unauthorized")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_inbox_long_poll_returns_when_a_request_arrives(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -418,7 +417,7 @@ async def test_the_inbox_long_poll_returns_when_a_request_arrives(nodes: dict[st
     assert [item["request_id"] for item in waited.json()] == [request["request_id"]]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_pending_request_behind_ten_thousand_decided_ones_is_listed_and_wakes_the_long_poll(
     nodes: dict[str, Node],
 ) -> None:
@@ -459,7 +458,7 @@ async def test_a_pending_request_behind_ten_thousand_decided_ones_is_listed_and_
     ]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_unknown_inbox_item_is_not_found(nodes: dict[str, Node]) -> None:
     beta = nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -491,7 +490,7 @@ async def approve_here(client: httpx.AsyncClient, node: Node, request: dict[str,
     assert (await client.post(path, json=approval(request, node.name), headers=node.headers)).is_success
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approver(
     nodes: dict[str, Node],
 ) -> None:
@@ -514,7 +513,7 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
 
 
 @pytest.mark.usefixtures("one_entry_per_sweep")
-@asynctest
+@pytest.mark.anyio
 async def test_requests_waiting_at_the_head_of_the_inbox_queue_do_not_hide_the_ones_behind(
     nodes: dict[str, Node],
 ) -> None:
@@ -537,7 +536,7 @@ def one_entry_per_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(teaagent_relay._relay, "INBOX_SWEEP_BATCH", 1)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_decision_recorded_but_never_queued_is_sent_by_the_inbox_sweep(
     nodes: dict[str, Node],
 ) -> None:
@@ -568,7 +567,7 @@ async def test_a_decision_recorded_but_never_queued_is_sent_by_the_inbox_sweep(
     assert json.loads(after[0].payload)["body"]["statement"]["signer"] == "beta"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_contrary_decision_is_refused_and_never_queued(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -586,7 +585,7 @@ async def test_a_contrary_decision_is_refused_and_never_queued(nodes: dict[str, 
     ]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_this_nodes_decision_is_recorded_and_queued_for_the_origin(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -627,7 +626,7 @@ async def test_this_nodes_decision_is_recorded_and_queued_for_the_origin(nodes: 
     assert payload["body"]["statement"] == document["statement"]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -667,7 +666,7 @@ async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, 
 # -- the delivery worker ----------------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_worker_delivers_a_request_to_the_peer_relay(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -696,7 +695,7 @@ async def test_the_worker_delivers_a_request_to_the_peer_relay(
     assert 'teaagent_relay_deliveries_total{result="ok"} 1.0' in metrics
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_worker_dead_letters_a_permanent_refusal(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -753,7 +752,7 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
     assert error(anonymous)[:2] == (401, "unauthorized")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_relay_retries_a_delivery_until_the_request_expires_not_a_fixed_count(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -776,7 +775,7 @@ async def test_the_relay_retries_a_delivery_until_the_request_expires_not_a_fixe
     assert len(actions) > 12
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_running_worker_removes_consumers_left_by_dead_processes(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -813,7 +812,7 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
     assert swept == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_worker_retries_an_unreachable_peer_later(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -849,7 +848,7 @@ async def test_the_worker_retries_an_unreachable_peer_later(
 
 
 @pytest.mark.slow
-@asynctest
+@pytest.mark.anyio
 async def test_a_delivery_claimed_by_a_crashed_relay_is_taken_over(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -905,7 +904,7 @@ class _HoldingOne(httpx.AsyncBaseTransport):
 
 
 @pytest.mark.slow
-@asynctest
+@pytest.mark.anyio
 async def test_a_peer_that_hangs_holds_up_no_delivery_to_the_others(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:

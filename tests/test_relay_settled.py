@@ -23,7 +23,6 @@ from relay_support import (
     ApproverProcess,
     Node,
     approval,
-    asynctest,
     denial,
     in_process,
     served,
@@ -247,7 +246,7 @@ def test_a_forged_settlement_is_refused_and_the_item_stays_pending(nodes: dict[s
             assert request_id in [listed.request_id for listed in client.list_inbox()]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_settlement_that_overtakes_its_request_is_retried_until_the_peer_settles_it(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:

@@ -26,7 +26,6 @@ from relay_support import (
     Node,
     approval,
     approve_next,
-    asynctest,
     error,
     in_process,
     refusing_port,
@@ -155,7 +154,7 @@ def test_a_decided_request_cannot_be_withdrawn(nodes: dict[str, Node]) -> None:
         assert origin.get_request(request["request_id"]).state == "approved"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_origin_relay_refuses_forged_and_mismatched_withdrawals(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     request = alpha.request()
@@ -235,7 +234,7 @@ async def test_the_origin_relay_refuses_forged_and_mismatched_withdrawals(nodes:
         assert 'teaagent_relay_outcomes_total{state="withdrawn"} 1.0' in response.text
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_peer_relay_refuses_withdrawals_it_cannot_verify(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
@@ -510,7 +509,7 @@ async def gamma_state(gamma_client: httpx.AsyncClient, gamma: Node, request_id: 
     return answer.json()["state"] if answer.status_code == 200 else None
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_withdrawal_that_overtakes_its_request_is_retried_until_the_peer_drops_it(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -553,7 +552,7 @@ async def test_a_withdrawal_that_overtakes_its_request_is_retried_until_the_peer
     assert dead == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_withdrawal_of_a_request_that_never_reached_the_peer_ends_without_a_dead_letter(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:

@@ -25,7 +25,6 @@ from relay_support import (
     RelayProcess,
     approval,
     approver_in_process,
-    asynctest,
     in_process,
     private_key,
     public_line,
@@ -349,7 +348,7 @@ def _without_peer(config: Path, peer: str) -> None:
     config.write_text(text[:start] + text[end:])
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_check_in_flight_keeps_its_snapshot_when_a_reload_removes_the_peer(
     tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -387,7 +386,7 @@ async def test_a_check_in_flight_keeps_its_snapshot_when_a_reload_removes_the_pe
     assert after.json()["message"] == "'alpha' is not a configured peer of this node."
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_peer_removed_by_a_reload_counts_for_nothing_on_a_request_made_before(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -423,7 +422,7 @@ async def test_a_peer_removed_by_a_reload_counts_for_nothing_on_a_request_made_b
     assert (counted.json()["counted"], counted.json()["state"]) == (True, "approved")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_approver_forgets_what_verified_under_the_old_trust(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -453,7 +452,7 @@ async def test_the_approver_forgets_what_verified_under_the_old_trust(
     assert approved.status_code == 422, approved.text
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_reload_refuses_another_identity_and_names_what_takes_a_restart(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:

@@ -98,7 +98,8 @@ def test_serve_app_refuses_a_tls_key_that_is_not_one(
     assert err.count("\n") == 1
 
 
-def test_cancel_and_wait_cancels_again_a_task_that_swallowed_the_first_cancel() -> None:
+@pytest.mark.anyio
+async def test_cancel_and_wait_cancels_again_a_task_that_swallowed_the_first_cancel() -> None:
     async def scenario() -> int:
         swallowed = 0
 
@@ -120,7 +121,7 @@ def test_cancel_and_wait_cancels_again_a_task_that_swallowed_the_first_cancel() 
         assert task.cancelled()
         return swallowed
 
-    assert asyncio.run(scenario()) == 1
+    assert await scenario() == 1
 
 
 # -- the relay as a real process ---------------------------------------------------------------

@@ -596,7 +596,8 @@ def test_a_batch_after_the_server_lost_its_scripts_loads_them_and_counts_once(in
     in_store(scenario)
 
 
-def test_a_batch_on_an_unreachable_server_is_one_store_error_without_the_password() -> None:
+@pytest.mark.anyio
+async def test_a_batch_on_an_unreachable_server_is_one_store_error_without_the_password() -> None:
     async def scenario() -> None:
         store = connect("redis://:hunter2@127.0.0.1:1/0", prefix="ta:alpha", options=FAIL_FAST)
         async with store:  # connect() does not connect: the batch is the first use
@@ -605,7 +606,7 @@ def test_a_batch_on_an_unreachable_server_is_one_store_error_without_the_passwor
             ):
                 await store.requests.record_decisions([DecisionToCount(new_id(), "approval", "beta", b"x")])
 
-    asyncio.run(scenario())
+    await scenario()
 
 
 def test_an_empty_or_wholly_malformed_batch_sends_nothing(in_store: Run) -> None:
