@@ -214,6 +214,18 @@ def long_polls(node: Node, kind: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def rule(tool: str, decision: str, *, command: str | None = None, reason: str | None = None) -> str:
+    """One ``[[approver.rules]]`` table: a call of ``tool`` (whose command matches ``command``) gets
+    ``decision`` (approve, deny, ask), a denial with ``reason``."""
+    arguments = f'arguments = {{ command = "{command}" }}\n' if command is not None else ""
+    because = f'reason = "{reason}"\n' if reason is not None else ""
+    return f'\n[[approver.rules]]\ntool = "{tool}"\n{arguments}decision = "{decision}"\n{because}'
+
+
+APPROVE_ECHO = rule("shell.run", "approve", command="echo *")
+DENY_RM = rule("shell.run", "deny", command="rm *", reason="nothing is removed here")
+
+
 def write_cluster(
     folder: Path,
     names: Iterable[str],

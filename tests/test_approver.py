@@ -21,6 +21,8 @@ import httpx
 import pytest
 from conftest import SSHKey
 from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
     Node,
     approver_in_process,
     error,
@@ -41,18 +43,7 @@ from teaagent_approver import AUDIT_FILE_NAME, DECISION_EVENT
 
 WAIT = 20.0  # seconds a test waits for what takes well under one on an idle host
 
-APPROVE_ECHO_DENY_RM = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+APPROVE_ECHO_DENY_RM = DENY_RM + APPROVE_ECHO
 
 
 @pytest.fixture(name="cluster")

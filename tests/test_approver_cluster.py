@@ -17,7 +17,16 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from relay_support import ApproverProcess, Node, free_port, running, wait_until, write_cluster
+from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
+    ApproverProcess,
+    Node,
+    free_port,
+    running,
+    wait_until,
+    write_cluster,
+)
 
 from teaagent.audit import verify_log
 from teaagent.cli._serve import STOP_GRACE_SECONDS
@@ -30,18 +39,7 @@ pytestmark = pytest.mark.slow
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = DENY_RM + APPROVE_ECHO
 
 
 def audit_records(node: Node) -> list[dict[str, Any]]:

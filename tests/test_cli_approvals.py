@@ -35,7 +35,16 @@ import pytest
 import redis
 import uvicorn
 from conftest import SSHKey
-from relay_support import ApproverProcess, Node, RelayProcess, free_port, signer, write_cluster
+from relay_support import (
+    APPROVE_ECHO,
+    ApproverProcess,
+    Node,
+    RelayProcess,
+    free_port,
+    rule,
+    signer,
+    write_cluster,
+)
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -81,16 +90,7 @@ class Cluster:
         return self.nodes["alpha"].request(tool_name=tool_name, arguments=arguments, **fields)
 
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "fs.delete"
-decision = "ask"
-"""
+RULES = APPROVE_ECHO + rule("fs.delete", "ask")
 
 
 @pytest.fixture(scope="module")

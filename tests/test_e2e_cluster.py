@@ -36,7 +36,16 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from relay_support import ApproverProcess, Node, RelayProcess, long_polls, public_line, write_cluster
+from relay_support import (
+    APPROVE_ECHO,
+    ApproverProcess,
+    Node,
+    RelayProcess,
+    long_polls,
+    public_line,
+    rule,
+    write_cluster,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -49,40 +58,12 @@ SHORT_TIMEOUT = 8  # alpha-short.toml's quorum timeout, for the expiry
 MARK = "TEAAGENT_E2E_TEST_MARK"
 
 RULES = {
-    "beta": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "curl *" }
-decision = "deny"
-reason = "beta downloads nothing"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "tar *" }
-decision = "approve"
-""",
-    "gamma": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "curl *" }
-decision = "deny"
-reason = "gamma downloads nothing"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "tar *" }
-decision = "ask"
-""",
+    "beta": rule("shell.run", "deny", command="curl *", reason="beta downloads nothing")
+    + APPROVE_ECHO
+    + rule("shell.run", "approve", command="tar *"),
+    "gamma": rule("shell.run", "deny", command="curl *", reason="gamma downloads nothing")
+    + APPROVE_ECHO
+    + rule("shell.run", "ask", command="tar *"),
 }
 
 

@@ -37,6 +37,7 @@ import httpx
 import pytest
 from lies import Lie, lies
 from relay_support import (
+    APPROVE_ECHO,
     Node,
     ServedApp,
     approver_in_process,
@@ -56,12 +57,7 @@ from teaagent.tui._inbox import approver_client, inbox_rows
 
 pytestmark = pytest.mark.slow
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = APPROVE_ECHO
 RM = {"command": "rm -rf /"}
 ECHO = {"command": "echo hello"}
 

@@ -26,18 +26,14 @@ import httpx
 import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from relay_support import Node, free_port
+from relay_support import Node, free_port, rule
 
 from teaagent.audit import verify_log_or_raise
 
 pytestmark = pytest.mark.slow
 
 READY = 20.0
-MERGE_RULES = """
-[[approver.rules]]
-tool = "github.merge_*"
-decision = "approve"
-"""
+MERGE_RULES = rule("github.merge_*", "approve")
 
 
 def upstream(transport: str, port: int, merges: str) -> None:

@@ -29,25 +29,14 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
-from relay_support import Node, free_port
+from relay_support import APPROVE_ECHO, DENY_RM, Node, free_port
 
 from teaagent.audit import verify_log_or_raise
 
 pytestmark = pytest.mark.slow
 
 READY = 20.0
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = DENY_RM + APPROVE_ECHO
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,16 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from redis_cluster_fixture import RedisCluster
-from relay_support import ApproverProcess, Node, RelayProcess, private_key, wait_until, write_cluster
+from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
+    ApproverProcess,
+    Node,
+    RelayProcess,
+    private_key,
+    wait_until,
+    write_cluster,
+)
 
 from teaagent.errors import ApprovalDeniedError
 from teaagent.relay_client import RelayClient, RelayQuorumGate
@@ -28,18 +37,7 @@ pytestmark = pytest.mark.slow
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 RATE_LIMIT = 12  # requests beta's relay takes from alpha per hour, in the test
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""  # anything else waits for an operator
+RULES = DENY_RM + APPROVE_ECHO  # anything else waits for an operator
 
 
 def teaagent(node: Node, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relay_support import ApproverProcess, Node, approval, denial, running, wait_until, write_cluster
+from relay_support import ApproverProcess, Node, approval, denial, rule, running, wait_until, write_cluster
 
 from teaagent.config import load_config
 from teaagent.errors import ApprovalDeniedError, RelayError
@@ -41,11 +41,7 @@ pattern = "deploy.*"
 any_of = [{ group = "ops", required = 2 }, { group = "security", required = 1 }]
 """
 
-APPROVER_RULES = """
-[[approver.rules]]
-tool = "git.push*"
-decision = "approve"
-"""
+APPROVER_RULES = rule("git.push*", "approve")
 
 
 @pytest.fixture(name="cluster")

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from relay_support import (
+    APPROVE_ECHO,
     ApproverProcess,
     Node,
     RelayProcess,
@@ -40,12 +41,7 @@ from teaagent.relay_client import RelayQuorumGate
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = APPROVE_ECHO
 
 
 def teaagent(*args: str | Path) -> subprocess.CompletedProcess[str]:

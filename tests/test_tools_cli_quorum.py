@@ -20,30 +20,15 @@ from typing import Any
 import httpx
 import pytest
 from port_support import refusing_port
-from relay_support import Node, signer
+from relay_support import APPROVE_ECHO, Node, rule, signer
 
 pytestmark = pytest.mark.slow
 
 CALL_TIMEOUT = 120.0  # seconds for one CLI process, start-up on a loaded host included
 SHORT_TIMEOUT = 12  # the quorum timeout of the expiry scenario: sent with 11 s left, reminded at 10
 RULES = {
-    "beta": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "true *" }
-decision = "approve"
-""",
-    "gamma": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-""",
+    "beta": APPROVE_ECHO + rule("shell.run", "approve", command="true *"),
+    "gamma": APPROVE_ECHO,
 }
 
 

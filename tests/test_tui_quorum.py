@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from port_support import refusing_port
-from relay_support import Node, served, signer, wait_until, write_cluster
+from relay_support import APPROVE_ECHO, DENY_RM, Node, rule, served, signer, wait_until, write_cluster
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -40,26 +40,9 @@ pytestmark = pytest.mark.slow
 
 WAIT = 30.0
 
-BETA_RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
+BETA_RULES = DENY_RM + APPROVE_ECHO
 
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
-
-GAMMA_RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "not on Fridays"
-"""
+GAMMA_RULES = rule("shell.run", "deny", command="rm *", reason="not on Fridays")
 
 
 @dataclass
