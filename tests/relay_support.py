@@ -33,7 +33,7 @@ from port_support import refusing_port as refusing_port  # the relay tests impor
 
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import build_request, sign_approval, sign_denial, sign_request
-from teaagent.relay_client import InboxItem, RelayClient
+from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
 from teaagent.signing import SSHPrivateKey
 from teaagent.store import Keys
 
@@ -166,6 +166,18 @@ class Node:
         }
         values.update(overrides)
         return Settings(**values)
+
+    def gate(self, **options: Any) -> RelayQuorumGate:
+        """The node's quorum gate on its relay, with its key and quorum; ``options`` are the gate's
+        (``timeout``, ``config``, ``on_progress``...)."""
+        values: dict[str, Any] = {
+            "relay_url": self.url,
+            "token": self.token,
+            "origin": self.name,
+            "private_key_signer": self.key,
+            "config": self.quorum(),
+        }
+        return RelayQuorumGate(**{**values, **options})
 
     # -- documents ---------------------------------------------------------------------------
 

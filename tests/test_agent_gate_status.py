@@ -37,12 +37,7 @@ def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
 
 
 def gate_of(alpha: Node, **extra: object) -> RelayQuorumGate:
-    return RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
+    return alpha.gate(
         timeout=WAIT,
         **extra,  # type: ignore[arg-type]
     )

@@ -32,7 +32,7 @@ from teaagent.audit import verify_log
 from teaagent.cli._serve import STOP_GRACE_SECONDS
 from teaagent.errors import ApprovalDeniedError
 from teaagent.quorum import verify_certificate
-from teaagent.relay_client import RelayClient, RelayQuorumGate
+from teaagent.relay_client import RelayClient
 from teaagent_approver import AUDIT_FILE_NAME, DECISION_EVENT
 
 pytestmark = pytest.mark.slow
@@ -83,12 +83,7 @@ def test_the_rules_of_two_peers_give_the_origin_its_certificate_and_its_denial(
                 approver.start(wait=False)
             for approver in approvers:
                 approver.wait_ready()
-            gate = RelayQuorumGate(
-                relay_url=alpha.url,
-                token=alpha.token,
-                origin="alpha",
-                private_key_signer=alpha.key,
-                config=alpha.quorum(),
+            gate = alpha.gate(
                 timeout=WAIT,
             )
             echo = alpha.request(arguments={"command": "echo hello"}, call_id="call-echo")

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import uvicorn
 from conftest import SSHKey
+from redis_fixture import delete_prefix, new_prefix
 from relay_support import (
     APPROVE_ECHO,
     ApproverProcess,
@@ -99,7 +99,7 @@ def cluster(
 ) -> Iterator[Cluster]:
     """One cluster for the module (each test sends requests of its own), its keys under one prefix."""
     folder = tmp_path_factory.mktemp("approvals")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     nodes = write_cluster(
         folder,
         ["alpha", "beta", "gamma"],
@@ -117,13 +117,7 @@ def cluster(
         "".join(f"beta {key.public_line}\n" for key in (operator, second, locked))
     )
     yield Cluster(nodes, operator, second, locked, stranger, nodes["beta"].approver_port)
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+    delete_prefix(redis_server, prefix)
 
 
 def config_with_approver_port(cluster: Cluster, port: int) -> str:

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
+from redis_fixture import delete_prefix, new_prefix
 from relay_support import (
     APPROVE_ECHO,
     ApproverProcess,
@@ -225,7 +224,7 @@ class Background:
 def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("e2e-cluster")
     (folder / "logs").mkdir()
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     mark = secrets.token_hex(8)
     nodes = write_cluster(
         folder,
@@ -278,13 +277,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iter
             service.stop()
         for pid in marked(mark):  # whatever a failed test left: only this module's processes
             os.kill(pid, signal.SIGKILL)
-        client = redis.Redis.from_url(redis_server)
-        try:
-            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
+        delete_prefix(redis_server, prefix)
 
 
 def request_id_of(stderr: str) -> str:

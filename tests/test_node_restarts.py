@@ -39,12 +39,7 @@ def two_nodes(tmp_path: Path) -> dict[str, Node]:
 
 
 def gate_of(alpha: Node) -> RelayQuorumGate:
-    return RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
+    return alpha.gate(
         timeout=WAIT,
     )
 

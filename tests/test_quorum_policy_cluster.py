@@ -20,7 +20,7 @@ from relay_support import ApproverProcess, Node, approval, denial, rule, running
 from teaagent.config import load_config
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import evaluate, verify_certificate
-from teaagent.relay_client import RelayClient, RelayQuorumGate, describe_wait
+from teaagent.relay_client import RelayClient, describe_wait
 from teaagent.trust import MultiSigQuorumConfig
 
 pytestmark = pytest.mark.slow
@@ -71,11 +71,7 @@ class Asking:
         self.result: dict[str, Any] | BaseException | None = None
         self.lines: list[str] = []  # the gate's progress lines (a command line's stderr)
         self.waits: list[str] = []  # describe_wait of each view of the wait (the agent's, the TUI's)
-        self._gate = RelayQuorumGate(
-            relay_url=alpha.url,
-            token=alpha.token,
-            origin="alpha",
-            private_key_signer=alpha.key,
+        self._gate = alpha.gate(
             config=config,
             timeout=WAIT,
             on_progress=self.lines.append,

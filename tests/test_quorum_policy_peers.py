@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relay_support import Node, error, in_process, signer, write_cluster
+from relay_support import Node, error, in_process, write_cluster
 from test_relay_inbox import nothing_stored
 
 import teaagent_relay._relay
 from teaagent.config import load_config
 from teaagent.quorum import PROTOCOL_VERSION, build_request, request_problem
-from teaagent.relay_client import RelayQuorumGate
 from teaagent.trust import MultiSigQuorumConfig, QuorumRule
 
 RULES = """
@@ -71,11 +70,7 @@ def lowered(config: MultiSigQuorumConfig) -> MultiSigQuorumConfig:
 def test_the_origins_gate_signs_no_request_whose_policy_is_not_its_own(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     config = load_config(alpha.config_path).quorum
-    gate = RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=signer("alpha"),
+    gate = alpha.gate(
         config=config,
     )
     try:

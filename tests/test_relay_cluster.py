@@ -32,7 +32,7 @@ from relay_support import (
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.policy import ApprovalPolicy, PermissionMode
 from teaagent.quorum import verify_certificate
-from teaagent.relay_client import RelayClient, RelayQuorumGate
+from teaagent.relay_client import RelayClient
 from teaagent.store import Keys
 
 pytestmark = pytest.mark.slow
@@ -73,12 +73,7 @@ def test_three_relays_give_the_gate_its_certificate_or_the_denial(
         peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
     )
     alpha = nodes["alpha"]
-    gate = RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
+    gate = alpha.gate(
         timeout=WAIT,
     )
     policy = ApprovalPolicy.for_workspace(
@@ -165,12 +160,7 @@ class GateInThread:
     def __init__(self, node: Node, timeout: float) -> None:
         self.progress: list[str] = []
         self.outcome: list[Any] = []  # the certificate, or what obtain() raised
-        self.gate = RelayQuorumGate(
-            relay_url=node.url,
-            token=node.token,
-            origin=node.name,
-            private_key_signer=node.key,
-            config=node.quorum(),
+        self.gate = node.gate(
             timeout=timeout,
             on_progress=self.progress.append,
         )

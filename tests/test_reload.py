@@ -37,7 +37,6 @@ from relay_support import (
 
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import approval_statement, build_request, sign_approval, sign_withdrawal
-from teaagent.relay_client import RelayQuorumGate
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
@@ -134,12 +133,7 @@ def test_peers_add_while_the_services_run_counts_the_new_peer_without_a_restart(
     relay = RelayProcess(alpha, tmp_path).start()
     approver = ApproverProcess(alpha, tmp_path).start()
     gamma_relay = RelayProcess(gamma, tmp_path).start()
-    gate = RelayQuorumGate(
-        relay_url=gamma.url,
-        token=gamma.token,
-        origin="gamma",
-        private_key_signer=gamma.key,
-        config=gamma.quorum(),
+    gate = gamma.gate(
         timeout=WAIT,
     )
     try:
