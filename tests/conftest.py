@@ -18,7 +18,7 @@ from cluster_support import running_star
 # Cluster's (redis_cluster, cluster_prefix), started only for the tests that ask for it.
 from redis_cluster_fixture import fixture_cluster_prefix, fixture_redis_cluster  # noqa: F401
 from redis_fixture import fixture_redis_prefix, fixture_redis_server, fixture_redis_url  # noqa: F401
-from relay_support import Node
+from relay_support import MakeCluster, Node, write_cluster
 
 # Started in the background by a shell without job control (`make test &`, nohup), the suite would
 # inherit SIGINT ignored, and with it every process it starts: the Ctrl-C tests would then wait in
@@ -78,6 +78,17 @@ def ssh_key_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., S
             public_line = Path(str(path) + ".pub").read_text().strip()
             cache[cache_key] = SSHKey(name, key_type, path, public_line)
         return cache[cache_key]
+
+    return make
+
+
+@pytest.fixture(name="make_cluster")
+def fixture_make_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> MakeCluster:
+    """``relay_support.write_cluster`` in this test's folder, on its Redis prefix:
+    ``make_cluster("alpha", "beta", required=1)`` writes the nodes' files and returns the nodes."""
+
+    def make(*names: str, **options: Any) -> dict[str, Node]:
+        return write_cluster(tmp_path, names, redis_url=redis_url, prefix=redis_prefix, **options)
 
     return make
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,6 +226,9 @@ def long_polls(node: Node, kind: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+MakeCluster = Callable[..., dict[str, Node]]  # the make_cluster fixture: write_cluster in a test's folder
+
+
 def rule(tool: str, decision: str, *, command: str | None = None, reason: str | None = None) -> str:
     """One ``[[approver.rules]]`` table: a call of ``tool`` (whose command matches ``command``) gets
     ``decision`` (approve, deny, ask), a denial with ``reason``."""
@@ -254,6 +257,7 @@ def write_cluster(
     redis_cluster: bool = False,
     quorum_rules: Mapping[str, str] | None = None,
     high_risk: Iterable[str] = ("shell.*", "fs.delete"),
+    star: str | None = None,
 ) -> dict[str, Node]:
     """Write one configuration file per node; by default every node is a peer of every other.
 
@@ -264,9 +268,15 @@ def write_cluster(
     ``[approver] port`` is a free port of its own (``Node.approver_port``). ``redis_cluster``
     writes ``redis_cluster = true``: ``redis_url`` is one node of a Redis Cluster.
     ``quorum_rules`` gives, per node, the TOML of its ``[quorum.groups]`` and ``[[quorum.rules]]``
-    (protocol version 2); ``high_risk`` its ``high_risk_patterns``.
+    (protocol version 2); ``high_risk`` its ``high_risk_patterns``. ``star`` names the node that
+    asks every other, each of which knows it alone (in place of ``peers_of``).
     """
     names = list(names)
+    if star is not None:
+        peers_of = {
+            star: [name for name in names if name != star],
+            **{name: [star] for name in names if name != star},
+        }
     ports = dict(ports or {})
     for name in names:
         ports.setdefault(name, free_port())

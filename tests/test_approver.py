@@ -23,13 +23,13 @@ from conftest import SSHKey
 from relay_support import (
     APPROVE_ECHO,
     DENY_RM,
+    MakeCluster,
     Node,
     approver_in_process,
     error,
     served,
     signer,
     until,
-    write_cluster,
 )
 from words_support import AGO, moment_re
 
@@ -47,16 +47,9 @@ APPROVE_ECHO_DENY_RM = DENY_RM + APPROVE_ECHO
 
 
 @pytest.fixture(name="cluster")
-def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (2 of 2); beta's rules deny ``rm *``, approve ``echo *``, ask the rest."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": APPROVE_ECHO_DENY_RM},
-    )
+    return make_cluster("alpha", "beta", "gamma", star="alpha", rules={"beta": APPROVE_ECHO_DENY_RM})
 
 
 @pytest.fixture(name="beta_relay")
@@ -601,20 +594,12 @@ async def test_the_audit_log_verifies_and_holds_one_record_per_decision_with_its
 
 
 @pytest.mark.anyio
-async def test_an_ask_item_is_notified_once_and_not_again_after_a_restart(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
+async def test_an_ask_item_is_notified_once_and_not_again_after_a_restart(make_cluster: MakeCluster) -> None:
     from test_approver_notify import receiving
 
     with receiving() as receiver:
         notify = f'notify = {{ webhook_url = "{receiver.url("/hook")}", format = "json" }}\n'
-        cluster = write_cluster(
-            tmp_path,
-            ["alpha", "beta"],
-            redis_url=redis_url,
-            prefix=redis_prefix,
-            rules={"beta": notify + APPROVE_ECHO_DENY_RM},
-        )
+        cluster = make_cluster("alpha", "beta", rules={"beta": notify + APPROVE_ECHO_DENY_RM})
         alpha, beta = cluster["alpha"], cluster["beta"]
         with served(beta):
             async with beta_approver(beta) as client:

@@ -21,11 +21,11 @@ from relay_support import (
     APPROVE_ECHO,
     DENY_RM,
     ApproverProcess,
+    MakeCluster,
     Node,
     free_port,
     running,
     wait_until,
-    write_cluster,
 )
 
 from teaagent.audit import verify_log
@@ -64,16 +64,10 @@ def relay_metrics(node: Node) -> str:
 
 
 def test_the_rules_of_two_peers_give_the_origin_its_certificate_and_its_denial(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": RULES, "gamma": RULES},
+    nodes = make_cluster(
+        "alpha", "beta", "gamma", required=2, star="alpha", rules={"beta": RULES, "gamma": RULES}
     )
     alpha = nodes["alpha"]
     approvers = [ApproverProcess(nodes[name], tmp_path) for name in ("beta", "gamma")]
@@ -185,16 +179,9 @@ def check_signed_once(alpha: Node, beta: Node, ids: list[str]) -> None:
 
 
 def test_an_approver_killed_mid_stream_skips_nothing_and_signs_nothing_twice(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        rules={"beta": RULES},
-    )
+    nodes = make_cluster("alpha", "beta", required=1, rules={"beta": RULES})
     alpha, beta = nodes["alpha"], nodes["beta"]
     with running(nodes.values(), tmp_path):
         approver = ApproverProcess(beta, tmp_path)
@@ -222,16 +209,9 @@ def test_an_approver_killed_mid_stream_skips_nothing_and_signs_nothing_twice(
 
 
 def test_two_approvers_racing_on_one_inbox_sign_each_request_once(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        rules={"beta": RULES},
-    )
+    nodes = make_cluster("alpha", "beta", required=1, rules={"beta": RULES})
     alpha, beta = nodes["alpha"], nodes["beta"]
     count = 60
     with running(nodes.values(), tmp_path):
@@ -259,14 +239,14 @@ def test_two_approvers_racing_on_one_inbox_sign_each_request_once(
 
 
 def test_approver_serve_refuses_a_port_in_use_and_stops_on_sigterm_during_a_long_poll(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
     import signal
     import socket
     import subprocess
     import sys
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     beta = nodes["beta"]
     with running([beta], tmp_path):
         holder = socket.socket()

@@ -20,6 +20,7 @@ import pytest
 import rfc8785
 from agent_support import write_node
 from relay_support import (
+    MakeCluster,
     Node,
     ServedApp,
     error,
@@ -28,7 +29,6 @@ from relay_support import (
     served,
     undelivered,
     wait_until,
-    write_cluster,
 )
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -173,12 +173,10 @@ class NestedPeer(ServedApp):
 
 @pytest.mark.parametrize("status", [400, 503], ids=["a refusal", "a failure"])
 def test_a_delivery_a_peer_answers_with_nested_json_is_given_up_once_not_retried(
-    tmp_path: Path, redis_url: str, redis_prefix: str, status: int
+    redis_url: str, status: int, make_cluster: MakeCluster
 ) -> None:
     port = free_port()
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, ports={"beta": port}
-    )
+    nodes = make_cluster("alpha", "beta", ports={"beta": port})
     alpha = nodes["alpha"]
     request = alpha.request()
     with NestedPeer(status, port=port) as peer, served(alpha):
@@ -247,11 +245,11 @@ def arguments(depth: int) -> dict[str, Any]:
 
 
 def test_a_call_whose_arguments_nest_to_their_limit_is_delivered_listed_approved_and_certified(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
     from teaagent_approver import create_app
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     deepest = arguments(MAX_ARGUMENTS_DEPTH)
     request = alpha.request(arguments=deepest)

@@ -30,7 +30,6 @@ import copy
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,11 +37,11 @@ import pytest
 from lies import Lie, lies
 from relay_support import (
     APPROVE_ECHO,
+    MakeCluster,
     Node,
     ServedApp,
     approver_in_process,
     served,
-    write_cluster,
 )
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -161,17 +160,9 @@ def rewrites(sample: Item) -> list[tuple[str, Rewrite, bool]]:
 
 
 @pytest.fixture(name="cluster")
-def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (1 of 2); beta's rules approve ``echo *``, the rest waits for an operator."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": RULES},
-    )
+    return make_cluster("alpha", "beta", "gamma", required=1, star="alpha", rules={"beta": RULES})
 
 
 @asynccontextmanager

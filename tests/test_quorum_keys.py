@@ -17,6 +17,7 @@ import httpx
 import pytest
 from key_forms import rsa_exponent_forms, rsa_line, sk_form
 from relay_support import (
+    MakeCluster,
     approval,
     denial,
     in_process,
@@ -24,7 +25,6 @@ from relay_support import (
     public_line,
     served,
     signer,
-    write_cluster,
 )
 from words_support import date_of, moment_re
 
@@ -235,16 +235,10 @@ def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_verify_certi
 
 
 def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_the_origins_relay(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
     private_key("beta-retired")
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        operators={"beta": ["beta-retired"]},
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", operators={"beta": ["beta-retired"]})
     (tmp_path / "beta.operators").write_text(RETIRED_LINE)
     alpha = nodes["alpha"]
     request = alpha.request()
@@ -395,15 +389,9 @@ def test_the_origin_signs_with_any_of_its_keys_its_limits_allow_at_the_documents
 
 
 @pytest.fixture
-def staffed(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Any]:
+def staffed(make_cluster: MakeCluster) -> dict[str, Any]:
     private_key("beta-ops1")  # make the operator's key before the files are written
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        operators={"beta": ["beta-ops1"]},
-    )
+    return make_cluster("alpha", "beta", "gamma", operators={"beta": ["beta-ops1"]})
 
 
 @pytest.mark.anyio

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relay_support import ApproverProcess, Node, approval, denial, rule, running, wait_until, write_cluster
+from relay_support import (
+    ApproverProcess,
+    MakeCluster,
+    Node,
+    approval,
+    denial,
+    rule,
+    running,
+    wait_until,
+)
 
 from teaagent.config import load_config
 from teaagent.errors import ApprovalDeniedError, RelayError
@@ -45,18 +54,13 @@ APPROVER_RULES = rule("git.push*", "approve")
 
 
 @pytest.fixture(name="cluster")
-def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        peers_of={
-            "alpha": ["beta", "gamma", "delta"],
-            "beta": ["alpha"],
-            "gamma": ["alpha"],
-            "delta": ["alpha"],
-        },
+def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
+    return make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        star="alpha",
         quorum_rules={"alpha": QUORUM_RULES},
         high_risk=("shell.*", "fs.delete", "git.push*", "deploy.*"),
         rules={"beta": APPROVER_RULES, "gamma": APPROVER_RULES},

@@ -6,11 +6,10 @@ PROTOCOL.md "Version 2": "Who decides what the policy is" and "Mixed clusters".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
-from relay_support import Node, error, in_process, write_cluster
+from relay_support import MakeCluster, Node, error, in_process
 from test_relay_inbox import nothing_stored
 
 import teaagent_relay._relay
@@ -30,13 +29,13 @@ all_of = [{ group = "ops", required = 2 }, { group = "security", required = 1 }]
 
 
 @pytest.fixture(name="nodes")
-def fixture_nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def fixture_nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks for git.push under its rule; beta, gamma, delta are its peers."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
+    return make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
         quorum_rules={"alpha": RULES},
         high_risk=("shell.*", "fs.delete", "git.push*"),
     )

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from redis_fixture import RestartableRedis
-from relay_support import Served, ServedApp, wait_until, write_cluster
+from relay_support import MakeCluster, Served, ServedApp, wait_until, write_cluster
 
 from teaagent.errors import StoreError
 
@@ -76,10 +76,8 @@ def test_the_relay_is_not_ready_while_its_redis_is_down_and_ready_again_after(
         assert states(becomes(relay.url, 200)) == {"store": "ok", "worker": "ok"}
 
 
-def test_the_relay_is_not_ready_when_its_delivery_worker_died(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix)
+def test_the_relay_is_not_ready_when_its_delivery_worker_died(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta")
     with Served(nodes["alpha"]) as relay:
         assert ready(relay.url)[0] == 200
         task = relay.app.state.delivery_task
@@ -91,8 +89,8 @@ def test_the_relay_is_not_ready_when_its_delivery_worker_died(
         )
 
 
-def test_the_relay_documents_ready(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix)
+def test_the_relay_documents_ready(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta")
     with Served(nodes["alpha"]) as relay:
         paths = httpx.get(f"{relay.url}/openapi.json", timeout=10).json()["paths"]
     answers = paths["/ready"]["get"]["responses"]
@@ -141,11 +139,11 @@ def test_the_approver_is_not_ready_while_its_redis_or_its_relay_is_down(
 
 
 def test_the_approver_is_not_ready_while_its_engine_rounds_fail(
-    tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, make_cluster: MakeCluster
 ) -> None:
     from teaagent_approver._engine import Engine
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix)
+    nodes = make_cluster("alpha", "beta")
     stream_last_id = Engine._stream_last_id
     failing = True
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
     denial,
@@ -436,17 +437,8 @@ async def test_a_signer_that_may_not_sign_is_forbidden(nodes: dict[str, Node]) -
 
 
 @pytest.mark.anyio
-async def test_a_request_peer_that_this_node_does_not_know_is_forbidden(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "omega"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        peers_of={"alpha": ["beta", "gamma"]},
-    )
+async def test_a_request_peer_that_this_node_does_not_know_is_forbidden(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", "omega", required=1, peers_of={"alpha": ["beta", "gamma"]})
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
         request = alpha.request()

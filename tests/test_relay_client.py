@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
     denial,
     public_line,
     refusing_port,
     served,
-    write_cluster,
 )
 
 from teaagent.errors import ApprovalDeniedError, RelayError
@@ -36,16 +35,9 @@ WAIT = 20.0
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (2 of 2); beta and gamma know alpha."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-    )
+    return make_cluster("alpha", "beta", "gamma", required=2, star="alpha")
 
 
 def approve_next(node: Node, *, deny_reason: str | None = None) -> None:
@@ -252,12 +244,8 @@ def test_the_gate_raises_the_denial_with_who_and_why(nodes: dict[str, Node]) -> 
 
 
 @pytest.mark.slow
-def test_the_gate_raises_expired_when_the_peers_stay_silent(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1, timeout_seconds=1
-    )
+def test_the_gate_raises_expired_when_the_peers_stay_silent(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1, timeout_seconds=1)
     alpha = nodes["alpha"]
     with served(alpha, deliver=False):
         gate = gate_of(alpha)

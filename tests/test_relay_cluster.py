@@ -18,6 +18,7 @@ import pytest
 import redis
 from redis_fixture import RestartableRedis
 from relay_support import (
+    MakeCluster,
     Node,
     RelayProcess,
     approval,
@@ -40,10 +41,8 @@ pytestmark = pytest.mark.slow
 WAIT = 20.0  # seconds a test waits for something that takes well under one on an idle host
 
 
-def test_two_relays_exchange_a_request_and_its_decision(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+def test_two_relays_exchange_a_request_and_its_decision(tmp_path: Path, make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     with running(nodes.values(), tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         request = alpha.request()
@@ -62,16 +61,9 @@ def test_two_relays_exchange_a_request_and_its_decision(
 
 
 def test_three_relays_give_the_gate_its_certificate_or_the_denial(
-    tmp_path: Path, redis_url: str, redis_prefix: str, workspace: Path
+    tmp_path: Path, workspace: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", required=2, star="alpha")
     alpha = nodes["alpha"]
     gate = alpha.gate(
         timeout=WAIT,
@@ -124,9 +116,9 @@ def test_three_relays_give_the_gate_its_certificate_or_the_denial(
 
 
 def test_a_relay_killed_between_accepting_a_decision_and_delivering_it_loses_nothing(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, redis_url: str, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     alpha_relay = RelayProcess(alpha, tmp_path).start()
     beta_relay = RelayProcess(beta, tmp_path).start()
@@ -182,10 +174,10 @@ class GateInThread:
 
 
 def test_the_gate_outlives_its_relays_crash_and_sends_the_request_again(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, redis_url: str, redis_prefix: str, make_cluster: MakeCluster
 ) -> None:
     """kill -9 of the origin's relay with its fan-out lost (as if it died before queueing it)."""
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     asking = GateInThread(alpha, timeout=WAIT * 2)
     alpha_relay = RelayProcess(alpha, tmp_path).start()  # beta's relay is not up yet
@@ -214,9 +206,9 @@ def test_the_gate_outlives_its_relays_crash_and_sends_the_request_again(
 
 
 def test_a_gate_whose_relay_never_comes_back_says_so_at_its_deadline(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     asking = GateInThread(alpha, timeout=3.0)
     alpha_relay = RelayProcess(alpha, tmp_path).start()
@@ -235,9 +227,9 @@ def test_a_gate_whose_relay_never_comes_back_says_so_at_its_deadline(
 
 
 def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         request = alpha.request()
@@ -282,9 +274,9 @@ def test_a_redis_restart_with_append_only_keeps_pending_requests(tmp_path: Path)
 
 @pytest.mark.anyio
 async def test_the_same_decision_delivered_five_times_counts_once(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix)
+    nodes = make_cluster("alpha", "beta", "gamma")
     alpha = nodes["alpha"]
     alpha.extra_env["TEAAGENT_RELAY_DELIVER"] = "0"
     request = alpha.request()
@@ -308,12 +300,10 @@ async def test_the_same_decision_delivered_five_times_counts_once(
 
 @pytest.mark.anyio
 async def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_outcome_event(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, redis_url: str, redis_prefix: str, make_cluster: MakeCluster
 ) -> None:
     peers = [f"p{index:02d}" for index in range(50)]
-    nodes = write_cluster(
-        tmp_path, ["alpha"], redis_url=redis_url, prefix=redis_prefix, required=25, peers_of={"alpha": peers}
-    )
+    nodes = make_cluster("alpha", required=25, peers_of={"alpha": peers})
     alpha = nodes["alpha"]
     alpha.extra_env["TEAAGENT_RELAY_DELIVER"] = "0"
     request = alpha.request()

@@ -11,12 +11,12 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
     denial,
@@ -26,7 +26,6 @@ from relay_support import (
     refusing_port,
     served,
     signer,
-    write_cluster,
 )
 from test_store_requests import decided_in_inbox
 from words_support import AGO, AN_HOUR_AHEAD, moment_re
@@ -128,16 +127,8 @@ async def test_a_bad_request_signature_is_refused_and_nothing_is_stored(nodes: d
 
 
 @pytest.mark.anyio
-async def test_a_request_that_does_not_name_this_node_is_forbidden(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        peers_of={"alpha": ["gamma", "delta"]},
-    )
+async def test_a_request_that_does_not_name_this_node_is_forbidden(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", "delta", peers_of={"alpha": ["gamma", "delta"]})
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         request = alpha.request()
@@ -315,16 +306,10 @@ def test_an_origin_holding_its_share_of_the_inbox_gets_429_until_one_of_its_requ
 
 @pytest.mark.anyio
 async def test_a_captured_request_posted_again_and_again_never_uses_up_its_origins_window(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
     # dev signatures only to have a second valid signature over the very same request.
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        allow_dev_signatures=True,
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", allow_dev_signatures=True)
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
@@ -667,10 +652,8 @@ async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, 
 
 
 @pytest.mark.anyio
-async def test_the_worker_delivers_a_request_to_the_peer_relay(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+async def test_the_worker_delivers_a_request_to_the_peer_relay(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with (
         in_process(beta, deliver=False) as beta_client,
@@ -696,17 +679,8 @@ async def test_the_worker_delivers_a_request_to_the_peer_relay(
 
 
 @pytest.mark.anyio
-async def test_the_worker_dead_letters_a_permanent_refusal(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        peers_of={"beta": ["gamma"]},  # beta does not know alpha
-    )
+async def test_the_worker_dead_letters_a_permanent_refusal(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", required=1, peers_of={"beta": ["gamma"]})
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with (
         in_process(beta, deliver=False) as beta_client,
@@ -754,9 +728,9 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
 
 @pytest.mark.anyio
 async def test_the_relay_retries_a_delivery_until_the_request_expires_not_a_fixed_count(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as alpha_client:
         request = alpha.request()
@@ -776,10 +750,8 @@ async def test_the_relay_retries_a_delivery_until_the_request_expires_not_a_fixe
 
 
 @pytest.mark.anyio
-async def test_the_running_worker_removes_consumers_left_by_dead_processes(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+async def test_the_running_worker_removes_consumers_left_by_dead_processes(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as alpha_client:
         relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
@@ -813,18 +785,9 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
 
 
 @pytest.mark.anyio
-async def test_the_worker_retries_an_unreachable_peer_later(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
+async def test_the_worker_retries_an_unreachable_peer_later(make_cluster: MakeCluster) -> None:
     with refusing_port() as down:  # beta is down: its port refuses every connection
-        nodes = write_cluster(
-            tmp_path,
-            ["alpha", "beta"],
-            redis_url=redis_url,
-            prefix=redis_prefix,
-            required=1,
-            ports={"beta": down},
-        )
+        nodes = make_cluster("alpha", "beta", required=1, ports={"beta": down})
         alpha = nodes["alpha"]
         async with in_process(alpha, deliver=False) as client:
             request = alpha.request()
@@ -849,10 +812,8 @@ async def test_the_worker_retries_an_unreachable_peer_later(
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_a_delivery_claimed_by_a_crashed_relay_is_taken_over(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+async def test_a_delivery_claimed_by_a_crashed_relay_is_taken_over(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with (
         in_process(beta, deliver=False) as beta_client,
@@ -905,12 +866,8 @@ class _HoldingOne(httpx.AsyncBaseTransport):
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_a_peer_that_hangs_holds_up_no_delivery_to_the_others(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+async def test_a_peer_that_hangs_holds_up_no_delivery_to_the_others(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha, beta, gamma = nodes["alpha"], nodes["beta"], nodes["gamma"]
     async with (
         in_process(gamma, deliver=False) as gamma_client,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from relay_support import Node, RelayProcess, wait_until, write_cluster
+from relay_support import MakeCluster, Node, RelayProcess, wait_until
 from tls_support import PrivateCA
 
 from teaagent.config import load_config
@@ -57,9 +57,9 @@ def _delivery_errors(redis_url: str, node: Node) -> list[str]:
 
 
 def test_a_relay_delivers_over_https_only_to_a_peer_whose_ca_it_trusts(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, redis_url: str, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     # A 4 s bound on each delivery (not the suite's 1 s): a TLS handshake with a relay that has
     # just started, on a loaded host, may take longer, and a timeout names no certificate.

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
     approve_next,
@@ -47,16 +48,9 @@ PROCESS_WAIT = 90.0  # a command's Python start-up on a loaded two-core host com
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (2 of 2); beta and gamma know alpha."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-    )
+    return make_cluster("alpha", "beta", "gamma", required=2, star="alpha")
 
 
 def client_of(node: Node) -> RelayClient:

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from relay_support import (
     APPROVE_ECHO,
     ApproverProcess,
+    MakeCluster,
     Node,
     RelayProcess,
     approval,
@@ -32,7 +33,6 @@ from relay_support import (
     served,
     signer,
     wait_until,
-    write_cluster,
 )
 
 from teaagent.policy import MultiSigQuorumConfig
@@ -117,13 +117,12 @@ def decide(alpha: Node, request: dict[str, Any], decision: dict[str, Any]) -> ht
 
 @pytest.mark.slow
 def test_peers_add_while_the_services_run_counts_the_new_peer_without_a_restart(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
+    nodes = make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
         required=1,
         peers_of={"alpha": ["beta"], "beta": ["alpha"], "gamma": ["alpha"]},
         rules={"alpha": RULES},
@@ -174,17 +173,10 @@ def test_peers_add_while_the_services_run_counts_the_new_peer_without_a_restart(
 
 
 @pytest.fixture
-def operated(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def operated(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta (1 of 1); carol signs for beta, listed in beta.operators (beta's operators file
     and, at alpha, beta's allowed_signers)."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        operators={"beta": ["carol"]},
-    )
+    return make_cluster("alpha", "beta", required=1, operators={"beta": ["carol"]})
 
 
 @pytest.mark.slow
@@ -340,11 +332,9 @@ def _without_peer(config: Path, peer: str) -> None:
 
 @pytest.mark.anyio
 async def test_a_check_in_flight_keeps_its_snapshot_when_a_reload_removes_the_peer(
-    tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
     async with in_process(beta, deliver=False) as client:
@@ -378,11 +368,9 @@ async def test_a_check_in_flight_keeps_its_snapshot_when_a_reload_removes_the_pe
 
 @pytest.mark.anyio
 async def test_a_peer_removed_by_a_reload_counts_for_nothing_on_a_request_made_before(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha = nodes["alpha"]
     request = alpha.request()
     async with in_process(alpha, deliver=False) as client:
@@ -413,12 +401,8 @@ async def test_a_peer_removed_by_a_reload_counts_for_nothing_on_a_request_made_b
 
 
 @pytest.mark.anyio
-async def test_the_approver_forgets_what_verified_under_the_old_trust(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+async def test_the_approver_forgets_what_verified_under_the_old_trust(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
     path = f"/v1/requests/{request['request_id']}"
@@ -444,12 +428,12 @@ async def test_the_approver_forgets_what_verified_under_the_old_trust(
 
 @pytest.mark.anyio
 async def test_a_reload_refuses_another_identity_and_names_what_takes_a_restart(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
     from teaagent._reload import TrustReloader
     from teaagent.config import load_config
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     path = nodes["alpha"].config_path
     original = path.read_text()
     reloader = TrustReloader(load_config(path), what="the relay of alpha")

@@ -23,7 +23,17 @@ from typing import Any
 
 import pytest
 from port_support import refusing_port
-from relay_support import APPROVE_ECHO, DENY_RM, Node, rule, served, signer, wait_until, write_cluster
+from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
+    MakeCluster,
+    Node,
+    rule,
+    served,
+    signer,
+    wait_until,
+    write_cluster,
+)
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -391,16 +401,8 @@ def test_an_operator_key_signs_the_decision_instead_of_the_node_key(cluster: Clu
     assert (outcome.state, outcome.signers) == ("approved", ("alpha",))  # the operator signs for alpha
 
 
-def test_an_expired_quorum_is_shown_as_expired(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        timeout_seconds=2,
-        peers_of={"alpha": ["beta"], "beta": ["alpha"]},
-    )
+def test_an_expired_quorum_is_shown_as_expired(tmp_path: Path, make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1, timeout_seconds=2, star="alpha")
     (tmp_path / "workspace-alpha").mkdir()
     terminal = Terminal(["wait for nobody", "/quorum"])
     adapter = scripted([shell("make wait")])
