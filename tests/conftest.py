@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from cluster_support import running_star
@@ -19,6 +20,8 @@ from cluster_support import running_star
 from redis_cluster_fixture import fixture_cluster_prefix, fixture_redis_cluster  # noqa: F401
 from redis_fixture import fixture_redis_prefix, fixture_redis_server, fixture_redis_url  # noqa: F401
 from relay_support import MakeCluster, Node, write_cluster
+
+from teaagent.store import Store, open_store
 
 # Started in the background by a shell without job control (`make test &`, nohup), the suite would
 # inherit SIGINT ignored, and with it every process it starts: the Ctrl-C tests would then wait in
@@ -80,6 +83,23 @@ def ssh_key_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., S
         return cache[cache_key]
 
     return make
+
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+def in_store(redis_url: str, redis_prefix: str) -> Callable[[Callable[[Store], Awaitable[T]]], T]:
+    """Run ``scenario(store)`` in a fresh event loop with a store under the test's own prefix."""
+
+    def run(scenario: Callable[[Store], Awaitable[T]]) -> T:
+        async def main() -> T:
+            async with open_store(redis_url, prefix=redis_prefix) as store:
+                return await scenario(store)
+
+        return asyncio.run(main())
+
+    return run
 
 
 @pytest.fixture(name="make_cluster")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -27,24 +27,12 @@ from relay_support import (
 
 from teaagent._batch import Coalescer
 from teaagent.errors import RequestNotFoundError, StoreError
-from teaagent.store import DecisionToCount, Store, open_store
+from teaagent.store import DecisionToCount, Store
 
 T = TypeVar("T")
 NOW = 1_764_570_000
 EXPIRES = NOW + 120
 DOC = b'{"request":{"request_id":"...","tool_name":"shell.run"},"signature":"AAAA"}'
-
-
-@pytest.fixture
-def in_store(redis_url: str, redis_prefix: str) -> Callable[[Callable[[Store], Awaitable[T]]], T]:
-    def run(scenario: Callable[[Store], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with open_store(redis_url, prefix=redis_prefix) as store:
-                return await scenario(store)
-
-        return asyncio.run(main())
-
-    return run
 
 
 # -- the Coalescer ---------------------------------------------------------------------------------

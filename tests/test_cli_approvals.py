@@ -48,6 +48,7 @@ from relay_support import (
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from web_support import fingerprint_of, ssh_keygen_sign
 
 from teaagent.approver_client import ApproverClient
 from teaagent.cli import _approvals
@@ -404,22 +405,6 @@ def test_deny_needs_a_reason_and_signs_it(
 
 
 # -- statement, ssh-keygen -Y sign, submit -----------------------------------------------------
-
-
-def ssh_keygen_sign(key: SSHKey, path: Path, namespace: str = "teaagent-approval") -> Path:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-Y", "sign", "-n", namespace, "-f", str(key.private_path), str(path)],
-        check=True,
-        capture_output=True,
-    )
-    return Path(f"{path}.sig")
-
-
-def fingerprint_of(key: SSHKey) -> str:
-    result = subprocess.run(
-        ["ssh-keygen", "-l", "-f", str(key.public_path)], check=True, capture_output=True, text=True
-    )
-    return result.stdout.split()[1]
 
 
 @pytest.mark.slow

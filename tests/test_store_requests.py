@@ -23,7 +23,6 @@ from teaagent.store import (
     Store,
     StoreOptions,
     connect,
-    open_store,
 )
 from teaagent.store._scripts import script_source
 from teaagent.tools import ToolRateLimit
@@ -38,20 +37,6 @@ APPROVAL = b'{"statement":{"type":"teaagent.approval","signer":"beta"},"signatur
 
 def new_id() -> str:
     return secrets.token_hex(16)
-
-
-@pytest.fixture
-def in_store(redis_url: str, redis_prefix: str) -> Callable[[Callable[[Store], Awaitable[T]]], T]:
-    """Run ``scenario(store)`` in a fresh event loop with a store under the test's own prefix."""
-
-    def run(scenario: Callable[[Store], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with open_store(redis_url, prefix=redis_prefix) as store:
-                return await scenario(store)
-
-        return asyncio.run(main())
-
-    return run
 
 
 Run = Callable[[Callable[[Store], Awaitable[Any]]], Any]

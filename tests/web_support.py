@@ -130,7 +130,7 @@ def fixture_web_cluster(
         delete_prefix(redis_server, prefix)
 
 
-def ssh_keygen_sign(key: SSHKey, path: Path, namespace: str) -> Path:
+def ssh_keygen_sign(key: SSHKey, path: Path, namespace: str = "teaagent-approval") -> Path:
     subprocess.run(
         ["ssh-keygen", "-q", "-Y", "sign", "-n", namespace, "-f", str(key.private_path), str(path)],
         check=True,
