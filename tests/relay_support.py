@@ -37,7 +37,7 @@ from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
 from teaagent.signing import SSHPrivateKey
 from teaagent.store import Keys
 
-READY_TIMEOUT = 20.0  # seconds for a relay process to answer /health (Python start-up on a loaded host)
+READY_TIMEOUT = 45.0  # seconds for a service process to answer /health: a loaded host starts several at once
 
 # The services' timings in the tests (their environment): an approver takes a dead one's place
 # within a second, a relay retries a delivery within half of one.
