@@ -199,6 +199,20 @@ class Node:
         return {"request": dict(request), "signature": sign_request(request, self.key)}
 
 
+def shell_request(config: MultiSigQuorumConfig, command: str, **fields: Any) -> dict[str, Any]:
+    """``build_request`` of a ``shell.run`` of ``command`` under ``config``: from alpha, run-1, call-1,
+    "clean the build" unless ``fields`` (``build_request``'s keywords) say otherwise."""
+    values: dict[str, Any] = {
+        "origin": "alpha",
+        "run_id": "run-1",
+        "call_id": "call-1",
+        "reason": "clean the build",
+    }
+    return build_request(
+        tool_name="shell.run", arguments={"command": command}, config=config, **{**values, **fields}
+    )
+
+
 def approval(request: Mapping[str, Any], name: str, signed_at: int | None = None) -> dict[str, Any]:
     """A full approval document ``{"statement", "signature"}`` by ``name``."""
     from teaagent.quorum import approval_statement

@@ -24,6 +24,7 @@ from relay_support import (
     private_key,
     public_line,
     served,
+    shell_request,
     signer,
 )
 from words_support import date_of, moment_re
@@ -32,7 +33,6 @@ from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum import (
     approval_statement,
     build_certificate,
-    build_request,
     denial_statement,
     evaluate,
     sign_approval,
@@ -74,15 +74,7 @@ def operator_key(name: str = "beta-op", **limits: Any) -> SignerKey:
 
 
 def request_for(quorum: MultiSigQuorumConfig) -> dict[str, Any]:
-    return build_request(
-        origin="alpha",
-        run_id="run-1",
-        call_id="call-1",
-        tool_name="shell.run",
-        arguments={"command": "make"},
-        reason="build",
-        config=quorum,
-    )
+    return shell_request(quorum, "make", reason="build")
 
 
 def approval_by(

@@ -25,6 +25,7 @@ from relay_support import (
     in_process,
     refusing_port,
     served,
+    shell_request,
     signer,
 )
 from test_store_requests import decided_in_inbox
@@ -32,7 +33,7 @@ from words_support import AGO, AN_HOUR_AHEAD, moment_re
 
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
-from teaagent.quorum import approval_statement, build_request, sign_request, sign_withdrawal
+from teaagent.quorum import approval_statement, sign_request, sign_withdrawal
 from teaagent_relay import MAX_BODY_BYTES
 from teaagent_relay._worker import DeliveryWorker
 
@@ -89,15 +90,7 @@ async def test_an_unknown_origin_is_forbidden_and_nothing_is_stored(nodes: dict[
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         request = alpha.request()
-        request = build_request(
-            origin="mallory",
-            run_id="r",
-            call_id="c",
-            tool_name="shell.run",
-            arguments={"command": "id"},
-            reason="",
-            config=alpha.quorum(),
-        )
+        request = shell_request(alpha.quorum(), "id", origin="mallory", run_id="r", call_id="c", reason="")
         response = await client.post(
             "/v1/inbox", json={"request": request, "signature": sign_request(request, signer("mallory"))}
         )

@@ -31,12 +31,13 @@ from relay_support import (
     private_key,
     public_line,
     served,
+    shell_request,
     signer,
     wait_until,
 )
 
 from teaagent.policy import MultiSigQuorumConfig
-from teaagent.quorum import approval_statement, build_request, sign_approval, sign_withdrawal
+from teaagent.quorum import approval_statement, sign_approval, sign_withdrawal
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
@@ -95,15 +96,7 @@ def signed_as(request: dict[str, Any], node: str, key: str) -> dict[str, Any]:
 
 def submitted(alpha: Node, config: MultiSigQuorumConfig, call_id: str) -> dict[str, Any]:
     """A request of alpha's agent, stored by alpha's relay (and fanned out to its peers)."""
-    request = build_request(
-        origin="alpha",
-        run_id="run-1",
-        call_id=call_id,
-        tool_name="shell.run",
-        arguments={"command": f"rm -rf {call_id}"},
-        reason="clean up",
-        config=config,
-    )
+    request = shell_request(config, f"rm -rf {call_id}", call_id=call_id, reason="clean up")
     response = httpx.post(
         f"{alpha.url}/v1/requests", json=alpha.signed(request), headers=alpha.headers, timeout=20
     )
