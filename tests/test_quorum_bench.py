@@ -8,7 +8,7 @@ import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent.relay_client._quorum_bench import CONCURRENCIES, FLOOR_CLIENT_HOPS, _Counters, _trips
+from teaagent_bench.quorum._figures import CONCURRENCIES, FLOOR_CLIENT_HOPS, _Counters, _trips
 
 ISSUE_KEYS = {"p50_ms_c1", "p99_ms_c1", "throughput_c16", "throughput_c64", "floor_p50_ms_c1", "floor_ratio"}
 
@@ -59,7 +59,7 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
 def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from teaagent.relay_client import _quorum_bench
+    from teaagent_bench.quorum import _figures as _quorum_bench
 
     assert [(_quorum_bench._Size(n).required, len(_quorum_bench._Size(n).peers)) for n in (3, 5, 9)] == [
         (2, 2),

@@ -11,7 +11,9 @@ from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.quorum import build_request, request_policy
-from teaagent.relay_client._quorum_bench import (
+from teaagent.signing import SSHPrivateKey
+from teaagent.trust import MultiSigQuorumConfig
+from teaagent_bench.quorum._figures import (
     POLICY_TOOL,
     _Counters,
     _policy_config,
@@ -19,8 +21,6 @@ from teaagent.relay_client._quorum_bench import (
     _Run,
     _write_nodes,
 )
-from teaagent.signing import SSHPrivateKey
-from teaagent.trust import MultiSigQuorumConfig
 
 
 def test_the_variant_asks_under_alphas_two_group_rule_and_the_plain_calls_stay_version_1(

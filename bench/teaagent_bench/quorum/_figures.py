@@ -109,11 +109,12 @@ from teaagent.quorum import (
     statement_bytes,
     verify_certificate,
 )
-from teaagent.relay_client._bench import _free_port, _process_cpu_seconds
 from teaagent.relay_client._client import MAX_WAIT_SECONDS, AsyncRelayClient
 from teaagent.signing import SSHPrivateKey, sshsig_sign, sshsig_verify
 from teaagent.store import EmbeddedRedis
 from teaagent.trust import MultiSigQuorumConfig, QuorumRule, RuleTerm
+from teaagent_bench import python_code
+from teaagent_bench.relay import _free_port, _process_cpu_seconds
 
 __all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes"]
 
@@ -764,7 +765,7 @@ def _floor(
     command = [
         sys.executable,
         "-c",
-        "from teaagent.relay_client._quorum_bench import floor_main; floor_main()",
+        python_code("from teaagent_bench.quorum import floor_main; floor_main()"),
     ]
     workers = [
         subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -814,7 +815,7 @@ def _floor_server(folder: Path) -> Iterator[int]:
             [
                 sys.executable,
                 "-c",
-                f"from teaagent.relay_client._quorum_bench import serve_floor; serve_floor({port})",
+                python_code(f"from teaagent_bench.quorum import serve_floor; serve_floor({port})"),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

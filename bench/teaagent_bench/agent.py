@@ -36,13 +36,15 @@ from typing import Any, Final
 
 import httpx
 
+from teaagent_bench import python_code
+
 __all__ = ["DELTAS", "bench_agent", "floor_app"]
 
 DELTAS: Final = 5000  # words of the long reply: frames enough for a steady rate
 READY_SECONDS: Final = 30.0
 TOKEN: Final = "bench-agent-token-0123456789"  # noqa: S105 - a throw-away node's token
 MIN_ROUNDS: Final = 5
-FLOOR_MAIN: Final = "from teaagent_agent._bench import _serve_floor; _serve_floor"
+FLOOR_MAIN: Final = python_code("from teaagent_bench.agent import _serve_floor; _serve_floor")
 
 
 def _free_port() -> int:

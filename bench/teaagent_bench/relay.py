@@ -311,7 +311,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     """``teaagent bench relay``: the store's rate-limit figures and the relay's decision rates.
 
     The rate limiter runs against a fresh embedded Redis (``seconds / 2`` per contender, see
-    ``teaagent.store._bench``) started with ``appendfsync everysec``: its targets compare the
+    ``teaagent_bench.store``) started with ``appendfsync everysec``: its targets compare the
     scripts' own cost with a bare EVALSHA and with ``limits``, and under ``always`` (what the node's
     embedded server runs, so that an acknowledged decision survives a host crash) every write
     would add one fsync that the read-only floor never pays. ``ratelimit_fsync_always_per_s`` is
@@ -324,7 +324,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
         RuntimeError: The relay did not start or refused valid decisions.
         StoreError: The embedded Redis did not start.
     """
-    from teaagent.store._bench import bench_async_client, bench_ratelimit
+    from teaagent_bench.store import bench_async_client, bench_ratelimit
 
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, not {seconds}")
@@ -369,11 +369,11 @@ def tcp_url(server: EmbeddedRedis) -> str:
 
 def bench_relay_redis(server: EmbeddedRedis, seconds: float) -> dict[str, Any]:
     """The ``lib_*`` figures on ``server``: redis-py, coredis and valkey-glide against the wire's floor
-    (``teaagent.store._bench_libraries``; glide over the server's TCP port, beside redis-py there).
+    (``teaagent_bench.store_libraries``; glide over the server's TCP port, beside redis-py there).
 
     The store's own client of before (``lean``) and the relay's decisions on it were measured end to
     end at commit 18dc4de (``TEAAGENT_STORE_CLIENT``); docs/architecture.md has the figures.
     """
-    from teaagent.store._bench_libraries import bench_redis_libraries
+    from teaagent_bench.store_libraries import bench_redis_libraries
 
     return bench_redis_libraries(server.url, tcp_url(server), seconds, ("redispy", "coredis", "glide"))

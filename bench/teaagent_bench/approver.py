@@ -8,7 +8,7 @@ starts), then starts the approver and measures, from the first decision in its a
 approver's ``forwards{result="ok"}`` counter reaching ``count``, the decisions it signed and the
 relay accepted per second (``decisions_per_s``).
 
-In the same run, ``teaagent.relay_client._bench.bench_decisions`` measures the relay's own ceiling
+In the same run, ``teaagent_bench.relay.bench_decisions`` measures the relay's own ceiling
 on peer decisions (``relay_decisions_per_s``); ``ratio_to_relay`` is the approver's rate against it
 (target >= 0.5). ``approver_cpu_ms_per_decision`` and ``relay_cpu_ms_per_decision`` are each
 process's CPU time (user and system) per decision during the approver's run;
@@ -37,17 +37,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from teaagent.quorum import build_request, sign_request
-from teaagent.relay_client._bench import (
+from teaagent.signing import SSHPrivateKey
+from teaagent.store import EmbeddedRedis
+from teaagent.trust import MultiSigQuorumConfig
+from teaagent_approver._audit import AUDIT_FILE_NAME
+from teaagent_bench.relay import (
     _free_port,
     _post,
     _process_cpu_seconds,
     _wait_ready,
     bench_decisions,
 )
-from teaagent.signing import SSHPrivateKey
-from teaagent.store import EmbeddedRedis
-from teaagent.trust import MultiSigQuorumConfig
-from teaagent_approver._audit import AUDIT_FILE_NAME
 
 __all__ = ["bench_approver", "bench_inbox_scale"]
 
