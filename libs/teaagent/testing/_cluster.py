@@ -289,27 +289,38 @@ class LocalCluster:
     # -- the processes ------------------------------------------------------------------------
 
     def start(self) -> LocalCluster:
-        """Start the Redis (unless given), write the files, start every relay and approver, wait for them."""
+        """Start the Redis (unless given), write the files, start every relay and approver, wait for them.
+
+        On any failure, whatever it started is stopped before the error is raised.
+        """
         try:
-            if self._redis_url is None and self.redis is None:
-                self.redis = EmbeddedRedis(self.folder, appendfsync=self._appendfsync)
-                self.redis.start()
+            self.start_redis()
             if not self.nodes:
                 self.write()
-            started = [
-                (name, service)
-                for service in SERVICES
-                for name in self.names
-                if service == "relay" or name in self.approvers
-            ]
-            for name, service in started:
-                self.start_service(name, service, wait=False)
-            for name, service in started:
-                self.wait_ready(name, service)
+            self.start_services()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_redis(self) -> None:
+        """Start the embedded Redis in ``folder/redis``, unless ``redis_url`` was given or it runs."""
+        if self._redis_url is None and self.redis is None:
+            self.redis = EmbeddedRedis(self.folder, appendfsync=self._appendfsync)
+            self.redis.start()
+
+    def start_services(self) -> None:
+        """Start every relay and every approver of ``approvers`` at once, then wait for each."""
+        started = [
+            (name, service)
+            for service in SERVICES
+            for name in self.names
+            if service == "relay" or name in self.approvers
+        ]
+        for name, service in started:
+            self.start_service(name, service, wait=False)
+        for name, service in started:
+            self.wait_ready(name, service)
 
     def service_env(self, name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a node's service starts with: this one's, less ``TEAAGENT_CONFIG``, plus
