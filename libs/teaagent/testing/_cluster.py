@@ -391,12 +391,16 @@ class LocalCluster:
         """Stop one service (``<node>-<service>``): SIGTERM, then SIGKILL after ``STOP_TIMEOUT``."""
         self._stop([self.processes.pop(label)])
 
-    def stop(self) -> None:
-        """Stop every service at once (a relay's graceful stop may wait for its approver's long-poll:
-        one after the other would add the waits up), then the embedded Redis."""
+    def stop_services(self) -> None:
+        """Stop every service at once: a relay's graceful stop may wait for its approver's long-poll,
+        one after the other would add the waits up."""
         processes, self.processes = list(self.processes.values()), {}
+        self._stop(processes)
+
+    def stop(self) -> None:
+        """Stop every service (:meth:`stop_services`), then the embedded Redis."""
         try:
-            self._stop(processes)
+            self.stop_services()
         finally:
             if self.redis is not None:
                 self.redis.stop()
