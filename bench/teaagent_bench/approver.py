@@ -119,7 +119,8 @@ def bench_approver_only(count: int) -> dict[str, float]:
 
     Raises:
         ValueError: ``count`` is below 2.
-        RuntimeError: A process did not start, the relay refused a request, or the approver did not
+        TeaAgentError: The relay did not start (``teaagent.testing``).
+        RuntimeError: The approver exited, the relay refused a request, or the approver did not
             sign and hand over every request within ``DEADLINE_SECONDS``.
         StoreError: The embedded Redis did not start.
     """
@@ -180,7 +181,8 @@ def bench_approver(seconds: float = 3.0) -> dict[str, float]:
 
     Raises:
         ValueError: ``seconds`` is not positive.
-        RuntimeError: A process did not start or refused valid work.
+        TeaAgentError: A service did not start.
+        RuntimeError: A process refused valid work.
         StoreError: The embedded Redis did not start.
     """
     if seconds <= 0:
@@ -228,7 +230,8 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
     (``inbox_scale_ratio_*``: 1 when the cost does not grow with the inbox).
 
     Raises:
-        RuntimeError: A process did not start or the relay refused a request.
+        TeaAgentError: A service did not start.
+        RuntimeError: The relay refused a request.
         StoreError: The embedded Redis did not start.
     """
     import redis

@@ -176,7 +176,8 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
 
     Raises:
         ValueError: ``seconds`` is not positive.
-        RuntimeError: The relay did not start, or refused requests or decisions it should have accepted.
+        TeaAgentError: The relay did not start (``teaagent.testing``).
+        RuntimeError: The relay refused requests or decisions it should have accepted.
         StoreError: The embedded Redis did not start.
     """
     if seconds <= 0:
@@ -251,7 +252,8 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
 
     Raises:
         ValueError: ``seconds`` is not positive.
-        RuntimeError: The relay did not start or refused valid decisions.
+        TeaAgentError: The relay did not start.
+        RuntimeError: The relay refused valid decisions.
         StoreError: The embedded Redis did not start.
     """
     from teaagent_bench.store import bench_async_client, bench_ratelimit

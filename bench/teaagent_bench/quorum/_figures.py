@@ -146,8 +146,9 @@ def bench_quorum(
     Raises:
         ValueError: ``seconds`` is not positive, ``nodes`` not one of ``SIZES``, or a
             concurrency other than 1 and 64 is missing.
-        RuntimeError: A service did not start, a quorum was not approved or its certificate did
-            not verify, or a run did not finish in time.
+        TeaAgentError: A service did not start (``teaagent.testing``).
+        RuntimeError: A quorum was not approved or its certificate did not verify, or a run did not
+            finish in time.
         StoreError: The embedded Redis did not start.
     """
     if seconds <= 0:

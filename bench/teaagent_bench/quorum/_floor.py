@@ -31,9 +31,10 @@ from teaagent.quorum import (
     statement_bytes,
 )
 from teaagent.signing import SSHPrivateKey, sshsig_sign, sshsig_verify
+from teaagent.testing import wait_healthy
 from teaagent.trust import MultiSigQuorumConfig
 from teaagent_bench import python_code
-from teaagent_bench._processes import free_port, stop, wait_ready
+from teaagent_bench._processes import free_port, stop
 from teaagent_bench.quorum._asking import MIN_TIMED, WARMUP_FRACTION, _Run, _summarise
 from teaagent_bench.quorum._cluster import DEFAULT_SIZE, READY_TIMEOUT, _Size
 from teaagent_bench.quorum._counting import _Counters
@@ -378,7 +379,7 @@ def _floor_server(folder: Path) -> Iterator[int]:
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_ready(process, f"http://127.0.0.1:{port}", log, "the floor's HTTP server", READY_TIMEOUT)
+        wait_healthy(process, f"http://127.0.0.1:{port}", "the floor's HTTP server", log, READY_TIMEOUT)
         yield port
     finally:
         stop(process)

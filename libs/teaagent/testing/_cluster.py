@@ -29,7 +29,7 @@ from teaagent.store import EmbeddedRedis
 # The keys SSHPrivateKey.from_cryptography signs with.
 SigningKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
-__all__ = ["ClusterNode", "LocalCluster", "free_port", "star"]
+__all__ = ["ClusterNode", "LocalCluster", "free_port", "star", "wait_healthy"]
 
 Service = Literal["relay", "approver"]
 SERVICES: tuple[Service, ...] = ("relay", "approver")
@@ -99,6 +99,30 @@ class ClusterNode:
     def signer(self) -> SSHPrivateKey:
         """The node's key, loaded from its file."""
         return load_private_key(self.key_path)
+
+
+def wait_healthy(
+    process: subprocess.Popen[bytes], url: str, what: str, log: Path, timeout: float = READY_TIMEOUT
+) -> None:
+    """Wait until ``url/health`` answers 200.
+
+    Raises:
+        TeaAgentError: ``process`` exited, or did not answer within ``timeout`` seconds (the tail
+            of its ``log`` said).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise TeaAgentError(f"{what} exited while starting: {_tail(log)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise TeaAgentError(f"{what} at {url} did not answer within {timeout:g} s: {_tail(log)}")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-1500:]
 
 
 class LocalCluster:
@@ -357,29 +381,12 @@ class LocalCluster:
         return self.processes[label]
 
     def wait_ready(self, name: str, service: Service) -> None:
-        """Wait until the service answers ``/health``.
-
-        Raises:
-            TeaAgentError: It exited, or did not answer within ``ready_timeout`` (its log's tail said).
-        """
+        """Wait until the service answers ``/health`` (see :func:`wait_healthy`)."""
         label = f"{name}-{service}"
-        process = self.processes[label]
         node = self.nodes[name]
         url = node.url if service == "relay" else node.approver_url
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise TeaAgentError(f"{name}'s {service} exited while starting: {self._tail(label)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.05)
-        raise TeaAgentError(
-            f"{name}'s {service} at {url} did not answer within {self.ready_timeout:g} s: {self._tail(label)}"
-        )
-
-    def _tail(self, label: str) -> str:
-        return (self.folder / "logs" / f"{label}.log").read_text(errors="replace")[-1500:]
+        log = self.folder / "logs" / f"{label}.log"
+        wait_healthy(self.processes[label], url, f"{name}'s {service}", log, self.ready_timeout)
 
     def exited(self) -> dict[str, int]:
         """The services that stopped by themselves, and their exit codes."""
