@@ -10,7 +10,7 @@ import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent_agent._bench import DELTAS, floor_app
+from teaagent_bench.agent import DELTAS, floor_app
 
 pytestmark = pytest.mark.slow
 

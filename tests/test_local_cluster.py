@@ -6,6 +6,7 @@ import os
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,14 @@ from teaagent.relay_client import RelayClient
 from teaagent.testing import LocalCluster, star
 
 APPROVE_SHELL = '\n[[approver.rules]]\ntool = "shell.*"\ndecision = "approve"\n'
+RELEASE: dict[str, Any] = {  # alpha's high-risk call
+    "origin": "alpha",
+    "run_id": "run-1",
+    "call_id": "call-1",
+    "tool_name": "shell.run",
+    "arguments": {"command": "make release"},
+    "reason": "ship it",
+}
 
 
 def _gone(pid: int) -> bool:
@@ -87,15 +96,7 @@ def test_three_nodes_come_up_approve_two_of_three_and_stop_leaves_no_process(tmp
         ]
         alpha = cluster.nodes["alpha"]
         config = load_config(alpha.config_path).quorum
-        request = build_request(
-            origin="alpha",
-            run_id="run-1",
-            call_id="call-1",
-            tool_name="shell.run",
-            arguments={"command": "make release"},
-            reason="ship it",
-            config=config,
-        )
+        request = build_request(**RELEASE, config=config)
         with RelayClient(alpha.url, token=alpha.token) as client:
             client.submit_request(request, sign_request(request, alpha.signer()))
             status = client.wait_outcome(request["request_id"], 30.0)

@@ -14,6 +14,6 @@ Typical use::
 
 from __future__ import annotations
 
-from teaagent.testing._cluster import ClusterNode, LocalCluster, free_port, star
+from teaagent.testing._cluster import ClusterNode, LocalCluster, free_port, star, wait_healthy
 
-__all__ = ["ClusterNode", "LocalCluster", "free_port", "star"]
+__all__ = ["ClusterNode", "LocalCluster", "free_port", "star", "wait_healthy"]

@@ -29,7 +29,7 @@ from teaagent.store import EmbeddedRedis
 # The keys SSHPrivateKey.from_cryptography signs with.
 SigningKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
-__all__ = ["ClusterNode", "LocalCluster", "free_port", "star"]
+__all__ = ["ClusterNode", "LocalCluster", "free_port", "star", "wait_healthy"]
 
 Service = Literal["relay", "approver"]
 SERVICES: tuple[Service, ...] = ("relay", "approver")
@@ -99,6 +99,30 @@ class ClusterNode:
     def signer(self) -> SSHPrivateKey:
         """The node's key, loaded from its file."""
         return load_private_key(self.key_path)
+
+
+def wait_healthy(
+    process: subprocess.Popen[bytes], url: str, what: str, log: Path, timeout: float = READY_TIMEOUT
+) -> None:
+    """Wait until ``url/health`` answers 200.
+
+    Raises:
+        TeaAgentError: ``process`` exited, or did not answer within ``timeout`` seconds (the tail
+            of its ``log`` said).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise TeaAgentError(f"{what} exited while starting: {_tail(log)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise TeaAgentError(f"{what} at {url} did not answer within {timeout:g} s: {_tail(log)}")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-1500:]
 
 
 class LocalCluster:
@@ -289,27 +313,38 @@ class LocalCluster:
     # -- the processes ------------------------------------------------------------------------
 
     def start(self) -> LocalCluster:
-        """Start the Redis (unless given), write the files, start every relay and approver, wait for them."""
+        """Start the Redis (unless given), write the files, start every relay and approver, wait for them.
+
+        On any failure, whatever it started is stopped before the error is raised.
+        """
         try:
-            if self._redis_url is None and self.redis is None:
-                self.redis = EmbeddedRedis(self.folder, appendfsync=self._appendfsync)
-                self.redis.start()
+            self.start_redis()
             if not self.nodes:
                 self.write()
-            started = [
-                (name, service)
-                for service in SERVICES
-                for name in self.names
-                if service == "relay" or name in self.approvers
-            ]
-            for name, service in started:
-                self.start_service(name, service, wait=False)
-            for name, service in started:
-                self.wait_ready(name, service)
+            self.start_services()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_redis(self) -> None:
+        """Start the embedded Redis in ``folder/redis``, unless ``redis_url`` was given or it runs."""
+        if self._redis_url is None and self.redis is None:
+            self.redis = EmbeddedRedis(self.folder, appendfsync=self._appendfsync)
+            self.redis.start()
+
+    def start_services(self) -> None:
+        """Start every relay and every approver of ``approvers`` at once, then wait for each."""
+        started = [
+            (name, service)
+            for service in SERVICES
+            for name in self.names
+            if service == "relay" or name in self.approvers
+        ]
+        for name, service in started:
+            self.start_service(name, service, wait=False)
+        for name, service in started:
+            self.wait_ready(name, service)
 
     def service_env(self, name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a node's service starts with: this one's, less ``TEAAGENT_CONFIG``, plus
@@ -346,29 +381,12 @@ class LocalCluster:
         return self.processes[label]
 
     def wait_ready(self, name: str, service: Service) -> None:
-        """Wait until the service answers ``/health``.
-
-        Raises:
-            TeaAgentError: It exited, or did not answer within ``ready_timeout`` (its log's tail said).
-        """
+        """Wait until the service answers ``/health`` (see :func:`wait_healthy`)."""
         label = f"{name}-{service}"
-        process = self.processes[label]
         node = self.nodes[name]
         url = node.url if service == "relay" else node.approver_url
-        deadline = time.monotonic() + self.ready_timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise TeaAgentError(f"{name}'s {service} exited while starting: {self._tail(label)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.05)
-        raise TeaAgentError(
-            f"{name}'s {service} at {url} did not answer within {self.ready_timeout:g} s: {self._tail(label)}"
-        )
-
-    def _tail(self, label: str) -> str:
-        return (self.folder / "logs" / f"{label}.log").read_text(errors="replace")[-1500:]
+        log = self.folder / "logs" / f"{label}.log"
+        wait_healthy(self.processes[label], url, f"{name}'s {service}", log, self.ready_timeout)
 
     def exited(self) -> dict[str, int]:
         """The services that stopped by themselves, and their exit codes."""
@@ -380,12 +398,16 @@ class LocalCluster:
         """Stop one service (``<node>-<service>``): SIGTERM, then SIGKILL after ``STOP_TIMEOUT``."""
         self._stop([self.processes.pop(label)])
 
-    def stop(self) -> None:
-        """Stop every service at once (a relay's graceful stop may wait for its approver's long-poll:
-        one after the other would add the waits up), then the embedded Redis."""
+    def stop_services(self) -> None:
+        """Stop every service at once: a relay's graceful stop may wait for its approver's long-poll,
+        one after the other would add the waits up."""
         processes, self.processes = list(self.processes.values()), {}
+        self._stop(processes)
+
+    def stop(self) -> None:
+        """Stop every service (:meth:`stop_services`), then the embedded Redis."""
         try:
-            self._stop(processes)
+            self.stop_services()
         finally:
             if self.redis is not None:
                 self.redis.stop()
