@@ -10,9 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +17,7 @@ from typing import Any
 
 import httpx
 from cryptography.hazmat.primitives import serialization
-from relay_support import free_port, private_key
+from relay_support import ServiceProcess, free_port, private_key
 
 READY_TIMEOUT = 20.0
 TOKEN = "agent-test-token-0123456789"
@@ -129,8 +126,10 @@ def frames(text: str) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-class AgentProcess:
+class AgentProcess(ServiceProcess):
     """``teaagent agent serve`` for one node, as a real process on its loopback port."""
+
+    stop_timeout = 15.0
 
     def __init__(
         self,
@@ -141,64 +140,14 @@ class AgentProcess:
         own_script: bool = True,
     ) -> None:
         """``own_script=False`` leaves the script to node.toml and the environment (no test script)."""
-        self.node = node
-        self.log_path = log_folder / f"agent-{int(time.time() * 1000)}.log"
-        self.env = dict(env or {})
-        self.own_script = own_script
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> AgentProcess:
-        env = dict(os.environ)
-        env.pop("TEAAGENT_CONFIG", None)
-        env.pop("TEAAGENT_LLM_SCRIPT", None)
-        env.pop("TEAAGENT_AGENT_LLM_SCRIPT", None)
-        if self.own_script:
-            env["TEAAGENT_AGENT_LLM_SCRIPT"] = str(self.node.script_path)
-        env.update(self.env)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "teaagent",
-                    "agent",
-                    "serve",
-                    "--config",
-                    str(self.node.config_path),
-                    "--no-access-log",
-                    "--log-level",
-                    "warning",
-                ],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the agent exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.node.url}/health", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"the agent did not answer in {READY_TIMEOUT}s: {self.log_path.read_text()[-2000:]}"
+        environment = dict(os.environ)
+        environment.pop("TEAAGENT_CONFIG", None)
+        environment.pop("TEAAGENT_LLM_SCRIPT", None)
+        environment.pop("TEAAGENT_AGENT_LLM_SCRIPT", None)
+        if own_script:
+            environment["TEAAGENT_AGENT_LLM_SCRIPT"] = str(node.script_path)
+        environment.update(env or {})
+        super().__init__(
+            "agent", node.config_path, log_folder, port=node.port, env=environment, label="agent"
         )
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-    def __enter__(self) -> AgentProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.node = node

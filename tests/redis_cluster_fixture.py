@@ -14,10 +14,8 @@ Bring both into a test module, or conftest.py, with
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,8 @@ from pathlib import Path
 import pytest
 import redis
 import redis.cluster
+from port_support import free_port
+from redis_fixture import new_prefix
 
 from teaagent.store import find_server_binary
 
@@ -36,12 +36,6 @@ START_TIMEOUT = (
 PORT_ATTEMPTS = 5  # another process may take a free port we picked before the server binds it
 # Well above a loaded host's stalls: no node may be declared failed unless a test stops it.
 NODE_TIMEOUT_MS = 15000
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -167,7 +161,7 @@ class RedisCluster:
     def _spawn(self, binary: Path, folder: Path) -> ClusterNode:
         folder.mkdir(parents=True, exist_ok=True)
         for _attempt in range(PORT_ATTEMPTS):
-            port, bus_port = _free_port(), _free_port()
+            port, bus_port = free_port(), free_port()
             config = folder / "valkey.conf"
             persistence = "appendonly yes\nappendfsync always\n" if self.persistent else "appendonly no\n"
             config.write_text(
@@ -289,7 +283,7 @@ def fixture_redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(name="cluster_prefix")
 def fixture_cluster_prefix(redis_cluster: RedisCluster) -> Iterator[str]:
     """A key prefix no other test uses; its keys are deleted from every master after the test."""
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     yield prefix
     for node in redis_cluster.masters():
         with contextlib.closing(node.client()) as client:

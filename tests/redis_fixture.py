@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+from port_support import free_port
 
-from teaagent.store import EmbeddedRedis
+from teaagent.store import EmbeddedRedis, find_server_binary
 
 TEST_REDIS_URL_VARIABLE = "TEAAGENT_TEST_REDIS_URL"
 TEST_REDIS_VARIABLE = "TEAAGENT_TEST_REDIS"  # embedded (default) or docker
@@ -96,15 +100,82 @@ def fixture_redis_url(redis_server: str) -> str:
     return redis_server
 
 
-@pytest.fixture(name="redis_prefix")
-def fixture_redis_prefix(redis_server: str) -> Iterator[str]:
-    """A key prefix no other test uses; every key under it is deleted after the test."""
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
-    yield prefix
-    client = redis.Redis.from_url(redis_server)
+def new_prefix() -> str:
+    """A key prefix no other test uses (``test:<12 hex digits>``)."""
+    return f"test:{uuid.uuid4().hex[:12]}"
+
+
+def delete_prefix(redis_url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` (``<prefix>:*``) from the Redis at ``redis_url``."""
+    client = redis.Redis.from_url(redis_url)
     try:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if keys:
             client.delete(*keys)
     finally:
         client.close()
+
+
+@contextlib.contextmanager
+def fresh_prefix(redis_url: str) -> Iterator[str]:
+    """A :func:`new_prefix` whose keys are deleted from ``redis_url`` when the context ends."""
+    prefix = new_prefix()
+    try:
+        yield prefix
+    finally:
+        delete_prefix(redis_url, prefix)
+
+
+@pytest.fixture(name="redis_prefix")
+def fixture_redis_prefix(redis_server: str) -> Iterator[str]:
+    """A key prefix no other test uses; every key under it is deleted after the test."""
+    with fresh_prefix(redis_server) as prefix:
+        yield prefix
+
+
+class RestartableRedis:
+    """A Redis server of one test on a loopback port of its own: stopped and started again at will.
+
+    ``append_only`` gives it an append-only file fsynced before every reply, so that it comes back
+    with what it acknowledged; without, it comes back empty.
+    """
+
+    START_TIMEOUT = 20.0
+
+    def __init__(self, folder: Path, *, append_only: bool = False) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+        folder.mkdir(parents=True, exist_ok=True)
+        persistence = "appendonly yes\nappendfsync always\n" if append_only else "appendonly no\n"
+        (folder / "valkey.conf").write_text(
+            f'bind 127.0.0.1\nport {self.port}\ndir "{folder}"\n{persistence}save ""\ndaemonize no\n'
+        )
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [str(find_server_binary()), str(self.folder / "valkey.conf")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
+        try:
+            deadline = time.monotonic() + self.START_TIMEOUT
+            while not self._pings(client):
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the test's Redis on port {self.port} did not start")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _pings(client: redis.Redis) -> bool:
+        with contextlib.suppress(redis.RedisError):
+            return bool(client.ping())
+        return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=self.START_TIMEOUT)

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import functools
 import json
 import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,106 +28,26 @@ import pytest
 import redis
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from port_support import free_port
+from port_support import refusing_port as refusing_port  # the relay tests import it from here too
 
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import build_request, sign_approval, sign_denial, sign_request
-from teaagent.relay_client import InboxItem, RelayClient
+from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
 from teaagent.signing import SSHPrivateKey
 from teaagent.store import Keys
 
-READY_TIMEOUT = 20.0  # seconds for a relay process to answer /health (Python start-up on a loaded host)
+READY_TIMEOUT = 45.0  # seconds for a service process to answer /health: a loaded host starts several at once
 
-
-_HANDED_OUT: set[int] = set()
-_LOWEST_PORT = 10_000
-
-
-def _port_slice() -> range | None:
-    """This test process's own ports: below the kernel's ephemeral range, one slice per xdist worker.
-
-    A port from ``bind(0)`` is an ephemeral one: between its test closing the probe and a
-    service binding it, an outgoing connection of any process (or another worker's probe) may
-    take it, and the service then fails to start, or another worker's service answers there.
-    Below the ephemeral range no outgoing connection is ever given a port, and the slices keep
-    the workers apart.
-    """
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
-    size = (low - _LOWEST_PORT) // workers
-    if size < 500:
-        return None
-    start = _LOWEST_PORT + worker * size
-    return range(start, start + size)
-
-
-_RESERVED: list[int] = []  # open lock files, one per reserved port, held until the process exits
-_RESERVATIONS = Path(tempfile.gettempdir()) / f"teaagent-test-ports-{os.getuid()}"
-
-
-def _reserve(port: int) -> bool:
-    """Reserve ``port`` among this machine's test processes until this one exits (a held ``flock``)."""
-    try:
-        _RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
-        handle = os.open(_RESERVATIONS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return True  # no place to reserve in: the bind probe alone decides
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(handle)
-        return False
-    _RESERVED.append(handle)
-    return True
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on, never handed out twice in this process (see _port_slice)."""
-    ports = _port_slice()
-    if ports is not None:
-        # Each test process starts at a place of its own in its slice and reserves every port it
-        # hands out for its whole life (_reserve): test runs of other checkouts on this machine
-        # use the same slices, and a port one probed free may be listened on by another a moment
-        # later, answering in place of this run's service.
-        first = os.getpid() * 7919 % len(ports)
-        for port in (*ports[first:], *ports[:first]):
-            if port in _HANDED_OUT:
-                continue
-            _HANDED_OUT.add(port)
-            if not _reserve(port):
-                continue  # another test process of this machine handed it out
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                try:
-                    sock.bind(("127.0.0.1", port))
-                except OSError:
-                    continue  # something of this machine's own holds it
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def refusing_port() -> Iterator[int]:
-    """A loopback port that refuses every connection for as long as the context lasts.
-
-    For a peer that is down. A :func:`free_port` is free only when it is handed out: any other
-    process of the machine (another test run, another engineer's service) may listen on it a moment
-    later and answer in the down peer's place. A socket bound to the port and never listening
-    holds it instead: nobody else can bind it, and the kernel refuses every connection to it.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        while True:
-            port = free_port()
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # taken since free_port looked: another one
-            break
-        yield port
+# The services' timings in the tests (their environment): an approver takes a dead one's place
+# within a second, a relay retries a delivery within half of one.
+SERVICE_TIMING = {
+    "TEAAGENT_APPROVER_TAKEOVER_SECONDS": "1",
+    "TEAAGENT_APPROVER_POLL_SECONDS": "2",
+    "TEAAGENT_RELAY_DELIVERY_MIN_IDLE_SECONDS": "2",
+    "TEAAGENT_RELAY_DELIVERY_RETRY_BASE_SECONDS": "0.1",
+    "TEAAGENT_RELAY_DELIVERY_RETRY_CAP_SECONDS": "0.5",
+}
 
 
 _KEYS: dict[str, Ed25519PrivateKey] = {}
@@ -166,6 +82,7 @@ class Node:
     prefix: str
     extra_env: dict[str, str] = field(default_factory=dict)
     approver_port: int = 0  # [approver] port
+    nested: bool = False  # teaagent.testing.LocalCluster's files: <name>/workspace, <name>/data
 
     @property
     def url(self) -> str:
@@ -177,7 +94,13 @@ class Node:
 
     @property
     def data_dir(self) -> Path:
-        return self.folder / f"data-{self.name}"
+        return self.folder / self.name / "data" if self.nested else self.folder / f"data-{self.name}"
+
+    @property
+    def workspace(self) -> Path:
+        return (
+            self.folder / self.name / "workspace" if self.nested else self.folder / f"workspace-{self.name}"
+        )
 
     @property
     def config_path(self) -> Path:
@@ -213,11 +136,7 @@ class Node:
             {
                 "TEAAGENT_RELAY_REDIS_PREFIX": self.redis_prefix,
                 "TEAAGENT_APPROVER_REDIS_PREFIX": self.redis_prefix,
-                "TEAAGENT_APPROVER_TAKEOVER_SECONDS": "1",
-                "TEAAGENT_APPROVER_POLL_SECONDS": "2",
-                "TEAAGENT_RELAY_DELIVERY_MIN_IDLE_SECONDS": "2",
-                "TEAAGENT_RELAY_DELIVERY_RETRY_BASE_SECONDS": "0.1",
-                "TEAAGENT_RELAY_DELIVERY_RETRY_CAP_SECONDS": "0.5",
+                **SERVICE_TIMING,
             }
         )
         env.update(self.extra_env)
@@ -248,6 +167,18 @@ class Node:
         values.update(overrides)
         return Settings(**values)
 
+    def gate(self, **options: Any) -> RelayQuorumGate:
+        """The node's quorum gate on its relay, with its key and quorum; ``options`` are the gate's
+        (``timeout``, ``config``, ``on_progress``...)."""
+        values: dict[str, Any] = {
+            "relay_url": self.url,
+            "token": self.token,
+            "origin": self.name,
+            "private_key_signer": self.key,
+            "config": self.quorum(),
+        }
+        return RelayQuorumGate(**{**values, **options})
+
     # -- documents ---------------------------------------------------------------------------
 
     def request(
@@ -266,6 +197,20 @@ class Node:
 
     def signed(self, request: Mapping[str, Any]) -> dict[str, Any]:
         return {"request": dict(request), "signature": sign_request(request, self.key)}
+
+
+def shell_request(config: MultiSigQuorumConfig, command: str, **fields: Any) -> dict[str, Any]:
+    """``build_request`` of a ``shell.run`` of ``command`` under ``config``: from alpha, run-1, call-1,
+    "clean the build" unless ``fields`` (``build_request``'s keywords) say otherwise."""
+    values: dict[str, Any] = {
+        "origin": "alpha",
+        "run_id": "run-1",
+        "call_id": "call-1",
+        "reason": "clean the build",
+    }
+    return build_request(
+        tool_name="shell.run", arguments={"command": command}, config=config, **{**values, **fields}
+    )
 
 
 def approval(request: Mapping[str, Any], name: str, signed_at: int | None = None) -> dict[str, Any]:
@@ -295,6 +240,21 @@ def long_polls(node: Node, kind: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+MakeCluster = Callable[..., dict[str, Node]]  # the make_cluster fixture: write_cluster in a test's folder
+
+
+def rule(tool: str, decision: str, *, command: str | None = None, reason: str | None = None) -> str:
+    """One ``[[approver.rules]]`` table: a call of ``tool`` (whose command matches ``command``) gets
+    ``decision`` (approve, deny, ask), a denial with ``reason``."""
+    arguments = f'arguments = {{ command = "{command}" }}\n' if command is not None else ""
+    because = f'reason = "{reason}"\n' if reason is not None else ""
+    return f'\n[[approver.rules]]\ntool = "{tool}"\n{arguments}decision = "{decision}"\n{because}'
+
+
+APPROVE_ECHO = rule("shell.run", "approve", command="echo *")
+DENY_RM = rule("shell.run", "deny", command="rm *", reason="nothing is removed here")
+
+
 def write_cluster(
     folder: Path,
     names: Iterable[str],
@@ -311,6 +271,7 @@ def write_cluster(
     redis_cluster: bool = False,
     quorum_rules: Mapping[str, str] | None = None,
     high_risk: Iterable[str] = ("shell.*", "fs.delete"),
+    star: str | None = None,
 ) -> dict[str, Node]:
     """Write one configuration file per node; by default every node is a peer of every other.
 
@@ -321,9 +282,15 @@ def write_cluster(
     ``[approver] port`` is a free port of its own (``Node.approver_port``). ``redis_cluster``
     writes ``redis_cluster = true``: ``redis_url`` is one node of a Redis Cluster.
     ``quorum_rules`` gives, per node, the TOML of its ``[quorum.groups]`` and ``[[quorum.rules]]``
-    (protocol version 2); ``high_risk`` its ``high_risk_patterns``.
+    (protocol version 2); ``high_risk`` its ``high_risk_patterns``. ``star`` names the node that
+    asks every other, each of which knows it alone (in place of ``peers_of``).
     """
     names = list(names)
+    if star is not None:
+        peers_of = {
+            star: [name for name in names if name != star],
+            **{name: [star] for name in names if name != star},
+        }
     ports = dict(ports or {})
     for name in names:
         ports.setdefault(name, free_port())
@@ -400,55 +367,86 @@ async def in_process(node: Node, **overrides: Any) -> AsyncIterator[httpx.AsyncC
             yield client
 
 
-class RelayProcess:
-    """``teaagent relay serve`` for one node, as a real process on its loopback port."""
+class ServiceProcess:
+    """``teaagent <kind> serve --config <config_path> <args>`` as a real process on a loopback port.
 
-    def __init__(self, node: Node, log_folder: Path) -> None:
-        self.node = node
-        self.log_path = log_folder / f"relay-{node.name}-{int(time.time() * 1000)}.log"
+    The one service-process class of the tests: started (and waited for until ``/health``
+    answers 200), killed (``kill -9``) or stopped (SIGTERM, then SIGKILL after ``stop_timeout``);
+    its output goes to a log file of its own under ``log_folder``, quoted when it does not start.
+    """
+
+    ready_timeout = READY_TIMEOUT
+    stop_timeout = 10.0
+
+    def __init__(
+        self,
+        kind: str,
+        config_path: Path,
+        log_folder: Path,
+        *,
+        port: int,
+        env: Mapping[str, str],
+        label: str,
+        args: Iterable[str] = ("--no-access-log", "--log-level", "warning"),
+    ) -> None:
+        self.kind = kind
+        self.config_path = config_path
+        self.port = port
+        self.environment = dict(env)
+        self.label = label  # "relay alpha": what the errors call it
+        self.args = list(args)
+        self.log_path = log_folder / f"{label.replace(' ', '-')}-{port}-{int(time.time() * 1000)}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.verify: Any = True  # what the /health probe verifies: an ssl context for HTTPS
 
-    def start(self, *, wait: bool = True, new_session: bool = False) -> RelayProcess:
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, wait: bool = True, new_session: bool = False) -> Any:
         """Start it; ``new_session`` puts it in a process group of its own, as a shell does a command."""
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "teaagent",
-                "relay",
-                "serve",
-                "--config",
-                str(self.node.config_path),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env=self.node.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=new_session,
-        )
-        log.close()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "teaagent",
+                    self.kind,
+                    "serve",
+                    "--config",
+                    str(self.config_path),
+                    *self.args,
+                ],
+                env=self.environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=new_session,
+            )
         if wait:
             self.wait_ready()
         return self
 
+    def log(self) -> str:
+        return self.log_path.read_text()[-2000:]
+
     def wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + READY_TIMEOUT
+        deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"relay {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"{self.label} exited: {self.log()}")
             try:
-                if httpx.get(f"{self.node.url}/health", timeout=0.5).status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=0.5, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         raise RuntimeError(
-            f"relay {self.node.name} did not answer in {READY_TIMEOUT}s: {self.log_path.read_text()[-2000:]}"
+            f"{self.label} did not answer at {self.url} in {self.ready_timeout}s: {self.log()}"
         )
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=5, verify=self.verify).text
 
     def kill(self) -> None:
         """``kill -9``: no shutdown, no acknowledgement, nothing flushed."""
@@ -461,87 +459,43 @@ class RelayProcess:
             return
         self.process.terminate()
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=self.stop_timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
 
+    def __enter__(self) -> Any:
+        return self.start()
 
-class ApproverProcess:
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RelayProcess(ServiceProcess):
+    """``teaagent relay serve`` for one node, as a real process on its loopback port."""
+
+    def __init__(self, node: Node, log_folder: Path) -> None:
+        super().__init__(
+            "relay", node.config_path, log_folder, port=node.port, env=node.env(), label=f"relay {node.name}"
+        )
+        self.node = node
+
+
+class ApproverProcess(ServiceProcess):
     """``teaagent approver serve`` for one node, as a real process on its ``[approver]`` port or ``port``."""
 
     def __init__(self, node: Node, log_folder: Path, *, port: int | None = None, **env: str) -> None:
+        port = port or node.approver_port
+        super().__init__(
+            "approver",
+            node.config_path,
+            log_folder,
+            port=port,
+            env={**node.env(), **env},
+            label=f"approver {node.name}",
+            args=["--port", str(port), "--no-access-log", "--log-level", "warning"],
+        )
         self.node = node
-        self.port = port or node.approver_port
-        self.env = env
-        self.log_path = log_folder / f"approver-{node.name}-{self.port}-{int(time.time() * 1000)}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, *, wait: bool = True) -> ApproverProcess:
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "teaagent",
-                "approver",
-                "serve",
-                "--config",
-                str(self.node.config_path),
-                "--port",
-                str(self.port),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env={**self.node.env(), **self.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        if wait:
-            self.wait_ready()
-        return self
-
-    def wait_ready(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"approver {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"approver {self.node.name} did not answer in {READY_TIMEOUT}s: "
-            f"{self.log_path.read_text()[-2000:]}"
-        )
-
-    def metrics(self) -> str:
-        return httpx.get(f"{self.url}/metrics", timeout=5).text
-
-    def kill(self) -> None:
-        """``kill -9``: no shutdown, nothing flushed."""
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @contextlib.asynccontextmanager
@@ -657,16 +611,6 @@ class Served(ServedApp):
 def served(*nodes: Node, **overrides: Any) -> Iterator[dict[str, Served]]:
     with contextlib.ExitStack() as stack:
         yield {node.name: stack.enter_context(Served(node, **overrides)) for node in nodes}
-
-
-def asynctest(function: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Run an ``async def`` test in its own event loop (no pytest plugin needed)."""
-
-    @functools.wraps(function)
-    def run(*args: Any, **kwargs: Any) -> None:
-        asyncio.run(function(*args, **kwargs))
-
-    return run
 
 
 @pytest.fixture(name="nodes")

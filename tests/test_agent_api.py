@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 from agent_support import AgentNode, frames, in_app, write_node
-from relay_support import asynctest
 
 from teaagent.config import load_config
 from teaagent_agent._runs import command_matches
@@ -54,7 +53,7 @@ async def wait_for_pending(client: httpx.AsyncClient, kind: str, timeout: float 
 # -- health, auth, errors ----------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_health_needs_no_token_and_says_what_the_service_has(node: AgentNode) -> None:
     async with in_app(node) as client:
         response = await client.get("/health", headers={"Authorization": ""})
@@ -70,7 +69,7 @@ async def test_health_needs_no_token_and_says_what_the_service_has(node: AgentNo
     }
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_every_other_route_needs_the_token(node: AgentNode) -> None:
     async with in_app(node) as client:
         schema = (await client.get("/openapi.json")).json()
@@ -88,7 +87,7 @@ async def test_every_other_route_needs_the_token(node: AgentNode) -> None:
     assert checked >= 30
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_every_failure_is_an_error_out(node: AgentNode) -> None:
     async with in_app(node) as client:
         assert error_of(await client.get("/nowhere")) == (
@@ -116,7 +115,7 @@ async def test_every_failure_is_an_error_out(node: AgentNode) -> None:
 # -- runs ----------------------------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_run_streams_its_frames_and_ends_with_its_result(tmp_path: Path) -> None:
     node = write_node(
         tmp_path,
@@ -172,7 +171,7 @@ async def test_a_run_streams_its_frames_and_ends_with_its_result(tmp_path: Path)
     assert state["last_event_id"] == len(run["frames"])
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_keep_events_puts_every_frame_in_the_result(node: AgentNode) -> None:
     async with in_app(node) as client:
         run = result_of(await client.post("/runs", json={"text": "hi", "keep_events": True}))
@@ -187,7 +186,7 @@ WRITE = {
 SHELL = {"content": "", "tool_calls": [{"tool_name": "shell.run", "arguments": {"command": "echo hi"}}]}
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_deny_refuses_what_the_permission_leaves_open_and_the_run_ends_denied(tmp_path: Path) -> None:
     node = write_node(tmp_path, turns=[WRITE, {"content": "never"}])
     async with in_app(node) as client:
@@ -220,7 +219,7 @@ def test_commands_match_whole_words_and_never_a_shell_character() -> None:
         assert not command_matches(bad, approved), bad
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_commands_approves_only_the_commands_named(tmp_path: Path) -> None:
     node = write_node(tmp_path, permission_mode="allow", turns=[SHELL, {"content": "ran it"}])
     async with in_app(node) as client:
@@ -240,7 +239,7 @@ async def test_commands_approves_only_the_commands_named(tmp_path: Path) -> None
     assert refused["stop_message"] == "shell.run was denied at the approval prompt."
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_ask_waits_for_the_client_and_state_shows_what_it_waits_on(tmp_path: Path) -> None:
     node = write_node(tmp_path, permission_mode="allow", turns=[SHELL, SHELL, {"content": "both ran"}])
     async with in_app(node) as client:
@@ -265,7 +264,7 @@ async def test_ask_waits_for_the_client_and_state_shows_what_it_waits_on(tmp_pat
     assert [t["ok"] for t in run["tools"]] == [True, True]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_unanswered_ask_is_denied_when_answer_timeout_runs_out(tmp_path: Path) -> None:
     node = write_node(tmp_path, permission_mode="allow", turns=[SHELL, {"content": "never"}])
     async with in_app(node) as client:
@@ -285,7 +284,7 @@ ASK_USER = {
 }
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_questions_are_asked_in_the_stream_and_answered_by_post(tmp_path: Path) -> None:
     node = write_node(tmp_path, turns=[ASK_USER, {"content": "you said b", "expect": ['"answer": "b"']}])
     async with in_app(node) as client:
@@ -309,7 +308,7 @@ async def test_questions_are_asked_in_the_stream_and_answered_by_post(tmp_path: 
 SLOW = {"content": "thinking", "delay_seconds": 30}
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_one_run_per_session_busy_then_cancel_then_resume(tmp_path: Path) -> None:
     node = write_node(tmp_path, turns=[SLOW])
     async with in_app(node) as client:
@@ -340,7 +339,7 @@ async def test_one_run_per_session_busy_then_cancel_then_resume(tmp_path: Path) 
     assert error_of(nothing)[:2] == (409, "invalid")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_timeout_stops_the_run_and_says_so(tmp_path: Path) -> None:
     node = write_node(tmp_path, turns=[SLOW])
     async with in_app(node) as client:
@@ -351,7 +350,7 @@ async def test_timeout_stops_the_run_and_says_so(tmp_path: Path) -> None:
     assert run["stop_message"] == "The run was stopped after 0.3 seconds, its time limit."
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_steering_reaches_the_next_model_call(tmp_path: Path) -> None:
     node = write_node(
         tmp_path,
@@ -376,7 +375,7 @@ async def test_steering_reaches_the_next_model_call(tmp_path: Path) -> None:
     assert "steered" in run["kinds"]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_workspace_held_by_another_process_is_locked(node: AgentNode) -> None:
     holder = subprocess.Popen(
         [
@@ -416,7 +415,7 @@ async def test_a_workspace_held_by_another_process_is_locked(node: AgentNode) ->
         holder.wait()
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_images_are_refused_with_a_sentence(tmp_path: Path) -> None:
     node = write_node(tmp_path)
     async with in_app(node) as client:
@@ -438,7 +437,7 @@ async def test_images_are_refused_with_a_sentence(tmp_path: Path) -> None:
     )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_mentions_list_the_workspace_and_attach_files_to_the_prompt(tmp_path: Path) -> None:
     node = write_node(
         tmp_path, turns=[{"content": "read it", "expect": ['<file path="src/main.py">', "print('hello')"]}]
@@ -467,7 +466,7 @@ async def test_mentions_list_the_workspace_and_attach_files_to_the_prompt(tmp_pa
 # -- sessions ------------------------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_sessions_create_list_switch_rename_history_delete(node: AgentNode) -> None:
     async with in_app(node) as client:
         assert error_of(await client.get("/sessions/current"))[:2] == (404, "not_found")
@@ -501,7 +500,7 @@ async def test_sessions_create_list_switch_rename_history_delete(node: AgentNode
         )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_compaction_folds_the_older_messages_into_the_models_summary(tmp_path: Path) -> None:
     node = write_node(tmp_path, turns=[{"content": "answer"}])
     async with in_app(node) as client:
@@ -529,7 +528,7 @@ async def test_compaction_folds_the_older_messages_into_the_models_summary(tmp_p
     assert context["measured_by"] == "estimate: 4 characters per token"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_self_compaction_is_a_choice_per_session_and_compacts_before_an_overfull_run(
     tmp_path: Path,
 ) -> None:
@@ -560,7 +559,7 @@ async def test_self_compaction_is_a_choice_per_session_and_compacts_before_an_ov
 # -- models, settings, doctor ----------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_models_are_written_to_node_toml_atomically_and_checked(node: AgentNode) -> None:
     before = node.config_path.read_text()
     async with in_app(node) as client:
@@ -628,7 +627,7 @@ async def test_models_are_written_to_node_toml_atomically_and_checked(node: Agen
     assert not list(node.config_path.parent.glob(".alpha.toml.*.tmp"))
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_settings_choose_the_model_effort_and_permission(
     node: AgentNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -665,7 +664,7 @@ async def test_settings_choose_the_model_effort_and_permission(
         assert (await client.get("/settings")).json()["model"]["name"] == "gpt-4.1"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_doctor_asks_each_model_and_the_scripted_one_always_passes(
     node: AgentNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -691,7 +690,7 @@ async def test_doctor_asks_each_model_and_the_scripted_one_always_passes(
 # -- usage, plugins, side questions ---------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_usage_adds_up_the_run_logs_by_session_model_and_day(node: AgentNode) -> None:
     async with in_app(node) as client:
         first = result_of(await client.post("/runs", json={"text": "a"}))
@@ -718,7 +717,7 @@ async def test_usage_adds_up_the_run_logs_by_session_model_and_day(node: AgentNo
     assert plugins == {"loaded": [], "failures": []}
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_side_question_never_touches_the_history(tmp_path: Path) -> None:
     node = write_node(tmp_path, turns=[{"content": "first answer"}])
     async with in_app(node) as client:

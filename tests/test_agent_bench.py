@@ -7,11 +7,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from relay_support import asynctest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent_agent._bench import DELTAS, floor_app
+from teaagent_bench.agent import DELTAS, floor_app
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +42,7 @@ def test_bench_agent_reports_both_sides_and_their_ratios(capsys: pytest.CaptureF
     assert {key for key, _op, _target in TARGETS["agent"]} <= set(figures)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_floor_streams_exactly_the_recorded_frames(tmp_path: Path) -> None:
     frames = ["id: 1\nevent: a\ndata: {}\n\n", "id: 2\nevent: b\ndata: {}\n\n"]
     path = tmp_path / "frames.json"

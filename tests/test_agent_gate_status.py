@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from relay_support import Node, approve_next, public_line, served, wait_until, write_cluster
+from relay_support import MakeCluster, Node, approve_next, public_line, served, wait_until
 
 from teaagent.errors import ApprovalDeniedError
 from teaagent.quorum import verify_certificate
@@ -19,13 +18,13 @@ WAIT = 20.0
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta, gamma and delta (2 of 3)."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
+    return make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
         required=2,
         peers_of={
             "alpha": ["beta", "delta", "gamma"],
@@ -37,12 +36,7 @@ def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
 
 
 def gate_of(alpha: Node, **extra: object) -> RelayQuorumGate:
-    return RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
+    return alpha.gate(
         timeout=WAIT,
         **extra,  # type: ignore[arg-type]
     )

@@ -22,7 +22,16 @@ import httpx
 import pytest
 from agent_support import AgentNode, AgentProcess
 from httpx_sse import connect_sse
-from relay_support import ApproverProcess, Node, approve_next, served, signer, wait_until, write_cluster
+from relay_support import (
+    APPROVE_ECHO,
+    ApproverProcess,
+    Node,
+    approve_next,
+    served,
+    signer,
+    wait_until,
+    write_cluster,
+)
 
 from teaagent.audit import verify_log_or_raise
 from teaagent.cli._main import run as cli
@@ -267,12 +276,6 @@ def relay_get(node: Node, path: str) -> httpx.Response:
 
 # -- the peers' real approvers decide by rule --------------------------------------------------
 
-APPROVE_ECHO = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
 DENY_REASONS = {"beta": "beta cleans on Mondays only", "gamma": "gamma wants a ticket first"}
 
 

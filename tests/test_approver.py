@@ -21,14 +21,15 @@ import httpx
 import pytest
 from conftest import SSHKey
 from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
+    MakeCluster,
     Node,
     approver_in_process,
-    asynctest,
     error,
     served,
     signer,
     until,
-    write_cluster,
 )
 from words_support import AGO, moment_re
 
@@ -42,31 +43,13 @@ from teaagent_approver import AUDIT_FILE_NAME, DECISION_EVENT
 
 WAIT = 20.0  # seconds a test waits for what takes well under one on an idle host
 
-APPROVE_ECHO_DENY_RM = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+APPROVE_ECHO_DENY_RM = DENY_RM + APPROVE_ECHO
 
 
 @pytest.fixture(name="cluster")
-def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (2 of 2); beta's rules deny ``rm *``, approve ``echo *``, ask the rest."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": APPROVE_ECHO_DENY_RM},
-    )
+    return make_cluster("alpha", "beta", "gamma", star="alpha", rules={"beta": APPROVE_ECHO_DENY_RM})
 
 
 @pytest.fixture(name="beta_relay")
@@ -127,7 +110,7 @@ def ssh_sign(key_path: Path, data: bytes, folder: Path, namespace: str = "teaage
 # -- an operator decides -----------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_ask_item_waits_then_is_approved_through_the_api(
     cluster: dict[str, Node], beta_relay: Node
 ) -> None:
@@ -188,7 +171,7 @@ async def test_an_ask_item_waits_then_is_approved_through_the_api(
     assert record["key_fingerprint"] == fingerprint(signer("beta"))
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_rules_approve_one_command_and_deny_another(
     cluster: dict[str, Node], beta_relay: Node
 ) -> None:
@@ -220,7 +203,7 @@ async def test_the_rules_approve_one_command_and_deny_another(
     }
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_signature_made_with_ssh_keygen_over_the_statement_bytes_is_accepted(
     cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
 ) -> None:
@@ -249,7 +232,7 @@ async def test_a_signature_made_with_ssh_keygen_over_the_statement_bytes_is_acce
     assert (record["by"], record["key_fingerprint"]) == ("operator", fingerprint(signer("beta")))
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_denial_signed_with_ssh_keygen_carries_its_reason(
     cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
 ) -> None:
@@ -270,7 +253,7 @@ async def test_a_denial_signed_with_ssh_keygen_carries_its_reason(
     assert (submitted.json()["this_node"], submitted.json()["reason"]) == ("denied", "not on Fridays")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_key_that_may_not_sign_for_this_node_is_403_and_nothing_is_recorded(
     cluster: dict[str, Node], beta_relay: Node, tmp_path: Path, ssh_key_factory: Callable[..., SSHKey]
 ) -> None:
@@ -296,7 +279,7 @@ async def test_a_key_that_may_not_sign_for_this_node_is_403_and_nothing_is_recor
     assert audit_records(beta) == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_statement_that_does_not_match_its_request_is_422(
     cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
 ) -> None:
@@ -327,7 +310,7 @@ async def test_a_statement_that_does_not_match_its_request_is_422(
     assert audit_records(beta) == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_statement_dated_outside_its_requests_life_is_422_with_dates_a_person_reads(
     cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
 ) -> None:
@@ -361,7 +344,7 @@ async def test_a_statement_dated_outside_its_requests_life_is_422_with_dates_a_p
     assert audit_records(beta) == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_decision_on_another_request_than_the_one_confirmed_is_409_changed(
     cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
 ) -> None:
@@ -433,7 +416,7 @@ async def store_in_inbox(
         await store.aclose()
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_whose_origin_signature_does_not_verify_is_never_signed(
     cluster: dict[str, Node], beta_relay: Node, redis_url: str
 ) -> None:
@@ -464,7 +447,7 @@ async def test_a_request_whose_origin_signature_does_not_verify_is_never_signed(
     assert audit_records(beta) == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_expired_request_is_never_signed(
     cluster: dict[str, Node], beta_relay: Node, redis_url: str
 ) -> None:
@@ -500,7 +483,7 @@ async def test_an_expired_request_is_never_signed(
 # -- every refusal is an ErrorOut --------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_every_refusal_is_an_error_out_with_its_code(
     cluster: dict[str, Node], beta_relay: Node
 ) -> None:
@@ -568,7 +551,7 @@ async def test_every_refusal_is_an_error_out_with_its_code(
     }
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_relay_down_is_503_unavailable(cluster: dict[str, Node]) -> None:
     beta = cluster["beta"]  # its relay does not run
     async with beta_approver(beta, engine=False) as client:
@@ -582,7 +565,7 @@ async def test_the_relay_down_is_503_unavailable(cluster: dict[str, Node]) -> No
 # -- the audit log -----------------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_audit_log_verifies_and_holds_one_record_per_decision_with_its_key(
     cluster: dict[str, Node], beta_relay: Node, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -610,21 +593,13 @@ async def test_the_audit_log_verifies_and_holds_one_record_per_decision_with_its
 # -- the notifier, the relay restarting, a decision another process left unfinished -------------
 
 
-@asynctest
-async def test_an_ask_item_is_notified_once_and_not_again_after_a_restart(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
+@pytest.mark.anyio
+async def test_an_ask_item_is_notified_once_and_not_again_after_a_restart(make_cluster: MakeCluster) -> None:
     from test_approver_notify import receiving
 
     with receiving() as receiver:
         notify = f'notify = {{ webhook_url = "{receiver.url("/hook")}", format = "json" }}\n'
-        cluster = write_cluster(
-            tmp_path,
-            ["alpha", "beta"],
-            redis_url=redis_url,
-            prefix=redis_prefix,
-            rules={"beta": notify + APPROVE_ECHO_DENY_RM},
-        )
+        cluster = make_cluster("alpha", "beta", rules={"beta": notify + APPROVE_ECHO_DENY_RM})
         alpha, beta = cluster["alpha"], cluster["beta"]
         with served(beta):
             async with beta_approver(beta) as client:
@@ -648,7 +623,7 @@ async def test_an_ask_item_is_notified_once_and_not_again_after_a_restart(
     assert notified_again == 0
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_decisions_reach_a_relay_that_restarted_between_two(cluster: dict[str, Node]) -> None:
     alpha, beta = cluster["alpha"], cluster["beta"]
     async with beta_approver(beta, engine=False) as client:
@@ -701,7 +676,7 @@ async def record_left_by_another_process(
     return record
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_decision_another_process_recorded_is_finished_as_recorded_never_otherwise(
     cluster: dict[str, Node], beta_relay: Node, redis_url: str
 ) -> None:
@@ -753,7 +728,7 @@ def test_the_approvers_keys_sit_in_the_slot_of_the_inbox_item_they_decide() -> N
         keys.approver_item("alpha", "x")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_withdrawn_request_is_never_signed_and_listed_as_withdrawn(
     cluster: dict[str, Node], beta_relay: Node, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -786,7 +761,7 @@ async def test_a_withdrawn_request_is_never_signed_and_listed_as_withdrawn(
     assert (await relay_item(beta, request_id))["decision"] is None
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_engine_meeting_an_operator_mid_decision_audits_that_decision_once(
     cluster: dict[str, Node], beta_relay: Node
 ) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent_approver._bench import MIN_REQUESTS
+from teaagent_bench.approver import MIN_REQUESTS
 
 pytestmark = pytest.mark.slow
 

@@ -17,31 +17,29 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from relay_support import ApproverProcess, Node, free_port, running, wait_until, write_cluster
+from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
+    ApproverProcess,
+    MakeCluster,
+    Node,
+    free_port,
+    running,
+    wait_until,
+)
 
 from teaagent.audit import verify_log
 from teaagent.cli._serve import STOP_GRACE_SECONDS
 from teaagent.errors import ApprovalDeniedError
 from teaagent.quorum import verify_certificate
-from teaagent.relay_client import RelayClient, RelayQuorumGate
+from teaagent.relay_client import RelayClient
 from teaagent_approver import AUDIT_FILE_NAME, DECISION_EVENT
 
 pytestmark = pytest.mark.slow
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = DENY_RM + APPROVE_ECHO
 
 
 def audit_records(node: Node) -> list[dict[str, Any]]:
@@ -66,16 +64,10 @@ def relay_metrics(node: Node) -> str:
 
 
 def test_the_rules_of_two_peers_give_the_origin_its_certificate_and_its_denial(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": RULES, "gamma": RULES},
+    nodes = make_cluster(
+        "alpha", "beta", "gamma", required=2, star="alpha", rules={"beta": RULES, "gamma": RULES}
     )
     alpha = nodes["alpha"]
     approvers = [ApproverProcess(nodes[name], tmp_path) for name in ("beta", "gamma")]
@@ -85,12 +77,7 @@ def test_the_rules_of_two_peers_give_the_origin_its_certificate_and_its_denial(
                 approver.start(wait=False)
             for approver in approvers:
                 approver.wait_ready()
-            gate = RelayQuorumGate(
-                relay_url=alpha.url,
-                token=alpha.token,
-                origin="alpha",
-                private_key_signer=alpha.key,
-                config=alpha.quorum(),
+            gate = alpha.gate(
                 timeout=WAIT,
             )
             echo = alpha.request(arguments={"command": "echo hello"}, call_id="call-echo")
@@ -192,16 +179,9 @@ def check_signed_once(alpha: Node, beta: Node, ids: list[str]) -> None:
 
 
 def test_an_approver_killed_mid_stream_skips_nothing_and_signs_nothing_twice(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        rules={"beta": RULES},
-    )
+    nodes = make_cluster("alpha", "beta", required=1, rules={"beta": RULES})
     alpha, beta = nodes["alpha"], nodes["beta"]
     with running(nodes.values(), tmp_path):
         approver = ApproverProcess(beta, tmp_path)
@@ -229,16 +209,9 @@ def test_an_approver_killed_mid_stream_skips_nothing_and_signs_nothing_twice(
 
 
 def test_two_approvers_racing_on_one_inbox_sign_each_request_once(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        rules={"beta": RULES},
-    )
+    nodes = make_cluster("alpha", "beta", required=1, rules={"beta": RULES})
     alpha, beta = nodes["alpha"], nodes["beta"]
     count = 60
     with running(nodes.values(), tmp_path):
@@ -266,14 +239,14 @@ def test_two_approvers_racing_on_one_inbox_sign_each_request_once(
 
 
 def test_approver_serve_refuses_a_port_in_use_and_stops_on_sigterm_during_a_long_poll(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
     import signal
     import socket
     import subprocess
     import sys
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     beta = nodes["beta"]
     with running([beta], tmp_path):
         holder = socket.socket()

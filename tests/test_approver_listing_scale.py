@@ -9,13 +9,12 @@ command that reads a stored request or a ledger entry): ten, and the approver's 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio
-from relay_support import Node, approver_in_process, asynctest, served, write_cluster
+from relay_support import MakeCluster, Node, approver_in_process, served
 
 from teaagent._canonical import canonical
 from teaagent.store import connect
@@ -24,14 +23,12 @@ MANY = 2_010  # past the relay's bound on one listing (1,000): a listing of all 
 
 
 @pytest.fixture(name="cluster")
-def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta; beta's one rule matches none of alpha's requests, which stay pending."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        peers_of={"alpha": ["beta"], "beta": ["alpha"]},
+    return make_cluster(
+        "alpha",
+        "beta",
+        star="alpha",
         rules={"beta": '[[approver.rules]]\ntool = "none.*"\ndecision = "approve"\n'},
     )
 
@@ -68,7 +65,7 @@ async def documents_read(redis_url: str, call: Any) -> tuple[int, httpx.Response
     return after - before, response
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_page_of_ten_reads_ten_documents_with_ten_or_two_thousand_pending(
     cluster: dict[str, Node], redis_url: str
 ) -> None:

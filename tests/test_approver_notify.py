@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import uvicorn
-from relay_support import asynctest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
@@ -192,7 +191,7 @@ def notifier_for(
     )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_receiver_answering_200_gets_each_item_once_in_the_documented_json(tmp_path: Path) -> None:
     config = tmp_path / "my node" / "node.toml"  # a space, so the command must quote it
     first, second = an_item(), an_item(origin="gamma", arguments={"path": "a.txt", "n": [1, 2]})
@@ -229,7 +228,7 @@ async def test_a_receiver_answering_200_gets_each_item_once_in_the_documented_js
     assert notifier.stats.attempts == 2
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_slack_format_posts_text_and_blocks_with_everything_escaped_and_long_values_cut(
     tmp_path: Path,
 ) -> None:
@@ -298,7 +297,7 @@ async def test_slack_format_posts_text_and_blocks_with_everything_escaped_and_lo
     assert "Approval needed: shell.run from alpha" in plain
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_receiver_failing_twice_then_answering_200_sees_exactly_three_attempts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -320,7 +319,7 @@ async def test_a_receiver_failing_twice_then_answering_200_sees_exactly_three_at
     assert f"Notified {receiver.where} of request {item['request_id']} from alpha (attempt 3)." in messages
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_attempt_that_hangs_past_the_attempt_timeout_is_abandoned_and_retried(
     tmp_path: Path,
 ) -> None:
@@ -337,7 +336,7 @@ async def test_an_attempt_that_hangs_past_the_attempt_timeout_is_abandoned_and_r
     assert (notifier.stats.attempts, notifier.stats.failed_attempts) == (2, 1)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_attempt_is_bounded_as_a_whole_not_only_per_read(tmp_path: Path) -> None:
     item = an_item()
     # A 500 whose body trickles in: every read is quick, the attempt as a whole is not.
@@ -352,7 +351,7 @@ async def test_an_attempt_is_bounded_as_a_whole_not_only_per_read(tmp_path: Path
     assert (notifier.stats.attempts, notifier.stats.failed_attempts) == (2, 1)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_2xx_counts_when_it_is_answered_however_slow_its_body(tmp_path: Path) -> None:
     with receiving(Reply(200, drip=True)) as receiver:
         async with notifier_for(receiver, tmp_path / "node.toml", attempt_timeout=SHORT_TIMEOUT) as notifier:
@@ -362,7 +361,7 @@ async def test_a_2xx_counts_when_it_is_answered_however_slow_its_body(tmp_path: 
     assert notifier.stats.failed_attempts == 0
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_retry_after_on_429_is_honoured(tmp_path: Path) -> None:
     item = an_item()
     with receiving(Reply(429, headers={"Retry-After": "1"})) as receiver:
@@ -373,7 +372,7 @@ async def test_retry_after_on_429_is_honoured(tmp_path: Path) -> None:
     assert second.monotonic - first.monotonic >= 0.95  # the backoff alone would be 0.01 s
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_item_whose_request_expires_while_the_receiver_fails_is_dropped(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -402,7 +401,7 @@ async def test_an_item_whose_request_expires_while_the_receiver_fails_is_dropped
     assert re.search(f"\\(the request's expiry: {moment_re(doomed['expires_at'])}\\)\\.$", drops[0]), drops[0]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_notify_returns_before_the_receiver_is_hit_and_while_it_hangs(tmp_path: Path) -> None:
     first, second = an_item(), an_item()
     events: list[tuple[str, str]] = []
@@ -426,7 +425,7 @@ async def test_notify_returns_before_the_receiver_is_hit_and_while_it_hangs(tmp_
     ]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_webhook_path_never_appears_in_the_logs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -454,7 +453,7 @@ async def test_the_webhook_path_never_appears_in_the_logs(
     assert f"Notifying http://127.0.0.1:{dead_port} of request" in logged
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_refusal_is_not_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="teaagent.approver.notify")
     item = an_item()
@@ -470,7 +469,7 @@ async def test_a_refusal_is_not_retried(tmp_path: Path, caplog: pytest.LogCaptur
     ]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_full_queue_drops_the_oldest_waiting_request_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -499,7 +498,7 @@ async def test_a_full_queue_drops_the_oldest_waiting_request_with_a_warning(
     ]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_aclose_stops_at_once_while_a_post_hangs(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -520,7 +519,7 @@ async def test_aclose_stops_at_once_while_a_post_hangs(
     assert any(message.startswith(f"The notifier for {receiver.where} is closed;") for message in messages)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_item_queued_twice_expired_or_malformed_is_not_posted_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -582,7 +581,7 @@ class _NodeLike:
     path: Path
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_for_node_takes_the_id_and_configuration_path_of_the_node(tmp_path: Path) -> None:
     item = an_item()
     with receiving() as receiver:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -18,7 +18,6 @@ import pytest
 from relay_support import (
     Node,
     approval,
-    asynctest,
     denial,
     error,
     fixture_nodes,  # noqa: F401 - the nodes fixture
@@ -28,7 +27,7 @@ from relay_support import (
 
 from teaagent._batch import Coalescer
 from teaagent.errors import RequestNotFoundError, StoreError
-from teaagent.store import DecisionToCount, Store, open_store
+from teaagent.store import DecisionToCount, Store
 
 T = TypeVar("T")
 NOW = 1_764_570_000
@@ -36,22 +35,11 @@ EXPIRES = NOW + 120
 DOC = b'{"request":{"request_id":"...","tool_name":"shell.run"},"signature":"AAAA"}'
 
 
-@pytest.fixture
-def in_store(redis_url: str, redis_prefix: str) -> Callable[[Callable[[Store], Awaitable[T]]], T]:
-    def run(scenario: Callable[[Store], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with open_store(redis_url, prefix=redis_prefix) as store:
-                return await scenario(store)
-
-        return asyncio.run(main())
-
-    return run
-
-
 # -- the Coalescer ---------------------------------------------------------------------------------
 
 
-def test_calls_of_one_moment_share_one_send_and_each_gets_its_own_answer() -> None:
+@pytest.mark.anyio
+async def test_calls_of_one_moment_share_one_send_and_each_gets_its_own_answer() -> None:
     sent: list[list[int]] = []
 
     async def send(items: list[int]) -> list[int | Exception]:
@@ -65,7 +53,7 @@ def test_calls_of_one_moment_share_one_send_and_each_gets_its_own_answer() -> No
         later = await batches.call(8)
         return [*first, later]
 
-    answers = asyncio.run(main())
+    answers = await main()
 
     assert sent == [[0, 1, 2, 3], [4, 5], [8]]  # max_batch 4, then the rest, then a lone call at once
     assert answers[0::2] == [0, 20, 40, 80]
@@ -73,7 +61,8 @@ def test_calls_of_one_moment_share_one_send_and_each_gets_its_own_answer() -> No
     assert all(isinstance(answer, ValueError) for answer in answers[1:6:2])
 
 
-def test_a_failed_send_reaches_every_caller_of_its_batch_as_the_wrapped_error() -> None:
+@pytest.mark.anyio
+async def test_a_failed_send_reaches_every_caller_of_its_batch_as_the_wrapped_error() -> None:
     calls = 0
 
     async def send(items: list[str]) -> list[str | Exception]:
@@ -88,14 +77,15 @@ def test_a_failed_send_reaches_every_caller_of_its_batch_as_the_wrapped_error() 
         failed = await asyncio.gather(*(batches.call(word) for word in ("a", "b")), return_exceptions=True)
         return failed, await batches.call("c")
 
-    failed, after = asyncio.run(main())
+    failed, after = await main()
 
     assert [type(answer) for answer in failed] == [StoreError, StoreError]
     assert str(failed[0]) == "failed: the server went away"
     assert after == "C"  # the next batch goes out as usual
 
 
-def test_with_two_in_flight_a_full_batch_goes_out_while_the_first_is_answered() -> None:
+@pytest.mark.anyio
+async def test_with_two_in_flight_a_full_batch_goes_out_while_the_first_is_answered() -> None:
     out: list[list[int]] = []
     most = 0
     release = asyncio.Event()
@@ -121,7 +111,7 @@ def test_with_two_in_flight_a_full_batch_goes_out_while_the_first_is_answered() 
         release.set()
         return list(await asyncio.gather(*calls)), sent_before_release
 
-    answers, before = asyncio.run(main())
+    answers, before = await main()
 
     assert before == [[0, 1, 2, 3], [4, 5, 6, 7]]  # two out at once, never a third
     assert most == 2
@@ -129,7 +119,8 @@ def test_with_two_in_flight_a_full_batch_goes_out_while_the_first_is_answered() 
     assert answers == [n + 100 for n in range(10)]
 
 
-def test_a_partial_batch_waits_for_the_one_in_flight() -> None:
+@pytest.mark.anyio
+async def test_a_partial_batch_waits_for_the_one_in_flight() -> None:
     out: list[list[int]] = []
     release = asyncio.Event()
 
@@ -152,7 +143,7 @@ def test_a_partial_batch_waits_for_the_one_in_flight() -> None:
         release.set()
         return list(await asyncio.gather(*first, *later))
 
-    assert asyncio.run(main()) == [0, 1, 2, 3, 4, 5]
+    assert await main() == [0, 1, 2, 3, 4, 5]
     assert out == [[0, 1, 2, 3], [4, 5]]
 
 
@@ -249,7 +240,7 @@ def test_enqueue_many_appends_in_order_as_enqueue_does(in_store: Callable[..., A
 # -- the relay's own decisions, many at once -------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_concurrent_own_decisions_are_each_recorded_and_queued_once(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -302,7 +293,7 @@ async def test_concurrent_own_decisions_are_each_recorded_and_queued_once(nodes:
     assert sends < 24
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_own_decision_route_keeps_the_token_and_the_body_checks(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -327,7 +318,7 @@ async def test_the_own_decision_route_keeps_the_token_and_the_body_checks(nodes:
     assert lower.json()["this_node"] == "approved"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_batch_answers_each_decision_with_the_status_it_alone_would_have(
     nodes: dict[str, Node],
 ) -> None:
@@ -363,7 +354,8 @@ async def test_a_batch_answers_each_decision_with_the_status_it_alone_would_have
     assert error(no_token)[:2] == (401, "unauthorized")
 
 
-def test_the_approvers_poster_sends_concurrent_decisions_in_one_request_and_answers_each(
+@pytest.mark.anyio
+async def test_the_approvers_poster_sends_concurrent_decisions_in_one_request_and_answers_each(
     nodes: dict[str, Node],
 ) -> None:
     from teaagent.errors import RelayError
@@ -406,7 +398,7 @@ def test_the_approvers_poster_sends_concurrent_decisions_in_one_request_and_answ
         return answers, lone, counts
 
     with served(beta, deliver=False):
-        answers, lone, counts = asyncio.run(main())
+        answers, lone, counts = await main()
 
     assert [answer["this_node"] for answer in answers[:4]] == ["approved", "approved", "denied", "approved"]
     assert isinstance(answers[4], RelayError)

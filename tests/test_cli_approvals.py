@@ -32,13 +32,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import uvicorn
 from conftest import SSHKey
-from relay_support import ApproverProcess, Node, RelayProcess, free_port, signer, write_cluster
+from redis_fixture import delete_prefix, new_prefix
+from relay_support import (
+    APPROVE_ECHO,
+    ApproverProcess,
+    Node,
+    RelayProcess,
+    free_port,
+    rule,
+    signer,
+    write_cluster,
+)
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from web_support import fingerprint_of, ssh_keygen_sign
 
 from teaagent.approver_client import ApproverClient
 from teaagent.cli import _approvals
@@ -81,16 +91,7 @@ class Cluster:
         return self.nodes["alpha"].request(tool_name=tool_name, arguments=arguments, **fields)
 
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "fs.delete"
-decision = "ask"
-"""
+RULES = APPROVE_ECHO + rule("fs.delete", "ask")
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ def cluster(
 ) -> Iterator[Cluster]:
     """One cluster for the module (each test sends requests of its own), its keys under one prefix."""
     folder = tmp_path_factory.mktemp("approvals")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     nodes = write_cluster(
         folder,
         ["alpha", "beta", "gamma"],
@@ -117,13 +118,7 @@ def cluster(
         "".join(f"beta {key.public_line}\n" for key in (operator, second, locked))
     )
     yield Cluster(nodes, operator, second, locked, stranger, nodes["beta"].approver_port)
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+    delete_prefix(redis_server, prefix)
 
 
 def config_with_approver_port(cluster: Cluster, port: int) -> str:
@@ -410,22 +405,6 @@ def test_deny_needs_a_reason_and_signs_it(
 
 
 # -- statement, ssh-keygen -Y sign, submit -----------------------------------------------------
-
-
-def ssh_keygen_sign(key: SSHKey, path: Path, namespace: str = "teaagent-approval") -> Path:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-Y", "sign", "-n", namespace, "-f", str(key.private_path), str(path)],
-        check=True,
-        capture_output=True,
-    )
-    return Path(f"{path}.sig")
-
-
-def fingerprint_of(key: SSHKey) -> str:
-    result = subprocess.run(
-        ["ssh-keygen", "-l", "-f", str(key.public_path)], check=True, capture_output=True, text=True
-    )
-    return result.stdout.split()[1]
 
 
 @pytest.mark.slow

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import teaagent
 from teaagent.cli._main import run
 
 
@@ -32,6 +38,33 @@ def test_bench_json_prints_one_object_with_the_promised_keys(
     figures = json.loads(capsys.readouterr().out)
     assert keys <= set(figures)
     assert all(isinstance(value, float) and value > 0 for key, value in figures.items() if key in keys)
+
+
+@pytest.mark.slow
+def test_bench_without_a_checkout_says_so_in_one_sentence(tmp_path: Path) -> None:
+    """An installed wheel ships the library, not bench/: the command says why it cannot run (exit 2)."""
+    site = tmp_path / "site"
+    shutil.copytree(Path(teaagent.__file__).parent, site / "teaagent")  # the library alone, as a wheel has it
+    code = (
+        "import sys, teaagent; from teaagent.cli._main import run; "
+        "print(teaagent.__file__); sys.exit(run(sys.argv[1:]))"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run(
+        [sys.executable, "-c", code, "bench", "core"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout.startswith(str(site)), result.stdout  # this teaagent, not the checkout's
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "teaagent: teaagent bench runs from a checkout of teaagent: the benchmarks live in its bench/ "
+        "folder, which this installation does not have.\n"
+    )
 
 
 def test_bench_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from relay_support import shell_request
 
 from teaagent.cli._init import PORTS_PER_NODE, required_for
 from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.policy import PermissionMode
-from teaagent.quorum import approval_statement, build_request, sign_approval, sign_request
+from teaagent.quorum import approval_statement, sign_approval, sign_request
 from teaagent.relay_client import RelayClient
 from teaagent.signing import fingerprint
 
@@ -251,15 +252,7 @@ def test_an_initialised_cluster_passes_a_request_and_its_approval(tmp_path: Path
     try:
         for config in (alpha, beta):
             _wait_healthy(config.relay_url)
-        request = build_request(
-            origin="alpha",
-            run_id="run-1",
-            call_id="call-1",
-            tool_name="shell.run",
-            arguments={"command": "make test"},
-            reason="run the tests",
-            config=alpha.quorum,
-        )
+        request = shell_request(alpha.quorum, "make test", reason="run the tests")
         with RelayClient(alpha.relay_url, token=alpha.load_token()) as client:
             client.submit_request(request, sign_request(request, alpha.signer()))
             with RelayClient(beta.relay_url, token=beta.load_token()) as inbox:

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +34,17 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
-from relay_support import ApproverProcess, Node, RelayProcess, long_polls, public_line, write_cluster
+from redis_fixture import delete_prefix, new_prefix
+from relay_support import (
+    APPROVE_ECHO,
+    ApproverProcess,
+    Node,
+    RelayProcess,
+    long_polls,
+    public_line,
+    rule,
+    write_cluster,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -49,40 +57,12 @@ SHORT_TIMEOUT = 8  # alpha-short.toml's quorum timeout, for the expiry
 MARK = "TEAAGENT_E2E_TEST_MARK"
 
 RULES = {
-    "beta": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "curl *" }
-decision = "deny"
-reason = "beta downloads nothing"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "tar *" }
-decision = "approve"
-""",
-    "gamma": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "curl *" }
-decision = "deny"
-reason = "gamma downloads nothing"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "tar *" }
-decision = "ask"
-""",
+    "beta": rule("shell.run", "deny", command="curl *", reason="beta downloads nothing")
+    + APPROVE_ECHO
+    + rule("shell.run", "approve", command="tar *"),
+    "gamma": rule("shell.run", "deny", command="curl *", reason="gamma downloads nothing")
+    + APPROVE_ECHO
+    + rule("shell.run", "ask", command="tar *"),
 }
 
 
@@ -244,7 +224,7 @@ class Background:
 def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("e2e-cluster")
     (folder / "logs").mkdir()
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     mark = secrets.token_hex(8)
     nodes = write_cluster(
         folder,
@@ -297,13 +277,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iter
             service.stop()
         for pid in marked(mark):  # whatever a failed test left: only this module's processes
             os.kill(pid, signal.SIGKILL)
-        client = redis.Redis.from_url(redis_server)
-        try:
-            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
+        delete_prefix(redis_server, prefix)
 
 
 def request_id_of(stderr: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from typing import Any
 
@@ -24,7 +23,8 @@ def test_true_is_the_one_default_context_and_the_rest_pass_through() -> None:
     assert client_verify(False) is False
 
 
-def test_forty_clients_build_the_default_context_once(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.anyio
+async def test_forty_clients_build_the_default_context_once(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[Any] = []
     original = httpx.create_ssl_context
 
@@ -47,7 +47,7 @@ def test_forty_clients_build_the_default_context_once(monkeypatch: pytest.Monkey
     for _ in range(10):
         RelayClient("https://relay.example:8443", token="t").close()
         ApproverClient("http://127.0.0.1:9").close()
-    asyncio.run(make_async())
+    await make_async()
 
     # Each client passed the shared context, which httpx uses as it is (it builds none itself).
     assert len(built) == 1

@@ -20,16 +20,15 @@ import pytest
 import rfc8785
 from agent_support import write_node
 from relay_support import (
+    MakeCluster,
     Node,
     ServedApp,
-    asynctest,
     error,
     fixture_nodes,  # noqa: F401 - the nodes fixture
     free_port,
     served,
     undelivered,
     wait_until,
-    write_cluster,
 )
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -174,12 +173,10 @@ class NestedPeer(ServedApp):
 
 @pytest.mark.parametrize("status", [400, 503], ids=["a refusal", "a failure"])
 def test_a_delivery_a_peer_answers_with_nested_json_is_given_up_once_not_retried(
-    tmp_path: Path, redis_url: str, redis_prefix: str, status: int
+    redis_url: str, status: int, make_cluster: MakeCluster
 ) -> None:
     port = free_port()
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, ports={"beta": port}
-    )
+    nodes = make_cluster("alpha", "beta", ports={"beta": port})
     alpha = nodes["alpha"]
     request = alpha.request()
     with NestedPeer(status, port=port) as peer, served(alpha):
@@ -212,7 +209,7 @@ def fixture_nested_relay() -> Iterator[NestedPeer]:
         yield peer
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_relay_clients_refuse_an_answer_nested_too_deep_in_one_sentence(
     nested_relay: NestedPeer,
 ) -> None:
@@ -248,11 +245,11 @@ def arguments(depth: int) -> dict[str, Any]:
 
 
 def test_a_call_whose_arguments_nest_to_their_limit_is_delivered_listed_approved_and_certified(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
     from teaagent_approver import create_app
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     deepest = arguments(MAX_ARGUMENTS_DEPTH)
     request = alpha.request(arguments=deepest)

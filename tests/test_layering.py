@@ -138,3 +138,54 @@ def test_no_cycle_among_the_library_modules() -> None:
 def test_the_security_layers_point_one_way(low: str, high: str) -> None:
     # The types both sides of the security argument share sit below both of them.
     assert high not in PACKAGE_GRAPH.get(low, set())
+
+
+# -- the floors: services, benchmarks ---------------------------------------------------------------
+
+SERVICES = ("teaagent_agent", "teaagent_relay", "teaagent_approver")
+BENCHES = "teaagent_bench"  # the checkout's bench/ folder: no package of the library
+
+
+def _foreign_imports(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """The top-level packages outside ``teaagent`` that ``path`` imports (at module level only, if asked)."""
+    tree = ast.parse(path.read_text(), str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_foreign_import_reader_sees_function_level_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import os\n\ndef f():\n    from teaagent_relay import create_app\n")
+    assert _foreign_imports(module) == {"os", "teaagent_relay"}
+    assert _foreign_imports(module, top_level_only=True) == {"os"}
+
+
+def test_no_package_of_the_library_imports_a_service_but_the_command_line() -> None:
+    # The command line is the top floor: it starts the services (teaagent relay serve...).
+    importers = {
+        module: sorted(_foreign_imports(path) & set(SERVICES))
+        for module, path in MODULES.items()
+        if module != "teaagent.cli" and not module.startswith("teaagent.cli.")
+    }
+    assert {module: found for module, found in importers.items() if found} == {}
+
+
+def test_no_library_module_is_bench_code() -> None:
+    # The benchmarks live in bench/ (teaagent_bench); the one module of that name is the command.
+    benches = [
+        module for module in MODULES if "_bench" in module.rpartition(".")[2] or module.endswith("bench")
+    ]
+    assert benches == ["teaagent.cli._bench"]
+
+
+def test_the_library_imports_the_benches_only_in_the_bench_command() -> None:
+    importers = sorted(module for module, path in MODULES.items() if BENCHES in _foreign_imports(path))
+    assert importers == ["teaagent.cli._bench"]
+    # ...and only when the command runs: importing the command line loads no benchmark.
+    assert BENCHES not in _foreign_imports(MODULES["teaagent.cli._bench"], top_level_only=True)

@@ -199,24 +199,26 @@ def test_expected_tools_must_be_offered() -> None:
 # -- streaming ----------------------------------------------------------------------------------------
 
 
-def test_stream_yields_the_text_in_pieces_that_join_to_the_whole() -> None:
+@pytest.mark.anyio
+async def test_stream_yields_the_text_in_pieces_that_join_to_the_whole() -> None:
     adapter = ScriptedAdapter([{"content": "The answer is\n 42, as always."}])
 
     async def collect() -> list[str]:
         return [piece async for piece in adapter.stream(request("go"))]
 
-    pieces = asyncio.run(collect())
+    pieces = await collect()
 
     assert len(pieces) > 1
     assert "".join(pieces) == "The answer is\n 42, as always."
     assert adapter.position == 1
 
 
-def test_complete_streaming_hands_over_the_text_and_returns_the_tool_calls() -> None:
+@pytest.mark.anyio
+async def test_complete_streaming_hands_over_the_text_and_returns_the_tool_calls() -> None:
     adapter = ScriptedAdapter([{"content": "Let me look.", "tool_calls": [{"tool_name": "fs.list"}]}])
     seen: list[str] = []
 
-    response = asyncio.run(adapter.complete_streaming(request("go", tools=LOOP_TOOLS), seen.append))
+    response = await adapter.complete_streaming(request("go", tools=LOOP_TOOLS), seen.append)
 
     assert seen == ["Let ", "me ", "look."]
     assert response.content == "Let me look."

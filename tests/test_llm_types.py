@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import json
@@ -422,7 +421,8 @@ def test_stream_is_declared_async_as_in_the_seed() -> None:
     assert inspect.isasyncgenfunction(EchoAdapter.stream)
 
 
-def test_the_abstract_stream_raises_when_called_through_super() -> None:
+@pytest.mark.anyio
+async def test_the_abstract_stream_raises_when_called_through_super() -> None:
     class Lazy(EchoAdapter):
         async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
             async for piece in super(EchoAdapter, self).stream(request):
@@ -434,16 +434,17 @@ def test_the_abstract_stream_raises_when_called_through_super() -> None:
         return [piece async for piece in Lazy().stream(request)]
 
     with pytest.raises(NotImplementedError):
-        asyncio.run(collect())
+        await collect()
 
 
-def test_adapter_completes_and_streams() -> None:
+@pytest.mark.anyio
+async def test_adapter_completes_and_streams() -> None:
     adapter = EchoAdapter()
     request = LLMRequest(messages=[LLMMessage("user", "hello tea agent")], model="echo")
 
     async def collect() -> tuple[LLMResponse, list[str]]:
         return await adapter.complete(request), [piece async for piece in adapter.stream(request)]
 
-    response, pieces = asyncio.run(collect())
+    response, pieces = await collect()
     assert response.content == "hello tea agent"
     assert pieces == ["hello", "tea", "agent"]

@@ -30,19 +30,18 @@ import copy
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from lies import Lie, lies
 from relay_support import (
+    APPROVE_ECHO,
+    MakeCluster,
     Node,
     ServedApp,
     approver_in_process,
-    asynctest,
     served,
-    write_cluster,
 )
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -57,12 +56,7 @@ from teaagent.tui._inbox import approver_client, inbox_rows
 
 pytestmark = pytest.mark.slow
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = APPROVE_ECHO
 RM = {"command": "rm -rf /"}
 ECHO = {"command": "echo hello"}
 
@@ -166,17 +160,9 @@ def rewrites(sample: Item) -> list[tuple[str, Rewrite, bool]]:
 
 
 @pytest.fixture(name="cluster")
-def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (1 of 2); beta's rules approve ``echo *``, the rest waits for an operator."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": RULES},
-    )
+    return make_cluster("alpha", "beta", "gamma", required=1, star="alpha", rules={"beta": RULES})
 
 
 @asynccontextmanager
@@ -230,7 +216,7 @@ SHOWN = (
 )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_relay_that_lies_about_an_item_gets_nothing_signed_but_the_verified_request(
     cluster: dict[str, Node],
 ) -> None:
@@ -319,7 +305,7 @@ async def one_case(
         assert_signed_only(beta, echo, "approval")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_both_decided(
     cluster: dict[str, Node], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent.mcp_server._bench import BATCH
+from teaagent_bench.mcp import BATCH
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,20 +25,15 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
-import redis
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from relay_support import ApproverProcess, Node, free_port, served, write_cluster
+from relay_support import Node, free_port, rule
 
 from teaagent.audit import verify_log_or_raise
 
 pytestmark = pytest.mark.slow
 
 READY = 20.0
-MERGE_RULES = """
-[[approver.rules]]
-tool = "github.merge_*"
-decision = "approve"
-"""
+MERGE_RULES = rule("github.merge_*", "approve")
 
 
 def upstream(transport: str, port: int, merges: str) -> None:
@@ -85,58 +79,48 @@ def upstream(transport: str, port: int, merges: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("mcp-gateway")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_server,
-        prefix=prefix,
-        required=2,
-        timeout_seconds=60,
-        peers_of={
-            "alpha": ["beta", "gamma", "delta"],
-            "beta": ["alpha"],
-            "gamma": ["alpha"],
-            "delta": ["alpha"],
-        },
-        rules={"beta": MERGE_RULES},
-    )
-    alpha = nodes["alpha"]
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, star_cluster: Callable[..., dict[str, Node]]
+) -> Iterator[dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("mcp-gateway-upstreams")
     merges = folder / "merges.txt"
     web_port = free_port()
     me = str(Path(__file__).resolve())
-    config = alpha.config_path.read_text().replace(
-        'high_risk_patterns = ["shell.*", "fs.delete"]',
-        'high_risk_patterns = ["github.merge_*", "*.delete*"]',
-    )
-    config += (
-        '\n[agent]\npermission_mode = "danger-full-access"\n'
-        f'\n[mcp.upstreams.github]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(me)}, "stdio", "0", '
-        f"{json.dumps(str(merges))}]\n"
-        f"env = {{ PYTHONPATH = {json.dumps(os.environ.get('PYTHONPATH', ''))} }}\n"
-        f'\n[mcp.upstreams.web]\nurl = "http://127.0.0.1:{web_port}/mcp"\n'
-    )
-    alpha.config_path.write_text(config)
-    (folder / "workspace-alpha").mkdir()
-    web_log = (folder / "web.log").open("wb")
-    web = subprocess.Popen(
-        [sys.executable, me, "http", str(web_port), str(folder / "web-merges.txt")],
-        stdout=web_log,
-        stderr=subprocess.STDOUT,
-    )
+
+    def gateway_config(nodes: dict[str, Node]) -> None:
+        alpha = nodes["alpha"]
+        config = alpha.config_path.read_text().replace(
+            'high_risk_patterns = ["shell.*", "fs.delete"]',
+            'high_risk_patterns = ["github.merge_*", "*.delete*"]',
+        )
+        config += (
+            '\n[agent]\npermission_mode = "danger-full-access"\n'
+            "\n[mcp.upstreams.github]\n"
+            f'command = [{json.dumps(sys.executable)}, {json.dumps(me)}, "stdio", "0", '
+            f"{json.dumps(str(merges))}]\n"
+            f"env = {{ PYTHONPATH = {json.dumps(os.environ.get('PYTHONPATH', ''))} }}\n"
+            f'\n[mcp.upstreams.web]\nurl = "http://127.0.0.1:{web_port}/mcp"\n'
+        )
+        alpha.config_path.write_text(config)
+
     with ExitStack() as stack:
+        web_log = stack.enter_context((folder / "web.log").open("wb"))
+        web = subprocess.Popen(
+            [sys.executable, me, "http", str(web_port), str(folder / "web-merges.txt")],
+            stdout=web_log,
+            stderr=subprocess.STDOUT,
+        )
         stack.callback(web.wait, 15)
         stack.callback(web.terminate)
-        stack.enter_context(served(*nodes.values()))
-        approvers = [
-            ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma", "delta")
-        ]
-        for approver in approvers:
-            stack.callback(approver.stop)
-        for approver in approvers:
-            approver.wait_ready()
+        nodes = star_cluster(
+            "mcp-gateway",
+            leaves=["beta", "gamma", "delta"],
+            required=2,
+            timeout_seconds=60,
+            rules={"beta": MERGE_RULES},
+            prepare=gateway_config,
+            approvers=["beta", "gamma", "delta"],
+        )
         deadline = time.monotonic() + READY
         while True:
             try:
@@ -146,14 +130,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iter
                 assert time.monotonic() < deadline, (folder / "web.log").read_text()
                 time.sleep(0.05)
         yield {"nodes": nodes, "merges": merges}
-    web_log.close()
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 @asynccontextmanager

@@ -17,9 +17,8 @@ import re
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -27,70 +26,30 @@ import httpx
 import httpx2
 import mcp_types as types
 import pytest
-import redis
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
-from relay_support import ApproverProcess, Node, free_port, served, write_cluster
+from relay_support import APPROVE_ECHO, DENY_RM, Node, free_port
 
 from teaagent.audit import verify_log_or_raise
 
 pytestmark = pytest.mark.slow
 
 READY = 20.0
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = DENY_RM + APPROVE_ECHO
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[dict[str, Node]]:
-    folder = tmp_path_factory.mktemp("mcp-quorum")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_server,
-        prefix=prefix,
+def cluster(star_cluster: Callable[..., dict[str, Node]]) -> dict[str, Node]:
+    return star_cluster(
+        "mcp-quorum",
+        leaves=["beta", "gamma", "delta"],
         required=2,
         timeout_seconds=60,
-        peers_of={
-            "alpha": ["beta", "gamma", "delta"],
-            "beta": ["alpha"],
-            "gamma": ["alpha"],
-            "delta": ["alpha"],
-        },
         rules={"beta": RULES, "gamma": RULES},
+        extra_toml={"alpha": '\n[agent]\npermission_mode = "prompt"\n'},
+        approvers=["beta", "gamma", "delta"],
     )
-    with nodes["alpha"].config_path.open("a") as handle:
-        handle.write('\n[agent]\npermission_mode = "prompt"\n')
-    (folder / "workspace-alpha").mkdir()
-    with ExitStack() as stack:
-        stack.enter_context(served(*nodes.values()))
-        approvers = [
-            ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma", "delta")
-        ]
-        for approver in approvers:
-            stack.callback(approver.stop)
-        for approver in approvers:
-            approver.wait_ready()
-        yield nodes
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 def text(result: types.CallToolResult) -> str:

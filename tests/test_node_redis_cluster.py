@@ -11,35 +11,33 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from redis_cluster_fixture import RedisCluster
-from relay_support import ApproverProcess, Node, RelayProcess, private_key, wait_until, write_cluster
+from redis_fixture import new_prefix
+from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
+    ApproverProcess,
+    Node,
+    RelayProcess,
+    private_key,
+    wait_until,
+    write_cluster,
+)
 
 from teaagent.errors import ApprovalDeniedError
-from teaagent.relay_client import RelayClient, RelayQuorumGate
+from teaagent.relay_client import RelayClient
 
 pytestmark = pytest.mark.slow
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 RATE_LIMIT = 12  # requests beta's relay takes from alpha per hour, in the test
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""  # anything else waits for an operator
+RULES = DENY_RM + APPROVE_ECHO  # anything else waits for an operator
 
 
 def teaagent(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
@@ -82,7 +80,7 @@ def test_relay_and_approver_on_a_redis_cluster_decide_and_lose_nothing_when_a_ma
     monkeypatch.setenv("TEAAGENT_RELAY_INBOX_RATE_LIMIT", str(RATE_LIMIT))
     monkeypatch.setenv("TEAAGENT_RELAY_INBOX_RATE_WINDOW_SECONDS", "3600")
     cluster = RedisCluster(tmp_path / "cluster", replicas=0, persistent=True).start()
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     nodes = write_cluster(
         tmp_path,
         ["alpha", "beta"],
@@ -100,12 +98,7 @@ def test_relay_and_approver_on_a_redis_cluster_decide_and_lose_nothing_when_a_ma
     ]
     approver = ApproverProcess(beta, tmp_path).start()
     processes.append(approver)
-    gate = RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
+    gate = alpha.gate(
         timeout=WAIT,
     )
     try:
@@ -149,12 +142,7 @@ def test_relay_and_approver_on_a_redis_cluster_decide_and_lose_nothing_when_a_ma
 
         # A withdrawal: the origin stops waiting; its relay and beta's mark the request withdrawn.
         stop = threading.Event()
-        waiting = RelayQuorumGate(
-            relay_url=alpha.url,
-            token=alpha.token,
-            origin="alpha",
-            private_key_signer=alpha.key,
-            config=alpha.quorum(),
+        waiting = alpha.gate(
             timeout=WAIT,
             stop=stop,
         )

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from relay_support import ApproverProcess, Node, RelayProcess, wait_until, write_cluster
+from relay_support import APPROVE_ECHO, ApproverProcess, Node, RelayProcess, wait_until, write_cluster
 
 from teaagent.relay_client import RelayQuorumGate
 
@@ -23,12 +23,7 @@ pytestmark = pytest.mark.slow
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = APPROVE_ECHO
 
 
 def two_nodes(tmp_path: Path) -> dict[str, Node]:
@@ -44,12 +39,7 @@ def two_nodes(tmp_path: Path) -> dict[str, Node]:
 
 
 def gate_of(alpha: Node) -> RelayQuorumGate:
-    return RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
+    return alpha.gate(
         timeout=WAIT,
     )
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from relay_support import _reserve, free_port, refusing_port
+from port_support import _reserve, free_port, refusing_port
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
@@ -47,7 +47,7 @@ def test_a_refusing_port_refuses_connections_and_nobody_else_can_listen_on_it_me
 
 def test_a_port_another_test_process_handed_out_is_never_handed_out_here_while_it_lives() -> None:
     code = (
-        "import relay_support, sys; print(*[relay_support.free_port() for _ in range(20)]); "
+        "import port_support, sys; print(*[port_support.free_port() for _ in range(20)]); "
         "sys.stdout.flush(); sys.stdin.read()"
     )
     child = subprocess.Popen(  # another checkout's test run, on this machine at the same time

@@ -8,7 +8,9 @@ import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent.relay_client._quorum_bench import CONCURRENCIES, FLOOR_CLIENT_HOPS, _Counters, _trips
+from teaagent_bench.quorum import CONCURRENCIES
+from teaagent_bench.quorum._counting import _Counters, _trips
+from teaagent_bench.quorum._floor import FLOOR_CLIENT_HOPS
 
 ISSUE_KEYS = {"p50_ms_c1", "p99_ms_c1", "throughput_c16", "throughput_c64", "floor_p50_ms_c1", "floor_ratio"}
 
@@ -59,14 +61,15 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
 def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from teaagent.relay_client import _quorum_bench
+    from teaagent_bench.quorum import bench_quorum_sizes
+    from teaagent_bench.quorum._cluster import _Size
 
-    assert [(_quorum_bench._Size(n).required, len(_quorum_bench._Size(n).peers)) for n in (3, 5, 9)] == [
+    assert [(_Size(n).required, len(_Size(n).peers)) for n in (3, 5, 9)] == [
         (2, 2),
         (3, 4),
         (5, 8),
     ]
-    figures = _quorum_bench.bench_quorum_sizes(0.2, (3, 5))
+    figures = bench_quorum_sizes(0.2, (3, 5))
     for nodes in (3, 5):
         assert figures[f"n{nodes}_floor_ratio"] > 0
         assert figures[f"n{nodes}_floor_throughput_ratio_c64"] > 0

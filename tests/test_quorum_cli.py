@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from relay_support import shell_request
 
 from teaagent.cli._main import run
 from teaagent.policy import MultiSigQuorumConfig
-from teaagent.quorum import build_certificate, build_request, sign_approval, sign_request
+from teaagent.quorum import build_certificate, sign_approval, sign_request
 from teaagent.signing import SSHPrivateKey
 
 NAMES = ("alpha", "beta", "gamma", "delta", "mallory")
@@ -58,14 +59,12 @@ CONFIG = MultiSigQuorumConfig(
     peer_relay_urls={peer: f"http://127.0.0.1:{PORTS[peer]}" for peer in ("beta", "gamma", "delta")},
     high_risk_patterns=["shell.*"],
 )
-REQUEST = build_request(
-    origin="alpha",
+REQUEST = shell_request(
+    CONFIG,
+    "make release",
     run_id="run-7",
     call_id="call-3",
-    tool_name="shell.run",
-    arguments={"command": "make release"},
     reason="ship it",
-    config=CONFIG,
     request_id="c" * 32,
     now=1_764_570_000,
 )

@@ -17,15 +17,15 @@ import httpx
 import pytest
 from key_forms import rsa_exponent_forms, rsa_line, sk_form
 from relay_support import (
+    MakeCluster,
     approval,
-    asynctest,
     denial,
     in_process,
     private_key,
     public_line,
     served,
+    shell_request,
     signer,
-    write_cluster,
 )
 from words_support import date_of, moment_re
 
@@ -33,7 +33,6 @@ from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum import (
     approval_statement,
     build_certificate,
-    build_request,
     denial_statement,
     evaluate,
     sign_approval,
@@ -75,15 +74,7 @@ def operator_key(name: str = "beta-op", **limits: Any) -> SignerKey:
 
 
 def request_for(quorum: MultiSigQuorumConfig) -> dict[str, Any]:
-    return build_request(
-        origin="alpha",
-        run_id="run-1",
-        call_id="call-1",
-        tool_name="shell.run",
-        arguments={"command": "make"},
-        reason="build",
-        config=quorum,
-    )
+    return shell_request(quorum, "make", reason="build")
 
 
 def approval_by(
@@ -236,16 +227,10 @@ def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_verify_certi
 
 
 def test_a_retired_key_back_dating_into_a_new_request_is_refused_by_the_origins_relay(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
     private_key("beta-retired")
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        operators={"beta": ["beta-retired"]},
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", operators={"beta": ["beta-retired"]})
     (tmp_path / "beta.operators").write_text(RETIRED_LINE)
     alpha = nodes["alpha"]
     request = alpha.request()
@@ -396,18 +381,12 @@ def test_the_origin_signs_with_any_of_its_keys_its_limits_allow_at_the_documents
 
 
 @pytest.fixture
-def staffed(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Any]:
+def staffed(make_cluster: MakeCluster) -> dict[str, Any]:
     private_key("beta-ops1")  # make the operator's key before the files are written
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        operators={"beta": ["beta-ops1"]},
-    )
+    return make_cluster("alpha", "beta", "gamma", operators={"beta": ["beta-ops1"]})
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_relay_takes_this_nodes_decision_from_its_operators_key_only(
     staffed: dict[str, Any],
 ) -> None:
@@ -431,7 +410,7 @@ async def test_the_relay_takes_this_nodes_decision_from_its_operators_key_only(
     assert (by_operator.status_code, by_operator.json()["this_node"]) == (200, "approved")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_origins_relay_counts_a_peers_operator_once(staffed: dict[str, Any]) -> None:
     alpha = staffed["alpha"]
     request = alpha.request()

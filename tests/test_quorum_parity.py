@@ -29,13 +29,12 @@ import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from relay_support import Node, public_line, signer, write_cluster
+from relay_support import MakeCluster, Node, public_line, signer
 
 from teaagent.quorum import (
     MAX_CLOCK_SKEW_SECONDS,
@@ -168,15 +167,8 @@ def document(request: dict[str, Any], decide: Decide, now: float) -> dict[str, A
 
 
 @pytest.fixture(name="origin")
-def fixture_origin(tmp_path: Path, redis_url: str, redis_prefix: str) -> Node:
-    nodes = write_cluster(
-        tmp_path,
-        [ORIGIN, *CONFIGURED],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,  # each request sets its own threshold; the node's own bar stays out of the way
-        peers_of={ORIGIN: CONFIGURED},
-    )
+def fixture_origin(make_cluster: MakeCluster) -> Node:
+    nodes = make_cluster(ORIGIN, *CONFIGURED, required=1, peers_of={ORIGIN: CONFIGURED})
     return nodes[ORIGIN]
 
 

@@ -11,16 +11,12 @@ from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.quorum import build_request, request_policy
-from teaagent.relay_client._quorum_bench import (
-    POLICY_TOOL,
-    _Counters,
-    _policy_config,
-    _policy_figures,
-    _Run,
-    _write_nodes,
-)
 from teaagent.signing import SSHPrivateKey
 from teaagent.trust import MultiSigQuorumConfig
+from teaagent_bench.quorum._asking import _Run
+from teaagent_bench.quorum._cluster import POLICY_TOOL, _policy_config, local_cluster
+from teaagent_bench.quorum._counting import _Counters
+from teaagent_bench.quorum._figures import _policy_figures
 
 
 def test_the_variant_asks_under_alphas_two_group_rule_and_the_plain_calls_stay_version_1(
@@ -30,8 +26,8 @@ def test_the_variant_asks_under_alphas_two_group_rule_and_the_plain_calls_stay_v
 
     raw = {name: Ed25519PrivateKey.generate() for name in ("alpha", "beta", "gamma")}
     keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
-    nodes = _write_nodes(tmp_path, "redis://127.0.0.1:1", keys, raw)
-    alpha = load_config(nodes["alpha"].config)
+    nodes = local_cluster(tmp_path, "redis://127.0.0.1:1", raw).write()
+    alpha = load_config(nodes["alpha"].config_path)
     plain = MultiSigQuorumConfig(
         enabled=True,
         required_approvals=2,

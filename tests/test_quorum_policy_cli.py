@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from relay_support import shell_request
 from test_quorum_cli import KEYS, LINES, PORTS, write
 from test_quorum_cli import cluster as cluster  # the fixture: keys and alpha.toml ... delta.toml
 
 from teaagent.cli._main import run
 from teaagent.policy import MultiSigQuorumConfig
-from teaagent.quorum import build_certificate, build_request, sign_approval, sign_request
+from teaagent.quorum import build_certificate, sign_approval, sign_request
 from teaagent.trust import QuorumRule, RuleTerm
 
 RULES = """
@@ -53,14 +54,12 @@ def certificate(rule: QuorumRule, *signers: str) -> dict[str, Any]:
         groups=GROUPS,
         rules=(rule,),
     )
-    request = build_request(
-        origin="alpha",
+    request = shell_request(
+        config,
+        "git push origin release",
         run_id="run-7",
         call_id="call-3",
-        tool_name="shell.run",
-        arguments={"command": "git push origin release"},
         reason="ship it",
-        config=config,
         request_id="d" * 32,
         now=1_764_570_000,
     )

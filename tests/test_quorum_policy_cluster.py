@@ -15,12 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from relay_support import ApproverProcess, Node, approval, denial, running, wait_until, write_cluster
+from relay_support import (
+    ApproverProcess,
+    MakeCluster,
+    Node,
+    approval,
+    denial,
+    rule,
+    running,
+    wait_until,
+)
 
 from teaagent.config import load_config
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.quorum import evaluate, verify_certificate
-from teaagent.relay_client import RelayClient, RelayQuorumGate, describe_wait
+from teaagent.relay_client import RelayClient, describe_wait
 from teaagent.trust import MultiSigQuorumConfig
 
 pytestmark = pytest.mark.slow
@@ -41,26 +50,17 @@ pattern = "deploy.*"
 any_of = [{ group = "ops", required = 2 }, { group = "security", required = 1 }]
 """
 
-APPROVER_RULES = """
-[[approver.rules]]
-tool = "git.push*"
-decision = "approve"
-"""
+APPROVER_RULES = rule("git.push*", "approve")
 
 
 @pytest.fixture(name="cluster")
-def fixture_cluster(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        peers_of={
-            "alpha": ["beta", "gamma", "delta"],
-            "beta": ["alpha"],
-            "gamma": ["alpha"],
-            "delta": ["alpha"],
-        },
+def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
+    return make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        star="alpha",
         quorum_rules={"alpha": QUORUM_RULES},
         high_risk=("shell.*", "fs.delete", "git.push*", "deploy.*"),
         rules={"beta": APPROVER_RULES, "gamma": APPROVER_RULES},
@@ -75,11 +75,7 @@ class Asking:
         self.result: dict[str, Any] | BaseException | None = None
         self.lines: list[str] = []  # the gate's progress lines (a command line's stderr)
         self.waits: list[str] = []  # describe_wait of each view of the wait (the agent's, the TUI's)
-        self._gate = RelayQuorumGate(
-            relay_url=alpha.url,
-            token=alpha.token,
-            origin="alpha",
-            private_key_signer=alpha.key,
+        self._gate = alpha.gate(
             config=config,
             timeout=WAIT,
             on_progress=self.lines.append,

@@ -6,17 +6,15 @@ PROTOCOL.md "Version 2": "Who decides what the policy is" and "Mixed clusters".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
-from relay_support import Node, asynctest, error, in_process, signer, write_cluster
+from relay_support import MakeCluster, Node, error, in_process
 from test_relay_inbox import nothing_stored
 
 import teaagent_relay._inbox
 from teaagent.config import load_config
 from teaagent.quorum import PROTOCOL_VERSION, build_request, request_problem
-from teaagent.relay_client import RelayQuorumGate
 from teaagent.trust import MultiSigQuorumConfig, QuorumRule
 
 RULES = """
@@ -31,13 +29,13 @@ all_of = [{ group = "ops", required = 2 }, { group = "security", required = 1 }]
 
 
 @pytest.fixture(name="nodes")
-def fixture_nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def fixture_nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks for git.push under its rule; beta, gamma, delta are its peers."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
+    return make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
         quorum_rules={"alpha": RULES},
         high_risk=("shell.*", "fs.delete", "git.push*"),
     )
@@ -71,11 +69,7 @@ def lowered(config: MultiSigQuorumConfig) -> MultiSigQuorumConfig:
 def test_the_origins_gate_signs_no_request_whose_policy_is_not_its_own(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     config = load_config(alpha.config_path).quorum
-    gate = RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=signer("alpha"),
+    gate = alpha.gate(
         config=config,
     )
     try:
@@ -114,7 +108,7 @@ def version_1_only(request: object) -> str | None:
     return request_problem(request)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_version_1_peer_refuses_a_version_2_request_in_one_sentence(
     nodes: dict[str, Node], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,7 +127,7 @@ async def test_a_version_1_peer_refuses_a_version_2_request_in_one_sentence(
     assert plain.status_code == 201
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_version_2_peer_takes_a_version_2_request(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = push(load_config(alpha.config_path).quorum)

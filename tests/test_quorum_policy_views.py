@@ -13,7 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from relay_support import asynctest, public_line, signer
+import pytest
+from relay_support import public_line, signer
 from test_approver_notify import an_item, eventually, notifier_for, receiving
 from test_quorum_policy import NOW, request
 
@@ -98,7 +99,7 @@ def test_the_tuis_inbox_says_each_version_2_requests_rule_terms_and_this_nodes_t
     assert inbox_policy_lines(items, "epsilon") == [f"{doc['request_id'][:8]} {LINE}"]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_webhooks_carry_the_rule_its_terms_and_this_nodes_term_from_the_signed_request(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from relay_support import shell_request
 
 from teaagent.errors import QuorumError
 from teaagent.policy import MultiSigQuorumConfig, PeerSignature
@@ -20,7 +21,6 @@ from teaagent.quorum import (
     DENIAL_NAMESPACE,
     approval_statement,
     build_certificate,
-    build_request,
     denial_statement,
     evaluate,
     sign_approval,
@@ -51,14 +51,13 @@ CONFIG = MultiSigQuorumConfig(
 
 
 def _request(request_id: str, command: str) -> dict[str, Any]:
-    return build_request(
+    return shell_request(
+        CONFIG,
+        command,
         origin="origin",
         run_id="run",
         call_id="call",
-        tool_name="shell.run",
-        arguments={"command": command},
         reason="",
-        config=CONFIG,
         now=NOW,
         request_id=request_id,
     )

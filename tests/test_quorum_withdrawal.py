@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from relay_support import shell_request
 
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum import (
     WITHDRAWAL_NAMESPACE,
     WITHDRAWAL_TYPE,
-    build_request,
     sign_withdrawal,
     statement_bytes,
     verify_withdrawal,
@@ -43,16 +43,8 @@ CONFIG = MultiSigQuorumConfig(
     high_risk_patterns=["shell.*"],
     timeout_seconds=120,
 )
-REQUEST = build_request(
-    origin="alpha",
-    run_id="run-1",
-    call_id="call-1",
-    tool_name="shell.run",
-    arguments={"command": "rm -rf build"},
-    reason="stale",
-    config=CONFIG,
-    now=NOW,
-    request_id="0123456789abcdef0123456789abcdef",
+REQUEST = shell_request(
+    CONFIG, "rm -rf build", reason="stale", now=NOW, request_id="0123456789abcdef0123456789abcdef"
 )
 
 

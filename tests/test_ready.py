@@ -7,7 +7,6 @@ the same port, and reads each service's readiness over real sockets while it is 
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,50 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
-from relay_support import Served, ServedApp, free_port, wait_until, write_cluster
+from redis_fixture import RestartableRedis
+from relay_support import MakeCluster, Served, ServedApp, wait_until, write_cluster
 
 from teaagent.errors import StoreError
-from teaagent.store import find_server_binary
 
 pytestmark = pytest.mark.slow
-
-
-class RestartableRedis:
-    """A Redis server of one test on a fixed loopback port: stopped and started again at will."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [str(find_server_binary()), "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""],
-            cwd=self.folder,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        try:
-            assert wait_until(lambda: _pings(client), timeout=10), "the test's Redis did not start"
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        assert self.process is not None
-        self.process.terminate()
-        self.process.wait(timeout=10)
-
-
-def _pings(client: redis.Redis) -> bool:
-    with contextlib.suppress(redis.RedisError):
-        return bool(client.ping())
-    return False
 
 
 @pytest.fixture(name="own_redis")
@@ -69,8 +30,7 @@ def fixture_own_redis() -> Iterator[RestartableRedis]:
         try:
             yield server
         finally:
-            if server.process is not None and server.process.poll() is None:
-                server.stop()
+            server.stop()
 
 
 def ready(url: str) -> tuple[int, dict[str, Any]]:
@@ -116,10 +76,8 @@ def test_the_relay_is_not_ready_while_its_redis_is_down_and_ready_again_after(
         assert states(becomes(relay.url, 200)) == {"store": "ok", "worker": "ok"}
 
 
-def test_the_relay_is_not_ready_when_its_delivery_worker_died(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix)
+def test_the_relay_is_not_ready_when_its_delivery_worker_died(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta")
     with Served(nodes["alpha"]) as relay:
         assert ready(relay.url)[0] == 200
         task = relay.app.state.delivery_task
@@ -131,8 +89,8 @@ def test_the_relay_is_not_ready_when_its_delivery_worker_died(
         )
 
 
-def test_the_relay_documents_ready(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix)
+def test_the_relay_documents_ready(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta")
     with Served(nodes["alpha"]) as relay:
         paths = httpx.get(f"{relay.url}/openapi.json", timeout=10).json()["paths"]
     answers = paths["/ready"]["get"]["responses"]
@@ -181,11 +139,11 @@ def test_the_approver_is_not_ready_while_its_redis_or_its_relay_is_down(
 
 
 def test_the_approver_is_not_ready_while_its_engine_rounds_fail(
-    tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, make_cluster: MakeCluster
 ) -> None:
     from teaagent_approver._engine import Engine
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix)
+    nodes = make_cluster("alpha", "beta")
     stream_last_id = Engine._stream_last_id
     failing = True
 

@@ -103,8 +103,9 @@ def dataclass_keys(queue: Any) -> tuple[str, ...]:
     return (queue.stream, queue.schedule, queue.dead)
 
 
+@pytest.mark.anyio
 @pytest.mark.slow
-def test_the_store_runs_every_operation_on_a_cluster_and_spreads_requests_over_its_masters(
+async def test_the_store_runs_every_operation_on_a_cluster_and_spreads_requests_over_its_masters(
     tmp_path: Path, redis_cluster: RedisCluster, cluster_prefix: str
 ) -> None:
     alpha = cluster_nodes(tmp_path, redis_cluster, cluster_prefix)["alpha"]
@@ -181,7 +182,7 @@ def test_the_store_runs_every_operation_on_a_cluster_and_spreads_requests_over_i
             ]
         return seen
 
-    seen = asyncio.run(scenario())
+    seen = await scenario()
 
     assert seen["single"] == DecisionResult("pending", 1, 0, True, False)
     assert all(isinstance(answer, DecisionResult) for answer in seen["answers"])
@@ -249,8 +250,9 @@ def test_the_agents_tool_limits_are_shared_on_the_cluster_and_fail_closed_withou
         node_rate_limiter(load_config(gone.config_path)).hit(tools[0], limit)
 
 
+@pytest.mark.anyio
 @pytest.mark.slow
-def test_after_a_failover_every_call_loads_its_script_on_the_promoted_node_alone(
+async def test_after_a_failover_every_call_loads_its_script_on_the_promoted_node_alone(
     tmp_path: Path, redis_cluster: RedisCluster, cluster_prefix: str
 ) -> None:
     alpha = cluster_nodes(tmp_path, redis_cluster, cluster_prefix)["alpha"]
@@ -312,7 +314,7 @@ def test_after_a_failover_every_call_loads_its_script_on_the_promoted_node_alone
         async with open_node_store(config, prefix=alpha.redis_prefix) as store:
             return await scenario(store)
 
-    seen = asyncio.run(main())
+    seen = await main()
 
     assert seen["premise"]
     assert seen["lost"]
@@ -329,8 +331,9 @@ def test_after_a_failover_every_call_loads_its_script_on_the_promoted_node_alone
     assert redis_cluster.error_counts("CROSSSLOT") == crossslot
 
 
+@pytest.mark.anyio
 @pytest.mark.slow
-def test_a_replica_that_does_not_answer_leaves_the_stores_health_alone(
+async def test_a_replica_that_does_not_answer_leaves_the_stores_health_alone(
     tmp_path: Path, redis_cluster: RedisCluster, cluster_prefix: str
 ) -> None:
     alpha = cluster_nodes(tmp_path, redis_cluster, cluster_prefix)["alpha"]
@@ -343,7 +346,7 @@ def test_a_replica_that_does_not_answer_leaves_the_stores_health_alone(
 
     os.kill(replica.process.pid, signal.SIGSTOP)  # alive, and silent: a replica on a stalled host
     try:
-        took = asyncio.run(ping())
+        took = await ping()
     finally:
         os.kill(replica.process.pid, signal.SIGCONT)
 

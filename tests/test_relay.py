@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
-    asynctest,
     denial,
     error,
     fixture_nodes,  # noqa: F401 - the nodes fixture
@@ -46,7 +46,7 @@ def decisions_path(request: dict[str, Any]) -> str:
 # -- submitting own requests ---------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_is_stored_once_and_queued_for_every_peer(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -70,7 +70,7 @@ async def test_a_request_is_stored_once_and_queued_for_every_peer(nodes: dict[st
     assert payload["body"]["request"] == request
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_new_request_is_answered_as_stored_without_reading_it_back(
     nodes: dict[str, Node], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -102,7 +102,7 @@ async def test_a_new_request_is_answered_as_stored_without_reading_it_back(
     assert before <= first.json()["accepted_at"] <= int(time.time())
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_is_refused_without_the_nodes_token(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -125,7 +125,7 @@ async def test_a_request_is_refused_without_the_nodes_token(nodes: dict[str, Nod
     assert stored is None
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_must_be_signed_with_the_nodes_own_key(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -144,7 +144,7 @@ async def test_a_request_must_be_signed_with_the_nodes_own_key(nodes: dict[str, 
     assert stored is None
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_of_another_origin_is_forbidden(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(alpha, deliver=False) as client:
@@ -153,7 +153,7 @@ async def test_a_request_of_another_origin_is_forbidden(nodes: dict[str, Node]) 
     assert error(response) == (403, "forbidden", "The request's origin beta is not this node (alpha).")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_malformed_request_is_invalid(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -175,7 +175,7 @@ async def test_a_malformed_request_is_invalid(nodes: dict[str, Node]) -> None:
     assert message.startswith("The request body is not valid JSON:")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_another_document_under_a_stored_id_is_a_conflict(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -193,7 +193,7 @@ async def test_another_document_under_a_stored_id_is_a_conflict(nodes: dict[str,
     assert status.json()["state"] == "pending"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_the_configured_peers_cannot_approve_is_refused(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -213,7 +213,7 @@ async def test_a_request_the_configured_peers_cannot_approve_is_refused(nodes: d
 # -- counting decisions: the story of PROTOCOL.md "Counting" ---------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_counting_tampered_fails_wrong_key_fails_one_short_waits_threshold_met_approves(
     nodes: dict[str, Node],
 ) -> None:
@@ -266,7 +266,7 @@ async def test_counting_tampered_fails_wrong_key_fails_one_short_waits_threshold
     assert outcome.signers == ("beta", "gamma")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_same_decision_five_times_counts_once(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -284,7 +284,7 @@ async def test_the_same_decision_five_times_counts_once(nodes: dict[str, Node]) 
     assert status.json()["state"] == "pending"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_denials_past_what_the_quorum_can_spare_deny_the_request(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -306,7 +306,7 @@ async def test_denials_past_what_the_quorum_can_spare_deny_the_request(nodes: di
     assert body["certificate"] is None
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_signer_that_denied_counts_as_a_denial_only_and_is_never_in_the_certificate(
     nodes: dict[str, Node],
 ) -> None:
@@ -371,7 +371,7 @@ def test_an_approved_outcome_carries_the_counted_denials_in_its_certificate(node
     assert plain["denials"] == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_denial_after_the_signers_approval_can_deny_the_request(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]  # 2 of 3: a second denial decides
     async with in_process(alpha, deliver=False) as client:
@@ -396,7 +396,7 @@ async def test_a_denial_after_the_signers_approval_can_deny_the_request(nodes: d
     assert body["certificate"] is None
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_relay_processes_sharing_a_store_count_a_signer_alike(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     # Two relays of one node on one store (two workers): what each knows of a request is only what
@@ -419,7 +419,7 @@ async def test_relay_processes_sharing_a_store_count_a_signer_alike(nodes: dict[
     )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_signer_that_may_not_sign_is_forbidden(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -436,18 +436,9 @@ async def test_a_signer_that_may_not_sign_is_forbidden(nodes: dict[str, Node]) -
     assert error(origin) == (403, "forbidden", "The origin cannot approve or deny its own request.")
 
 
-@asynctest
-async def test_a_request_peer_that_this_node_does_not_know_is_forbidden(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "omega"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        peers_of={"alpha": ["beta", "gamma"]},
-    )
+@pytest.mark.anyio
+async def test_a_request_peer_that_this_node_does_not_know_is_forbidden(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", "omega", required=1, peers_of={"alpha": ["beta", "gamma"]})
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
         request = alpha.request()
@@ -462,7 +453,7 @@ async def test_a_request_peer_that_this_node_does_not_know_is_forbidden(
     assert error(response) == (403, "forbidden", "Omega is not a configured peer of this node.")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_decision_times_follow_rule_4(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -525,7 +516,7 @@ def test_decisions_count_from_sixty_seconds_before_their_request_was_created(nod
     assert (denied_at_bound.json()["approvals"], denied_at_bound.json()["denials"]) == (1, 1)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_decision_half_a_second_past_the_expiry_is_late(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -548,7 +539,7 @@ async def test_a_decision_half_a_second_past_the_expiry_is_late(nodes: dict[str,
     assert (stored.state, stored.decided_at, list(stored.approvals)) == ("expired", expires_at + 1, ["beta"])
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_expired_request_counts_nothing_and_says_expired(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -565,7 +556,7 @@ async def test_an_expired_request_counts_nothing_and_says_expired(nodes: dict[st
     assert status.json()["signers"] == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_decision_for_an_unknown_request_is_not_found(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -583,7 +574,7 @@ async def test_a_decision_for_an_unknown_request_is_not_found(nodes: dict[str, N
     assert error(status)[:2] == (404, "not_found")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_decision_body_of_the_wrong_shape_is_invalid(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -609,7 +600,7 @@ async def test_a_decision_body_of_the_wrong_shape_is_invalid(nodes: dict[str, No
 # -- the outcome, by long-poll ---------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_outcome_long_poll_returns_when_the_quorum_is_reached(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -635,7 +626,7 @@ async def test_the_outcome_long_poll_returns_when_the_quorum_is_reached(nodes: d
     assert elapsed < 15  # it returned on the outcome event, not at the end of the wait
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_long_poll_is_capped(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -657,7 +648,7 @@ async def test_the_long_poll_is_capped(nodes: dict[str, Node]) -> None:
 # -- operations ---------------------------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -726,7 +717,7 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
     assert {"wait", "approvals", "denials"} <= outcome
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_unknown_paths_and_methods_answer_error_out(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -750,7 +741,7 @@ def test_the_app_refuses_a_broken_configuration(tmp_path: Path, monkeypatch: pyt
         create_app(node.settings(redis_prefix="a{b}"))
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_development_signatures_count_only_where_the_configuration_allows_them(
     tmp_path: Path, redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -796,7 +787,7 @@ async def test_development_signatures_count_only_where_the_configuration_allows_
 NASTY_VALUES: list[Any] = [None, True, 1.5, -1, 2**70, "", "x" * 300, [], [1], {}, {"a": [1]}]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_no_statement_field_of_any_json_type_makes_the_relay_fail(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     answers: list[tuple[str, Any, int]] = []

@@ -9,7 +9,7 @@ import pytest
 
 from teaagent.cli._bench import BENCHMARKS, TARGETS
 from teaagent.cli._main import run
-from teaagent.relay_client._bench import bench_decisions
+from teaagent_bench.relay import bench_decisions
 
 
 def test_serve_refuses_a_missing_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

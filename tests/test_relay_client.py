@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
-    asynctest,
     denial,
     public_line,
     refusing_port,
     served,
-    write_cluster,
 )
 
 from teaagent.errors import ApprovalDeniedError, RelayError
@@ -37,16 +35,9 @@ WAIT = 20.0
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (2 of 2); beta and gamma know alpha."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-    )
+    return make_cluster("alpha", "beta", "gamma", required=2, star="alpha")
 
 
 def approve_next(node: Node, *, deny_reason: str | None = None) -> None:
@@ -122,7 +113,7 @@ def test_the_client_speaks_every_call_of_the_api(nodes: dict[str, Node]) -> None
     assert health["agent_id"] == "alpha"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_async_client_reports_the_relays_refusals(nodes: dict[str, Node]) -> None:
     from relay_support import in_process
 
@@ -253,12 +244,8 @@ def test_the_gate_raises_the_denial_with_who_and_why(nodes: dict[str, Node]) -> 
 
 
 @pytest.mark.slow
-def test_the_gate_raises_expired_when_the_peers_stay_silent(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1, timeout_seconds=1
-    )
+def test_the_gate_raises_expired_when_the_peers_stay_silent(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1, timeout_seconds=1)
     alpha = nodes["alpha"]
     with served(alpha, deliver=False):
         gate = gate_of(alpha)
@@ -303,9 +290,9 @@ def test_the_gate_refuses_an_origin_among_its_peers_and_a_bad_timeout(nodes: dic
 # -- the async client against the sync one ---------------------------------------------------------
 
 
+@pytest.mark.anyio
 @pytest.mark.slow
-def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]) -> None:
-    import asyncio
+async def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]) -> None:
 
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
@@ -342,7 +329,7 @@ def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]
             return answers
 
     with served(alpha, beta, deliver=False):
-        first = asyncio.run(async_answers())
+        first = await async_answers()
         with (
             RelayClient(alpha.url, token=alpha.token) as client,
             RelayClient(beta.url, token=beta.token) as peer,
@@ -367,8 +354,10 @@ def test_the_async_client_answers_as_the_sync_client_does(nodes: dict[str, Node]
     assert first[7][1:] == (404, "not_found")  # type: ignore[index]
 
 
-def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch: pytest.MonkeyPatch) -> None:
-    import asyncio
+@pytest.mark.anyio
+async def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import socket
 
     async def main() -> tuple[str, RelayError, RelayError]:
@@ -386,7 +375,7 @@ def test_the_async_client_says_when_a_relay_is_unreachable_or_silent(monkeypatch
                     await client.get_request("a" * 32)
         return closed, unreachable.value, late.value
 
-    closed, unreachable, late = asyncio.run(main())
+    closed, unreachable, late = await main()
     assert unreachable.status_code is None
     assert str(unreachable).startswith(
         f"The relay at {closed} is unreachable (the status of request {'a' * 32}):"

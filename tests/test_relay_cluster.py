@@ -8,9 +8,6 @@ that is down, a decision delivered five times, fifty decisions racing at the thr
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,12 +16,13 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from redis_fixture import RestartableRedis
 from relay_support import (
+    MakeCluster,
     Node,
     RelayProcess,
     approval,
     approve_next,
-    free_port,
     public_line,
     running,
     undelivered,
@@ -35,18 +33,16 @@ from relay_support import (
 from teaagent.errors import ApprovalDeniedError, RelayError
 from teaagent.policy import ApprovalPolicy, PermissionMode
 from teaagent.quorum import verify_certificate
-from teaagent.relay_client import RelayClient, RelayQuorumGate
-from teaagent.store import Keys, find_server_binary
+from teaagent.relay_client import RelayClient
+from teaagent.store import Keys
 
 pytestmark = pytest.mark.slow
 
 WAIT = 20.0  # seconds a test waits for something that takes well under one on an idle host
 
 
-def test_two_relays_exchange_a_request_and_its_decision(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+def test_two_relays_exchange_a_request_and_its_decision(tmp_path: Path, make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     with running(nodes.values(), tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         request = alpha.request()
@@ -65,23 +61,11 @@ def test_two_relays_exchange_a_request_and_its_decision(
 
 
 def test_three_relays_give_the_gate_its_certificate_or_the_denial(
-    tmp_path: Path, redis_url: str, redis_prefix: str, workspace: Path
+    tmp_path: Path, workspace: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", required=2, star="alpha")
     alpha = nodes["alpha"]
-    gate = RelayQuorumGate(
-        relay_url=alpha.url,
-        token=alpha.token,
-        origin="alpha",
-        private_key_signer=alpha.key,
-        config=alpha.quorum(),
+    gate = alpha.gate(
         timeout=WAIT,
     )
     policy = ApprovalPolicy.for_workspace(
@@ -132,9 +116,9 @@ def test_three_relays_give_the_gate_its_certificate_or_the_denial(
 
 
 def test_a_relay_killed_between_accepting_a_decision_and_delivering_it_loses_nothing(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, redis_url: str, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     alpha_relay = RelayProcess(alpha, tmp_path).start()
     beta_relay = RelayProcess(beta, tmp_path).start()
@@ -168,12 +152,7 @@ class GateInThread:
     def __init__(self, node: Node, timeout: float) -> None:
         self.progress: list[str] = []
         self.outcome: list[Any] = []  # the certificate, or what obtain() raised
-        self.gate = RelayQuorumGate(
-            relay_url=node.url,
-            token=node.token,
-            origin=node.name,
-            private_key_signer=node.key,
-            config=node.quorum(),
+        self.gate = node.gate(
             timeout=timeout,
             on_progress=self.progress.append,
         )
@@ -195,10 +174,10 @@ class GateInThread:
 
 
 def test_the_gate_outlives_its_relays_crash_and_sends_the_request_again(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, redis_url: str, redis_prefix: str, make_cluster: MakeCluster
 ) -> None:
     """kill -9 of the origin's relay with its fan-out lost (as if it died before queueing it)."""
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     asking = GateInThread(alpha, timeout=WAIT * 2)
     alpha_relay = RelayProcess(alpha, tmp_path).start()  # beta's relay is not up yet
@@ -227,9 +206,9 @@ def test_the_gate_outlives_its_relays_crash_and_sends_the_request_again(
 
 
 def test_a_gate_whose_relay_never_comes_back_says_so_at_its_deadline(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     asking = GateInThread(alpha, timeout=3.0)
     alpha_relay = RelayProcess(alpha, tmp_path).start()
@@ -248,9 +227,9 @@ def test_a_gate_whose_relay_never_comes_back_says_so_at_its_deadline(
 
 
 def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         request = alpha.request()
@@ -267,45 +246,8 @@ def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
     assert outcome.state == "approved"
 
 
-class _Valkey:
-    """A Redis-compatible server on a fixed port with append-only persistence, to restart at will."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "valkey.conf").write_text(
-            f"bind 127.0.0.1\nport {self.port}\ndir {folder}\nappendonly yes\nappendfsync always\n"
-            'save ""\ndaemonize no\n'
-        )
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [str(find_server_binary()), str(self.folder / "valkey.conf")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
-        assert wait_until(lambda: self._ping(client), timeout=WAIT), "valkey did not start"
-        client.close()
-
-    @staticmethod
-    def _ping(client: redis.Redis) -> bool:
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=WAIT)
-
-
 def test_a_redis_restart_with_append_only_keeps_pending_requests(tmp_path: Path) -> None:
-    server = _Valkey(tmp_path / "valkey")
+    server = RestartableRedis(tmp_path / "valkey", append_only=True)
     server.start()
     nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=server.url, prefix="restart", required=1)
     alpha = nodes["alpha"]
@@ -330,10 +272,11 @@ def test_a_redis_restart_with_append_only_keeps_pending_requests(tmp_path: Path)
     assert (counted.counted, counted.state) == (True, "approved")
 
 
-def test_the_same_decision_delivered_five_times_counts_once(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+@pytest.mark.anyio
+async def test_the_same_decision_delivered_five_times_counts_once(
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix)
+    nodes = make_cluster("alpha", "beta", "gamma")
     alpha = nodes["alpha"]
     alpha.extra_env["TEAAGENT_RELAY_DELIVER"] = "0"
     request = alpha.request()
@@ -346,7 +289,7 @@ def test_the_same_decision_delivered_five_times_counts_once(
 
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         client.submit_request(request, alpha.signed(request)["signature"])
-        answers = asyncio.run(deliver_five_times())
+        answers = await deliver_five_times()
         status = client.get_request(request["request_id"])
 
     assert [answer.status_code for answer in answers] == [200] * 5
@@ -355,13 +298,12 @@ def test_the_same_decision_delivered_five_times_counts_once(
     assert status.state == "pending"
 
 
-def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_outcome_event(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+@pytest.mark.anyio
+async def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_outcome_event(
+    tmp_path: Path, redis_url: str, redis_prefix: str, make_cluster: MakeCluster
 ) -> None:
     peers = [f"p{index:02d}" for index in range(50)]
-    nodes = write_cluster(
-        tmp_path, ["alpha"], redis_url=redis_url, prefix=redis_prefix, required=25, peers_of={"alpha": peers}
-    )
+    nodes = make_cluster("alpha", required=25, peers_of={"alpha": peers})
     alpha = nodes["alpha"]
     alpha.extra_env["TEAAGENT_RELAY_DELIVER"] = "0"
     request = alpha.request()
@@ -377,7 +319,7 @@ def test_fifty_concurrent_decisions_racing_at_the_threshold_produce_exactly_one_
 
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         client.submit_request(request, alpha.signed(request)["signature"])
-        receipts = asyncio.run(race())
+        receipts = await race()
         status = client.get_request(request["request_id"])
     events_key = Keys(alpha.redis_prefix).request(request["request_id"]).events
     store = redis.Redis.from_url(redis_url)

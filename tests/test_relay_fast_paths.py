@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 from relay_support import (
     Node,
     approval,
-    asynctest,
     fixture_nodes,  # noqa: F401 - the nodes fixture
     in_process,
 )
@@ -66,7 +66,7 @@ def assert_taken(
     assert len(seen) == 2 * len(declined)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_origins_hot_calls_answer_as_the_documented_routes(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as client:
@@ -145,7 +145,7 @@ async def test_the_origins_hot_calls_answer_as_the_documented_routes(nodes: dict
     assert_taken(pairs, hot_seen, declined, seen)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_peers_hot_calls_answer_as_the_documented_routes(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:

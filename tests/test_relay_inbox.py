@@ -11,30 +11,29 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
-    asynctest,
     denial,
     error,
     fixture_nodes,  # noqa: F401 - the nodes fixture
     in_process,
     refusing_port,
     served,
+    shell_request,
     signer,
-    write_cluster,
 )
 from test_store_requests import decided_in_inbox
 from words_support import AGO, AN_HOUR_AHEAD, moment_re
 
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
-from teaagent.quorum import approval_statement, build_request, sign_request, sign_withdrawal
+from teaagent.quorum import approval_statement, sign_request, sign_withdrawal
 from teaagent_relay import MAX_BODY_BYTES
 from teaagent_relay._worker import DeliveryWorker
 
@@ -49,7 +48,7 @@ async def nothing_stored(client: httpx.AsyncClient, origin: str, request_id: str
 # -- accepting peers' requests ---------------------------------------------------------------------
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_peers_request_is_accepted_once_and_queued_for_the_approver(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -86,20 +85,12 @@ async def test_a_peers_request_is_accepted_once_and_queued_for_the_approver(node
     assert {entry.target for entry in queued} == {"approver"}
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_unknown_origin_is_forbidden_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         request = alpha.request()
-        request = build_request(
-            origin="mallory",
-            run_id="r",
-            call_id="c",
-            tool_name="shell.run",
-            arguments={"command": "id"},
-            reason="",
-            config=alpha.quorum(),
-        )
+        request = shell_request(alpha.quorum(), "id", origin="mallory", run_id="r", call_id="c", reason="")
         response = await client.post(
             "/v1/inbox", json={"request": request, "signature": sign_request(request, signer("mallory"))}
         )
@@ -109,7 +100,7 @@ async def test_an_unknown_origin_is_forbidden_and_nothing_is_stored(nodes: dict[
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_bad_request_signature_is_refused_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -128,17 +119,9 @@ async def test_a_bad_request_signature_is_refused_and_nothing_is_stored(nodes: d
     assert stored
 
 
-@asynctest
-async def test_a_request_that_does_not_name_this_node_is_forbidden(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma", "delta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        peers_of={"alpha": ["gamma", "delta"]},
-    )
+@pytest.mark.anyio
+async def test_a_request_that_does_not_name_this_node_is_forbidden(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", "delta", peers_of={"alpha": ["gamma", "delta"]})
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         request = alpha.request()
@@ -153,7 +136,7 @@ async def test_a_request_that_does_not_name_this_node_is_forbidden(
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_malformed_request_or_body_is_invalid_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -190,7 +173,7 @@ async def test_a_malformed_request_or_body_is_invalid_and_nothing_is_stored(node
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_oversized_body_is_refused_before_and_while_reading(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -218,7 +201,7 @@ async def test_an_oversized_body_is_refused_before_and_while_reading(nodes: dict
     assert stored
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_request_from_the_future_is_refused_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     late = alpha.request(now=time.time() + 3600)  # genuinely signed, by a clock an hour ahead
@@ -239,7 +222,7 @@ async def test_a_request_from_the_future_is_refused_and_nothing_is_stored(nodes:
     assert accepted.status_code == 201
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_origin_past_its_rate_limit_gets_429_and_nothing_is_stored(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
@@ -314,18 +297,12 @@ def test_an_origin_holding_its_share_of_the_inbox_gets_429_until_one_of_its_requ
     }
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_captured_request_posted_again_and_again_never_uses_up_its_origins_window(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
     # dev signatures only to have a second valid signature over the very same request.
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        allow_dev_signatures=True,
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", allow_dev_signatures=True)
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
@@ -356,7 +333,7 @@ async def test_a_captured_request_posted_again_and_again_never_uses_up_its_origi
     )
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_expired_request_is_refused_and_charges_nothing(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False, inbox_rate_limit=2, inbox_rate_window_seconds=30) as client:
@@ -385,7 +362,7 @@ async def test_an_expired_request_is_refused_and_charges_nothing(nodes: dict[str
     assert [response.status_code for response in genuine] == [201, 201, 429]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_inbox_needs_the_nodes_token(nodes: dict[str, Node]) -> None:
     beta = nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -399,7 +376,7 @@ async def test_the_inbox_needs_the_nodes_token(nodes: dict[str, Node]) -> None:
         assert error(response)[:2] == (401, "unauthorized")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_inbox_long_poll_returns_when_a_request_arrives(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -418,7 +395,7 @@ async def test_the_inbox_long_poll_returns_when_a_request_arrives(nodes: dict[st
     assert [item["request_id"] for item in waited.json()] == [request["request_id"]]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_pending_request_behind_ten_thousand_decided_ones_is_listed_and_wakes_the_long_poll(
     nodes: dict[str, Node],
 ) -> None:
@@ -459,7 +436,7 @@ async def test_a_pending_request_behind_ten_thousand_decided_ones_is_listed_and_
     ]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_an_unknown_inbox_item_is_not_found(nodes: dict[str, Node]) -> None:
     beta = nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -491,7 +468,7 @@ async def approve_here(client: httpx.AsyncClient, node: Node, request: dict[str,
     assert (await client.post(path, json=approval(request, node.name), headers=node.headers)).is_success
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approver(
     nodes: dict[str, Node],
 ) -> None:
@@ -514,7 +491,7 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
 
 
 @pytest.mark.usefixtures("one_entry_per_sweep")
-@asynctest
+@pytest.mark.anyio
 async def test_requests_waiting_at_the_head_of_the_inbox_queue_do_not_hide_the_ones_behind(
     nodes: dict[str, Node],
 ) -> None:
@@ -537,7 +514,7 @@ def one_entry_per_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(teaagent_relay._inbox, "INBOX_SWEEP_BATCH", 1)
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_decision_recorded_but_never_queued_is_sent_by_the_inbox_sweep(
     nodes: dict[str, Node],
 ) -> None:
@@ -568,7 +545,7 @@ async def test_a_decision_recorded_but_never_queued_is_sent_by_the_inbox_sweep(
     assert json.loads(after[0].payload)["body"]["statement"]["signer"] == "beta"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_contrary_decision_is_refused_and_never_queued(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -586,7 +563,7 @@ async def test_a_contrary_decision_is_refused_and_never_queued(nodes: dict[str, 
     ]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_this_nodes_decision_is_recorded_and_queued_for_the_origin(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -627,7 +604,7 @@ async def test_this_nodes_decision_is_recorded_and_queued_for_the_origin(nodes: 
     assert payload["body"]["statement"] == document["statement"]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -667,11 +644,9 @@ async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, 
 # -- the delivery worker ----------------------------------------------------------------------------
 
 
-@asynctest
-async def test_the_worker_delivers_a_request_to_the_peer_relay(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+@pytest.mark.anyio
+async def test_the_worker_delivers_a_request_to_the_peer_relay(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with (
         in_process(beta, deliver=False) as beta_client,
@@ -696,18 +671,9 @@ async def test_the_worker_delivers_a_request_to_the_peer_relay(
     assert 'teaagent_relay_deliveries_total{result="ok"} 1.0' in metrics
 
 
-@asynctest
-async def test_the_worker_dead_letters_a_permanent_refusal(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        peers_of={"beta": ["gamma"]},  # beta does not know alpha
-    )
+@pytest.mark.anyio
+async def test_the_worker_dead_letters_a_permanent_refusal(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", required=1, peers_of={"beta": ["gamma"]})
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with (
         in_process(beta, deliver=False) as beta_client,
@@ -753,11 +719,11 @@ async def test_the_worker_dead_letters_a_permanent_refusal(
     assert error(anonymous)[:2] == (401, "unauthorized")
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_relay_retries_a_delivery_until_the_request_expires_not_a_fixed_count(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as alpha_client:
         request = alpha.request()
@@ -776,11 +742,9 @@ async def test_the_relay_retries_a_delivery_until_the_request_expires_not_a_fixe
     assert len(actions) > 12
 
 
-@asynctest
-async def test_the_running_worker_removes_consumers_left_by_dead_processes(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+@pytest.mark.anyio
+async def test_the_running_worker_removes_consumers_left_by_dead_processes(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     async with in_process(alpha, deliver=False) as alpha_client:
         relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
@@ -813,19 +777,10 @@ async def test_the_running_worker_removes_consumers_left_by_dead_processes(
     assert swept == []
 
 
-@asynctest
-async def test_the_worker_retries_an_unreachable_peer_later(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
+@pytest.mark.anyio
+async def test_the_worker_retries_an_unreachable_peer_later(make_cluster: MakeCluster) -> None:
     with refusing_port() as down:  # beta is down: its port refuses every connection
-        nodes = write_cluster(
-            tmp_path,
-            ["alpha", "beta"],
-            redis_url=redis_url,
-            prefix=redis_prefix,
-            required=1,
-            ports={"beta": down},
-        )
+        nodes = make_cluster("alpha", "beta", required=1, ports={"beta": down})
         alpha = nodes["alpha"]
         async with in_process(alpha, deliver=False) as client:
             request = alpha.request()
@@ -849,11 +804,9 @@ async def test_the_worker_retries_an_unreachable_peer_later(
 
 
 @pytest.mark.slow
-@asynctest
-async def test_a_delivery_claimed_by_a_crashed_relay_is_taken_over(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+@pytest.mark.anyio
+async def test_a_delivery_claimed_by_a_crashed_relay_is_taken_over(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with (
         in_process(beta, deliver=False) as beta_client,
@@ -905,13 +858,9 @@ class _HoldingOne(httpx.AsyncBaseTransport):
 
 
 @pytest.mark.slow
-@asynctest
-async def test_a_peer_that_hangs_holds_up_no_delivery_to_the_others(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+@pytest.mark.anyio
+async def test_a_peer_that_hangs_holds_up_no_delivery_to_the_others(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha, beta, gamma = nodes["alpha"], nodes["beta"], nodes["gamma"]
     async with (
         in_process(gamma, deliver=False) as gamma_client,

@@ -21,14 +21,13 @@ import httpx
 import pytest
 from relay_support import (
     ApproverProcess,
+    MakeCluster,
     Node,
     approval,
-    asynctest,
     denial,
     in_process,
     served,
     wait_until,
-    write_cluster,
 )
 from test_tui import Terminal, scripted
 
@@ -44,11 +43,9 @@ WAIT = 30.0  # a loaded two-core host
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha, beta, gamma, delta, each a peer of every other; 2 approvals required."""
-    return write_cluster(
-        tmp_path, ["alpha", "beta", "gamma", "delta"], redis_url=redis_url, prefix=redis_prefix
-    )
+    return make_cluster("alpha", "beta", "gamma", "delta")
 
 
 @pytest.fixture
@@ -247,18 +244,17 @@ def test_a_forged_settlement_is_refused_and_the_item_stays_pending(nodes: dict[s
             assert request_id in [listed.request_id for listed in client.list_inbox()]
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_settlement_that_overtakes_its_request_is_retried_until_the_peer_settles_it(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
     # gamma was out of reach while beta approved: its request and its settlement then leave together,
     # and gamma refuses the settlement (404) until it holds the request. Refused for good, gamma
     # would offer its operators a request already decided.
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
+    nodes = make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
         required=1,
         peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha", "beta"]},
     )

@@ -12,12 +12,11 @@ import asyncio
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from relay_support import READY_TIMEOUT, Node, RelayProcess, wait_until, write_cluster
+from relay_support import MakeCluster, Node, RelayProcess, wait_until
 from tls_support import PrivateCA
 
 from teaagent.config import load_config
@@ -39,20 +38,6 @@ class HttpsRelay(RelayProcess):
     def url(self) -> str:
         return f"https://127.0.0.1:{self.node.port}"
 
-    def wait_ready(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"relay {self.node.name} exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=0.5, verify=self.verify).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"relay {self.node.name} never answered over HTTPS: {self.log_path.read_text()}")
-
     def inbox(self) -> list[dict[str, object]]:
         response = httpx.get(f"{self.url}/v1/inbox", headers=self.node.headers, verify=self.verify, timeout=5)
         response.raise_for_status()
@@ -72,9 +57,9 @@ def _delivery_errors(redis_url: str, node: Node) -> list[str]:
 
 
 def test_a_relay_delivers_over_https_only_to_a_peer_whose_ca_it_trusts(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, redis_url: str, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     # A 4 s bound on each delivery (not the suite's 1 s): a TLS handshake with a relay that has
     # just started, on a loaded host, may take longer, and a timeout names no certificate.

@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 from relay_support import (
+    MakeCluster,
     Node,
     approval,
     approve_next,
-    asynctest,
     error,
     in_process,
     refusing_port,
@@ -48,16 +48,9 @@ PROCESS_WAIT = 90.0  # a command's Python start-up on a loaded two-core host com
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def nodes(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta and gamma (2 of 2); beta and gamma know alpha."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-    )
+    return make_cluster("alpha", "beta", "gamma", required=2, star="alpha")
 
 
 def client_of(node: Node) -> RelayClient:
@@ -155,7 +148,7 @@ def test_a_decided_request_cannot_be_withdrawn(nodes: dict[str, Node]) -> None:
         assert origin.get_request(request["request_id"]).state == "approved"
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_the_origin_relay_refuses_forged_and_mismatched_withdrawals(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
     request = alpha.request()
@@ -235,7 +228,7 @@ async def test_the_origin_relay_refuses_forged_and_mismatched_withdrawals(nodes:
         assert 'teaagent_relay_outcomes_total{state="withdrawn"} 1.0' in response.text
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_peer_relay_refuses_withdrawals_it_cannot_verify(nodes: dict[str, Node]) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
@@ -510,7 +503,7 @@ async def gamma_state(gamma_client: httpx.AsyncClient, gamma: Node, request_id: 
     return answer.json()["state"] if answer.status_code == 200 else None
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_withdrawal_that_overtakes_its_request_is_retried_until_the_peer_drops_it(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:
@@ -553,7 +546,7 @@ async def test_a_withdrawal_that_overtakes_its_request_is_retried_until_the_peer
     assert dead == []
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_withdrawal_of_a_request_that_never_reached_the_peer_ends_without_a_dead_letter(
     tmp_path: Path, redis_url: str, redis_prefix: str
 ) -> None:

@@ -20,33 +20,28 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from relay_support import (
+    APPROVE_ECHO,
     ApproverProcess,
+    MakeCluster,
     Node,
     RelayProcess,
     approval,
     approver_in_process,
-    asynctest,
     in_process,
     private_key,
     public_line,
     served,
+    shell_request,
     signer,
     wait_until,
-    write_cluster,
 )
 
 from teaagent.policy import MultiSigQuorumConfig
-from teaagent.quorum import approval_statement, build_request, sign_approval, sign_withdrawal
-from teaagent.relay_client import RelayQuorumGate
+from teaagent.quorum import approval_statement, sign_approval, sign_withdrawal
 
 WAIT = 60.0  # seconds a test waits for what takes a few on an idle host
 
-RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
+RULES = APPROVE_ECHO
 
 
 def teaagent(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -101,15 +96,7 @@ def signed_as(request: dict[str, Any], node: str, key: str) -> dict[str, Any]:
 
 def submitted(alpha: Node, config: MultiSigQuorumConfig, call_id: str) -> dict[str, Any]:
     """A request of alpha's agent, stored by alpha's relay (and fanned out to its peers)."""
-    request = build_request(
-        origin="alpha",
-        run_id="run-1",
-        call_id=call_id,
-        tool_name="shell.run",
-        arguments={"command": f"rm -rf {call_id}"},
-        reason="clean up",
-        config=config,
-    )
+    request = shell_request(config, f"rm -rf {call_id}", call_id=call_id, reason="clean up")
     response = httpx.post(
         f"{alpha.url}/v1/requests", json=alpha.signed(request), headers=alpha.headers, timeout=20
     )
@@ -123,13 +110,12 @@ def decide(alpha: Node, request: dict[str, Any], decision: dict[str, Any]) -> ht
 
 @pytest.mark.slow
 def test_peers_add_while_the_services_run_counts_the_new_peer_without_a_restart(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
+    nodes = make_cluster(
+        "alpha",
+        "beta",
+        "gamma",
         required=1,
         peers_of={"alpha": ["beta"], "beta": ["alpha"], "gamma": ["alpha"]},
         rules={"alpha": RULES},
@@ -139,12 +125,7 @@ def test_peers_add_while_the_services_run_counts_the_new_peer_without_a_restart(
     relay = RelayProcess(alpha, tmp_path).start()
     approver = ApproverProcess(alpha, tmp_path).start()
     gamma_relay = RelayProcess(gamma, tmp_path).start()
-    gate = RelayQuorumGate(
-        relay_url=gamma.url,
-        token=gamma.token,
-        origin="gamma",
-        private_key_signer=gamma.key,
-        config=gamma.quorum(),
+    gate = gamma.gate(
         timeout=WAIT,
     )
     try:
@@ -185,17 +166,10 @@ def test_peers_add_while_the_services_run_counts_the_new_peer_without_a_restart(
 
 
 @pytest.fixture
-def operated(tmp_path: Path, redis_url: str, redis_prefix: str) -> dict[str, Node]:
+def operated(make_cluster: MakeCluster) -> dict[str, Node]:
     """alpha asks beta (1 of 1); carol signs for beta, listed in beta.operators (beta's operators file
     and, at alpha, beta's allowed_signers)."""
-    return write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        operators={"beta": ["carol"]},
-    )
+    return make_cluster("alpha", "beta", required=1, operators={"beta": ["carol"]})
 
 
 @pytest.mark.slow
@@ -349,13 +323,11 @@ def _without_peer(config: Path, peer: str) -> None:
     config.write_text(text[:start] + text[end:])
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_check_in_flight_keeps_its_snapshot_when_a_reload_removes_the_peer(
-    tmp_path: Path, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
     async with in_process(beta, deliver=False) as client:
@@ -387,13 +359,11 @@ async def test_a_check_in_flight_keeps_its_snapshot_when_a_reload_removes_the_pe
     assert after.json()["message"] == "'alpha' is not a configured peer of this node."
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_peer_removed_by_a_reload_counts_for_nothing_on_a_request_made_before(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    make_cluster: MakeCluster,
 ) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha = nodes["alpha"]
     request = alpha.request()
     async with in_process(alpha, deliver=False) as client:
@@ -423,13 +393,9 @@ async def test_a_peer_removed_by_a_reload_counts_for_nothing_on_a_request_made_b
     assert (counted.json()["counted"], counted.json()["state"]) == (True, "approved")
 
 
-@asynctest
-async def test_the_approver_forgets_what_verified_under_the_old_trust(
-    tmp_path: Path, redis_url: str, redis_prefix: str
-) -> None:
-    nodes = write_cluster(
-        tmp_path, ["alpha", "beta", "gamma"], redis_url=redis_url, prefix=redis_prefix, required=1
-    )
+@pytest.mark.anyio
+async def test_the_approver_forgets_what_verified_under_the_old_trust(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", required=1)
     alpha, beta = nodes["alpha"], nodes["beta"]
     request = alpha.request()
     path = f"/v1/requests/{request['request_id']}"
@@ -453,14 +419,14 @@ async def test_the_approver_forgets_what_verified_under_the_old_trust(
     assert approved.status_code == 422, approved.text
 
 
-@asynctest
+@pytest.mark.anyio
 async def test_a_reload_refuses_another_identity_and_names_what_takes_a_restart(
-    tmp_path: Path, redis_url: str, redis_prefix: str
+    tmp_path: Path, make_cluster: MakeCluster
 ) -> None:
     from teaagent._reload import TrustReloader
     from teaagent.config import load_config
 
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     path = nodes["alpha"].config_path
     original = path.read_text()
     reloader = TrustReloader(load_config(path), what="the relay of alpha")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -607,7 +606,8 @@ def test_a_runner_makes_one_run(workspace: Path) -> None:
         runner.run("Second.")
 
 
-def test_run_inside_an_event_loop_points_to_arun(workspace: Path) -> None:
+@pytest.mark.anyio
+async def test_run_inside_an_event_loop_points_to_arun(workspace: Path) -> None:
     runner, _, _ = make_runner(workspace, [{"content": "one"}])
 
     async def inside() -> RunResult:
@@ -617,7 +617,7 @@ def test_run_inside_an_event_loop_points_to_arun(workspace: Path) -> None:
             runner.run("Task.")
         return await runner.arun("Task.")
 
-    assert asyncio.run(inside()).status == "completed"
+    assert (await inside()).status == "completed"
 
 
 def test_a_run_needs_a_task(workspace: Path) -> None:

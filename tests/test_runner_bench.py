@@ -11,7 +11,9 @@ from teaagent.audit import AuditLogger, verify_log
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
 from teaagent.policy import ApprovalPolicy
-from teaagent.runner._bench import (
+from teaagent.runner._gate import ToolGate
+from teaagent.tools import ToolAnnotations, ToolRegistry
+from teaagent_bench.runner import (
     _INPUT_SCHEMA,
     _OUTPUT_SCHEMA,
     _FloorLog,
@@ -19,8 +21,6 @@ from teaagent.runner._bench import (
     bench_core,
     bench_runner,
 )
-from teaagent.runner._gate import ToolGate
-from teaagent.tools import ToolAnnotations, ToolRegistry
 
 
 def test_bench_runner_reports_the_overhead_of_whole_iterations() -> None:

@@ -139,7 +139,8 @@ def test_a_streaming_run_sends_the_text_as_it_comes(workspace: Path) -> None:
     )
 
 
-def test_an_async_iterator_started_before_the_run_sees_every_event(workspace: Path) -> None:
+@pytest.mark.anyio
+async def test_an_async_iterator_started_before_the_run_sees_every_event(workspace: Path) -> None:
     runner, _, _, events = make_runner(workspace, [LIST, {"content": "Done."}])
 
     async def main() -> list[RunEvent]:
@@ -155,7 +156,7 @@ def test_an_async_iterator_started_before_the_run_sees_every_event(workspace: Pa
         await asyncio.wait_for(watcher, 5)
         return seen
 
-    assert asyncio.run(main()) == events
+    assert await main() == events
 
 
 def test_an_async_iterator_started_after_the_run_replays_it(workspace: Path) -> None:
@@ -165,7 +166,7 @@ def test_an_async_iterator_started_after_the_run_replays_it(workspace: Path) -> 
     async def replay() -> list[RunEvent]:
         return [event async for event in runner.events()]
 
-    assert asyncio.run(replay()) == events
+    assert asyncio.run(replay()) == events  # run() makes a loop of its own: not inside one
 
 
 def test_an_async_iterator_in_another_thread_follows_a_run(workspace: Path) -> None:
@@ -576,7 +577,8 @@ def test_cancel_between_tool_calls_stops_before_the_next_step(workspace: Path) -
     assert result.tool_calls == 1
 
 
-def test_a_cancelled_asyncio_task_records_the_run_then_propagates(workspace: Path) -> None:
+@pytest.mark.anyio
+async def test_a_cancelled_asyncio_task_records_the_run_then_propagates(workspace: Path) -> None:
     runner, _, audit_path, events = make_runner(workspace, [{"content": "slow", "delay_seconds": 30}])
 
     async def main() -> None:
@@ -587,7 +589,7 @@ def test_a_cancelled_asyncio_task_records_the_run_then_propagates(workspace: Pat
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    asyncio.run(main())
+    await main()
 
     assert runner.result is not None
     assert runner.result.status == "failed"

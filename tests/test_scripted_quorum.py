@@ -16,17 +16,15 @@ import json
 import re
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 from agent_support import AgentNode, AgentProcess, frames, write_node
-from relay_support import ApproverProcess, Node, free_port, served, wait_until, write_cluster
+from relay_support import Node, free_port, wait_until
 from test_tui import Terminal
 
 from teaagent.audit import verify_log_or_raise
@@ -90,44 +88,18 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[Cluster]:
-    folder = tmp_path_factory.mktemp("scripted-quorum")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_server,
-        prefix=prefix,
+def cluster(star_cluster: Callable[..., dict[str, Node]]) -> Cluster:
+    agent_port = free_port()
+    agent = '\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\nscript = "quorum"\n'
+    nodes = star_cluster(
+        "scripted-quorum",
         required=2,
         timeout_seconds=90,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
         rules={"beta": RULES, "gamma": RULES},
+        extra_toml={"alpha": f"{agent}port = {agent_port}\n"},
+        approvers=["beta", "gamma"],
     )
-    agent_port = free_port()
-    with nodes["alpha"].config_path.open("a") as handle:
-        handle.write(
-            '\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\nscript = "quorum"\n'
-            f"port = {agent_port}\n"
-        )
-    (folder / "workspace-alpha").mkdir()
-    logs = folder / "logs"
-    logs.mkdir()
-    with served(*nodes.values()):
-        approvers = [ApproverProcess(nodes[name], logs).start(wait=False) for name in ("beta", "gamma")]
-        try:
-            for approver in approvers:
-                approver.wait_ready()
-            yield Cluster(nodes, agent_port)
-        finally:
-            for approver in approvers:
-                approver.stop()
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+    return Cluster(nodes, agent_port)
 
 
 def assert_approved_by_rule(cluster: Cluster, run_id: str) -> None:

@@ -29,7 +29,7 @@ import pytest
 import typer
 import uvicorn
 from fastapi import FastAPI
-from relay_support import RelayProcess, free_port, long_polls, wait_until, write_cluster
+from relay_support import MakeCluster, RelayProcess, free_port, long_polls, wait_until
 
 from teaagent._tasks import cancel_and_wait
 from teaagent.cli._serve import GC_OLDER_THRESHOLD, GC_YOUNG_THRESHOLD, _Server, serve_app
@@ -98,7 +98,8 @@ def test_serve_app_refuses_a_tls_key_that_is_not_one(
     assert err.count("\n") == 1
 
 
-def test_cancel_and_wait_cancels_again_a_task_that_swallowed_the_first_cancel() -> None:
+@pytest.mark.anyio
+async def test_cancel_and_wait_cancels_again_a_task_that_swallowed_the_first_cancel() -> None:
     async def scenario() -> int:
         swallowed = 0
 
@@ -120,7 +121,7 @@ def test_cancel_and_wait_cancels_again_a_task_that_swallowed_the_first_cancel() 
         assert task.cancelled()
         return swallowed
 
-    assert asyncio.run(scenario()) == 1
+    assert await scenario() == 1
 
 
 # -- the relay as a real process ---------------------------------------------------------------
@@ -179,9 +180,9 @@ def _long_poll(url: str, headers: dict[str, str], results: dict[str, Any], name:
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stop_signal_answers_the_long_polls_in_flight_and_exits_0(
-    tmp_path: Path, redis_url: str, redis_prefix: str, stop: signal.Signals
+    tmp_path: Path, stop: signal.Signals, make_cluster: MakeCluster
 ) -> None:
-    nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=redis_url, prefix=redis_prefix, required=1)
+    nodes = make_cluster("alpha", "beta", required=1)
     alpha = nodes["alpha"]
     relay = RelayProcess(alpha, tmp_path)
     relay.start()

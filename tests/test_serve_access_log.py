@@ -3,14 +3,11 @@ a waiting caller's long-polls would otherwise fill the log."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from relay_support import free_port, wait_until, write_cluster
+from relay_support import ServiceProcess, free_port, write_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -26,28 +23,20 @@ def _serve_and_call(tmp_path: Path, redis_url: str, redis_prefix: str, kind: str
     (tmp_path / "workspace-alpha").mkdir(exist_ok=True)
     with alpha.config_path.open("a") as config:
         config.write('\n[agent]\nprovider = "scripted"\n')
-    env = alpha.env()
-    log_path = tmp_path / f"{kind}-{int(time.time() * 1000)}.log"
-    command = [sys.executable, "-m", "teaagent", kind, "serve", "--config", str(alpha.config_path)]
-    command += ["--port", str(port), "--log-level", "info", *flags]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-
-        def answers() -> bool:
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return process.poll() is not None
-
-        assert wait_until(answers, timeout=30), log_path.read_text()
-        assert process.poll() is None, log_path.read_text()
+    service = ServiceProcess(
+        kind,
+        alpha.config_path,
+        tmp_path,
+        port=port,
+        env=alpha.env(),
+        label=kind,
+        args=["--port", str(port), "--log-level", "info", *flags],
+    )
+    service.ready_timeout = 30.0  # an agent service starts in seconds on a loaded host
+    with service:  # waiting for it to answer is the first call
         for _ in range(CALLS - 1):
-            assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-    return log_path.read_text()
+            assert httpx.get(f"{service.url}/health", timeout=5).status_code == 200
+    return service.log_path.read_text()
 
 
 @pytest.mark.parametrize("kind", ["relay", "approver", "agent"])

@@ -74,7 +74,6 @@ def test_every_public_name_is_exported() -> None:
         "teaagent.signing._sshsig",
         "teaagent.signing._private",
         "teaagent.signing._agent",
-        "teaagent.signing._bench",
     ],
 )
 def test_each_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
@@ -468,7 +467,7 @@ def test_fingerprint_accepts_signers() -> None:
 
 @pytest.mark.slow
 def test_bench_signing_primitives_reports_every_rate() -> None:
-    from teaagent.signing._bench import bench_signing_primitives
+    from teaagent_bench.signing import bench_signing_primitives
 
     result = bench_signing_primitives(0.2)
     assert set(result) >= {"sshsig_verify_per_s", "raw_verify_per_s", "ssh_keygen_verify_per_s"}
@@ -479,7 +478,7 @@ def test_bench_signing_primitives_reports_every_rate() -> None:
 
 
 def test_bench_needs_a_positive_budget() -> None:
-    from teaagent.signing._bench import bench_signing_primitives
+    from teaagent_bench.signing import bench_signing_primitives
 
     with pytest.raises(ValueError, match="positive number of seconds"):
         bench_signing_primitives(0)

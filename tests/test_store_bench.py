@@ -6,8 +6,8 @@ import pytest
 import redis
 
 from teaagent.store import StoreError
-from teaagent.store._bench import bench_async_client, bench_ratelimit
-from teaagent.store._bench_libraries import bench_redis_libraries
+from teaagent_bench.store import bench_async_client, bench_ratelimit
+from teaagent_bench.store_libraries import bench_redis_libraries
 
 
 @pytest.mark.slow

@@ -40,7 +40,8 @@ def _blocked(admin: redis.Redis, client_id: int) -> bool:
     return any("b" in entry.get("flags", "") for entry in admin.client_list(client_id=[client_id]))
 
 
-def test_the_store_client_is_redis_pys_own_on_a_blocking_pool_sized_to_the_calls_in_flight() -> None:
+@pytest.mark.anyio
+async def test_the_store_client_is_redis_pys_own_on_a_blocking_pool_sized_to_the_calls_in_flight() -> None:
     client = make_async_client("redis://127.0.0.1:1/0", StoreOptions(max_connections=48))
     assert type(client) is redis.asyncio.Redis
     pool = client.connection_pool
@@ -48,7 +49,7 @@ def test_the_store_client_is_redis_pys_own_on_a_blocking_pool_sized_to_the_calls
     assert pool.max_connections == 48
     assert pool.connection_class is redis.asyncio.Connection  # redis-py's, not a subclass of ours
     assert HIREDIS_AVAILABLE  # so its connections parse with hiredis
-    asyncio.run(client.aclose())
+    await client.aclose()
 
 
 class _ScriptedRedis:

@@ -49,7 +49,8 @@ def test_unreachable_redis_is_one_sentence_naming_the_server() -> None:
     store.close()
 
 
-def test_async_unreachable_redis_says_the_same_and_hides_the_password() -> None:
+@pytest.mark.anyio
+async def test_async_unreachable_redis_says_the_same_and_hides_the_password() -> None:
     port = closed_port()
 
     async def scenario() -> None:
@@ -61,7 +62,7 @@ def test_async_unreachable_redis_says_the_same_and_hides_the_password() -> None:
 
     expected = rf"^Redis at redis://:\*\*\*@127\.0\.0\.1:{port}/0 is unreachable"
     with pytest.raises(StoreError, match=expected) as caught:
-        asyncio.run(scenario())
+        await scenario()
     assert "s3cret" not in str(caught.value)
     assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
 
@@ -76,7 +77,8 @@ def test_wrong_password_is_refused_credentials(redis_url: str) -> None:
     store.close()
 
 
-def test_open_store_refuses_an_unreachable_server_before_the_block_runs() -> None:
+@pytest.mark.anyio
+async def test_open_store_refuses_an_unreachable_server_before_the_block_runs() -> None:
     port = closed_port()
 
     async def scenario() -> None:
@@ -84,10 +86,11 @@ def test_open_store_refuses_an_unreachable_server_before_the_block_runs() -> Non
             raise AssertionError("the block must not run")
 
     with pytest.raises(StoreError, match="is unreachable"):
-        asyncio.run(scenario())
+        await scenario()
 
 
-def test_ping_answers_on_the_real_server(redis_url: str, redis_prefix: str) -> None:
+@pytest.mark.anyio
+async def test_ping_answers_on_the_real_server(redis_url: str, redis_prefix: str) -> None:
     with connect_sync(redis_url, prefix=redis_prefix) as store:
         assert store.ping() > 0
 
@@ -95,7 +98,7 @@ def test_ping_answers_on_the_real_server(redis_url: str, redis_prefix: str) -> N
         async with open_store(redis_url, prefix=redis_prefix) as store:
             return await store.ping()
 
-    assert asyncio.run(scenario()) > 0
+    assert await scenario() > 0
 
 
 @pytest.mark.parametrize(
@@ -113,13 +116,14 @@ def test_connect_refuses_urls_it_cannot_use(url: str, message: str) -> None:
         connect(url, prefix="ta:alpha")
 
 
-def test_open_store_embedded_needs_a_data_dir() -> None:
+@pytest.mark.anyio
+async def test_open_store_embedded_needs_a_data_dir() -> None:
     async def scenario() -> None:
         async with open_store("embedded", prefix="ta:alpha"):
             raise AssertionError("the block must not run")
 
     with pytest.raises(ValueError, match="needs the node's data_dir"):
-        asyncio.run(scenario())
+        await scenario()
 
 
 def test_connect_refuses_a_bad_prefix() -> None:
@@ -165,7 +169,8 @@ def _blocked_xreads(redis_url: str) -> int:
     return sum(1 for entry in entries if entry.get("cmd") == "xread" and "b" in entry.get("flags", ""))
 
 
-def test_long_polls_waiting_in_redis_leave_the_commands_their_connections(
+@pytest.mark.anyio
+async def test_long_polls_waiting_in_redis_leave_the_commands_their_connections(
     redis_url: str, redis_prefix: str
 ) -> None:
     # Two connections for commands, six outcome long-polls blocking (XREAD BLOCK, 20 s at a time):
@@ -192,4 +197,4 @@ def test_long_polls_waiting_in_redis_leave_the_commands_their_connections(
             assert found is not None
             return answered_while_blocked, len(found.document)
 
-    assert asyncio.run(scenario()) == (True, 2)
+    assert await scenario() == (True, 2)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -87,7 +86,8 @@ def test_it_is_private_persistent_and_on_a_unix_socket_only(tmp_path: Path) -> N
             anonymous.ping()  # the password in the URL is the only way in
 
 
-def test_a_restart_on_the_same_folder_keeps_pending_requests_and_deliveries(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_restart_on_the_same_folder_keeps_pending_requests_and_deliveries(tmp_path: Path) -> None:
     request_id = secrets.token_hex(16)
 
     async def before(url: str) -> None:
@@ -106,10 +106,10 @@ def test_a_restart_on_the_same_folder_keeps_pending_requests_and_deliveries(tmp_
 
     with EmbeddedRedis(tmp_path) as server:
         first_pid = server.pid
-        asyncio.run(before(server.url))
+        await before(server.url)
     with EmbeddedRedis(tmp_path) as server:
         assert server.pid != first_pid
-        asyncio.run(after(server.url))
+        await after(server.url)
 
 
 def test_a_killed_server_keeps_what_was_fsynced(tmp_path: Path) -> None:
@@ -225,14 +225,15 @@ def test_a_stale_pidfile_naming_an_unrelated_process_is_ignored(tmp_path: Path) 
     assert alive(os.getpid())
 
 
-def test_open_store_starts_the_embedded_server_and_stops_it_after(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_open_store_starts_the_embedded_server_and_stops_it_after(tmp_path: Path) -> None:
     async def scenario() -> int:
         async with open_store("embedded", prefix="ta:alpha", data_dir=tmp_path) as store:
             await store.ping()
             state = json.loads((tmp_path / "redis" / "server.json").read_text())
             return int(state["pid"])
 
-    pid = asyncio.run(scenario())
+    pid = await scenario()
     assert not alive(pid)
 
 

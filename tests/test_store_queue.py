@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pytest
 
 from teaagent.errors import StoreError
-from teaagent.store import Delivery, DeliveryQueue, Store, backoff_delay, open_store
+from teaagent.store import Delivery, DeliveryQueue, Store, backoff_delay
 
 T = TypeVar("T")
 PAYLOAD = '{"request":{"tool_name":"shell.run","arguments":{"command":"echo é \\" ☃"}}}'.encode()
@@ -35,18 +35,6 @@ def new_id() -> str:
 
 
 Run = Callable[[Callable[[Store], Awaitable[Any]]], Any]
-
-
-@pytest.fixture
-def in_store(redis_url: str, redis_prefix: str) -> Callable[[Callable[[Store], Awaitable[T]]], T]:
-    def run(scenario: Callable[[Store], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with open_store(redis_url, prefix=redis_prefix) as store:
-                return await scenario(store)
-
-        return asyncio.run(main())
-
-    return run
 
 
 async def one(queue: DeliveryQueue, consumer: str = "w1", **kwargs: Any) -> Delivery:

@@ -214,7 +214,8 @@ def test_limits_out_of_range_are_refused(
         limiter.hit("k", limit)
 
 
-def test_the_async_limiter_shares_the_sync_limiters_windows(redis_url: str, redis_prefix: str) -> None:
+@pytest.mark.anyio
+async def test_the_async_limiter_shares_the_sync_limiters_windows(redis_url: str, redis_prefix: str) -> None:
     limit = ToolRateLimit(max_calls=2, window_seconds=30.0)
     with connect_sync(redis_url, prefix=redis_prefix) as sync:
         assert sync.rate_limiter.hit("origin:alpha", limit, now=T0).allowed
@@ -227,13 +228,14 @@ def test_the_async_limiter_shares_the_sync_limiters_windows(redis_url: str, redi
                 )
             )
 
-    decisions = asyncio.run(scenario())
+    decisions = await scenario()
     assert sum(decision.allowed for decision in decisions) == 1
     # A refill every 15 s: the call at T0 + 1 takes the second slot, the rest wait for a refill.
     assert {decision.retry_after for decision in decisions if not decision.allowed} == {14.0}
 
 
-def test_a_server_that_lost_its_scripts_gets_them_again(redis_url: str, redis_prefix: str) -> None:
+@pytest.mark.anyio
+async def test_a_server_that_lost_its_scripts_gets_them_again(redis_url: str, redis_prefix: str) -> None:
     limit = ToolRateLimit(max_calls=2, window_seconds=60.0)
     with connect_sync(redis_url, prefix=redis_prefix) as store:
         assert store.rate_limiter.hit("k", limit, now=T0).remaining == 1
@@ -245,7 +247,7 @@ def test_a_server_that_lost_its_scripts_gets_them_again(redis_url: str, redis_pr
             await store.client.script_flush()
             return await store.rate_limiter.hit("k", limit, now=T0)
 
-    assert asyncio.run(scenario()) == RateDecision(False, 0, 30.0)
+    assert await scenario() == RateDecision(False, 0, 30.0)
 
 
 def test_an_empty_scope_is_refused(limiter: RedisRateLimiter) -> None:

@@ -23,7 +23,6 @@ from teaagent.store import (
     Store,
     StoreOptions,
     connect,
-    open_store,
 )
 from teaagent.store._scripts import script_source
 from teaagent.tools import ToolRateLimit
@@ -38,20 +37,6 @@ APPROVAL = b'{"statement":{"type":"teaagent.approval","signer":"beta"},"signatur
 
 def new_id() -> str:
     return secrets.token_hex(16)
-
-
-@pytest.fixture
-def in_store(redis_url: str, redis_prefix: str) -> Callable[[Callable[[Store], Awaitable[T]]], T]:
-    """Run ``scenario(store)`` in a fresh event loop with a store under the test's own prefix."""
-
-    def run(scenario: Callable[[Store], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with open_store(redis_url, prefix=redis_prefix) as store:
-                return await scenario(store)
-
-        return asyncio.run(main())
-
-    return run
 
 
 Run = Callable[[Callable[[Store], Awaitable[Any]]], Any]
@@ -596,7 +581,8 @@ def test_a_batch_after_the_server_lost_its_scripts_loads_them_and_counts_once(in
     in_store(scenario)
 
 
-def test_a_batch_on_an_unreachable_server_is_one_store_error_without_the_password() -> None:
+@pytest.mark.anyio
+async def test_a_batch_on_an_unreachable_server_is_one_store_error_without_the_password() -> None:
     async def scenario() -> None:
         store = connect("redis://:hunter2@127.0.0.1:1/0", prefix="ta:alpha", options=FAIL_FAST)
         async with store:  # connect() does not connect: the batch is the first use
@@ -605,7 +591,7 @@ def test_a_batch_on_an_unreachable_server_is_one_store_error_without_the_passwor
             ):
                 await store.requests.record_decisions([DecisionToCount(new_id(), "approval", "beta", b"x")])
 
-    asyncio.run(scenario())
+    await scenario()
 
 
 def test_an_empty_or_wholly_malformed_batch_sends_nothing(in_store: Run) -> None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
+
+import pytest
 
 from teaagent.store import REQUEST_RETENTION_SECONDS, Intake, open_store
 from teaagent.tools import ToolRateLimit
 
 
-def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_retention(
+@pytest.mark.anyio
+async def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_retention(
     redis_url: str, redis_prefix: str
 ) -> None:
     now = time.time()
@@ -47,7 +49,7 @@ def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_retention
             ]
             return {key: await store.client.pttl(key) for key in keys}
 
-    ttls = asyncio.run(scenario())
+    ttls = await scenario()
     kinds = {key.rsplit(":", 1)[-1] for key in ttls}
     # The scenario reached every kind of key, so the check below is not vacuous.
     assert {"doc", "outcome", "decisions", "events", "index", "stream", "schedule", "dead"} <= kinds

@@ -13,88 +13,52 @@ import json
 import re
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
-from relay_support import ApproverProcess, Node, refusing_port, served, signer, write_cluster
+from port_support import refusing_port
+from relay_support import APPROVE_ECHO, Node, rule, signer
 
 pytestmark = pytest.mark.slow
 
 CALL_TIMEOUT = 120.0  # seconds for one CLI process, start-up on a loaded host included
 SHORT_TIMEOUT = 12  # the quorum timeout of the expiry scenario: sent with 11 s left, reminded at 10
 RULES = {
-    "beta": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "true *" }
-decision = "approve"
-""",
-    "gamma": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-""",
+    "beta": APPROVE_ECHO + rule("shell.run", "approve", command="true *"),
+    "gamma": APPROVE_ECHO,
 }
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[dict[str, Node]]:
-    folder = tmp_path_factory.mktemp("tools-cli-quorum")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+def cluster(star_cluster: Callable[..., dict[str, Node]]) -> Iterator[dict[str, Node]]:
     # delta is down: its relay's port is held, never listening, so every delivery to it is refused
     # for the whole module, whatever else this machine starts meanwhile.
     with refusing_port() as down:
-        nodes = write_cluster(
-            folder,
-            ["alpha", "beta", "gamma", "delta"],
-            redis_url=redis_server,
-            prefix=prefix,
+
+        def short_config(nodes: dict[str, Node]) -> None:
+            alpha = nodes["alpha"]
+            short = alpha.config_path.read_text().replace(
+                "timeout_seconds = 60", f"timeout_seconds = {SHORT_TIMEOUT}"
+            )
+            (alpha.folder / "alpha-short.toml").write_text(short)
+
+        yield star_cluster(
+            "tools-cli-quorum",
+            leaves=["beta", "gamma", "delta"],
             required=2,
             timeout_seconds=60,
-            peers_of={
-                "alpha": ["beta", "gamma", "delta"],
-                "beta": ["alpha"],
-                "gamma": ["alpha"],
-                "delta": ["alpha"],
-            },
             rules=RULES,
             ports={"delta": down},
+            extra_toml={
+                "alpha": '\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\n'
+            },
+            prepare=short_config,
+            relays=["alpha", "beta", "gamma"],
+            approvers=["beta", "gamma"],
         )
-        alpha = nodes["alpha"]
-        with alpha.config_path.open("a") as handle:
-            handle.write('\n[agent]\npermission_mode = "danger-full-access"\nprovider = "scripted"\n')
-        short = alpha.config_path.read_text().replace(
-            "timeout_seconds = 60", f"timeout_seconds = {SHORT_TIMEOUT}"
-        )
-        (folder / "alpha-short.toml").write_text(short)
-        (folder / "workspace-alpha").mkdir()
-        with ExitStack() as stack:
-            stack.enter_context(served(alpha, nodes["beta"], nodes["gamma"]))
-            approvers = [ApproverProcess(nodes[name], folder).start(wait=False) for name in ("beta", "gamma")]
-            for approver in approvers:
-                stack.callback(approver.stop)
-            for approver in approvers:
-                approver.wait_ready()
-            yield nodes
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 def teaagent(alpha: Node, *args: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -16,15 +16,24 @@ import re
 import secrets
 import threading
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from relay_support import ApproverProcess, Node, refusing_port, served, signer, wait_until, write_cluster
+from port_support import refusing_port
+from relay_support import (
+    APPROVE_ECHO,
+    DENY_RM,
+    MakeCluster,
+    Node,
+    rule,
+    served,
+    signer,
+    wait_until,
+    write_cluster,
+)
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import ApproverClient
@@ -41,32 +50,14 @@ pytestmark = pytest.mark.slow
 
 WAIT = 30.0
 
-BETA_RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "nothing is removed here"
+BETA_RULES = DENY_RM + APPROVE_ECHO
 
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "echo *" }
-decision = "approve"
-"""
-
-GAMMA_RULES = """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "rm *" }
-decision = "deny"
-reason = "not on Fridays"
-"""
+GAMMA_RULES = rule("shell.run", "deny", command="rm *", reason="not on Fridays")
 
 
 @dataclass
 class Cluster:
     nodes: dict[str, Node]
-    approvers: dict[str, ApproverProcess]
 
     @property
     def alpha(self) -> Node:
@@ -77,41 +68,17 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, redis_server: str) -> Iterator[Cluster]:
+def cluster(star_cluster: Callable[..., dict[str, Node]]) -> Cluster:
     """alpha needs 2 of beta and gamma; beta and gamma each need alpha. Relays and approvers run."""
-    folder = tmp_path_factory.mktemp("tui-quorum")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_server,
-        prefix=prefix,
-        required=2,
-        peers_of={"alpha": ["beta", "gamma"], "beta": ["alpha"], "gamma": ["alpha"]},
-        rules={"beta": BETA_RULES, "gamma": GAMMA_RULES},
-        operators={"alpha": ["alpha-operator"]},
+    return Cluster(
+        star_cluster(
+            "tui-quorum",
+            required=2,
+            rules={"beta": BETA_RULES, "gamma": GAMMA_RULES},
+            operators={"alpha": ["alpha-operator"]},
+            approvers=["alpha", "beta", "gamma"],
+        )
     )
-    (folder / "workspace-alpha").mkdir()
-    logs = folder / "logs"
-    logs.mkdir()
-    approvers = {name: ApproverProcess(node, logs) for name, node in nodes.items()}
-    with served(*nodes.values()):
-        try:
-            for process in approvers.values():
-                process.start(wait=False)
-            for process in approvers.values():
-                process.wait_ready()
-            yield Cluster(nodes, approvers)
-        finally:
-            for process in approvers.values():
-                process.stop()
-    client = redis.Redis.from_url(redis_server)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 def alpha_tui(
@@ -434,16 +401,8 @@ def test_an_operator_key_signs_the_decision_instead_of_the_node_key(cluster: Clu
     assert (outcome.state, outcome.signers) == ("approved", ("alpha",))  # the operator signs for alpha
 
 
-def test_an_expired_quorum_is_shown_as_expired(tmp_path: Path, redis_url: str, redis_prefix: str) -> None:
-    nodes = write_cluster(
-        tmp_path,
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=redis_prefix,
-        required=1,
-        timeout_seconds=2,
-        peers_of={"alpha": ["beta"], "beta": ["alpha"]},
-    )
+def test_an_expired_quorum_is_shown_as_expired(tmp_path: Path, make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1, timeout_seconds=2, star="alpha")
     (tmp_path / "workspace-alpha").mkdir()
     terminal = Terminal(["wait for nobody", "/quorum"])
     adapter = scripted([shell("make wait")])

@@ -11,7 +11,6 @@ import re
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 from conftest import SSHKey
+from redis_fixture import delete_prefix, new_prefix
 from relay_support import ApproverProcess, Node, RelayProcess, signer, write_cluster
 
 from teaagent.approver_client import ApproverClient
@@ -99,7 +98,7 @@ def fixture_web_cluster(
 ) -> Iterator[WebCluster]:
     """beta's relay and approver for the module (each test sends requests of its own)."""
     folder = tmp_path_factory.mktemp("web")
-    prefix = f"test:{uuid.uuid4().hex[:12]}"
+    prefix = new_prefix()
     nodes = write_cluster(
         folder,
         ["alpha", "beta", "gamma"],
@@ -128,16 +127,10 @@ def fixture_web_cluster(
     finally:
         cluster.approver.stop()
         cluster.relay.stop()
-        client = redis.Redis.from_url(redis_server)
-        try:
-            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
+        delete_prefix(redis_server, prefix)
 
 
-def ssh_keygen_sign(key: SSHKey, path: Path, namespace: str) -> Path:
+def ssh_keygen_sign(key: SSHKey, path: Path, namespace: str = "teaagent-approval") -> Path:
     subprocess.run(
         ["ssh-keygen", "-q", "-Y", "sign", "-n", namespace, "-f", str(key.private_path), str(path)],
         check=True,

@@ -1,43 +1,67 @@
 """``teaagent bench NAME [--json]``: the benchmarks behind the figures the issues name.
 
 Each benchmark measures its subject and its baseline in the same run on the same machine, so the
-ratios hold wherever they are run; absolute rates depend on the machine.
+ratios hold wherever they are run; absolute rates depend on the machine. The benchmarks are the
+checkout's ``bench/`` folder (the package ``teaagent_bench``), not the library: this command is the
+one place the library imports them, and :func:`find_benches` puts them on the path.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+import teaagent
 from teaagent.errors import ConfigError
 
 DEFAULT_SECONDS = 3.0  # per benchmark: long enough for stable medians, short enough for `make bench`
+NOT_INSTALLED = (
+    "teaagent bench runs from a checkout of teaagent: the benchmarks live in its bench/ folder, "
+    "which this installation does not have."
+)
+
+
+def find_benches() -> None:
+    """Make ``teaagent_bench`` importable: the ``bench/`` folder beside ``libs/`` of this checkout.
+
+    Raises:
+        ConfigError: This teaagent is not a checkout's (a wheel ships no benchmarks).
+    """
+    if importlib.util.find_spec("teaagent_bench") is not None:
+        return
+    folder = Path(teaagent.__file__).resolve().parents[2] / "bench"
+    if not (folder / "teaagent_bench" / "__init__.py").is_file():
+        raise ConfigError(NOT_INSTALLED)
+    sys.path.insert(0, str(folder))
 
 
 def _core(seconds: float) -> dict[str, float]:
-    from teaagent.runner._bench import bench_core
+    from teaagent_bench.runner import bench_core
 
     return bench_core(seconds)
 
 
 def _signing(seconds: float) -> dict[str, float]:
-    from teaagent.quorum._bench import bench_evaluate
-    from teaagent.signing._bench import bench_signing_primitives
+    from teaagent_bench.counting import bench_evaluate
+    from teaagent_bench.signing import bench_signing_primitives
 
     return {**bench_signing_primitives(seconds), **bench_evaluate(seconds / 2)}
 
 
 def _runner(seconds: float) -> dict[str, float]:
-    from teaagent.runner._bench import bench_runner
+    from teaagent_bench.runner import bench_runner
 
     return bench_runner(seconds)
 
 
 def _relay(seconds: float) -> dict[str, float | str]:
-    from teaagent.relay_client._bench import bench_relay
+    from teaagent_bench.relay import bench_relay
 
     # Numbers, and the reasons of figures left out (``*_omitted``); nothing else.
     return {
@@ -50,32 +74,32 @@ def _relay(seconds: float) -> dict[str, float | str]:
 
 def _agent(seconds: float) -> dict[str, float]:
     # The command line is the one place the library starts a service; the import stays here.
-    from teaagent_agent._bench import bench_agent
+    from teaagent_bench.agent import bench_agent
 
     return bench_agent(seconds)
 
 
 def _approver(seconds: float) -> dict[str, float]:
-    from teaagent_approver._bench import bench_approver
+    from teaagent_bench.approver import bench_approver
 
     return bench_approver(seconds)
 
 
 def _mcp(seconds: float) -> dict[str, float]:
-    from teaagent.mcp_server._bench import bench_mcp
+    from teaagent_bench.mcp import bench_mcp
 
     return bench_mcp(seconds)
 
 
 def _quorum(seconds: float) -> dict[str, float | str]:
-    from teaagent.relay_client._quorum_bench import bench_quorum
+    from teaagent_bench.quorum import bench_quorum
 
     return bench_quorum(seconds)
 
 
 def _quorum_sizes(seconds: float, sizes: tuple[int, ...]) -> dict[str, float | str]:
-    from teaagent.relay_client._quorum_bench import bench_quorum_sizes
-    from teaagent_approver._bench import bench_inbox_scale
+    from teaagent_bench.approver import bench_inbox_scale
+    from teaagent_bench.quorum import bench_quorum_sizes
 
     # Beside the clusters: one inbox of 10, then 10,000 pending requests, listed.
     return {**bench_quorum_sizes(seconds, sizes), **bench_inbox_scale()}
@@ -83,7 +107,7 @@ def _quorum_sizes(seconds: float, sizes: tuple[int, ...]) -> dict[str, float | s
 
 def _sizes(text: str) -> tuple[int, ...]:
     """``--peers 3,5,9``: the clusters' sizes, each one of those ``bench quorum`` knows."""
-    from teaagent.relay_client._quorum_bench import SIZES
+    from teaagent_bench.quorum import SIZES
 
     try:
         sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
@@ -266,6 +290,7 @@ def bench(
     ] = None,
 ) -> None:
     """Run one benchmark and print its figures (`make bench` runs them all)."""
+    find_benches()
     if name not in BENCHMARKS:
         raise ConfigError(
             f"there is no benchmark named {name!r}; choose one of {', '.join(sorted(BENCHMARKS))}."

@@ -2,8 +2,9 @@
 
 Keys are made with OpenSSH's ``ssh-keygen``; one embedded Redis-compatible server carries every
 node's queues under its own key prefix; each node runs its relay and its approver as real processes
-(``teaagent relay serve``, ``teaagent approver serve``). Node ``alpha`` asks, 2 of its 3 peers must
-sign: ``beta`` and ``gamma`` decide by their ``[[approver.rules]]``, ``delta`` has no rules and
+(``teaagent relay serve``, ``teaagent approver serve``), all of them a
+:class:`~teaagent.testing.LocalCluster`. Node ``alpha`` asks, 2 of its 3 peers must sign:
+``beta`` and ``gamma`` decide by their ``[[approver.rules]]``, ``delta`` has no rules and
 leaves everything to its operator. Alpha's agent (``teaagent run``, the offline scripted model)
 works on one task and makes five calls:
 
@@ -33,11 +34,9 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,40 +49,27 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Annotated, Any, Final
 
-import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from teaagent.approver_client import ApprovalItem, ApproverClient
+from teaagent.cli._demo_telling import APPROVER_AUDIT, PEERS, STEP_TIMEOUT_SECONDS, _Agent, _Decisions, _Story
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, RelayError, TeaAgentError
 from teaagent.quorum import APPROVAL_NAMESPACE, approval_statement, statement_bytes
 from teaagent.relay_client import RelayClient
 from teaagent.runner._node import node_audit_path
 from teaagent.signing import fingerprint, load_private_key, signature_to_wire, sshsig_sign
+from teaagent.testing import LocalCluster, star
 
 NODES: Final = ("alpha", "beta", "gamma", "delta")
-PEERS: Final = ("beta", "gamma", "delta")
 OPERATOR: Final = "delta-operator"  # delta's operator: a key of their own, not the node's
 MALLORY: Final = "mallory"  # a key nobody trusts
 REQUIRED_APPROVALS: Final = 2
 QUORUM_TIMEOUT_SECONDS: Final = 120  # long enough to approve by hand with --keep
 READY_TIMEOUT_SECONDS: Final = 45  # eight services start at once; a loaded machine gets this long
-STEP_TIMEOUT_SECONDS: Final = 60  # any one step of the story; each takes a few seconds
 STOP_TIMEOUT_SECONDS: Final = 10  # a service's graceful stop after SIGTERM, then SIGKILL
-SERVICES: Final = ("relay-", "approver-")  # the names _Processes gives the nodes' services
-REDIS: Final = "redis"
-REDIS_KEEPER: Final = """
-import signal, sys
-from teaagent.store import EmbeddedRedis
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-with EmbeddedRedis(sys.argv[1]) as server:
-    print(server.url, flush=True)
-    while True:
-        signal.pause()
-"""  # run by ``python -c``: starts the server, says its URL, stops it on SIGTERM
-APPROVER_AUDIT: Final = "approver-audit.jsonl"  # teaagent_approver.AUDIT_FILE_NAME (no service import)
 TASK: Final = (
     "Clean the stale build log, package src/ as release.tar.gz, stamp release/VERSION, "
     "then install the tools."
@@ -164,13 +150,6 @@ decision = "approve"
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _keygen(folder: Path, name: str) -> str:
     path = folder / name
     subprocess.run(
@@ -181,45 +160,36 @@ def _keygen(folder: Path, name: str) -> str:
     return path.with_name(name + ".pub").read_text().strip()
 
 
-def _write_configs(folder: Path, public: dict[str, str], redis_url: str) -> dict[str, Path]:
-    """One node.toml per node: alpha asks its three peers; each peer knows alpha and has its rules."""
-    relays = {node: f"http://127.0.0.1:{_free_port()}" for node in NODES}
-    operators = folder / "delta-operators.allowed_signers"
-    operators.write_text(f"delta {public[OPERATOR]}\n")
-    paths: dict[str, Path] = {}
-    for node in NODES:
-        peers = ""
-        for peer in PEERS if node == "alpha" else ("alpha",):
-            signers = f'allowed_signers = "{operators.name}"\n' if peer == "delta" else ""
-            peers += (
-                f'\n[peers.{peer}]\npublic_key = "{public[peer]}"\n{signers}relay_url = "{relays[peer]}"\n'
-            )
-        quorum = (
-            f"\n[quorum]\nenabled = true\nrequired_approvals = {REQUIRED_APPROVALS}\n"
-            f'high_risk_patterns = ["shell.*", "fs.delete", "{WRITE_RULE}"]\n'
-            f"timeout_seconds = {QUORUM_TIMEOUT_SECONDS}\n{QUORUM_RULES}"
-            if node == "alpha"
-            else ""
-        )
-        own_operators = f'operators = "{operators.name}"\n' if node == "delta" else ""
-        mode = "danger-full-access" if node == "alpha" else "workspace-write"
-        text = (
-            f"# Node {node} of the demo cluster (ARCHITECTURE.md, Node configuration).\n"
-            f'agent_id = "{node}"\nprivate_key = "keys/{node}"\nredis_url = "{redis_url}"\n'
-            f'relay_url = "{relays[node]}"\nworkspace = "{node}/workspace"\ndata_dir = "{node}/data"\n\n'
-            f'[agent]\npermission_mode = "{mode}"\nprovider = "scripted"\n{quorum}{peers}'
-            f"\n[approver]\nport = {_free_port()}\n{own_operators}{RULES[node]}"
-        )
-        (folder / node / "workspace").mkdir(parents=True)
-        paths[node] = folder / f"{node}.toml"
-        paths[node].write_text(text)
-    workspace = folder / "alpha" / "workspace"
+def _cluster(folder: Path) -> LocalCluster:
+    """Alpha asks its three peers (2 of them; a file write 2 of ops and 1 of security); each peer
+    knows alpha and has its rules; delta's operator signs for delta. Keys are ssh-keygen's, in keys/."""
+    agent = {
+        node: f'\n[agent]\npermission_mode = "{mode}"\nprovider = "scripted"\n'
+        for node, mode in zip(NODES, ("danger-full-access", *["workspace-write"] * 3), strict=True)
+    }
+    return LocalCluster(
+        folder,
+        NODES,
+        required=REQUIRED_APPROVALS,
+        peers_of=star("alpha", NODES),
+        operators={"delta": [OPERATOR]},
+        rules=RULES,
+        quorum_rules={"alpha": QUORUM_RULES},
+        extra_toml=agent,
+        high_risk=("shell.*", "fs.delete", WRITE_RULE),
+        timeout_seconds=QUORUM_TIMEOUT_SECONDS,
+        ready_timeout=READY_TIMEOUT_SECONDS,
+        new_session=True,  # a Ctrl-C reaches the demo alone, which stops them in order
+    )
+
+
+def _fill_workspace(workspace: Path) -> None:
+    """Alpha's workspace: a stale build log, a source folder, a README naming an installer."""
     (workspace / "build").mkdir()
     (workspace / "build" / "app.log").write_text("old build\n")
     (workspace / "src").mkdir()
     (workspace / "src" / "main.py").write_text('print("hello from the release")\n')
     (workspace / "README.md").write_text(f"Install the tools with `{INSTALL}`.\n")
-    return paths
 
 
 def _script(folder: Path) -> Path:
@@ -258,36 +228,10 @@ def _script(folder: Path) -> Path:
     return path
 
 
-class _Story:
-    """The demo's output: numbered steps, each line stamped with the seconds since the start."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.started = time.monotonic()
-        self.lock = threading.RLock()
-        self.number = 0
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def step(self, title: str) -> None:
-        with self.lock:
-            self.number += 1
-            text = f"{self.number}. {title}"
-            if self.console.is_terminal and len(text) + 6 <= self.console.width:
-                self.console.rule(f"[bold]{escape(text)}", align="left")
-            else:  # piped, or wider than the terminal: a rule would cut the title to its width
-                self.console.print(f"[bold]── {escape(text)}[/]")
-
-    def say(self, text: str, *, markup: bool = True) -> None:
-        with self.lock:
-            body = text if markup else escape(text)
-            self.console.print(f"[dim]{self.elapsed():5.1f}s[/] {body}")
-
-
 @dataclass
 class _Processes:
-    """Every process the demo starts, so that any ending stops them all."""
+    """Every process the demo starts besides the cluster's (the agent, commands), so that any ending
+    stops them all."""
 
     logs: Path
     running: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
@@ -321,171 +265,19 @@ class _Processes:
         return process
 
     def stop_all(self) -> None:
-        """Stop every process still running: the agent and commands first, then the services.
-
-        The agent gets SIGINT, as Ctrl-C in its terminal would: a quorum wait withdraws its
-        request while the relays still run. Then SIGTERM to every service at once (a relay's
-        graceful stop waits for its approver's long-poll, which ends when the approver stops, so
-        one after the other would only add up the waits); SIGKILL for any still there after that.
-        """
-        services = [process for name, process in self.running if name.startswith(SERVICES)]
-        redis = [process for name, process in self.running if name == REDIS]
-        others = [process for name, process in self.running if process not in services + redis]
-        for group, number in ((others, signal.SIGINT), (services, signal.SIGTERM), (redis, signal.SIGTERM)):
-            for process in group:
-                if process.poll() is None:
-                    process.send_signal(number)
-            deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-            for process in group:
-                try:
-                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        """Stop every process still running with SIGINT, as Ctrl-C in its terminal would (the agent's
+        quorum wait withdraws its request while the relays still run); SIGKILL after the wait."""
+        for _name, process in self.running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        for _name, process in self.running:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         self.running.clear()
-
-
-def _start_redis(folder: Path, processes: _Processes) -> str:
-    """The embedded Redis, kept by a small process in a session of its own: the terminal's Ctrl-C
-    reaches the demo alone, which stops the server last, once no service uses it."""
-    argv = [sys.executable, "-c", REDIS_KEEPER, str(folder)]
-    keeper = processes.start(REDIS, argv, cwd=folder, stdout=subprocess.PIPE)
-    assert keeper.stdout is not None
-    # Its first line is the URL (with the server's password: kept out of the logs).
-    ready, _, _ = select.select([keeper.stdout], [], [], READY_TIMEOUT_SECONDS)
-    line = keeper.stdout.readline().decode("utf-8", errors="replace").strip() if ready else ""
-    if not line.startswith(("redis://", "unix://")):  # its Unix socket, with its password
-        raise TeaAgentError(f"the embedded Redis did not start within {READY_TIMEOUT_SECONDS} s: {line}")
-    return line
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log.read_text(errors="replace")[-800:]
-            raise TeaAgentError(f"{what} exited while starting: {tail}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TeaAgentError(f"{what} at {url} did not answer within {READY_TIMEOUT_SECONDS} s.")
-
-
-class _Decisions:
-    """Follows the approvers' audit logs and tells each decision: who, by what, with which key."""
-
-    def __init__(self, story: _Story, nodes: dict[str, NodeConfig], keys: dict[str, str]) -> None:
-        self.story = story
-        self.paths = {node: nodes[node].data_dir / APPROVER_AUDIT for node in PEERS}
-        self.offsets = dict.fromkeys(PEERS, 0)
-        self.keys = keys  # fingerprint -> whose key it is
-        self.seen: list[dict[str, Any]] = []
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._follow, name="demo-decisions", daemon=True)
-
-    def __enter__(self) -> _Decisions:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=5)
-        self.scan()
-
-    def _follow(self) -> None:
-        while not self.stopped.wait(0.05):
-            self.scan()
-
-    def scan(self) -> None:
-        """Tell every decision recorded since the last scan (whole lines only)."""
-        with self.story.lock:
-            for node, path in self.paths.items():
-                try:
-                    with path.open("rb") as handle:
-                        handle.seek(self.offsets[node])
-                        chunk = handle.read()
-                except FileNotFoundError:
-                    continue
-                end = chunk.rfind(b"\n")
-                if end < 0:
-                    continue
-                self.offsets[node] += end + 1
-                for line in chunk[: end + 1].splitlines():
-                    record = json.loads(line)
-                    if record.get("event_type") == "approver.decision":
-                        self._tell(node, record["payload"])
-
-    def _tell(self, node: str, decision: dict[str, Any]) -> None:
-        self.seen.append({"node": node, **decision})
-        key = decision["key_fingerprint"]
-        verb = "[green]approves[/]" if decision["decision"] == "approval" else "[red]denies[/]"
-        reason = f": {escape(decision['reason'])}" if decision["reason"] else ""
-        self.story.say(
-            f"  [bold]{node}[/] ({escape(decision['by'])}) {verb} {decision['tool_name']}{reason}; "
-            f"signed with {escape(self.keys.get(key, 'an unknown key'))} {key}"
-        )
-
-
-class _Agent:
-    """Alpha's ``teaagent run``: its lines told as they come, with how long each approval took."""
-
-    def __init__(self, story: _Story, decisions: _Decisions) -> None:
-        self.story = story
-        self.decisions = decisions
-        self.asked_at: float | None = None
-        self.waits: list[float] = []
-        self.lines: list[str] = []
-        self.changed = threading.Condition()
-        self.thread: threading.Thread | None = None
-
-    def follow(self, stream: IO[bytes]) -> None:
-        self.thread = threading.Thread(target=self._read, args=(stream,), name="demo-agent", daemon=True)
-        self.thread.start()
-
-    def _read(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            line = raw.decode("utf-8", errors="replace").rstrip()
-            if not line.strip() or line.startswith("cost so far"):
-                continue  # the scripted model is free: its running cost says nothing here
-            if line.startswith("→ "):
-                self.asked_at = time.monotonic()
-            if line.startswith(("✓ ", "✗ ")) and self.asked_at is not None:
-                # The approvers audit a decision before it leaves: tell theirs before the outcome.
-                self.decisions.scan()
-                took = time.monotonic() - self.asked_at
-                self.waits.append(took)
-                line += f"   ({took:.1f} s after alpha asked)"
-            self.story.say(f"  [cyan]alpha[/] │ {escape(line)}")
-            with self.changed:
-                self.lines.append(line)
-                self.changed.notify_all()
-        with self.changed:
-            self.lines.append("")  # the end of the output: wakes any wait_for
-            self.changed.notify_all()
-
-    def wait_for(self, text: str, agent: subprocess.Popen[bytes]) -> str:
-        """alpha's first line holding ``text``, once it is said (the run must still be going)."""
-        deadline = time.monotonic() + STEP_TIMEOUT_SECONDS
-        with self.changed:
-            while True:
-                found = next((line for line in self.lines if text in line), None)
-                if found is not None:
-                    return found
-                if agent.poll() is not None and self.lines[-1:] == [""]:
-                    raise TeaAgentError(
-                        f"alpha's run ended (exit {agent.returncode}) before it said {text!r}."
-                    )
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TeaAgentError(f"alpha did not say {text!r} within {STEP_TIMEOUT_SECONDS} s.")
-                self.changed.wait(min(left, 1.0))
-
-    def join(self) -> None:
-        if self.thread is not None:
-            self.thread.join(timeout=10)
 
 
 def _key_labels(folder: Path) -> dict[str, str]:
@@ -571,18 +363,18 @@ def _run(folder: Path, console: Console, *, keep: bool) -> None:
     logs = folder / "logs"
     logs.mkdir()
     processes = _Processes(logs)
+    cluster = _cluster(folder)
     try:
-        redis_url = _start_redis(folder, processes)
+        cluster.start_redis()
         story.say("an embedded Redis-compatible server on loopback (redis/), a key prefix per node")
-        configs = _write_configs(folder, public, redis_url)
-        nodes = {node: load_config(path) for node, path in configs.items()}
-        for node in NODES:
-            nodes[node].load_token()  # made here once, before the node's two services both look for it
+        cluster.write()
+        _fill_workspace(cluster.nodes["alpha"].workspace)
+        nodes = {node: load_config(cluster.nodes[node].config_path) for node in NODES}
         story.say(
             "rules: beta approves deletions under build/ and tar archives, denies pipes and chains; "
             "gamma approves deletions under build/, denies curl, asks a person for any other shell "
             "command; delta has no rules: its operator decides, with their own key (listed in "
-            "delta-operators.allowed_signers)"
+            "delta.operators)"
         )
         story.say(
             f"alpha's [[quorum.rules]]: {WRITE_RULE} needs all of 2 of ops ({', '.join(GROUPS['ops'])}) "
@@ -590,38 +382,29 @@ def _run(folder: Path, console: Console, *, keep: bool) -> None:
             "release/, delta's operator is the security reviewer",
             markup=False,
         )
-        _story(folder, nodes, labels, story, processes)
+        _story(folder, nodes, cluster, labels, story, processes)
         if keep:
-            _keep(folder, story, processes)
+            _keep(folder, story, cluster)
     except KeyboardInterrupt:
         console.print("\nInterrupted: stopping every process the demo started.")
         raise
     finally:
         with _uninterrupted():
-            processes.stop_all()
+            processes.stop_all()  # the agent and commands first, while the services still run
+            cluster.stop()
 
 
 def _story(
     folder: Path,
     nodes: dict[str, NodeConfig],
+    cluster: LocalCluster,
     labels: dict[str, str],
     story: _Story,
     processes: _Processes,
 ) -> None:
     story.step("Each node starts its relay and its approver, as processes of their own")
     started = time.monotonic()
-    services: list[tuple[str, str, subprocess.Popen[bytes], Path]] = []
-    for node in NODES:
-        for kind in ("relay", "approver"):
-            argv = [sys.executable, "-m", "teaagent", kind, "serve", "--config", f"{node}.toml"]
-            argv += ["--no-access-log", "--log-level", "warning"]
-            process = processes.start(f"{kind}-{node}", argv, cwd=folder)
-            url = (
-                nodes[node].relay_url if kind == "relay" else f"http://127.0.0.1:{nodes[node].approver.port}"
-            )
-            services.append((f"{node}'s {kind}", url, process, folder / "logs" / f"{kind}-{node}.log"))
-    for what, url, process, log in services:
-        _wait_healthy(url, process, what, log)
+    cluster.start_services()
     story.say(f"8 services up in {time.monotonic() - started:.1f} s (logs/):")
     for node in NODES:
         approver = nodes[node].approver
@@ -907,7 +690,7 @@ def _verify_all(
     story.say("  the tampered copy changes one path on one line, and the chain says where")
 
 
-def _keep(folder: Path, story: _Story, processes: _Processes) -> None:
+def _keep(folder: Path, story: _Story, cluster: LocalCluster) -> None:
     """Leave the cluster running, say what to try, and wait for Ctrl-C."""
     story.step("The cluster keeps running: try it (Ctrl-C stops every process the demo started)")
     command = json.dumps({"command": "tar czf again.tar.gz src"})
@@ -928,12 +711,9 @@ def _keep(folder: Path, story: _Story, processes: _Processes) -> None:
     sys.stdout.flush()
     try:
         while True:
-            for name, process in processes.running:
-                if process.poll() is not None and name.startswith(SERVICES):
-                    kind, node = name.split("-", 1)
-                    raise TeaAgentError(
-                        f"{node}'s {kind} stopped (exit {process.returncode}); see logs/{name}.log."
-                    )
+            for label, code in cluster.exited().items():
+                node, kind = label.split("-", 1)
+                raise TeaAgentError(f"{node}'s {kind} stopped (exit {code}); see logs/{label}.log.")
             time.sleep(0.5)
     except KeyboardInterrupt:
         story.console.print("\nStopping every process the demo started.")

@@ -21,9 +21,11 @@ from typing import Any, Final
 
 import anyio
 
+from teaagent_bench import python_code
+
 __all__ = ["UPSTREAM_MAIN", "bench_mcp", "serve_upstream"]
 
-UPSTREAM_MAIN: Final = "from teaagent.mcp_server._bench import serve_upstream; serve_upstream()"
+UPSTREAM_MAIN: Final = python_code("from teaagent_bench.mcp import serve_upstream; serve_upstream()")
 BATCH: Final = 50  # calls per batch; batches alternate between direct and gateway
 WARMUP: Final = 20
 
@@ -97,10 +99,12 @@ async def _run(seconds: float, config: Path) -> dict[str, float]:
         args=["-m", "teaagent", "mcp", "gateway", "--config", str(config), "--log-level", "error"],
     )
     timings: dict[str, list[float]] = {"direct": [], "gateway": []}
+    # The processes' stderr is this process's own (a captured sys.stderr has no file to give them).
+    errlog = sys.__stderr__ or sys.stderr
     async with (
-        stdio_client(direct_parameters) as (direct_read, direct_write),
+        stdio_client(direct_parameters, errlog=errlog) as (direct_read, direct_write),
         ClientSession(direct_read, direct_write) as direct,
-        stdio_client(gateway_parameters) as (gateway_read, gateway_write),
+        stdio_client(gateway_parameters, errlog=errlog) as (gateway_read, gateway_write),
         ClientSession(gateway_read, gateway_write) as gateway,
     ):
         await direct.initialize()

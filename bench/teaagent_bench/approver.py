@@ -8,7 +8,7 @@ starts), then starts the approver and measures, from the first decision in its a
 approver's ``forwards{result="ok"}`` counter reaching ``count``, the decisions it signed and the
 relay accepted per second (``decisions_per_s``).
 
-In the same run, ``teaagent.relay_client._bench.bench_decisions`` measures the relay's own ceiling
+In the same run, ``teaagent_bench.relay.bench_decisions`` measures the relay's own ceiling
 on peer decisions (``relay_decisions_per_s``); ``ratio_to_relay`` is the approver's rate against it
 (target >= 0.5). ``approver_cpu_ms_per_decision`` and ``relay_cpu_ms_per_decision`` are each
 process's CPU time (user and system) per decision during the approver's run;
@@ -21,33 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import secrets
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from teaagent.quorum import build_request, sign_request
-from teaagent.relay_client._bench import (
-    _free_port,
-    _post,
-    _process_cpu_seconds,
-    _wait_ready,
-    bench_decisions,
-)
 from teaagent.signing import SSHPrivateKey
-from teaagent.store import EmbeddedRedis
+from teaagent.testing import LocalCluster
 from teaagent.trust import MultiSigQuorumConfig
 from teaagent_approver._audit import AUDIT_FILE_NAME
+from teaagent_bench._processes import process_cpu_seconds
+from teaagent_bench.relay import _post, bench_decisions
 
 __all__ = ["bench_approver", "bench_inbox_scale"]
 
@@ -58,37 +48,27 @@ POLL_SECONDS: Final = 0.05  # how often the bench reads the approver's counters 
 _FORWARDS_OK = re.compile(r'^teaagent_approver_forwards_total\{result="ok"\} (\S+)$', re.MULTILINE)
 
 
-def _write_node(
-    folder: Path,
-    redis_url: str,
-    port: int,
-    approver_port: int,
-    keys: dict[str, SSHPrivateKey],
-    raw: Ed25519PrivateKey,
-    *,
-    rule_tool: str = "shell.*",
-) -> str:
-    raw_path = folder / "keys" / "beta"
-    raw_path.parent.mkdir(parents=True)
-    raw_path.write_bytes(
-        raw.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-        )
+def _beta(folder: Path, raw: dict[str, Ed25519PrivateKey], max_pending: int, rule_tool: str) -> LocalCluster:
+    """Node beta (peer alpha, outside the cluster): its relay, delivery off; its approver, one rule
+    approving ``rule_tool``, started by the bench when it measures."""
+    return LocalCluster(
+        folder,
+        ("beta",),
+        prefix="bench",
+        required=1,
+        peers_of={"beta": ["alpha"]},
+        rules={"beta": f'\n[[approver.rules]]\ntool = "{rule_tool}"\ndecision = "approve"\n'},
+        high_risk=("shell.*",),
+        timeout_seconds=600,
+        keys=raw,
+        approvers=(),
+        env={
+            "TEAAGENT_RELAY_DELIVER": "0",
+            "TEAAGENT_RELAY_INBOX_RATE_LIMIT": "100000",
+            # One origin sends every request of the bench at once: above the per-origin cap.
+            "TEAAGENT_RELAY_INBOX_MAX_PENDING": str(max(max_pending, 1)),
+        },
     )
-    raw_path.chmod(0o600)
-    token = f"bench-{secrets.token_hex(16)}"
-    (folder / "beta.toml").write_text(
-        f'agent_id = "beta"\nprivate_key = "keys/beta"\nredis_url = "{redis_url}"\n'
-        f'relay_url = "http://127.0.0.1:{port}"\ntoken = "{token}"\n'
-        'workspace = "workspace"\ndata_dir = "data"\n\n'
-        '[quorum]\nenabled = true\nrequired_approvals = 1\nhigh_risk_patterns = ["shell.*"]\n'
-        "timeout_seconds = 600\n\n"
-        f'[peers.alpha]\npublic_key = "{keys["alpha"].public_key.to_line()}"\n'
-        f'relay_url = "http://127.0.0.1:{_free_port()}"\n\n'
-        f"[approver]\nport = {approver_port}\n\n"
-        f'[[approver.rules]]\ntool = "{rule_tool}"\ndecision = "approve"\n'
-    )
-    return token
 
 
 def _requests(count: int, keys: dict[str, SSHPrivateKey], start: int = 0) -> list[tuple[str, bytes]]:
@@ -129,25 +109,6 @@ def _audited(path: Path) -> int:
         return 0
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _serve(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "teaagent", *argv, "--no-access-log", "--log-level", "warning"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
 def bench_approver_only(count: int) -> dict[str, float]:
     """One approver process deciding ``count`` preloaded inbox items by rule (no relay ceiling).
 
@@ -158,7 +119,8 @@ def bench_approver_only(count: int) -> dict[str, float]:
 
     Raises:
         ValueError: ``count`` is below 2.
-        RuntimeError: A process did not start, the relay refused a request, or the approver did not
+        TeaAgentError: The relay did not start (``teaagent.testing``).
+        RuntimeError: The approver exited, the relay refused a request, or the approver did not
             sign and hand over every request within ``DEADLINE_SECONDS``.
         StoreError: The embedded Redis did not start.
     """
@@ -169,67 +131,45 @@ def bench_approver_only(count: int) -> dict[str, float]:
     items = _requests(count, keys)
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-approver-") as temporary,
-        EmbeddedRedis(Path(temporary) / "redis") as server,
+        _beta(Path(temporary), raw, count, "shell.*") as cluster,
         # One polling client, made before the clock starts: a new httpx client per poll costs
         # about 20 ms of CPU (its TLS context), which the approver and its relay would lose.
         httpx.Client(timeout=5) as poller,
     ):
-        folder = Path(temporary)
-        port, approver_port = _free_port(), _free_port()
-        _write_node(folder, server.url, port, approver_port, keys, raw["beta"])
-        config = str(folder / "beta.toml")
-        env = {
-            **os.environ,
-            "TEAAGENT_RELAY_DELIVER": "0",
-            "TEAAGENT_RELAY_INBOX_RATE_LIMIT": "100000",
-            # One origin sends every request of the bench at once: above the per-origin cap.
-            "TEAAGENT_RELAY_INBOX_MAX_PENDING": str(max(count, 1)),
-            "TEAAGENT_RELAY_REDIS_PREFIX": "bench:beta",
-            "TEAAGENT_APPROVER_REDIS_PREFIX": "bench:beta",
+        beta = cluster.nodes["beta"]
+        url, approver_url = beta.url, beta.approver_url
+        relay = cluster.processes["beta-relay"]
+        stored, _ = asyncio.run(_post(url, items, {}))
+        if stored != count:
+            raise RuntimeError(f"the relay stored {stored} of {count} requests")
+        approver = cluster.start_service("beta", "approver", wait=False)
+        audit = beta.data_dir / AUDIT_FILE_NAME
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while _audited(audit) == 0:
+            if approver.poll() is not None or time.monotonic() > deadline:
+                log = (cluster.folder / "logs" / "beta-approver.log").read_text(errors="replace")[-1000:]
+                raise RuntimeError(f"the approver decided nothing: {log}")
+            time.sleep(0.002)
+        # Timed from the first decision: the approver's start-up is not its rate.
+        started, first = time.perf_counter(), _audited(audit)
+        cpu_approver, cpu_relay = process_cpu_seconds(approver.pid), process_cpu_seconds(relay.pid)
+        cpu_bench = time.process_time()
+        while (forwarded := _forwarded(poller, approver_url)) < count:
+            if approver.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the approver handed {forwarded} of {count} decisions to the relay")
+            time.sleep(POLL_SECONDS)
+        elapsed = time.perf_counter() - started
+        cpu_bench = time.process_time() - cpu_bench
+        timed = count - first
+        if timed <= 0:
+            raise RuntimeError(f"the approver decided all {count} requests before the clock started")
+        return {
+            "decisions": float(timed),
+            "decisions_per_s": timed / elapsed,
+            "approver_cpu_ms_per_decision": (process_cpu_seconds(approver.pid) - cpu_approver) / timed * 1000,
+            "relay_cpu_ms_per_decision": (process_cpu_seconds(relay.pid) - cpu_relay) / timed * 1000,
+            "observer_cpu_share": cpu_bench / elapsed,
         }
-        env.pop("TEAAGENT_CONFIG", None)
-        url, approver_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{approver_port}"
-        relay = _serve(["relay", "serve", "--config", config], env, folder / "relay.log")
-        approver: subprocess.Popen[bytes] | None = None
-        try:
-            _wait_ready(relay, url, folder / "relay.log")
-            stored, _ = asyncio.run(_post(url, items, {}))
-            if stored != count:
-                raise RuntimeError(f"the relay stored {stored} of {count} requests")
-            approver = _serve(["approver", "serve", "--config", config], env, folder / "approver.log")
-            audit = folder / "data" / AUDIT_FILE_NAME
-            deadline = time.monotonic() + DEADLINE_SECONDS
-            while _audited(audit) == 0:
-                if approver.poll() is not None or time.monotonic() > deadline:
-                    log = (folder / "approver.log").read_text(errors="replace")[-1000:]
-                    raise RuntimeError(f"the approver decided nothing: {log}")
-                time.sleep(0.002)
-            # Timed from the first decision: the approver's start-up is not its rate.
-            started, first = time.perf_counter(), _audited(audit)
-            cpu_approver, cpu_relay = _process_cpu_seconds(approver.pid), _process_cpu_seconds(relay.pid)
-            cpu_bench = time.process_time()
-            while (forwarded := _forwarded(poller, approver_url)) < count:
-                if approver.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the approver handed {forwarded} of {count} decisions to the relay")
-                time.sleep(POLL_SECONDS)
-            elapsed = time.perf_counter() - started
-            cpu_bench = time.process_time() - cpu_bench
-            timed = count - first
-            if timed <= 0:
-                raise RuntimeError(f"the approver decided all {count} requests before the clock started")
-            return {
-                "decisions": float(timed),
-                "decisions_per_s": timed / elapsed,
-                "approver_cpu_ms_per_decision": (_process_cpu_seconds(approver.pid) - cpu_approver)
-                / timed
-                * 1000,
-                "relay_cpu_ms_per_decision": (_process_cpu_seconds(relay.pid) - cpu_relay) / timed * 1000,
-                "observer_cpu_share": cpu_bench / elapsed,
-            }
-        finally:
-            if approver is not None:
-                _stop(approver)
-            _stop(relay)
 
 
 def bench_approver(seconds: float = 3.0) -> dict[str, float]:
@@ -241,7 +181,8 @@ def bench_approver(seconds: float = 3.0) -> dict[str, float]:
 
     Raises:
         ValueError: ``seconds`` is not positive.
-        RuntimeError: A process did not start or refused valid work.
+        TeaAgentError: A service did not start.
+        RuntimeError: A process refused valid work.
         StoreError: The embedded Redis did not start.
     """
     if seconds <= 0:
@@ -289,7 +230,8 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
     (``inbox_scale_ratio_*``: 1 when the cost does not grow with the inbox).
 
     Raises:
-        RuntimeError: A process did not start or the relay refused a request.
+        TeaAgentError: A service did not start.
+        RuntimeError: The relay refused a request.
         StoreError: The embedded Redis did not start.
     """
     import redis
@@ -301,28 +243,13 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
     figures: dict[str, float] = {}
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-inbox-") as temporary,
-        EmbeddedRedis(Path(temporary) / "redis") as server,
+        _beta(Path(temporary), raw, max(sizes), "none.*") as cluster,
         httpx.Client(timeout=60) as client,
     ):
-        folder = Path(temporary)
-        port, approver_port = _free_port(), _free_port()
-        token = _write_node(folder, server.url, port, approver_port, keys, raw["beta"], rule_tool="none.*")
-        config = str(folder / "beta.toml")
-        env = {
-            **os.environ,
-            "TEAAGENT_RELAY_DELIVER": "0",
-            "TEAAGENT_RELAY_INBOX_RATE_LIMIT": "100000",
-            "TEAAGENT_RELAY_INBOX_MAX_PENDING": str(max(sizes)),
-            "TEAAGENT_RELAY_REDIS_PREFIX": "bench:beta",
-            "TEAAGENT_APPROVER_REDIS_PREFIX": "bench:beta",
-        }
-        env.pop("TEAAGENT_CONFIG", None)
-        url, approver_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{approver_port}"
-        auth = {"Authorization": f"Bearer {token}"}
-        store = redis.Redis.from_url(server.url)
-        relay = _serve(["relay", "serve", "--config", config], env, folder / "relay.log")
+        beta = cluster.nodes["beta"]
+        url, approver_url, auth = beta.url, beta.approver_url, beta.headers
+        store = redis.Redis.from_url(cluster.redis_url)
         try:
-            _wait_ready(relay, url, folder / "relay.log")
             held = 0
             for size in sorted(sizes):
                 items = _requests(size - held, keys, start=held)
@@ -331,9 +258,8 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
                     raise RuntimeError(f"the relay stored {stored} of {len(items)} requests")
                 held = size
                 # The approver runs only while measured: each request posted would wake a round.
-                approver = _serve(["approver", "serve", "--config", config], env, folder / "approver.log")
+                cluster.start_service("beta", "approver")
                 try:
-                    _wait_ready(approver, approver_url, folder / "approver.log")
                     time.sleep(1.0)  # its first round lists the inbox and finds nothing to decide
                     for name, call in (
                         ("approvals_list", f"{approver_url}/v1/requests?limit=10"),
@@ -344,9 +270,8 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
                         figures[f"{name}_ms_{size}"] = ms
                         figures[f"{name}_redis_commands_{size}"] = commands
                 finally:
-                    _stop(approver)
+                    cluster.stop_service("beta-approver")
         finally:
-            _stop(relay)
             store.close()
     low, high = min(sizes), max(sizes)
     for name in ("approvals_list", "inbox_page", "approver_round_listing"):

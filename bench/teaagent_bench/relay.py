@@ -32,12 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import secrets
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
@@ -45,8 +40,6 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import httpx
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from teaagent._http import http_pool
@@ -62,7 +55,9 @@ from teaagent.quorum import (
 )
 from teaagent.signing import SSHPrivateKey, sshsig_verify
 from teaagent.store import EmbeddedRedis
+from teaagent.testing import LocalCluster
 from teaagent.trust import MultiSigQuorumConfig
+from teaagent_bench._processes import free_port, process_cpu_seconds
 
 __all__ = ["bench_decisions", "bench_relay"]
 
@@ -73,17 +68,6 @@ PEERS: Final = ("beta", "delta", "gamma")
 
 _Item = tuple[str, bytes]  # (path, JSON body)
 _Poster = Callable[[str, list[_Item], dict[str, str]], Coroutine[Any, Any, tuple[int, list[float]]]]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- HTTP client variants (http-lib) --------------------------------------------------------------
@@ -126,46 +110,6 @@ def _posting(client: str) -> _Poster:
         return await _post(url, items, headers, client)
 
     return post
-
-
-def _write_node(
-    folder: Path, redis_url: str, port: int, keys: dict[str, SSHPrivateKey], raw: Ed25519PrivateKey
-) -> str:
-    key_path = folder / "keys" / "alpha"
-    key_path.parent.mkdir(parents=True)
-    key_path.write_bytes(
-        raw.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-        )
-    )
-    key_path.chmod(0o600)
-    peers = "".join(
-        f'\n[peers.{peer}]\npublic_key = "{keys[peer].public_key.to_line()}"\n'
-        f'relay_url = "http://127.0.0.1:{_free_port()}"\n'
-        for peer in PEERS
-    )
-    token = f"bench-{secrets.token_hex(16)}"
-    (folder / "alpha.toml").write_text(
-        f'agent_id = "alpha"\nprivate_key = "keys/alpha"\nredis_url = "{redis_url}"\n'
-        f'relay_url = "http://127.0.0.1:{port}"\ntoken = "{token}"\n\n'
-        '[quorum]\nenabled = true\nrequired_approvals = 2\nhigh_risk_patterns = ["shell.*"]\n'
-        f"timeout_seconds = 600\n{peers}"
-    )
-    return token
-
-
-def _wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the relay exited at start: {log.read_text(errors='replace')[-1000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=0.5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"the relay did not answer within {READY_TIMEOUT}s")
 
 
 def _work(count: int, keys: dict[str, SSHPrivateKey], tag: str) -> tuple[list[_Item], list[_Item]]:
@@ -232,7 +176,8 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
 
     Raises:
         ValueError: ``seconds`` is not positive.
-        RuntimeError: The relay did not start, or refused requests or decisions it should have accepted.
+        TeaAgentError: The relay did not start (``teaagent.testing``).
+        RuntimeError: The relay refused requests or decisions it should have accepted.
         StoreError: The embedded Redis did not start.
     """
     if seconds <= 0:
@@ -247,63 +192,49 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
     figures: dict[str, Any] = {"decisions": 3 * count, "concurrency": CONCURRENCY}
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-relay-") as temporary,
-        EmbeddedRedis(Path(temporary) / "redis") as server,
+        LocalCluster(
+            Path(temporary),
+            ("alpha",),
+            prefix="bench",
+            peers_of={"alpha": PEERS},
+            high_risk=("shell.*",),
+            timeout_seconds=600,
+            keys=raw,
+            approvers=(),
+            env={"TEAAGENT_RELAY_DELIVER": "0"},  # intake alone
+            ready_timeout=READY_TIMEOUT,
+        ) as cluster,
     ):
-        folder = Path(temporary)
-        port = _free_port()
-        url = f"http://127.0.0.1:{port}"
-        token = _write_node(folder, server.url, port, keys, raw["alpha"])
-        log = folder / "relay.log"
-        env = {**os.environ, "TEAAGENT_RELAY_DELIVER": "0", "TEAAGENT_RELAY_REDIS_PREFIX": "bench:alpha"}
-        env.pop("TEAAGENT_CONFIG", None)
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "teaagent", "relay", "serve", "--config", str(folder / "alpha.toml"),
-                 "--no-access-log", "--log-level", "warning"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        try:
-            _wait_ready(process, url, log)
-            auth = {"Authorization": f"Bearer {token}"}
-            for name, post, submissions, decisions in runs:
-                stored, _ = asyncio.run(_post(url, submissions, auth))
-                if stored != len(submissions):
-                    raise RuntimeError(f"the relay stored {stored} of {len(submissions)} requests")
-                cpu = _process_cpu_seconds(process.pid)
-                own = time.process_time()
-                started = time.perf_counter()
-                accepted, latencies = asyncio.run(post(url, decisions, {}))
-                elapsed = time.perf_counter() - started
-                client_cpu = time.process_time() - own
-                if accepted != len(decisions):
-                    raise RuntimeError(
-                        f"the relay accepted {accepted} of {len(decisions)} valid decisions ({name})"
-                    )
-                figures[f"decisions_per_s_{name}"] = accepted / elapsed
-                figures[f"client_cpu_us_per_call_{name}"] = client_cpu / accepted * 1e6
-                figures[f"relay_cpu_ms_per_decision_{name}"] = (
-                    (_process_cpu_seconds(process.pid) - cpu) / accepted * 1000
+        url, auth = cluster.nodes["alpha"].url, cluster.nodes["alpha"].headers
+        process = cluster.processes["alpha-relay"]
+        for name, post, submissions, decisions in runs:
+            stored, _ = asyncio.run(_post(url, submissions, auth))
+            if stored != len(submissions):
+                raise RuntimeError(f"the relay stored {stored} of {len(submissions)} requests")
+            cpu = process_cpu_seconds(process.pid)
+            own = time.process_time()
+            started = time.perf_counter()
+            accepted, latencies = asyncio.run(post(url, decisions, {}))
+            elapsed = time.perf_counter() - started
+            client_cpu = time.process_time() - own
+            if accepted != len(decisions):
+                raise RuntimeError(
+                    f"the relay accepted {accepted} of {len(decisions)} valid decisions ({name})"
                 )
-                if name == "aiohttp":
-                    figures["verify_ms_per_decision"] = _verify_ms(decisions, keys)
-                    figures["decisions_per_s"] = accepted / elapsed
-                    figures["relay_cpu_ms_per_decision"] = (
-                        (_process_cpu_seconds(process.pid) - cpu) / accepted * 1000
-                    )
-                    latencies.sort()
-                    figures["decision_latency_ms_median"] = statistics.median(latencies) * 1000
-                    figures["decision_latency_ms_p99"] = (
-                        latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
-                    )
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            figures[f"decisions_per_s_{name}"] = accepted / elapsed
+            figures[f"client_cpu_us_per_call_{name}"] = client_cpu / accepted * 1e6
+            figures[f"relay_cpu_ms_per_decision_{name}"] = (
+                (process_cpu_seconds(process.pid) - cpu) / accepted * 1000
+            )
+            if name == "aiohttp":
+                figures["verify_ms_per_decision"] = _verify_ms(decisions, keys)
+                figures["decisions_per_s"] = accepted / elapsed
+                figures["relay_cpu_ms_per_decision"] = (
+                    (process_cpu_seconds(process.pid) - cpu) / accepted * 1000
+                )
+                latencies.sort()
+                figures["decision_latency_ms_median"] = statistics.median(latencies) * 1000
+                figures["decision_latency_ms_p99"] = latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
     return figures
 
 
@@ -311,7 +242,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     """``teaagent bench relay``: the store's rate-limit figures and the relay's decision rates.
 
     The rate limiter runs against a fresh embedded Redis (``seconds / 2`` per contender, see
-    ``teaagent.store._bench``) started with ``appendfsync everysec``: its targets compare the
+    ``teaagent_bench.store``) started with ``appendfsync everysec``: its targets compare the
     scripts' own cost with a bare EVALSHA and with ``limits``, and under ``always`` (what the node's
     embedded server runs, so that an acknowledged decision survives a host crash) every write
     would add one fsync that the read-only floor never pays. ``ratelimit_fsync_always_per_s`` is
@@ -321,10 +252,11 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
 
     Raises:
         ValueError: ``seconds`` is not positive.
-        RuntimeError: The relay did not start or refused valid decisions.
+        TeaAgentError: The relay did not start.
+        RuntimeError: The relay refused valid decisions.
         StoreError: The embedded Redis did not start.
     """
-    from teaagent.store._bench import bench_async_client, bench_ratelimit
+    from teaagent_bench.store import bench_async_client, bench_ratelimit
 
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, not {seconds}")
@@ -356,7 +288,7 @@ def tcp_url(server: EmbeddedRedis) -> str:
     """Open a loopback TCP port on the embedded ``server`` (it has only its socket) and return its URL."""
     import redis
 
-    port = _free_port()
+    port = free_port()
     client = redis.Redis.from_url(server.url)
     try:
         client.config_set("bind", "127.0.0.1")
@@ -369,11 +301,11 @@ def tcp_url(server: EmbeddedRedis) -> str:
 
 def bench_relay_redis(server: EmbeddedRedis, seconds: float) -> dict[str, Any]:
     """The ``lib_*`` figures on ``server``: redis-py, coredis and valkey-glide against the wire's floor
-    (``teaagent.store._bench_libraries``; glide over the server's TCP port, beside redis-py there).
+    (``teaagent_bench.store_libraries``; glide over the server's TCP port, beside redis-py there).
 
     The store's own client of before (``lean``) and the relay's decisions on it were measured end to
     end at commit 18dc4de (``TEAAGENT_STORE_CLIENT``); docs/architecture.md has the figures.
     """
-    from teaagent.store._bench_libraries import bench_redis_libraries
+    from teaagent_bench.store_libraries import bench_redis_libraries
 
     return bench_redis_libraries(server.url, tcp_url(server), seconds, ("redispy", "coredis", "glide"))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,19 +35,16 @@ from typing import Any, Final
 
 import httpx
 
+from teaagent_bench import python_code
+from teaagent_bench._processes import free_port, stop
+
 __all__ = ["DELTAS", "bench_agent", "floor_app"]
 
 DELTAS: Final = 5000  # words of the long reply: frames enough for a steady rate
 READY_SECONDS: Final = 30.0
 TOKEN: Final = "bench-agent-token-0123456789"  # noqa: S105 - a throw-away node's token
 MIN_ROUNDS: Final = 5
-FLOOR_MAIN: Final = "from teaagent_agent._bench import _serve_floor; _serve_floor"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+FLOOR_MAIN: Final = python_code("from teaagent_bench.agent import _serve_floor; _serve_floor")
 
 
 def floor_app(frames_path: str) -> Any:
@@ -102,7 +98,7 @@ def _write_node(folder: Path, port: int) -> Path:
     (folder / "workspace").mkdir()
     config = folder / "node.toml"
     config.write_text(
-        f'agent_id = "bench"\nprivate_key = "key"\nrelay_url = "http://127.0.0.1:{_free_port()}"\n'
+        f'agent_id = "bench"\nprivate_key = "key"\nrelay_url = "http://127.0.0.1:{free_port()}"\n'
         f'token = "{TOKEN}"\n\n[agent]\nprovider = "scripted"\nport = {port}\n'
     )
     return config
@@ -126,12 +122,7 @@ def _process(command: list[str], env: dict[str, str], url: str, log: Path) -> It
                 time.sleep(0.05)
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, 10)
 
 
 def _timed(client: httpx.Client, path: str, body: dict[str, Any]) -> tuple[float, float, float, int]:
@@ -159,7 +150,7 @@ def bench_agent(seconds: float) -> dict[str, float]:
     """Measure the service and the floor for about ``seconds`` (at least five rounds of each)."""
     with tempfile.TemporaryDirectory(prefix="teaagent-bench-agent-") as temporary:
         folder = Path(temporary)
-        floor_port = _free_port()
+        floor_port = free_port()
         scripts = {"short": [{"content": "ok"}], "long": [{"content": " ".join(["word"] * DELTAS)}]}
         env = dict(os.environ)
         env.pop("TEAAGENT_CONFIG", None)
@@ -174,7 +165,7 @@ def bench_agent(seconds: float) -> dict[str, float]:
             urls = {}
             # One service per script: the scripted model plays its script from the first turn.
             for name, turns in scripts.items():
-                port = _free_port()
+                port = free_port()
                 (folder / name).mkdir()
                 node = _write_node(folder / name, port)
                 script = folder / name / "script.json"

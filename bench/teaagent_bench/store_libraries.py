@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from teaagent.store._bench import _BATCH, CALLERS, ROUND_SECONDS, _rotated
 from teaagent.store._connection import converting
+from teaagent_bench.store import _BATCH, CALLERS, ROUND_SECONDS, _rotated
 
 __all__ = ["bench_redis_libraries"]
 

@@ -1,0 +1,121 @@
+"""What one quorum does, counted in the same run: HTTP hops, Redis round trips, CPU of each service."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from teaagent.testing import ClusterNode
+from teaagent_bench._processes import process_cpu_seconds
+
+_SKIPPED_ROUTES: Final = frozenset({"/metrics", "/health"})
+_LONG_POLLS: Final = frozenset({"/v1/requests/{request_id}/outcome", "/v1/inbox"})
+_WRITE_TRIPS: Final = ("evalsha", "eval", "exec")  # the store's atomic writes: one round trip each
+
+
+@dataclass(frozen=True)
+class _Counters:
+    hops: float
+    server_seconds: dict[str, float]  # per node: time answering calls that are not long-polls
+    writes: float
+    reads: float
+    cpu: dict[str, float]  # per process label: CPU seconds
+    idle_cpu_per_s: float = 0.0  # all services' CPU seconds per second with no quorum running
+
+    def minus(self, other: _Counters) -> _Counters:
+        return _Counters(
+            hops=self.hops - other.hops,
+            server_seconds={k: v - other.server_seconds.get(k, 0.0) for k, v in self.server_seconds.items()},
+            writes=self.writes - other.writes,
+            reads=self.reads - other.reads,
+            cpu={k: v - other.cpu.get(k, 0.0) for k, v in self.cpu.items()},
+        )
+
+
+def _relay_counters(url: str) -> tuple[float, float]:
+    """The relay's HTTP calls answered (operations aside) and its seconds spent on those not long-polls."""
+    hops = seconds = 0.0
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            route = sample.labels.get("route", "")
+            if route in _SKIPPED_ROUTES:
+                continue
+            if sample.name == "teaagent_relay_http_requests_total":
+                hops += sample.value
+            elif (
+                sample.name == "teaagent_relay_http_request_duration_seconds_sum" and route not in _LONG_POLLS
+            ):
+                seconds += sample.value
+    return hops, seconds
+
+
+def _redis_counters(client: redis.Redis) -> tuple[float, float]:
+    """Round trips the server has answered, as writes (scripts, transactions) and the rest, so far.
+
+    Writes are counted by their calls; the rest are the server's read events
+    (``total_reads_processed``: a script's inner commands, a pipeline's and a transaction's are
+    in one) less the writes. Over a window that difference is below zero when several writes
+    shared a round trip; ``bench_quorum`` then leaves the figure out (``_trips``).
+    """
+    trips = float(client.info("stats")["total_reads_processed"])
+    calls: dict[str, Any] = client.info("commandstats")
+    writes = float(sum(calls.get(f"cmdstat_{name}", {}).get("calls", 0) for name in _WRITE_TRIPS))
+    return writes, trips - writes
+
+
+def _counters(
+    nodes: Mapping[str, ClusterNode],
+    client: redis.Redis,
+    processes: Mapping[str, subprocess.Popen[bytes]],
+    *,
+    before: bool,
+) -> _Counters:
+    # The relays' /metrics reads Redis too: read them outside the window of the Redis counts.
+    def relays() -> dict[str, tuple[float, float]]:
+        return {name: _relay_counters(node.url) for name, node in nodes.items()}
+
+    scraped = relays() if before else {}
+    writes, reads = _redis_counters(client)
+    if not before:
+        scraped = relays()
+    return _Counters(
+        hops=sum(hops for hops, _seconds in scraped.values()),
+        server_seconds={name: seconds for name, (_hops, seconds) in scraped.items()},
+        writes=writes,
+        reads=reads,
+        cpu={label: process_cpu_seconds(process.pid) for label, process in processes.items()},
+    )
+
+
+def _trips(counted: Mapping[int, _Counters]) -> tuple[dict[int, float], dict[int, float], dict[int, str]]:
+    """The floor's writes and reads per quorum at each concurrency, and why a read count is left out.
+
+    The server counts read events: a client's command, pipeline or transaction is one when it
+    has a connection to itself (redis-py's pool), so the read events are the round trips, writes
+    and reads together. The writes are counted as commands (``_redis_counters``), and several of
+    them may share a round trip (a pipeline of scripts): then the round trips less the writes
+    fall below zero, the reads cannot be told apart, and ``redis_reads_cN`` is left out with the
+    reason, never reported as zero. The floor makes as many round trips as the server counted,
+    never more: its writes are the writes, or all the round trips when there were fewer, and its
+    reads are the rest.
+    """
+    writes: dict[int, float] = {}
+    reads: dict[int, float] = {}
+    omitted: dict[int, str] = {}
+    for concurrency, per in counted.items():
+        trips = per.writes + per.reads
+        if per.reads < 0:
+            omitted[concurrency] = (
+                f"not measurable: the server took in {-per.reads:.2f} fewer read events than writes per "
+                f"quorum (several writes per round trip); the floor makes the {max(trips, 0.0):.2f} "
+                "round trips counted, all as writes"
+            )
+        writes[concurrency] = max(0.0, min(per.writes, trips))
+        reads[concurrency] = max(0.0, per.reads)
+    return writes, reads, omitted

@@ -1,0 +1,331 @@
+"""End-to-end quorum benchmark, 2 of 3 with rule approvers: ``teaagent bench quorum``.
+
+The cluster, all on this machine: one embedded Redis (the node's shipped setting, ``appendfsync
+always``) carrying three nodes under their own key prefixes; node ``alpha``'s relay, and ``beta``'s
+and ``gamma``'s relays and approvers, each a real process (``teaagent relay serve``, ``teaagent
+approver serve``); the approvers' one rule approves ``shell.*``. Alpha's request names both
+peers and needs both approvals: 2 of the cluster's 3 nodes besides the origin's own say-so.
+
+Alpha's side runs in this process, through the real asking path, as ``RelayQuorumGate`` does it,
+on the library's :class:`~teaagent.relay_client.AsyncRelayClient` (kept-alive calls; one client per caller,
+as each gate holds its own): build the request (not timed), then, timed, sign it
+(``sign_request``), ``POST /v1/requests``, long-poll ``GET /v1/requests/{id}/outcome`` until
+decided, check that the certificate's request is the one signed and verify the certificate with
+``verify_certificate`` and alpha's own configuration, as the policy does. ``CONCURRENCIES``
+callers at once (1, 16, 64), each for ``seconds``; the first ``WARMUP_FRACTION`` of each run is
+not timed. ``p50_ms_c1``/``p99_ms_c1`` are the latencies of one caller; ``throughput_cN`` the
+approved, verified certificates per second with N callers.
+
+What one quorum costs in the real path, counted in the same run: its HTTP hops (every relay's
+``teaagent_relay_http_requests`` counter, /metrics and /health aside: the agent's submission and
+long-poll, two deliveries to the peers, each approver's inbox listings and its decision, two
+decisions back), its Redis round trips (a script, a pipeline or a transaction is one: the
+round trips are the shared server's read events, ``INFO stats`` ``total_reads_processed``,
+``redis_round_trips_cN``; the writes are the ``EVALSHA`` and ``EXEC`` calls of ``INFO
+commandstats``; the reads are the round trips less the writes, left out with the reason
+(``redis_reads_cN_omitted``) when several writes shared round trips so that they cannot be told
+apart: see ``_trips``), and its cryptography by the code: 3 signatures
+(the request, two approvals) and 12 verifications (the request by alpha's relay, by each peer's
+relay and approver, and in the certificate; each approval by its peer's relay, by alpha's relay
+and in the certificate).
+
+**The floor**, measured in the same run for each concurrency, is that work done raw, with
+nothing around it, in the protocol's shape (the origin, then both peers at once, then the origin):
+
+1. the origin signs a request (``sshsig_sign`` over its canonical bytes) and makes one HTTP hop;
+2. two branches at once, one per peer, each: one request verification, one approval signature,
+   one approval verification (``sshsig_verify``/``sshsig_sign``), half of the real path's other
+   HTTP hops, and half of its Redis round trips: writes as ``EVALSHA`` of a one-line ``SET ... EX``
+   script, reads as ``GET``, on the same embedded Redis;
+3. the origin makes one HTTP hop and verifies the certificate's three signatures.
+
+So 3 signatures and 7 verifications (the protocol's minimum: each peer checks the origin once,
+the origin checks each approval once, the agent checks the certificate), against the real path's
+3 and 12. HTTP hops go to a bare uvicorn server running a raw ASGI app that answers every call
+with a constant (no framework), over kept-alive connections, each call framed and its answer
+parsed by h11 (the HTTP/1.1 library under httpx; no HTTP written by hand); Redis round
+trips over kept-alive connections, each command packed and its reply parsed by hiredis. The same
+numbers of hops and round trips per quorum as the real path's at that concurrency (rounded).
+The floor's callers run in ``min(N, cores)`` processes, so that it may use the machine as the
+cluster does. ``floor_ratio = p50_ms_c1 / floor_p50_ms_c1`` (target <= 3) and
+``floor_throughput_ratio_c64 = floor_throughput_c64 / throughput_c64`` (target <= 3).
+
+``cluster_cpu_ms_per_quorum_cN``: the CPU time (user and system) of the five services per quorum
+at N callers; ``profile_cpu_ms_<node>_<service>`` splits it at one caller (it includes each
+service's idle loops, which weigh more the fewer quorums a second there are).
+
+``profile_*``: one quorum at concurrency 1, where its time goes: the raw cost of its signatures
+(``profile_sign_ms``), its 12 verifications (``profile_verify_ms``), its Redis round trips
+(``profile_redis_ms``) and its HTTP hops (``profile_http_ms``), each measured alone in this run
+and summed as if done one after the other; and each relay's own time answering its calls
+(``profile_server_ms_<node>``, from its latency histogram; long-polls excluded, they wait). Set
+``TEAAGENT_BENCH_PROFILE`` to a directory to run every service under ``cProfile`` and keep its
+profile there (``<node>-<service>.prof``).
+
+``policy_*``: the same cluster, in the same run, asked for ``git.push`` under a version 2 rule with
+two groups, ``all_of`` one of ops (beta) and one of security (gamma): the request carries its
+policy, the relay's Lua and the certificate's check count by terms. One caller; its floor is
+measured as the plain quorum's is, from its own counts of hops and round trips, and
+``policy_floor_ratio = policy_p50_ms_c1 / policy_floor_p50_ms_c1`` (target <= 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import statistics
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import redis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from teaagent._http import BENCH_CLIENT_ENV
+from teaagent.signing import SSHPrivateKey
+from teaagent.store import EmbeddedRedis
+from teaagent.testing import LocalCluster
+from teaagent.trust import MultiSigQuorumConfig
+from teaagent_bench.quorum._asking import _percentile, _real_path, _Run
+from teaagent_bench.quorum._cluster import DEFAULT_SIZE, SIZES, _policy_config, _Size, local_cluster
+from teaagent_bench.quorum._counting import _Counters, _trips
+from teaagent_bench.quorum._floor import _crypto_costs, _floor, _floor_server, _io_costs, _plan
+
+__all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes"]
+
+CONCURRENCIES: Final = (1, 16, 64)
+HTTP_VARIANTS: Final = ("httpx",)  # run again through each, beside the services' aiohttp
+
+
+def _policy_figures(run: _Run, floor: _Run, per: _Counters) -> dict[str, float]:
+    """The variant's ``policy_*`` figures: its latency, its floor's, their ratio, what it did."""
+    p50 = statistics.median(run.latencies) * 1000
+    floor_p50 = statistics.median(floor.latencies) * 1000
+    return {
+        "policy_p50_ms_c1": p50,
+        "policy_p99_ms_c1": _percentile(run.latencies, 0.99) * 1000,
+        "policy_throughput_c1": run.throughput,
+        "policy_floor_p50_ms_c1": floor_p50,
+        "policy_floor_ratio": p50 / floor_p50,
+        "policy_http_hops_c1": per.hops,
+        "policy_redis_writes_c1": per.writes,
+        "policy_redis_reads_c1": per.reads,
+    }
+
+
+def bench_quorum(
+    seconds: float = 3.0,
+    *,
+    nodes: int = DEFAULT_SIZE.nodes,
+    concurrencies: tuple[int, ...] = CONCURRENCIES,
+    variants: bool = True,
+) -> dict[str, Any]:
+    """``teaagent bench quorum``: end-to-end quorums against their floor (see the module docstring).
+
+    Args:
+        seconds: The time of each run: the real path and the floor, at each concurrency.
+        nodes: The cluster's size: alpha and ``nodes - 1`` peers, a majority of the nodes'
+            approvals needed (2 of 3, 3 of 5, 5 of 9).
+        concurrencies: The numbers of callers at once, 1 and 64 among them.
+        variants: Whether to run the cluster again with each other HTTP client
+            (``http_<client>_*``, see ``_http_variants``).
+
+    Returns:
+        ``p50_ms_c1``, ``p99_ms_c1``, ``throughput_c1``, ``throughput_c16``, ``throughput_c64``,
+        ``p50_ms_c16``, ``p50_ms_c64``, ``p99_ms_c64``, the floor's ``floor_p50_ms_c1``,
+        ``floor_p99_ms_c1``, ``floor_throughput_c16``, ``floor_throughput_c64``, the ratios
+        ``floor_ratio`` and ``floor_throughput_ratio_c64``, the version 2 variant's ``policy_*``
+        (``policy_p50_ms_c1``, ``policy_floor_p50_ms_c1``, ``policy_floor_ratio``...), what one quorum did
+        (``http_hops_c1``, ``redis_round_trips_c1``, ``redis_writes_c1``, ``redis_reads_c1`` or
+        ``redis_reads_c1_omitted``, the same at c16 and c64), the CPU
+        milliseconds per quorum of all services at c64 (``cluster_cpu_ms_per_quorum_c64``), and
+        the ``profile_*`` breakdown.
+
+    Raises:
+        ValueError: ``seconds`` is not positive, ``nodes`` not one of ``SIZES``, or a
+            concurrency other than 1 and 64 is missing.
+        TeaAgentError: A service did not start (``teaagent.testing``).
+        RuntimeError: A quorum was not approved or its certificate did not verify, or a run did not
+            finish in time.
+        StoreError: The embedded Redis did not start.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, not {seconds}")
+    if nodes not in SIZES:
+        raise ValueError(f"a cluster of {nodes} nodes is not one of {', '.join(map(str, SIZES))}")
+    if not {1, 64} <= set(concurrencies):
+        raise ValueError("the concurrencies must include 1 and 64")
+    size = _Size(nodes)
+    raw = {name: Ed25519PrivateKey.generate() for name in size.names}
+    keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
+    figures: dict[str, Any] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="teaagent-bench-quorum-") as temporary,
+        EmbeddedRedis(Path(temporary) / "redis") as server,
+    ):
+        folder = Path(temporary)
+        cluster = local_cluster(folder, server.url, raw, size)
+        members = cluster.write()
+        config = MultiSigQuorumConfig(
+            enabled=True,
+            required_approvals=size.required,
+            peer_agent_ids=list(size.peers),
+            peer_public_keys={peer: keys[peer].public_key.to_line() for peer in size.peers},
+            peer_relay_urls={peer: members[peer].url for peer in size.peers},
+            high_risk_patterns=["shell.*"],
+            timeout_seconds=600,
+        )
+        config = _policy_config(config)  # shell.run matches no rule: version 1, 2 of 3, as before
+        client = redis.Redis.from_url(server.url)
+        store = (server.url,)
+        # The version 2 variant (a two-group all_of rule) on the default cluster, in the same run.
+        with_policy = variants and nodes == DEFAULT_SIZE.nodes
+        runs, counted, policy_result = _real_path(
+            cluster, keys, config, client, seconds, concurrencies, policy=with_policy
+        )
+        writes, reads, omitted = _trips(counted)
+        with _floor_server(folder) as http_port:
+            plans = {
+                c: _plan(dataclasses.replace(counted[c], writes=writes[c], reads=reads[c]), size)
+                for c in concurrencies
+            }
+            floors = {c: _floor(c, seconds, http_port, store, plans[c], size) for c in concurrencies}
+            policy_floor = (
+                None
+                if policy_result is None
+                else _floor(1, seconds, http_port, store, _plan(policy_result[1], size), size)
+            )
+            hop, written, got = asyncio.run(_io_costs(http_port, store))
+        if variants:
+            figures.update(_http_variants(cluster, keys, config, client, seconds))
+        client.close()
+    sign, verify = _crypto_costs()
+    for concurrency in concurrencies:
+        run, floor, per = runs[concurrency], floors[concurrency], counted[concurrency]
+        suffix = f"c{concurrency}"
+        figures[f"p50_ms_{suffix}"] = statistics.median(run.latencies) * 1000
+        figures[f"p99_ms_{suffix}"] = _percentile(run.latencies, 0.99) * 1000
+        figures[f"throughput_{suffix}"] = run.throughput
+        figures[f"floor_p50_ms_{suffix}"] = statistics.median(floor.latencies) * 1000
+        figures[f"floor_p99_ms_{suffix}"] = _percentile(floor.latencies, 0.99) * 1000
+        figures[f"floor_throughput_{suffix}"] = floor.throughput
+        figures[f"http_hops_{suffix}"] = per.hops
+        figures[f"redis_writes_{suffix}"] = per.writes
+        figures[f"redis_round_trips_{suffix}"] = max(0.0, per.writes + per.reads)
+        if concurrency in omitted:
+            figures[f"redis_reads_{suffix}_omitted"] = omitted[concurrency]
+        else:
+            figures[f"redis_reads_{suffix}"] = per.reads
+        figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
+        # The same less what the services spent idle meanwhile (their polls, per second of the run).
+        figures[f"cluster_busy_cpu_ms_per_quorum_{suffix}"] = (
+            sum(per.cpu.values()) - per.idle_cpu_per_s / max(run.throughput, 1e-9)
+        ) * 1000
+    figures["cluster_idle_cpu_ms_per_s"] = counted[concurrencies[0]].idle_cpu_per_s * 1000
+    figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
+    figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
+    for name in [key for key in figures if key.startswith("http_") and key.endswith("_p50_ms_c1")]:
+        client_name = name.removeprefix("http_").removesuffix("_p50_ms_c1")
+        prefix = f"http_{client_name}_"
+        figures[f"{prefix}floor_ratio"] = figures[name] / figures["floor_p50_ms_c1"]
+        figures[f"{prefix}floor_throughput_ratio_c64"] = (
+            figures["floor_throughput_c64"] / figures[f"{prefix}throughput_c64"]
+        )
+    if policy_result is not None and policy_floor is not None:
+        figures |= _policy_figures(policy_result[0], policy_floor, policy_result[1])
+    one = counted[1]
+    figures["profile_sign_ms"] = size.signatures * sign * 1000
+    figures["profile_verify_ms"] = size.verifications * verify * 1000
+    figures["profile_redis_ms"] = (writes[1] * written + reads[1] * got) * 1000
+    figures["profile_http_ms"] = one.hops * hop * 1000
+    figures["profile_http_hop_ms"] = hop * 1000
+    for name, spent in one.server_seconds.items():
+        figures[f"profile_server_ms_{name}"] = spent * 1000
+    for label, spent in one.cpu.items():
+        figures[f"profile_cpu_ms_{label.replace('-', '_')}"] = spent * 1000
+    return figures
+
+
+# -- HTTP variants (http-lib) -----------------------------------------------------------------------
+
+
+def _http_variants(
+    cluster: LocalCluster,
+    keys: Mapping[str, SSHPrivateKey],
+    config: MultiSigQuorumConfig,
+    client: redis.Redis,
+    seconds: float,
+) -> dict[str, float]:
+    """The real path again, its calls through each other HTTP client, at concurrency 1 and 64.
+
+    Every service of the cluster and the asking callers here make their pools with
+    ``teaagent._http.http_pool``, which ``TEAAGENT_BENCH_HTTP_CLIENT`` points at the client:
+    ``httpx`` (one client per server, ``httpx.Limits`` sized as aiohttp's connector, HTTP/1.1).
+    Each: ``http_<client>_p50_ms_c1``, ``http_<client>_throughput_c64`` and
+    ``http_<client>_cluster_cpu_ms_per_quorum_c64``, against the same floor as the services'
+    own client's (``http_<client>_floor_ratio``...).
+    """
+    figures: dict[str, float] = {}
+    for name in HTTP_VARIANTS:
+        before = os.environ.get(BENCH_CLIENT_ENV)
+        os.environ[BENCH_CLIENT_ENV] = name
+        try:
+            runs, counted, _ = _real_path(cluster, keys, config, client, seconds, (1, 64))
+        finally:
+            if before is None:
+                os.environ.pop(BENCH_CLIENT_ENV, None)
+            else:
+                os.environ[BENCH_CLIENT_ENV] = before
+        figures[f"http_{name}_p50_ms_c1"] = statistics.median(runs[1].latencies) * 1000
+        figures[f"http_{name}_throughput_c64"] = runs[64].throughput
+        figures[f"http_{name}_cluster_cpu_ms_per_quorum_c64"] = sum(counted[64].cpu.values()) * 1000
+    return figures
+
+
+# -- growth with the cluster's size (http-lib) ------------------------------------------------------
+
+
+def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> dict[str, float]:
+    """``teaagent bench quorum --peers 3,5,9``: the same quorum on clusters of each size.
+
+    For each size N (2 of 3, 3 of 5, 5 of 9; every node on this machine), at concurrency 1 and 64,
+    against its own floor: ``n<N>_floor_ratio``, ``n<N>_floor_throughput_ratio_c64``,
+    ``n<N>_cluster_cpu_ms_per_quorum_c64``, ``n<N>_p50_ms_c1``, ``n<N>_throughput_c64``. Beside
+    them, how the cluster's CPU per approved call grows against the smallest size's, over the
+    growth in peers (``n<N>_cpu_growth_over_peers``: at most 1 is at most linear in the number of
+    peers) and over the growth in nodes (``n<N>_cpu_growth_over_nodes``); the same of the CPU
+    less what the services spend idle (``busy_``: each service's polls and housekeeping, measured
+    with the cluster idle, ``n<N>_cluster_idle_cpu_ms_per_s``, cost more per quorum the fewer
+    quorums a second a larger cluster completes on the same cores).
+
+    Raises:
+        ValueError: ``seconds`` is not positive, or a size is not one of ``SIZES``.
+    """
+    figures: dict[str, float] = {}
+    for nodes in sizes:
+        measured = bench_quorum(seconds, nodes=nodes, concurrencies=(1, 64), variants=False)
+        for key in (
+            "floor_ratio",
+            "floor_throughput_ratio_c64",
+            "cluster_cpu_ms_per_quorum_c64",
+            "cluster_cpu_ms_per_quorum_c1",
+            "cluster_busy_cpu_ms_per_quorum_c64",
+            "cluster_idle_cpu_ms_per_s",
+            "p50_ms_c1",
+            "floor_p50_ms_c1",
+            "throughput_c64",
+            "floor_throughput_c64",
+            "http_hops_c64",
+            "redis_writes_c64",
+        ):
+            figures[f"n{nodes}_{key}"] = measured[key]
+    smallest = min(sizes)
+    for kind in ("", "busy_"):
+        base = figures[f"n{smallest}_cluster_{kind}cpu_ms_per_quorum_c64"]
+        for nodes in sizes:
+            growth = figures[f"n{nodes}_cluster_{kind}cpu_ms_per_quorum_c64"] / base
+            figures[f"n{nodes}_{kind}cpu_growth_over_peers"] = growth / ((nodes - 1) / (smallest - 1))
+            figures[f"n{nodes}_{kind}cpu_growth_over_nodes"] = growth / (nodes / smallest)
+    return figures

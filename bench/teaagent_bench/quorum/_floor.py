@@ -1,0 +1,436 @@
+"""The floor: a quorum's raw work (signatures, verifications, round trips, hops), nothing around it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import h11
+import hiredis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from teaagent.quorum import (
+    APPROVAL_NAMESPACE,
+    REQUEST_NAMESPACE,
+    approval_statement,
+    build_request,
+    canonical,
+    request_statement,
+    statement_bytes,
+)
+from teaagent.signing import SSHPrivateKey, sshsig_sign, sshsig_verify
+from teaagent.testing import wait_healthy
+from teaagent.trust import MultiSigQuorumConfig
+from teaagent_bench import python_code
+from teaagent_bench._processes import free_port, stop
+from teaagent_bench.quorum._asking import MIN_TIMED, WARMUP_FRACTION, _Run, _summarise
+from teaagent_bench.quorum._cluster import DEFAULT_SIZE, READY_TIMEOUT, _Size
+from teaagent_bench.quorum._counting import _Counters
+
+FLOOR_CLIENT_HOPS: Final = 2  # the origin's own: its submission and its outcome
+PRIMITIVE_SAMPLES: Final = 200  # each raw cost of the profile is the median of this many
+_FLOOR_SCRIPT: Final = b"return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)"
+_FLOOR_BODY: Final = b'{"state":"pending","request_id":"00000000000000000000000000000000"}'
+
+
+async def _floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """A raw ASGI app: every HTTP call answered 200 with the same small JSON body."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(_FLOOR_BODY)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": _FLOOR_BODY})
+
+
+def serve_floor(port: int) -> None:
+    """Serve the floor's bare HTTP app on ``127.0.0.1:port`` until SIGTERM (one uvicorn worker)."""
+    import uvicorn
+
+    uvicorn.run(
+        _floor_app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
+    )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one floor quorum does besides its cryptography: per peer branch, hops, writes, reads."""
+
+    branch_hops: tuple[int, ...]
+    branch_writes: tuple[int, ...]
+    branch_reads: tuple[int, ...]
+
+
+def _split(total: float, ways: int) -> tuple[int, ...]:
+    whole = max(0, round(total))
+    return tuple(whole // ways + (index < whole % ways) for index in range(ways))
+
+
+def _plan(per_quorum: _Counters, size: _Size = DEFAULT_SIZE) -> _Plan:
+    ways = len(size.peers)
+    return _Plan(
+        branch_hops=_split(per_quorum.hops - FLOOR_CLIENT_HOPS, ways),
+        branch_writes=_split(per_quorum.writes, ways),
+        branch_reads=_split(per_quorum.reads, ways),
+    )
+
+
+def _resp(*parts: bytes) -> bytes:
+    """A command as RESP, packed by hiredis."""
+    packed: bytes = hiredis.pack_command(parts)  # type: ignore[arg-type]  # its stub takes 1-tuples
+    return packed
+
+
+@dataclass
+class _RedisConnection:
+    """A kept connection of the floor: commands written as they are, replies read by hiredis."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    replies: hiredis.Reader = dataclasses.field(default_factory=hiredis.Reader)
+
+
+async def _resp_call(connection: _RedisConnection, command: bytes) -> bytes:
+    connection.writer.write(command)
+    while (reply := connection.replies.gets()) is False:
+        data = await connection.reader.read(65536)
+        if not data:
+            raise RuntimeError("Redis closed a floor connection")
+        connection.replies.feed(data)
+    if isinstance(reply, Exception):
+        raise RuntimeError(f"Redis refused a floor command: {reply}")
+    return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+async def _redis_connect(url: str) -> _RedisConnection:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":  # the embedded server listens on its socket only
+        connection = await asyncio.open_unix_connection(parts.path)
+    else:
+        connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
+    kept = _RedisConnection(*connection)
+    if parts.password:
+        await _resp_call(kept, _resp(b"AUTH", parts.password.encode()))
+    return kept
+
+
+class _FloorHTTP:
+    """One kept-alive connection of the floor's bare HTTP hops, framed and parsed by h11."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.state = h11.Connection(our_role=h11.CLIENT)
+
+    @classmethod
+    async def open(cls, port: int) -> _FloorHTTP:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _floor_call(body: bytes) -> list[h11.Request | h11.Data | h11.EndOfMessage]:
+    """The floor's one call: ``POST /v1/requests`` with ``body``, as h11 events."""
+    headers = [
+        ("Host", "127.0.0.1"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+    ]
+    return [
+        h11.Request(method="POST", target="/v1/requests", headers=headers),
+        h11.Data(data=body),
+        h11.EndOfMessage(),
+    ]
+
+
+async def _hop(connection: _FloorHTTP, call: list[h11.Request | h11.Data | h11.EndOfMessage]) -> None:
+    state = connection.state
+    connection.writer.write(b"".join(state.send(event) or b"" for event in call))
+    status = 0
+    while True:
+        event = state.next_event()
+        if event is h11.NEED_DATA:
+            data = await connection.reader.read(65536)
+            if not data:
+                raise RuntimeError("the floor's server closed the connection")
+            state.receive_data(data)
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        elif isinstance(event, h11.EndOfMessage):
+            break
+    state.start_next_cycle()
+    if status != 200:
+        raise RuntimeError(f"the floor's server answered {status}")
+
+
+@dataclass(frozen=True)
+class _FloorJob:
+    http_port: int
+    redis_url: str
+    callers: int
+    seconds: float
+    plan: _Plan
+    nodes: int = DEFAULT_SIZE.nodes
+
+
+async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float, float]:
+    """Run one process's floor callers: set up, say ``ready`` on stdout, start on a line on stdin."""
+    size = _Size(job.nodes)
+    peers = size.peers
+    keys = {
+        name: SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate(), comment=name)
+        for name in size.names
+    }
+    public = {name: key.public_key for name, key in keys.items()}
+    request = build_request(
+        origin="alpha",
+        run_id="bench-floor",
+        call_id="call-0",
+        tool_name="shell.run",
+        arguments={"command": "make target-0"},
+        reason="benchmark",
+        config=MultiSigQuorumConfig(
+            enabled=True,
+            required_approvals=size.required,
+            peer_agent_ids=list(peers),
+            peer_public_keys={peer: public[peer].to_line() for peer in peers},
+            peer_relay_urls={peer: "http://127.0.0.1:1" for peer in peers},
+            high_risk_patterns=["shell.*"],
+            timeout_seconds=600,
+        ),
+    )
+    request_bytes = request_statement(request)
+    request_signature = sshsig_sign(request_bytes, keys["alpha"], REQUEST_NAMESPACE)
+    statements = {
+        peer: statement_bytes(approval_statement(request, peer, int(time.time()))) for peer in peers
+    }
+    approvals = {peer: sshsig_sign(statements[peer], keys[peer], APPROVAL_NAMESPACE) for peer in peers}
+    body = canonical({"request": request, "signature": request_signature})
+    http_request = _floor_call(body)
+    value = canonical({"statement": approval_statement(request, "beta", 0), "signature": approvals["beta"]})
+    loader = await _redis_connect(job.redis_url)
+    sha = await _resp_call(loader, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
+    loader.writer.close()
+    plan = job.plan
+
+    async def connections(count: int, port: int) -> list[_FloorHTTP]:
+        return list(await asyncio.gather(*(_FloorHTTP.open(port) for _ in range(count))))
+
+    spans: list[tuple[float, float]] = []
+    opened = 0
+
+    async def caller(index: int) -> None:
+        origin_http, *branch_http = await connections(1 + len(peers), job.http_port)
+        branch_redis = [await _redis_connect(job.redis_url) for _ in peers]
+        key = f"bench:floor:{{{os.getpid()}-{index}}}:decision".encode()
+        write, read = _resp(b"EVALSHA", sha, b"1", key, value), _resp(b"GET", key)
+        await _resp_call(branch_redis[0], write)  # the key exists before the first GET
+        nonlocal opened
+        opened += 1
+        await started.wait()
+
+        async def branch(side: int, peer: str) -> None:
+            sshsig_verify(request_bytes, request_signature, public["alpha"], REQUEST_NAMESPACE)
+            sshsig_sign(statements[peer], keys[peer], APPROVAL_NAMESPACE)
+            for _ in range(plan.branch_hops[side]):
+                await _hop(branch_http[side], http_request)
+            for _ in range(plan.branch_writes[side]):
+                await _resp_call(branch_redis[side], write)
+            for _ in range(plan.branch_reads[side]):
+                await _resp_call(branch_redis[side], read)
+            sshsig_verify(statements[peer], approvals[peer], public[peer], APPROVAL_NAMESPACE)
+
+        try:
+            while (
+                time.perf_counter() < stop_at or sum(1 for start, _end in spans if start >= warm) < MIN_TIMED
+            ):
+                begun = time.perf_counter()
+                sshsig_sign(request_bytes, keys["alpha"], REQUEST_NAMESPACE)
+                await _hop(origin_http, http_request)
+                await asyncio.gather(*(branch(side, peer) for side, peer in enumerate(peers)))
+                await _hop(origin_http, http_request)
+                sshsig_verify(request_bytes, request_signature, public["alpha"], REQUEST_NAMESPACE)
+                for peer in peers[: size.required]:  # the certificate's approvals
+                    sshsig_verify(statements[peer], approvals[peer], public[peer], APPROVAL_NAMESPACE)
+                spans.append((begun, time.perf_counter()))
+        finally:
+            for http in (origin_http, *branch_http):
+                http.close()
+            for kept in branch_redis:
+                kept.writer.close()
+
+    started = asyncio.Event()
+    stop_at = warm = 0.0
+    tasks = [asyncio.ensure_future(caller(index)) for index in range(job.callers)]
+    while sum(1 for task in tasks if task.done()) == 0 and opened < job.callers:
+        await asyncio.sleep(0.01)  # every caller opens its connections before the start
+    for task in tasks:
+        if task.done():
+            task.result()  # a caller that could not connect says why
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    if not sys.stdin.readline():
+        raise RuntimeError("the bench went away before the start")
+    begin = time.perf_counter()
+    stop_at, warm = begin + job.seconds, begin + job.seconds * WARMUP_FRACTION
+    started.set()
+    await asyncio.gather(*tasks)
+    return spans, begin, time.perf_counter()
+
+
+def floor_main() -> None:
+    """One process of the floor's callers: its job as JSON on stdin, its figures as JSON on stdout."""
+    data = json.loads(sys.stdin.readline())
+    data["plan"] = _Plan(**{name: tuple(value) for name, value in data["plan"].items()})
+    job = _FloorJob(**data)
+    spans, begin, end = asyncio.run(_floor_load(job))
+    timed, throughput = _summarise(spans, begin, end, job.seconds)
+    sys.stdout.write(json.dumps({"latencies": timed, "throughput": throughput}) + "\n")
+    sys.stdout.flush()
+
+
+def _floor(
+    concurrency: int,
+    seconds: float,
+    http_port: int,
+    store: tuple[str],
+    plan: _Plan,
+    size: _Size = DEFAULT_SIZE,
+) -> _Run:
+    count = 1 if concurrency == 1 else max(1, min(concurrency, os.cpu_count() or 1))
+    shares = [concurrency // count + (index < concurrency % count) for index in range(count)]
+    command = [
+        sys.executable,
+        "-c",
+        python_code("from teaagent_bench.quorum import floor_main; floor_main()"),
+    ]
+    workers = [
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in shares
+    ]
+    try:
+        for worker, share in zip(workers, shares, strict=True):
+            job = _FloorJob(http_port, *store, share, seconds, plan, size.nodes)
+            _send(worker, json.dumps(dataclasses.asdict(job)))
+        for worker in workers:
+            _expect(worker, "ready")
+        for worker in workers:
+            _send(worker, "go")
+        outcomes = [json.loads(_expect(worker, None)) for worker in workers]
+    finally:
+        for worker in workers:
+            stop(worker)
+    latencies = sorted(latency for outcome in outcomes for latency in outcome["latencies"])
+    return _Run(latencies, sum(outcome["throughput"] for outcome in outcomes), len(latencies))
+
+
+def _send(worker: subprocess.Popen[bytes], line: str) -> None:
+    assert worker.stdin is not None
+    worker.stdin.write(line.encode() + b"\n")
+    worker.stdin.flush()
+
+
+def _expect(worker: subprocess.Popen[bytes], line: str | None) -> str:
+    """Read the worker's next line (``line`` exactly, when given); its stderr is the error otherwise."""
+    assert worker.stdout is not None
+    assert worker.stderr is not None
+    got = worker.stdout.readline().decode().strip()
+    if not got or (line is not None and got != line):
+        worker.kill()
+        worker.wait()
+        error = worker.stderr.read().decode(errors="replace").strip().splitlines()
+        raise RuntimeError(f"a floor process failed: {error[-1] if error else got or 'no answer'}")
+    return got
+
+
+@contextlib.contextmanager
+def _floor_server(folder: Path) -> Iterator[int]:
+    port = free_port()
+    log = folder / "floor-http.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                python_code(f"from teaagent_bench.quorum import serve_floor; serve_floor({port})"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_healthy(process, f"http://127.0.0.1:{port}", "the floor's HTTP server", log, READY_TIMEOUT)
+        yield port
+    finally:
+        stop(process)
+
+
+# -- the profile's raw costs ------------------------------------------------------------------------
+
+
+def _median_seconds(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def _crypto_costs() -> tuple[float, float]:
+    """The median seconds of one request signature and of one approval verification, raw."""
+    key = SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate(), comment="alpha")
+    data = canonical({"request": "x" * 400})
+    signature = sshsig_sign(data, key, REQUEST_NAMESPACE)
+    signs, verifies = [], []
+    for _ in range(PRIMITIVE_SAMPLES):
+        begun = time.perf_counter()
+        sshsig_sign(data, key, REQUEST_NAMESPACE)
+        signs.append(time.perf_counter() - begun)
+        begun = time.perf_counter()
+        sshsig_verify(data, signature, key.public_key, REQUEST_NAMESPACE)
+        verifies.append(time.perf_counter() - begun)
+    return _median_seconds(signs), _median_seconds(verifies)
+
+
+async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, float]:
+    """The median seconds of one raw HTTP hop, one EVALSHA write and one GET, one at a time."""
+    http_request = _floor_call(b"x" * 700)
+    http = await _FloorHTTP.open(http_port)
+    redis_connection = await _redis_connect(*store)
+    key = b"bench:floor:{profile}:decision"
+    sha = await _resp_call(redis_connection, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
+    write, read = _resp(b"EVALSHA", sha, b"1", key, b"x" * 400), _resp(b"GET", key)
+    costs: list[list[float]] = [[], [], []]
+    try:
+        for _ in range(PRIMITIVE_SAMPLES):
+            for index, call in enumerate(
+                (
+                    _hop(http, http_request),
+                    _resp_call(redis_connection, write),
+                    _resp_call(redis_connection, read),
+                )
+            ):
+                begun = time.perf_counter()
+                await call
+                costs[index].append(time.perf_counter() - begun)
+    finally:
+        http.close()
+        redis_connection.writer.close()
+    hop, written, got = (_median_seconds(samples) for samples in costs)
+    return hop, written, got
