@@ -58,6 +58,7 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
     assert figures["cluster_idle_cpu_ms_per_s"] >= 0
 
 
+@pytest.mark.slow  # two clusters of processes, 3 and 5 nodes, each against its floor
 def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
