@@ -26,10 +26,11 @@ from teaagent.store._connection import (
     redact_url,
 )
 from teaagent.store._embedded import EmbeddedRedis, socket_url
+from teaagent.store._inbox_book import InboxBook
 from teaagent.store._keys import Keys, node_prefix
 from teaagent.store._queue import DeliveryQueue
 from teaagent.store._ratelimit import AsyncRedisRateLimiter, RedisRateLimiter
-from teaagent.store._requests import InboxBook, RequestBook
+from teaagent.store._request_book import RequestBook
 from teaagent.store._scripts import AsyncScripts
 
 if TYPE_CHECKING:
