@@ -1233,6 +1233,24 @@ def test_receive_refused_by_the_window_stores_lists_and_queues_nothing(in_store:
     in_store(scenario)
 
 
+def test_receive_in_steps_retried_after_a_failed_store_step_charges_the_window_once(in_store: Run) -> None:
+    # A cluster's steps: a store step that fails after the charge (here the index is no sorted set,
+    # as a restarting master fails it) makes the origin deliver again; the repeat is not charged.
+    async def scenario(store: Store) -> list[bool]:
+        retried = new_id()
+        limit = ToolRateLimit(2, 3600.0)
+        await store.client.set(store.keys.inbox_index(), b"not a sorted set")
+        with pytest.raises(StoreError):
+            await received(store, "steps", retried, limit=limit)
+        await store.client.delete(store.keys.inbox_index())
+        again = await received(store, "steps", retried, limit=limit)
+        assert again.accepted.created
+        others = [await received(store, "steps", new_id(), limit=limit) for _ in range(2)]
+        return [result.decision.allowed for result in (again, *others)]
+
+    assert in_store(scenario) == [True, True, False]  # the window's two calls: the retried one and one more
+
+
 @PATHS
 def test_receive_of_a_request_expired_on_arrival_stores_it_settled_and_queues_nothing(
     in_store: Run, path: str

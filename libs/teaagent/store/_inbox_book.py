@@ -125,7 +125,8 @@ class InboxBook(Book):
         one script (``receive_request.lua``): one round trip and one sync, and no crash between
         two of them. On a cluster their keys have several hash tags, so they run one by one, as
         their own methods do; a crash between two leaves the item unqueued or unmarked, and the
-        origin's repeat completes it (a hold left behind counts the request once until it expires).
+        origin's repeat completes it (a hold left behind counts the request once until it expires,
+        and a charge is made once per request: a repeat after a failed step is not charged again).
 
         Raises:
             StoreError: Redis is unreachable or failed, or the queue is full (the request is stored

@@ -43,6 +43,7 @@ SCRIPT_NAMES = (
     "submit_request",
     "hold",
     "close_pending",
+    "charge_once",
 )
 
 # A composite script runs other scripts, in one call. Its source is each part's own file as a local
@@ -54,6 +55,7 @@ COMPOSITES: dict[str, tuple[str, ...]] = {
     "submit_request": ("accept_request", "enqueue"),
     "withdraw": ("close_pending",),
     "settle_elsewhere": ("close_pending",),
+    "charge_once": ("ratelimit",),
 }
 
 

@@ -205,7 +205,8 @@ class Cluster(Shape):
     async def receive(
         self, book: Parts, one: Acceptance, intake: Intake, payload: bytes, now: int | None, held_key: str
     ) -> ReceiveResult:
-        """Each step its own call."""
+        """Each step its own call. The window is charged once per request (``hit_once``): a delivery
+        retried after a later step failed (a master restarting) is not charged again."""
         request_id = one.ref.request_id
         if await book._exists(one.ref):
             return ReceiveResult(stored_before=True)
@@ -214,7 +215,9 @@ class Cluster(Shape):
             held = await book._scripts.run("hold", [held_key], hold)
         if held < 0:
             return ReceiveResult(stored_before=False, full=True, held=-held)
-        decision = await intake.limiter.hit(intake.window, intake.limit, now=now)
+        decision = await intake.limiter.hit_once(
+            intake.window, intake.limit, one.ref.member, ttl_ms=one.held_ms, now=now
+        )
         if not decision.allowed:
             with converting(book._url):
                 await book._client.zrem(held_key, one.ref.member)  # as the script takes its hold back
