@@ -27,7 +27,7 @@ from teaagent.store._connection import (
     converting,
     describe_redis_error,
 )
-from teaagent.store._keys import REQUEST_RETENTION_SECONDS, RequestKeys
+from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, RequestKeys
 from teaagent.store._refs import MAX_EVENTS, Acceptance, Ref, check_decision, check_document, now_seconds
 from teaagent.store._results import (
     AcceptResult,
@@ -77,20 +77,24 @@ class Book:
         client: AsyncClient,
         scripts: AsyncScripts,
         *,
+        keys: Keys,
         url: str,
-        index_key: str,
-        pending_key: str,
         options: StoreOptions,
         blocking: AsyncClient | None = None,
     ) -> None:
         self._client = client
         self._blocking = blocking or client  # the outcome waits' XREAD BLOCK, on a pool of its own
         self._scripts = scripts
+        self._keys = keys
         self._url = url
-        self._index_key = index_key
-        self._pending_key = pending_key  # the pending members of the index only, same scores
+        # Every ref by expiry, and the pending members of the index only, same scores.
+        self._index_key, self._pending_key = self._sets(keys)
         self._options = options
         self._shape: Shape = shape_of(client)  # one server, or a cluster: how steps may be grouped
+
+    def _sets(self, keys: Keys) -> tuple[str, str]:
+        """The book's index and pending set."""
+        raise NotImplementedError
 
     def _ref(self, member: str) -> Ref:
         """The ref of index member ``member``."""
@@ -100,11 +104,11 @@ class Book:
         self,
         ref: Ref,
         document: bytes,
-        *,
-        required_approvals: int,
-        peers: int,
         expires_at: int,
         now: int | None,
+        *,
+        required_approvals: int = 1,
+        peers: int = 1,
     ) -> Acceptance:
         """One accept, checked and encoded: the ``accept_request`` script's keys and arguments."""
         check_document("document", document)
@@ -372,15 +376,18 @@ class Book:
                 if moved:
                     return
 
-    async def _list(self, state: RequestState | None, now: int | None, limit: int) -> list[StoredRequest]:
-        """List up to ``limit`` requests: the pending ones first, exactly, then (``state=None``) the rest.
+    async def list_requests(
+        self, *, state: RequestState | None = "pending", now: int | None = None, limit: int = 100
+    ) -> list[StoredRequest]:
+        """Return the book's requests (own, or received) in order of expiry, only those in ``state``.
 
-        Pending ones come from the pending set, which holds no decided request: however many
-        decided or expired requests sort before a pending one, it is found on the first page.
-        Cost: O(log N + limit + S) with S the stale members met (a request settled by a call
-        that crashed before removing it, or a ref whose request is not, or not yet, stored); each
-        settled one is removed as it is met, so it costs once. Other states are read from the
-        index's first ``limit`` entries in expiry order, as before.
+        ``state=None`` lists the pending ones first, then the others: decided or expired requests
+        never hide a pending one, whatever ``limit``. Pending ones come from the pending set,
+        which holds no decided request: a pending listing never reads a decided one, however many
+        sort before it. Cost: O(log N + limit + S) with S the stale members met (a request settled
+        by a call that crashed before removing it, or a ref whose request is not, or not yet,
+        stored); each settled one is removed as it is met, so it costs once. Other states are read
+        from the index's first ``limit`` entries in expiry order.
 
         Raises:
             StoreError: Redis is unreachable or failed.

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Sequence
 
 from teaagent.store._book import Answer, Book
-from teaagent.store._connection import AsyncClient, StoreOptions, converting
+from teaagent.store._connection import converting
 from teaagent.store._keys import Keys
 from teaagent.store._refs import Acceptance, Ref, check_decision
 from teaagent.store._results import (
@@ -16,12 +16,10 @@ from teaagent.store._results import (
     DecisionToCount,
     Intake,
     ReceiveResult,
-    RequestState,
     SettleResult,
     StoredRequest,
     WithdrawResult,
 )
-from teaagent.store._scripts import AsyncScripts
 
 __all__ = ["InboxBook"]
 
@@ -34,24 +32,8 @@ class InboxBook(Book):
     nothing recorded after that changes it (rule 6 never applies here: a decided item counts no more).
     """
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        scripts: AsyncScripts,
-        *,
-        keys: Keys,
-        url: str,
-        options: StoreOptions,
-    ) -> None:
-        super().__init__(
-            client,
-            scripts,
-            url=url,
-            index_key=keys.inbox_index(),
-            pending_key=keys.inbox_pending(),
-            options=options,
-        )
-        self._keys = keys
+    def _sets(self, keys: Keys) -> tuple[str, str]:
+        return keys.inbox_index(), keys.inbox_pending()
 
     def _ref(self, member: str) -> Ref:
         origin, _, request_id = member.partition("/")
@@ -92,14 +74,7 @@ class InboxBook(Book):
         self, origin: str, request_id: str, document: bytes, *, expires_at: int, now: int | None
     ) -> Acceptance:
         """One received request's accept, checked and encoded (:meth:`accept`, :meth:`receive`)."""
-        return self._acceptance(
-            self._at(origin, request_id),
-            document,
-            required_approvals=1,
-            peers=1,
-            expires_at=expires_at,
-            now=now,
-        )
+        return self._acceptance(self._at(origin, request_id), document, expires_at, now)
 
     async def receive(
         self,
@@ -255,18 +230,3 @@ class InboxBook(Book):
         return await self._record_batch(
             [(item, functools.partial(self._at, origin, item.request_id)) for origin, item in decisions]
         )
-
-    async def list_requests(
-        self, *, state: RequestState | None = "pending", now: int | None = None, limit: int = 100
-    ) -> list[StoredRequest]:
-        """Return received requests in order of expiry, only those in ``state``.
-
-        ``state=None`` lists the pending ones first, then the others: decided or expired items
-        never hide a pending one, whatever ``limit``. A pending listing reads the pending set,
-        never the decided items: O(log N + limit) (see ``Book._list``).
-
-        Raises:
-            StoreError: Redis is unreachable or failed.
-            ValueError: ``limit`` is out of range.
-        """
-        return await self._list(state, now, limit)

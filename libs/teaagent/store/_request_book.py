@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from teaagent.store._book import Answer, Book
-from teaagent.store._connection import AsyncClient, StoreOptions, converting
+from teaagent.store._connection import converting
 from teaagent.store._keys import AGENT_ID_PATTERN, Keys
-from teaagent.store._refs import Ref, check_decision
+from teaagent.store._refs import Acceptance, Ref, check_decision
 from teaagent.store._results import (
     DELIVERY_STATES,
     AcceptResult,
@@ -19,12 +19,10 @@ from teaagent.store._results import (
     DecisionResult,
     DecisionToCount,
     DeliveryStateName,
-    RequestState,
     StoredRequest,
     WithdrawResult,
     not_stored,
 )
-from teaagent.store._scripts import AsyncScripts
 
 if TYPE_CHECKING:
     from teaagent.store._queue import DeliveryQueue
@@ -41,26 +39,8 @@ class RequestBook(Book):
     workers recording decisions for the same request settle its outcome exactly once.
     """
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        scripts: AsyncScripts,
-        *,
-        keys: Keys,
-        url: str,
-        options: StoreOptions,
-        blocking: AsyncClient | None = None,
-    ) -> None:
-        super().__init__(
-            client,
-            scripts,
-            url=url,
-            index_key=keys.request_index(),
-            pending_key=keys.request_pending(),
-            options=options,
-            blocking=blocking,
-        )
-        self._keys = keys
+    def _sets(self, keys: Keys) -> tuple[str, str]:
+        return keys.request_index(), keys.request_pending()
 
     def _ref(self, member: str) -> Ref:
         """An own request's ref: its id is its member."""
@@ -95,16 +75,14 @@ class RequestBook(Book):
             ValueError: a malformed id, a document too large, or impossible counting parameters.
             TypeError: ``document`` is not bytes.
         """
-        return await self._accept(
-            self._acceptance(
-                self._ref(request_id),
-                document,
-                required_approvals=required_approvals,
-                peers=peers,
-                expires_at=expires_at,
-                now=now,
-            )
-        )
+        return await self._accept(self._own(request_id, document, required_approvals, peers, expires_at, now))
+
+    def _own(
+        self, request_id: str, document: bytes, required: int, peers: int, expires_at: int, now: int | None
+    ) -> Acceptance:
+        """One own request's accept, checked and encoded (:meth:`accept`, :meth:`submit`)."""
+        ref = self._ref(request_id)
+        return self._acceptance(ref, document, expires_at, now, required_approvals=required, peers=peers)
 
     async def submit(
         self,
@@ -135,14 +113,7 @@ class RequestBook(Book):
             ValueError: as :meth:`accept`, or an entry ``queue`` refuses.
             TypeError: ``document`` or a payload is not bytes.
         """
-        one = self._acceptance(
-            self._ref(request_id),
-            document,
-            required_approvals=required_approvals,
-            peers=peers,
-            expires_at=expires_at,
-            now=now,
-        )
+        one = self._own(request_id, document, required_approvals, peers, expires_at, now)
         return await self._shape.submit(self, one, queue, deliveries, now)
 
     async def get(self, request_id: str) -> StoredRequest | None:
@@ -299,17 +270,3 @@ class RequestBook(Book):
         if stored is None:
             raise not_stored(ref.label)
         return stored
-
-    async def list_requests(
-        self, *, state: RequestState | None = "pending", now: int | None = None, limit: int = 100
-    ) -> list[StoredRequest]:
-        """Return stored requests in order of expiry, only those in ``state``.
-
-        ``state=None`` lists the pending ones first, then the others: decided or expired requests
-        never hide a pending one, whatever ``limit`` (see ``Book._list`` for the cost).
-
-        Raises:
-            StoreError: Redis is unreachable or failed.
-            ValueError: ``limit`` is out of range.
-        """
-        return await self._list(state, now, limit)

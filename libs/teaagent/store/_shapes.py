@@ -7,6 +7,12 @@ a request is its index entries and ``accept_request`` in one pipeline, submittin
 ``submit_request.lua``, receiving one is ``receive_request.lua``. On a cluster the steps whose keys
 have other hash tags go one by one, in the scripts' order, and a step left undone by a crash is
 completed by the caller's repeat. A book picks its shape once, when it is built (``shape_of``).
+
+Each shape, ``OneServer`` and ``Cluster``, runs the three operations whose steps touch keys of more
+than one hash tag: ``accept`` (the index entries, then ``accept_request``: its ``{status, state}``;
+Redis errors raised as they are, for the caller to convert), ``submit`` (``RequestBook.submit``)
+and ``receive`` (``InboxBook.receive``: look, hold in the origin's ``held_key``, charge, accept,
+queue, mark).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from teaagent.store._scripts import AsyncScripts
 if TYPE_CHECKING:
     from teaagent.store._queue import DeliveryQueue
 
-__all__ = ["CLUSTER", "ONE_SERVER", "Cluster", "OneServer", "Parts", "Shape", "shape_of"]
+__all__ = ["CLUSTER", "ONE_SERVER", "Cluster", "Deliveries", "OneServer", "Parts", "Shape", "shape_of"]
+
+Deliveries = Sequence[tuple[str, bytes]]  # (target, payload): a peer and the body its relay is sent
 
 
 class Parts(Protocol):
@@ -55,36 +63,7 @@ def _list_entries(pipe: Any, book: Parts, one: Acceptance) -> None:
         pipe.pexpire(key, one.ttl_ms, gt=True)
 
 
-class Shape:
-    """The steps of a book's operations that touch keys of more than one hash tag."""
-
-    async def accept(self, book: Parts, one: Acceptance) -> tuple[bytes, bytes]:
-        """Write the index entries, then run ``accept_request``: its ``{status, state}``.
-
-        Raises:
-            redis.exceptions.RedisError: Redis failed (the caller converts it).
-        """
-        raise NotImplementedError
-
-    async def submit(
-        self,
-        book: Parts,
-        one: Acceptance,
-        queue: DeliveryQueue,
-        deliveries: Sequence[tuple[str, bytes]],
-        now: int | None,
-    ) -> AcceptResult:
-        """``RequestBook.submit``: accept, then queue each delivery while the request is pending."""
-        raise NotImplementedError
-
-    async def receive(
-        self, book: Parts, one: Acceptance, intake: Intake, payload: bytes, now: int | None, held_key: str
-    ) -> ReceiveResult:
-        """``InboxBook.receive``: look, hold (in ``held_key``, the origin's), charge, accept, queue, mark."""
-        raise NotImplementedError
-
-
-class OneServer(Shape):
+class OneServer:
     """Every key on one node: an operation's steps share one round trip, or are one script."""
 
     async def accept(self, book: Parts, one: Acceptance) -> tuple[bytes, bytes]:
@@ -107,12 +86,7 @@ class OneServer(Shape):
         return status, state
 
     async def submit(
-        self,
-        book: Parts,
-        one: Acceptance,
-        queue: DeliveryQueue,
-        deliveries: Sequence[tuple[str, bytes]],
-        now: int | None,
+        self, book: Parts, one: Acceptance, queue: DeliveryQueue, deliveries: Deliveries, now: int | None
     ) -> AcceptResult:
         """One script (``submit_request.lua``): one round trip and one sync, and no crash between
         storing and queueing."""
@@ -172,7 +146,7 @@ class OneServer(Shape):
         return received(limiter.decision(remaining), accepted, queued)
 
 
-class Cluster(Shape):
+class Cluster:
     """Keys of other hash tags on other nodes: each step its own call, in the one-server script's order."""
 
     async def accept(self, book: Parts, one: Acceptance) -> tuple[bytes, bytes]:
@@ -184,12 +158,7 @@ class Cluster(Shape):
         return status, state
 
     async def submit(
-        self,
-        book: Parts,
-        one: Acceptance,
-        queue: DeliveryQueue,
-        deliveries: Sequence[tuple[str, bytes]],
-        now: int | None,
+        self, book: Parts, one: Acceptance, queue: DeliveryQueue, deliveries: Deliveries, now: int | None
     ) -> AcceptResult:
         """The request accepted, then its deliveries queued in one pipeline, in their order (the
         queue has another hash tag), as ``RequestBook.accept`` and ``DeliveryQueue.enqueue_many`` do."""
@@ -232,6 +201,8 @@ class Cluster(Shape):
             await book._mark_queued(one.ref, entry_id)
         return received(decision, accepted, entry_id)
 
+
+Shape = OneServer | Cluster  # what a book runs its accept, submit and receive with
 
 ONE_SERVER = OneServer()
 CLUSTER = Cluster()
