@@ -43,7 +43,17 @@ from teaagent.errors import StoreError
 from teaagent.quorum import verify_certificate
 from teaagent.relay_client import RelayClient
 from teaagent.runner._node import node_rate_limiter
-from teaagent.store import DecisionResult, DecisionToCount, Keys, Store, StoreOptions, open_node_store
+from teaagent.store import (
+    DecisionResult,
+    DecisionToCount,
+    Intake,
+    Keys,
+    ReceiveResult,
+    Store,
+    StoreOptions,
+    open_node_store,
+    open_store,
+)
 from teaagent.store._scripts import script_sha
 from teaagent.tools import ToolRateLimit
 
@@ -90,6 +100,10 @@ def test_the_keys_of_one_request_one_queue_one_window_share_a_slot_and_requests_
         *(keys.request(request_id).all() for request_id in request_ids),
         *(keys.inbox_item("beta", request_id).all() for request_id in request_ids),
         *(dataclass_keys(keys.queue(name)) for name in ("deliveries", "inbox")),
+        *(
+            (keys.ratelimit("origin:beta"), keys.ratelimit_charged("origin:beta", f"beta/{request_id}"))
+            for request_id in request_ids
+        ),
     ]
     for group in groups:
         assert len({redis.crc.key_slot(key.encode()) for key in group}) == 1, group
@@ -402,6 +416,39 @@ def test_three_relays_on_a_cluster_reach_a_quorum_through_a_restart_of_the_origi
     assert redis_cluster.error_counts("CROSSSLOT") == crossslot
     assert "CROSSSLOT" not in relay_logs(tmp_path)
     assert "same slot" not in relay_logs(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_delivery_retried_after_a_failed_step_on_a_cluster_is_charged_to_its_origin_once(
+    redis_cluster: RedisCluster, cluster_prefix: str
+) -> None:
+    """The relay's receive runs step by step on a cluster: when the store step fails after the
+    origin's window was charged (here the inbox index is no sorted set, as a master restarting
+    fails it), the origin delivers again, and that repeat is not charged a second time."""
+    limit = ToolRateLimit(2, 3600.0)
+
+    async def scenario() -> list[bool]:
+        async with open_store(redis_cluster.url, prefix=cluster_prefix, cluster=True) as store:
+            intake = Intake(store.rate_limiter, "origin:alpha", limit, store.inbox_queue, "approver")
+            now = int(time.time())
+
+            async def receive(request_id: str) -> ReceiveResult:
+                return await store.inbox.receive(
+                    "alpha", request_id, DOC, expires_at=now + 300, intake=intake, payload=b"{}", now=now
+                )
+
+            retried = new_id()
+            await store.client.set(store.keys.inbox_index(), b"not a sorted set")
+            with pytest.raises(StoreError):
+                await receive(retried)
+            await store.client.delete(store.keys.inbox_index())
+            again = await receive(retried)
+            assert again.accepted is not None
+            assert again.accepted.created
+            others = [await receive(new_id()) for _ in range(2)]
+        return [result.decision is not None and result.decision.allowed for result in (again, *others)]
+
+    assert asyncio.run(scenario()) == [True, True, False]  # the window's two calls: the retried one, one more
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ from words_support import AGO, AN_HOUR_AHEAD, moment_re
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
 from teaagent.quorum import approval_statement, sign_request, sign_withdrawal
+from teaagent.store._shapes import CLUSTER, ONE_SERVER
 from teaagent_relay import MAX_BODY_BYTES
 from teaagent_relay._worker import DeliveryWorker
 
@@ -260,7 +261,8 @@ def test_an_origin_holding_its_share_of_the_inbox_gets_429_until_one_of_its_requ
     # A window of 4 a day: alpha's refusals below would use it up if they were charged to it.
     limits = {"inbox_max_pending": 2, "inbox_rate_limit": 4, "inbox_rate_window_seconds": 3600}
     with served(beta, deliver=False, **limits) as relays:
-        relays["beta"].app.state.relay.store.inbox._one_server = path == "script"  # else a cluster's steps
+        # the one-server script, or a cluster's steps
+        relays["beta"].app.state.relay.store.inbox._shape = ONE_SERVER if path == "script" else CLUSTER
         with httpx.Client(base_url=beta.url, timeout=10) as client:
 
             def post(node: Node, request: dict[str, Any]) -> httpx.Response:

@@ -85,6 +85,19 @@ def test_ratelimit_key_refuses_an_empty_long_or_braced_scope(scope: str) -> None
         Keys("ta:alpha").ratelimit(scope)
 
 
+def test_a_charge_mark_sits_in_its_windows_slot_under_the_requests_ref() -> None:
+    keys = Keys("ta:alpha")
+    mark = keys.ratelimit_charged("origin:beta", f"beta/{REQUEST_ID}")
+    assert mark == f"ta:alpha:gcra:{{origin:beta}}:charged:beta/{REQUEST_ID}"
+    assert mark.startswith(keys.ratelimit("origin:beta"))  # the first {...}: the window's hash tag
+
+
+@pytest.mark.parametrize(("scope", "ref"), [("origin:beta", ""), ("origin:beta", "b{x}"), ("a{b", "beta/x")])
+def test_a_charge_mark_refuses_an_empty_or_braced_ref_or_a_bad_scope(scope: str, ref: str) -> None:
+    with pytest.raises(ValueError, match=r"rate-limit scope|charged request's ref"):
+        Keys("ta:alpha").ratelimit_charged(scope, ref)
+
+
 @pytest.mark.parametrize(
     "request_id",
     ["", "0123456789ABCDEF0123456789ABCDEF", "0123456789abcdef0123456789abcde", "}" * 32, REQUEST_ID + "0"],

@@ -24,7 +24,8 @@ from teaagent.store import (
     StoreOptions,
     connect,
 )
-from teaagent.store._scripts import script_source
+from teaagent.store._scripts import COMPOSITES, script_source
+from teaagent.store._shapes import CLUSTER, ONE_SERVER
 from teaagent.tools import ToolRateLimit
 
 T = TypeVar("T")
@@ -1122,7 +1123,7 @@ async def received(
     now: int = NOW,
 ) -> Any:
     """``InboxBook.receive`` from alpha: on one server (``script``), or as a cluster runs it (``steps``)."""
-    store.inbox._one_server = path == "script"
+    store.inbox._shape = ONE_SERVER if path == "script" else CLUSTER
     queue = store.inbox_queue if queue_length is None else store.queue("inbox", max_length=queue_length)
     intake = Intake(store.rate_limiter, f"origin:{origin}", limit, queue, "approver", max_pending=max_pending)
     return await store.inbox.receive(
@@ -1216,6 +1217,24 @@ def test_receive_refused_by_the_window_stores_lists_and_queues_nothing(in_store:
         assert await window_value(store) == window  # a refused call changes nothing
 
     in_store(scenario)
+
+
+def test_receive_in_steps_retried_after_a_failed_store_step_charges_the_window_once(in_store: Run) -> None:
+    # A cluster's steps: a store step that fails after the charge (here the index is no sorted set,
+    # as a restarting master fails it) makes the origin deliver again; the repeat is not charged.
+    async def scenario(store: Store) -> list[bool]:
+        retried = new_id()
+        limit = ToolRateLimit(2, 3600.0)
+        await store.client.set(store.keys.inbox_index(), b"not a sorted set")
+        with pytest.raises(StoreError):
+            await received(store, "steps", retried, limit=limit)
+        await store.client.delete(store.keys.inbox_index())
+        again = await received(store, "steps", retried, limit=limit)
+        assert again.accepted.created
+        others = [await received(store, "steps", new_id(), limit=limit) for _ in range(2)]
+        return [result.decision.allowed for result in (again, *others)]
+
+    assert in_store(scenario) == [True, True, False]  # the window's two calls: the retried one and one more
 
 
 @PATHS
@@ -1348,17 +1367,18 @@ def test_receive_loads_its_script_when_the_server_lost_it(in_store: Run) -> None
     assert in_store(scenario) == (True, True)
 
 
-def test_a_composite_script_is_its_parts_own_text_then_its_own() -> None:
-    from teaagent.store._scripts import COMPOSITES
-
-    source = script_source("receive_request")
-    for part in COMPOSITES["receive_request"]:
+@pytest.mark.parametrize("name", sorted(COMPOSITES))
+def test_a_composite_script_is_its_parts_own_text_then_its_own(name: str) -> None:
+    source = script_source(name)
+    for part in COMPOSITES[name]:
         assert f"local function {part}(KEYS, ARGV)\n{script_source(part).rstrip()}\nend\n" in source
     assert source.endswith(
-        (Path(__file__).parents[1] / "libs/teaagent/store/lua/receive_request.lua").read_text(
-            encoding="utf-8"
-        )
+        (Path(__file__).parents[1] / f"libs/teaagent/store/lua/{name}.lua").read_text(encoding="utf-8")
     )
+
+
+def test_withdrawing_and_settling_close_a_pending_request_with_one_part() -> None:
+    assert COMPOSITES["withdraw"] == COMPOSITES["settle_elsewhere"] == ("close_pending",)
 
 
 # Submitting an own request: store it, queue a delivery per peer -----------------------------------
@@ -1379,7 +1399,7 @@ async def submitted(
     queue_length: int | None = None,
 ) -> Any:
     """``RequestBook.submit``: on one server (``script``), or as a cluster runs it (``steps``)."""
-    store.requests._one_server = path == "script"
+    store.requests._shape = ONE_SERVER if path == "script" else CLUSTER
     queue = store.deliveries if queue_length is None else store.queue("deliveries", max_length=queue_length)
     return await store.requests.submit(
         request_id,

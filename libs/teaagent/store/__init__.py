@@ -14,7 +14,15 @@ from __future__ import annotations
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
 from teaagent.store._connection import EMBEDDED_URL, REDIS_ERRORS, StoreOptions, redact_url
 from teaagent.store._embedded import EmbeddedRedis, find_server_binary, socket_url
-from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, QueueKeys, RequestKeys, node_prefix
+from teaagent.store._inbox_book import InboxBook
+from teaagent.store._keys import (
+    MAX_DOCUMENT_BYTES,
+    REQUEST_RETENTION_SECONDS,
+    Keys,
+    QueueKeys,
+    RequestKeys,
+    node_prefix,
+)
 from teaagent.store._queue import (
     CONSUMER_RETENTION_SECONDS,
     DeadLetter,
@@ -25,8 +33,8 @@ from teaagent.store._queue import (
     backoff_delay,
 )
 from teaagent.store._ratelimit import AsyncRedisRateLimiter, RateLimitSpec, RedisRateLimiter
-from teaagent.store._requests import (
-    MAX_DOCUMENT_BYTES,
+from teaagent.store._request_book import RequestBook
+from teaagent.store._results import (
     MAX_PENDING_PER_ORIGIN,
     AcceptResult,
     DecisionKind,
@@ -34,10 +42,8 @@ from teaagent.store._requests import (
     DecisionToCount,
     DeliveryState,
     DeliveryStateName,
-    InboxBook,
     Intake,
     ReceiveResult,
-    RequestBook,
     RequestState,
     SettleResult,
     StoredRequest,

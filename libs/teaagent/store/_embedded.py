@@ -363,19 +363,15 @@ class EmbeddedRedis:
         return False
 
     def _terminate_foreign(self, pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self._stop_timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(_POLL_SECONDS)
-        if _pid_alive(pid):
+        for stop in (signal.SIGTERM, signal.SIGKILL):  # politely first, then for good
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, stop)
             deadline = time.monotonic() + self._stop_timeout
             while _pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(_POLL_SECONDS)
-        if _pid_alive(pid):
-            raise StoreError(f"a leftover Redis server (pid {pid}) holds {self.folder} and cannot be stopped")
+            if not _pid_alive(pid):
+                return
+        raise StoreError(f"a leftover Redis server (pid {pid}) holds {self.folder} and cannot be stopped")
 
     def _supervise(self, process: subprocess.Popen[bytes], binary: Path, stopped: threading.Event) -> None:
         """Start the server again, on its port and with its data, each time it dies without ``stop()``.

@@ -19,6 +19,8 @@ Layout (``P`` is the node's prefix, ``ta:<agent_id>`` by default)::
     P:q:{P/<name>}:schedule   ZSET    entries waiting for their next attempt, scored by not-before (ms)
     P:q:{P/<name>}:dead       STREAM  entries that kept failing or expired (dead letters)
     P:gcra:{<scope>}          STRING  a rate-limit bucket: its theoretical arrival time (GCRA), microseconds
+    P:gcra:{<scope>}:charged:<origin>/<id>  STRING  set once a received request was charged to the
+                              bucket (a cluster's receive, in steps), until the request expires
     P:apr:{<origin>/<id>}:decision   STRING  the decision this node's approver recorded on a received
                               request (JSON), written once (SET NX) before anything is signed
     P:apr:{<origin>/<id>}:signature  STRING  the node key's signature over that recorded decision,
@@ -224,6 +226,19 @@ class Keys:
                 f"rate-limit scope {scope!r} must be 1 to {MAX_SCOPE_LENGTH} characters without braces"
             )
         return f"{self.prefix}:gcra:{{{scope}}}"
+
+    def ratelimit_charged(self, scope: str, ref: str) -> str:
+        """Return the key that marks request ``ref`` (``<origin>/<id>``) charged to bucket ``scope``.
+
+        In the bucket's slot, so that one script reads the mark and charges the bucket.
+
+        Raises:
+            ValueError: ``scope`` is malformed (as for :meth:`ratelimit`), or ``ref`` is empty or
+                holds a brace.
+        """
+        if not ref or "{" in ref or "}" in ref:
+            raise ValueError(f"a charged request's ref must be non-empty and without braces, not {ref!r}")
+        return f"{self.ratelimit(scope)}:charged:{ref}"
 
     def pattern(self) -> str:
         """Return the SCAN pattern matching every key under this prefix."""

@@ -90,6 +90,16 @@ class QueueStats:
 _JITTER = random.SystemRandom()  # jitter only spreads retries apart, but the OS source costs nothing here
 
 
+def _check_count(count: int) -> None:
+    """Refuse a listing of fewer than one entry (``dead_letters``, ``scheduled``).
+
+    Raises:
+        ValueError: ``count`` is below 1.
+    """
+    if count < 1:
+        raise ValueError(f"count must be >= 1, not {count}")
+
+
 def backoff_delay(
     failures: int,
     *,
@@ -510,8 +520,7 @@ class DeliveryQueue:
             StoreError: Redis is unreachable or failed.
             ValueError: ``count`` is below 1.
         """
-        if count < 1:
-            raise ValueError(f"count must be >= 1, not {count}")
+        _check_count(count)
         with converting(self._url):
             entries: Any = await self._client.xrange(
                 self._keys.dead, min="-" if after is None else f"({after}", count=count
@@ -537,8 +546,7 @@ class DeliveryQueue:
             StoreError: Redis is unreachable or failed.
             ValueError: ``count`` is below 1.
         """
-        if count < 1:
-            raise ValueError(f"count must be >= 1, not {count}")
+        _check_count(count)
         with converting(self._url):
             members: Any = await self._client.zrange(self._keys.schedule, 0, count - 1, withscores=True)
         out = []

@@ -151,6 +151,26 @@ class AsyncRedisRateLimiter:
         except REDIS_ERRORS as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
 
+    async def hit_once(
+        self, key: str, limit: RateLimitSpec, ref: str, *, ttl_ms: int, now: float | None = None
+    ) -> RateDecision:
+        """:meth:`hit`, once per request ``ref``: a repeat is answered as the first allowed call was.
+
+        For a receive in steps (a Redis Cluster), whose later step may fail after the charge: the
+        origin's repeat of the request is not charged again. The mark lives ``ttl_ms`` (until the
+        request expires); a refused call leaves none.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: an empty key or ref, or a limit out of range.
+        """
+        name, args = self.charge(key, limit, now=now)
+        keys = [name, self._keys.ratelimit_charged(key, ref)]
+        try:
+            return _decision(await self._scripts.run("charge_once", keys, [*args, ttl_ms]))
+        except REDIS_ERRORS as exc:
+            raise StoreError(describe_redis_error(self._url, exc)) from exc
+
     def charge(self, key: str, limit: RateLimitSpec, *, now: float | None = None) -> tuple[str, list[bytes]]:
         """The ``ratelimit`` script's key and arguments for one :meth:`hit`, for a composite script.
 

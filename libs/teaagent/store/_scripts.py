@@ -42,14 +42,20 @@ SCRIPT_NAMES = (
     "receive_request",
     "submit_request",
     "hold",
+    "close_pending",
+    "charge_once",
 )
 
-# A composite script runs other scripts, in one call, on one server (never on a cluster: its keys
-# have several hash tags). Its source is each part's own file as a local function of (KEYS, ARGV),
-# then its own file, which calls them: the parts are never written twice.
+# A composite script runs other scripts, in one call. Its source is each part's own file as a local
+# function of (KEYS, ARGV), then its own file, which calls them: the parts are never written twice.
+# receive_request and submit_request run on one server only (their keys have several hash tags);
+# the others' keys share one, as every script's.
 COMPOSITES: dict[str, tuple[str, ...]] = {
     "receive_request": ("hold", "ratelimit", "accept_request", "enqueue", "mark_queued"),
     "submit_request": ("accept_request", "enqueue"),
+    "withdraw": ("close_pending",),
+    "settle_elsewhere": ("close_pending",),
+    "charge_once": ("ratelimit",),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -26,10 +27,11 @@ from teaagent.store._connection import (
     redact_url,
 )
 from teaagent.store._embedded import EmbeddedRedis, socket_url
+from teaagent.store._inbox_book import InboxBook
 from teaagent.store._keys import Keys, node_prefix
 from teaagent.store._queue import DeliveryQueue
 from teaagent.store._ratelimit import AsyncRedisRateLimiter, RedisRateLimiter
-from teaagent.store._requests import InboxBook, RequestBook
+from teaagent.store._request_book import RequestBook
 from teaagent.store._scripts import AsyncScripts
 
 if TYPE_CHECKING:
@@ -258,25 +260,35 @@ async def open_store(
         ValueError: "embedded" without ``data_dir`` or with ``cluster``, a URL that is not a redis
             URL, or a bad prefix.
     """
-    server: EmbeddedRedis | None = None
-    if redis_url == EMBEDDED_URL and cluster:
+    embedded = redis_url == EMBEDDED_URL
+    if embedded and cluster:
         raise ValueError("redis_url 'embedded' is one private server, not a Redis Cluster")
-    if redis_url == EMBEDDED_URL:
-        if data_dir is None:
-            raise ValueError("redis_url 'embedded' needs the node's data_dir to keep the server's data in")
-        server = EmbeddedRedis(data_dir)
-        await asyncio.to_thread(server.start)
-        redis_url = server.url
-    try:
-        store = connect(redis_url, prefix=prefix, options=options, cluster=cluster)
-        try:
+    if embedded and data_dir is None:
+        raise ValueError("redis_url 'embedded' needs the node's data_dir to keep the server's data in")
+    async with _started(data_dir if embedded else None) as server:
+        url = server.url if server is not None else redis_url
+        store = connect(url, prefix=prefix, options=options, cluster=cluster)
+        async with contextlib.aclosing(store):
             await store.ping()
             yield store
-        finally:
-            await store.aclose()
+
+
+@asynccontextmanager
+async def _started(data_dir: Path | str | None) -> AsyncIterator[EmbeddedRedis | None]:
+    """The embedded server in ``data_dir``, started for the block and stopped after it (None: no server).
+
+    Raises:
+        StoreError: the server did not start.
+    """
+    if data_dir is None:
+        yield None
+        return
+    server = EmbeddedRedis(data_dir)
+    await asyncio.to_thread(server.start)
+    try:
+        yield server
     finally:
-        if server is not None:
-            await asyncio.to_thread(server.stop)
+        await asyncio.to_thread(server.stop)
 
 
 def node_redis_url(config: NodeConfig) -> str:
@@ -330,26 +342,14 @@ async def open_node_store(
         ValueError: ``prefix`` is malformed.
     """
     who = service or config.agent_id
-    server: EmbeddedRedis | None = None
-    if config.redis_url == EMBEDDED_URL and start_embedded:
-        server = EmbeddedRedis(config.data_dir)
-        await asyncio.to_thread(server.start)
-    try:
+    owned = config.redis_url == EMBEDDED_URL and start_embedded
+    async with _started(config.data_dir if owned else None) as server:
         url = server.url if server is not None else node_redis_url(config)
-        store = connect(
-            url,
-            prefix=prefix if prefix is not None else node_prefix(config.agent_id),
-            options=options,
-            cluster=config.redis_cluster,
-        )
-        try:
+        key_prefix = prefix if prefix is not None else node_prefix(config.agent_id)
+        store = connect(url, prefix=key_prefix, options=options, cluster=config.redis_cluster)
+        async with contextlib.aclosing(store):
             await _answering(store, config, who, wait=wait)
             yield store
-        finally:
-            await store.aclose()
-    finally:
-        if server is not None:
-            await asyncio.to_thread(server.stop)
 
 
 async def _answering(store: Store, config: NodeConfig, who: str, *, wait: bool) -> None:

@@ -5,7 +5,8 @@
 -- "settled", a final state as withdrawn is: record_decision counts nothing on it afterwards. An
 -- item this node decided first keeps its decision and gains the evidence; a withdrawn or expired
 -- one, or one already settled, is left as it is. A pending item past its expiry is settled
--- expired instead (as record_decision would settle it).
+-- expired instead (as record_decision would settle it). The pending item is close_pending's,
+-- defined above this text (teaagent.store._scripts).
 --
 -- KEYS[1] outcome     HASH    counting parameters and state (written by accept_request)
 -- KEYS[2] events      STREAM  the request's events; an outcome event wakes its waiters
@@ -16,35 +17,15 @@
 -- Returns {state, changed}: state "settled" with changed 1 when this call settled it; the state it
 -- had otherwise, changed 1 only when the evidence was added to this node's decision (or when it
 -- is settled expired here); state "unknown" when no request is stored.
-local outcome_key, events_key = KEYS[1], KEYS[2]
-local settlement, now, max_events = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local outcome_key, settlement = KEYS[1], ARGV[1]
 
-local fields = redis.call('HMGET', outcome_key, 'state', 'expires_at', 'approvals', 'denials', 'settlement')
+local fields = redis.call('HMGET', outcome_key, 'state', 'settlement')
 local state = fields[1]
-if not state then
-  return {'unknown', 0}
-end
-if fields[5] then
+if state and fields[2] then
   return {state, 0}
 end
 if state == 'approved' or state == 'denied' then
   redis.call('HSET', outcome_key, 'settlement', settlement)
   return {state, 1}
 end
-if state ~= 'pending' then
-  return {state, 0}
-end
-
-local function settle(new_state)
-  redis.call('HSET', outcome_key, 'state', new_state, 'decided_at', now)
-  redis.call('XADD', events_key, 'MAXLEN', '~', max_events, '*',
-    'type', 'outcome', 'state', new_state, 'approvals', fields[3], 'denials', fields[4], 'at', now)
-end
-
-if now > tonumber(fields[2]) then
-  settle('expired')
-  return {'expired', 1}
-end
-redis.call('HSET', outcome_key, 'settlement', settlement)
-settle('settled')
-return {'settled', 1}
+return close_pending(KEYS, {settlement, ARGV[2], ARGV[3], 'settlement', 'settled'})

@@ -1,0 +1,213 @@
+"""How a request book groups its steps: on one server, or on a Redis Cluster (a strategy per shape).
+
+A request's keys share one hash tag; a book's index and pending set, an origin's held set, a
+rate-limit window and a queue each have another (``teaagent.store._keys``). On one server every
+key is on one node, so the steps of one operation may share a round trip or one script: storing
+a request is its index entries and ``accept_request`` in one pipeline, submitting one is
+``submit_request.lua``, receiving one is ``receive_request.lua``. On a cluster the steps whose keys
+have other hash tags go one by one, in the scripts' order, and a step left undone by a crash is
+completed by the caller's repeat. A book picks its shape once, when it is built (``shape_of``).
+
+Each shape, ``OneServer`` and ``Cluster``, runs the three operations whose steps touch keys of more
+than one hash tag: ``accept`` (the index entries, then ``accept_request``: its ``{status, state}``;
+Redis errors raised as they are, for the caller to convert), ``submit`` (``RequestBook.submit``)
+and ``receive`` (``InboxBook.receive``: look, hold in the origin's ``held_key``, charge, accept,
+queue, mark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import redis.asyncio.cluster
+import redis.exceptions
+
+from teaagent.errors import RequestConflictError, StoreError
+from teaagent.store._connection import AsyncClient, converting
+from teaagent.store._refs import Acceptance, Ref
+from teaagent.store._results import AcceptResult, Intake, ReceiveResult, received
+from teaagent.store._scripts import AsyncScripts
+
+if TYPE_CHECKING:
+    from teaagent.store._queue import DeliveryQueue
+
+__all__ = ["CLUSTER", "ONE_SERVER", "Cluster", "Deliveries", "OneServer", "Parts", "Shape", "shape_of"]
+
+Deliveries = Sequence[tuple[str, bytes]]  # (target, payload): a peer and the body its relay is sent
+
+
+class Parts(Protocol):
+    """What a shape runs a book's steps with: the book's own client, scripts and sets, and its
+    steps on one request's keys (``teaagent.store._book.Book`` has them all)."""
+
+    _client: AsyncClient
+    _scripts: AsyncScripts
+    _url: str
+    _index_key: str  # every ref, by expiry
+    _pending_key: str  # the pending refs only
+
+    async def _accept(self, one: Acceptance) -> AcceptResult: ...
+
+    async def _exists(self, ref: Ref) -> bool: ...
+
+    async def _mark_queued(self, ref: Ref, entry_id: str) -> bool: ...
+
+
+def _list_entries(pipe: Any, book: Parts, one: Acceptance) -> None:
+    """Queue the accept's index entries on ``pipe``: NX (a document refused after must not move the
+    stored request's entry), and a TTL that only grows."""
+    for key in (book._index_key, book._pending_key):
+        pipe.zadd(key, {one.ref.member: one.expires_at}, nx=True)
+        pipe.pexpire(key, one.ttl_ms, nx=True)
+        pipe.pexpire(key, one.ttl_ms, gt=True)
+
+
+class OneServer:
+    """Every key on one node: an operation's steps share one round trip, or are one script."""
+
+    async def accept(self, book: Parts, one: Acceptance) -> tuple[bytes, bytes]:
+        # Both in one pipeline, in that order (Redis runs a connection's commands in order, and
+        # its append-only file keeps them so): one round trip, and the server syncs both at once.
+        async with book._client.pipeline(transaction=False) as pipe:
+            _list_entries(pipe, book, one)
+            pipe.execute_command(*book._scripts.command("accept_request", one.keys, one.args))
+            *listed, reply = await pipe.execute(raise_on_error=False)
+        for failed in listed:
+            if isinstance(failed, Exception):
+                raise failed
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            # The server lost the script (a restart, a flush): the index is in; load it and run it.
+            await book._scripts.load("accept_request", one.keys)
+            reply = await book._scripts.run("accept_request", one.keys, one.args)
+        elif isinstance(reply, Exception):
+            raise reply
+        status, state = reply
+        return status, state
+
+    async def submit(
+        self, book: Parts, one: Acceptance, queue: DeliveryQueue, deliveries: Deliveries, now: int | None
+    ) -> AcceptResult:
+        """One script (``submit_request.lua``): one round trip and one sync, and no crash between
+        storing and queueing."""
+        request_id, expires_at = one.ref.request_id, one.expires_at
+        entries = [
+            queue.entry(target, request_id, payload, expires_at, now=now) for target, payload in deliveries
+        ]
+        keys = [*one.keys, book._index_key, book._pending_key, queue.stream]
+        # Every entry of one queue has the same arguments (its fields are fixed): one width.
+        args = [
+            one.ref.member,
+            expires_at,
+            one.ttl_ms,
+            *one.args,
+            len(entries),
+            len(entries[0]) if entries else 0,
+        ]
+        for entry in entries:
+            args.extend(entry)
+        with converting(book._url):
+            status, state, *entry_ids = await book._scripts.run("submit_request", keys, args)
+        accepted = one.result(status, state)
+        for entry_id in entry_ids:
+            queue.entry_id(entry_id)  # "" is a full queue: StoreError
+        return accepted
+
+    async def receive(
+        self, book: Parts, one: Acceptance, intake: Intake, payload: bytes, now: int | None, held_key: str
+    ) -> ReceiveResult:
+        """One script (``receive_request.lua``): one round trip and one sync, and no crash between
+        two steps."""
+        limiter, queue = intake.limiter, intake.queue
+        window_key, charge = limiter.charge(intake.window, intake.limit, now=now)
+        entry = queue.entry(intake.target, one.ref.request_id, payload, one.expires_at, now=now)
+        keys = [
+            *one.keys,
+            book._index_key,
+            book._pending_key,
+            window_key,
+            queue.stream,
+            held_key,
+        ]
+        hold = [intake.max_pending, one.held_ms]
+        args = [one.ref.member, one.expires_at, one.ttl_ms, *charge, *one.args, *hold, *entry]
+        with converting(book._url):
+            reply = await book._scripts.run("receive_request", keys, args)
+        status = reply[0]
+        if status == b"stored":
+            return ReceiveResult(stored_before=True)
+        if status == b"full":
+            return ReceiveResult(stored_before=False, full=True, held=int(reply[1]))
+        if status == b"refused":
+            return ReceiveResult(stored_before=False, decision=limiter.decision(reply[1]))
+        _created, state, remaining, entry_id = reply
+        accepted = one.result(b"created", state)
+        queued = queue.entry_id(entry_id) if accepted.state == "pending" else None
+        return received(limiter.decision(remaining), accepted, queued)
+
+
+class Cluster:
+    """Keys of other hash tags on other nodes: each step its own call, in the one-server script's order."""
+
+    async def accept(self, book: Parts, one: Acceptance) -> tuple[bytes, bytes]:
+        # The index is on another slot: it is written first, then the request.
+        async with book._client.pipeline(transaction=False) as pipe:
+            _list_entries(pipe, book, one)
+            await pipe.execute()
+        status, state = await book._scripts.run("accept_request", one.keys, one.args)
+        return status, state
+
+    async def submit(
+        self, book: Parts, one: Acceptance, queue: DeliveryQueue, deliveries: Deliveries, now: int | None
+    ) -> AcceptResult:
+        """The request accepted, then its deliveries queued in one pipeline, in their order (the
+        queue has another hash tag), as ``RequestBook.accept`` and ``DeliveryQueue.enqueue_many`` do."""
+        accepted = await book._accept(one)
+        if accepted.state == "pending":
+            request_id, expires_at = one.ref.request_id, one.expires_at
+            entries = [(target, request_id, payload, expires_at) for target, payload in deliveries]
+            for answer in await queue.enqueue_many(entries, now=now):
+                if isinstance(answer, StoreError):
+                    raise answer  # a full queue: the request is stored; a repeat queues what is missing
+        return accepted
+
+    async def receive(
+        self, book: Parts, one: Acceptance, intake: Intake, payload: bytes, now: int | None, held_key: str
+    ) -> ReceiveResult:
+        """Each step its own call. The window is charged once per request (``hit_once``): a delivery
+        retried after a later step failed (a master restarting) is not charged again."""
+        request_id = one.ref.request_id
+        if await book._exists(one.ref):
+            return ReceiveResult(stored_before=True)
+        hold = [one.ref.member, one.expires_at, one.at, intake.max_pending, one.held_ms]
+        with converting(book._url):
+            held = await book._scripts.run("hold", [held_key], hold)
+        if held < 0:
+            return ReceiveResult(stored_before=False, full=True, held=-held)
+        decision = await intake.limiter.hit_once(
+            intake.window, intake.limit, one.ref.member, ttl_ms=one.held_ms, now=now
+        )
+        if not decision.allowed:
+            with converting(book._url):
+                await book._client.zrem(held_key, one.ref.member)  # as the script takes its hold back
+            return ReceiveResult(stored_before=False, decision=decision)
+        try:
+            accepted = await book._accept(one)
+        except RequestConflictError:
+            return ReceiveResult(stored_before=True)  # stored between the look and here: a concurrent copy
+        entry_id = None  # accepted already expired: _accept took it out of the pending and held sets
+        if accepted.state == "pending":
+            entry_id = await intake.queue.enqueue(intake.target, request_id, payload, one.expires_at, now=now)
+            await book._mark_queued(one.ref, entry_id)
+        return received(decision, accepted, entry_id)
+
+
+Shape = OneServer | Cluster  # what a book runs its accept, submit and receive with
+
+ONE_SERVER = OneServer()
+CLUSTER = Cluster()
+
+
+def shape_of(client: AsyncClient) -> Shape:
+    """The shape of the deployment ``client`` talks to: a Redis Cluster, or one server."""
+    return CLUSTER if isinstance(client, redis.asyncio.cluster.RedisCluster) else ONE_SERVER
