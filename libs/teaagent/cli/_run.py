@@ -26,7 +26,6 @@ from rich.markup import escape
 from rich.status import Status
 
 from teaagent._words import needed_from, span
-from teaagent.audit import AuditLogger
 from teaagent.budget import (
     DEFAULT_MAX_ESTIMATED_COST_CENTS,
     DEFAULT_MAX_ITERATIONS,
@@ -37,8 +36,8 @@ from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, MissingAPIKeyError
 from teaagent.llm import LLMAdapter
 from teaagent.policy import PromptAnswer, Prompter, PromptRequest
-from teaagent.runner import AgentRunner, AskCallback, Question, RunEvent, RunResult
-from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate
+from teaagent.runner import AskCallback, Question, RunEvent, RunResult
+from teaagent.runner._node import for_node, node_quorum_gate
 
 EXIT_BY_STATUS = {"completed": 0, "approval_denied": 3}
 EXIT_OTHER = 1
@@ -304,29 +303,24 @@ def run(
     quorum_gate = node_quorum_gate(
         node, on_progress=display.note, on_wait=QuorumWatch(display.note), stop=stop
     )
-    policy = node_policy(node, prompter=terminal_prompter(console), quorum_gate=quorum_gate)
     store, session = _session(node, session_id, task)
-    run_id = secrets.token_hex(16)
-    audit = AuditLogger(node_audit_path(node), run_id=run_id)
-    if audit.disk_error is not None:
-        raise ConfigError(f"The audit log {audit.path} cannot be written: {audit.disk_error}.")
+    runner = for_node(
+        node,
+        run_id=secrets.token_hex(16),
+        registry=registry,
+        prompter=terminal_prompter(console),
+        quorum_gate=quorum_gate,
+        adapter=adapter,
+        budget=budget,
+        provider=chosen,
+        model=model,
+        event_sink=display,
+        ask=terminal_ask(console),
+        session_store=store,
+        session=session,
+        label=label,
+    )
     try:
-        runner = AgentRunner(
-            adapter=adapter,
-            registry=registry,
-            policy=policy,
-            audit=audit,
-            budget=budget,
-            run_id=run_id,
-            provider=chosen,
-            model=model,
-            root=node.workspace,
-            event_sink=display,
-            ask=terminal_ask(console),
-            session_store=store,
-            session=session,
-            label=label,
-        )
         started = time.monotonic()
         with stop_on_ctrl_c(stop):
             result = runner.run(task)
@@ -336,7 +330,7 @@ def run(
         raise
     finally:
         display._stop()
-        audit.close()
+        runner.audit.close()
     if as_json:
         typer.echo(json.dumps(result_to_dict(result, time.monotonic() - started), ensure_ascii=False))
     if result.status != "completed":

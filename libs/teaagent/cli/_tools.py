@@ -23,12 +23,10 @@ from typing import Annotated, Any
 import typer
 
 from teaagent._files import atomic_write
-from teaagent.audit import AuditLogger
 from teaagent.config import load_config
 from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
 from teaagent.policy import QuorumGate
-from teaagent.runner._gate import ToolGate
-from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate, node_registry
+from teaagent.runner._node import node_gate, node_quorum_gate, node_registry
 from teaagent.tools import ToolRegistry
 from teaagent.trust import MultiSigQuorumConfig
 
@@ -182,14 +180,10 @@ def call_tool(
 
     quorum_gate = node_quorum_gate(node, on_progress=_progress, on_wait=QuorumWatch(_progress))
     kept = _KeptCertificate(quorum_gate) if quorum_gate is not None else None
-    policy = node_policy(node, prompter=terminal_prompter(), quorum_gate=kept or quorum_gate)
     run_id = f"cli-{secrets.token_hex(8)}"
-    audit = AuditLogger(node_audit_path(node), run_id=run_id)
-    if audit.disk_error is not None:
-        # Fail closed: a call that cannot be put on record is not made.
-        audit.close()
-        raise ConfigError(f"The audit log {audit.path} cannot be written: {audit.disk_error}.")
-    gate = ToolGate(registry=registry, policy=policy, audit=audit, run_id=run_id)
+    gate = node_gate(
+        node, run_id=run_id, registry=registry, prompter=terminal_prompter(), quorum_gate=kept or quorum_gate
+    )
     try:
         result = gate.call(tool, parsed, call_id=f"{run_id}-1", reason=reason or "teaagent tools call")
     except ToolError as exc:
@@ -206,7 +200,7 @@ def call_tool(
         _keep(certificate_out, kept)
         raise _Failed(f"{tool} failed: {type(exc).__name__}: {exc}") from None
     finally:
-        audit.close()
+        gate.audit.close()
     typer.echo(json.dumps(result, ensure_ascii=False))
     _keep(certificate_out, kept)
 
