@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from teaagent.approver_client import ApproverClient
-from teaagent.cli import _approvals
+from teaagent.cli import _operator_keys
 from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.errors import RelayError
@@ -534,8 +534,8 @@ def test_a_passphrase_is_asked_once_without_echo(
         prompts.append(prompt)
         return PASSPHRASE
 
-    monkeypatch.setattr(_approvals, "_terminal_available", lambda: True)
-    monkeypatch.setattr(_approvals.getpass, "getpass", getpass)
+    monkeypatch.setattr(_operator_keys, "_terminal_available", lambda: True)
+    monkeypatch.setattr(_operator_keys.getpass, "getpass", getpass)
     code, out, err = cli(
         capsys,
         "approve",
@@ -556,8 +556,8 @@ def test_a_wrong_passphrase_is_a_usage_error(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     request = approver.deliver(cluster.request())
-    monkeypatch.setattr(_approvals, "_terminal_available", lambda: True)
-    monkeypatch.setattr(_approvals.getpass, "getpass", lambda prompt: "wrong")
+    monkeypatch.setattr(_operator_keys, "_terminal_available", lambda: True)
+    monkeypatch.setattr(_operator_keys.getpass, "getpass", lambda prompt: "wrong")
 
     code, _, err = cli(
         capsys,

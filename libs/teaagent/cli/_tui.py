@@ -95,7 +95,7 @@ def tui(
     ] = None,
 ) -> None:
     """Work with the node's agent in a REPL: tasks, /commands, quorum waits in view, the peers' inbox."""
-    from teaagent.cli._approvals import agent_signer, key_file_signer
+    from teaagent.cli._operator_keys import agent_signer, key_file_signer
     from teaagent.tui import MEMORY, TeaAgentTUI, load_state
 
     node = load_config(config)
