@@ -40,6 +40,7 @@ import teaagent
 from teaagent._bounded_route import bounded_json_route
 from teaagent._ready import Dependency, ReadyOut, check, readiness, ready_responses
 from teaagent._reload import ReloadOut, TrustReloader
+from teaagent.approver_client import unconfirmed
 from teaagent.errors import RelayError, StoreError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
@@ -178,14 +179,11 @@ def _check_expected(item: Received, tool_name: str | None, payload_digest: str |
         ApiError: 409 ``changed`` when the request's tool or payload digest is not the expected one.
     """
     request = item.request
-    differs = [
-        name
-        for name, expected, signed in (
-            ("tool", tool_name, request.tool_name),
-            ("payload digest", payload_digest, request.payload_digest),
-        )
-        if expected is not None and signed != expected
-    ]
+    differs = unconfirmed(
+        {"tool_name": request.tool_name, "payload_digest": request.payload_digest},
+        tool_name=tool_name,
+        payload_digest=payload_digest,
+    )
     if differs:
         raise ApiError(
             409,
