@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
+from teaagent._files import FileSentences, read_limited
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.policy import AGENT_ID_PATTERN
 from teaagent.signing import SSHPublicKey, parse_public_key
@@ -18,21 +19,21 @@ MAX_CONFIG_BYTES: Final = 1024 * 1024  # a node's settings and its peers' keys, 
 AGENT_ID_RULE: Final = "1 to 64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
+_TOML_TYPES: Final[tuple[tuple[Any, str], ...]] = (
+    (bool, "a boolean"),  # before int: a bool is an int to isinstance
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+    (datetime | date | time, "a date or time"),
+)
+
+
 def _toml_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, datetime | date | time):
-        return "a date or time"
+    for kind, name in _TOML_TYPES:
+        if isinstance(value, kind):
+            return name
     return type(value).__name__  # pragma: no cover - tomllib produces nothing else
 
 
@@ -159,17 +160,9 @@ def resolve_path(base: Path, value: str) -> Path:
 
 
 def read_toml(label: str, path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"{label}: the configuration file does not exist.") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{label}: this is a folder, not a configuration file.") from None
-    except OSError as exc:
-        raise ConfigError(f"{label}: the configuration file cannot be read: {exc.strerror or exc}.") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{label}: the configuration file is larger than {MAX_CONFIG_BYTES} bytes.")
+    folder = f"{label}: this is a folder, not a configuration file."
+    subject = f"{label}: the configuration file"
+    raw = read_limited(path, MAX_CONFIG_BYTES, FileSentences.of(subject, MAX_CONFIG_BYTES, folder=folder))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
