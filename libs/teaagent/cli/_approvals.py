@@ -39,6 +39,7 @@ from typing import Annotated, Final
 import typer
 
 from teaagent._display import visible
+from teaagent._files import FileSentences, read_limited
 from teaagent._words import time_left
 from teaagent.approver_client import (
     Expected,
@@ -59,7 +60,8 @@ from teaagent.cli._inbox import (
     show_lines,
     table,
 )
-from teaagent.cli._operator_keys import _local_signer
+from teaagent.cli._operator_keys import local_signer
+from teaagent.cli._options import ConfigOption
 from teaagent.config import load_config
 from teaagent.errors import SignatureError
 from teaagent.quorum import (
@@ -76,7 +78,6 @@ app = typer.Typer(
     help="The requests peers ask this node to approve, decided through its approver service.",
 )
 
-_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
 MAX_STATEMENT_BYTES: Final = 64 * 1024  # a statement copies a request's fields, not its arguments
 MAX_SIGNATURE_BYTES: Final = 64 * 1024  # an armored SSHSIG of any supported key is a few KB
 
@@ -84,23 +85,20 @@ MAX_SIGNATURE_BYTES: Final = 64 * 1024  # an armored SSHSIG of any supported key
 
 
 def _read_small(path: Path, what: str, limit: int) -> bytes:
-    if path.is_dir():
-        bad_usage(f"the {what} {path} is a folder, not a file.")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
-    except FileNotFoundError:
-        bad_usage(f"the {what} {path} does not exist.")
-    except OSError as exc:
-        bad_usage(f"cannot read the {what} {path}: {exc.strerror or exc}.")
-    if len(data) > limit:
-        bad_usage(f"the {what} {path} is larger than {limit} bytes.")
-    return data
+    return read_limited(
+        path,
+        limit,
+        FileSentences(
+            missing=f"the {what} {path} does not exist.",
+            folder=f"the {what} {path} is a folder, not a file.",
+            unreadable=lambda reason: f"cannot read the {what} {path}: {reason}.",
+            too_large=f"the {what} {path} is larger than {limit} bytes.",
+        ),
+    )
 
 
 # -- commands -----------------------------------------------------------------------------------
 
-ConfigOption = Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)]
 OriginOption = Annotated[
     str | None, typer.Option("--origin", help="The origin, when several peers used the same request id.")
 ]
@@ -211,12 +209,7 @@ def approve(
     as_json: JsonOption = False,
 ) -> None:
     """Approve a request as this node (the node key, or an operator's key with --key or --agent)."""
-    node, client = connect(config)
-    signer = _local_signer(node, key, agent, key_id)
-    with client, answers():
-        item = resolve(client, request_id, origin)
-        result = decide(client, node, item, deny=False, reason=reason, signer=signer)
-    echo_decision(result, node, as_json)
+    _decide(request_id, config, origin, (key, agent, key_id), deny=False, reason=reason, as_json=as_json)
 
 
 @app.command("deny")
@@ -233,11 +226,25 @@ def deny(
     """Deny a request as this node, with a reason (the node key, or an operator's key)."""
     if not reason.strip():
         bad_usage("a denial needs a reason for the origin's operators: pass --reason TEXT.")
+    _decide(request_id, config, origin, (key, agent, key_id), deny=True, reason=reason, as_json=as_json)
+
+
+def _decide(
+    request_id: str,
+    config: Path | None,
+    origin: str | None,
+    signing: tuple[Path | None, bool, str | None],
+    *,
+    deny: bool,
+    reason: str,
+    as_json: bool,
+) -> None:
+    """``approve`` and ``deny``: this node's decision, signed by ``--key``, ``--agent`` or the node key."""
     node, client = connect(config)
-    signer = _local_signer(node, key, agent, key_id)
+    signer = local_signer(node, *signing)
     with client, answers():
         item = resolve(client, request_id, origin)
-        result = decide(client, node, item, deny=True, reason=reason, signer=signer)
+        result = decide(client, node, item, deny=deny, reason=reason, signer=signer)
     echo_decision(result, node, as_json)
 
 
@@ -373,5 +380,5 @@ def watch(
     """Follow the requests waiting for this node live, and approve or deny them from the keyboard."""
     node = load_config(config)
     node.load_token()  # a token problem is a usage error now, not a retry loop later
-    signer = _local_signer(node, key, agent, key_id)
+    signer = local_signer(node, key, agent, key_id)
     raise typer.Exit(run_watch(node, signer=signer, origin=origin, tool=tool, plain=plain))

@@ -121,7 +121,7 @@ def agent_signer(node: NodeConfig, key_id: str | None) -> Signer:
     return AgentSigner(chosen, socket_path)
 
 
-def _local_signer(node: NodeConfig, key: Path | None, agent: bool, key_id: str | None) -> Signer | None:
+def local_signer(node: NodeConfig, key: Path | None, agent: bool, key_id: str | None) -> Signer | None:
     if key is not None and agent:
         bad_usage("--key and --agent are two ways to sign; give one of them.")
     if key_id is not None and not agent:

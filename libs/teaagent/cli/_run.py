@@ -17,7 +17,6 @@ import secrets
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -32,6 +31,7 @@ from teaagent.budget import (
     DEFAULT_MAX_TOOL_CALLS,
     RunBudget,
 )
+from teaagent.cli._options import ConfigOption, ScriptOption
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, MissingAPIKeyError
 from teaagent.llm import LLMAdapter
@@ -42,7 +42,6 @@ from teaagent.runner._node import for_node, node_quorum_gate
 EXIT_BY_STATUS = {"completed": 0, "approval_denied": 3}
 EXIT_OTHER = 1
 MAX_SHOWN_CHARS = 400  # of a tool's arguments or result on one line; the audit log has the rest
-_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
 
 
 def _short(value: object) -> str:
@@ -244,7 +243,7 @@ def _session(node: NodeConfig, session_id: str | None, task: str) -> tuple[Any, 
 
 def run(
     task: Annotated[str, typer.Argument(help="What the agent should do.")],
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     provider: Annotated[
         str | None,
         typer.Option("--provider", help="The LLM provider; the configuration's [agent] provider by default."),
@@ -252,14 +251,7 @@ def run(
     model: Annotated[
         str | None, typer.Option("--model", help="The model; [agent] model, else the provider's default.")
     ] = None,
-    script: Annotated[
-        str | None,
-        typer.Option(
-            "--script",
-            help="What the scripted provider plays: a bundled script (demo, quorum, denied, question) "
-            "or a JSON file; [agent] script by default.",
-        ),
-    ] = None,
+    script: ScriptOption = None,
     max_iterations: Annotated[
         int, typer.Option("--max-iterations", help="Model turns allowed.")
     ] = DEFAULT_MAX_ITERATIONS,

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from teaagent._files import atomic_write
+from teaagent.cli._options import ConfigOption
 from teaagent.config import load_config
 from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
 from teaagent.policy import QuorumGate
@@ -33,7 +34,6 @@ from teaagent.trust import MultiSigQuorumConfig
 app = typer.Typer(no_args_is_help=True, help="List the node's tools, or call one through the policy gate.")
 
 MAX_ARGUMENTS_CHARS = 1024 * 1024  # a tool call's arguments, not a file upload
-_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
 _COLUMNS = ("name", "tier", "read_only", "destructive", "high_risk")
 
 
@@ -57,7 +57,7 @@ def _tool_rows(registry: ToolRegistry, quorum: MultiSigQuorumConfig) -> list[dic
 
 @app.command("list")
 def list_tools(
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
 ) -> None:
     """List the tools with their security tier, behaviour, and whether a call needs the peers' quorum."""
@@ -152,7 +152,7 @@ def _progress(line: str) -> None:
 def call_tool(
     tool: Annotated[str, typer.Argument(help="The tool's name, such as fs.read.")],
     arguments: Annotated[str, typer.Argument(help="Its arguments as one JSON object.")] = "{}",
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     reason: Annotated[str, typer.Option("--reason", help="Why the call is made; shown to approvers.")] = "",
     certificate_out: Annotated[
         Path | None,
