@@ -45,25 +45,9 @@ from teaagent.tools._workspace_schemas import (
     MAX_SEARCH_FILES,
     MAX_SEARCH_LINE_CHARS,
     MAX_SEARCH_MATCHES,
-    MAX_WRITE_CHARS,
     SHELL_RUN_INPUT,
     SHELL_RUN_OUTPUT,
 )
-
-__all__ = [
-    "MAX_LIST_ENTRIES",
-    "MAX_READ_BYTES",
-    "MAX_SEARCH_FILES",
-    "MAX_SEARCH_FILE_BYTES",
-    "MAX_SEARCH_LINE_CHARS",
-    "MAX_SEARCH_MATCHES",
-    "MAX_WRITE_CHARS",
-    "STATE_DIR_NAME",
-    "WORKSPACE_TOOL_NAMES",
-    "Workspace",
-    "register_workspace_tools",
-    "workspace_registry",
-]
 
 WORKSPACE_TOOL_NAMES: Final = ("fs.read", "fs.write", "fs.list", "fs.search", "fs.delete", "shell.run")
 STATE_DIR_NAME: Final = ".teaagent"  # the workspace's state folder: audit log, sessions; never modified here

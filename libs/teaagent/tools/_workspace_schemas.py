@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from teaagent.tools._shell import DEFAULT_SHELL_TIMEOUT, MAX_SHELL_TIMEOUT
 
@@ -16,6 +16,30 @@ MAX_SEARCH_FILE_BYTES: Final = 1024 * 1024  # larger files are data or builds: s
 MAX_SEARCH_LINE_CHARS: Final = 500  # a matching line is cut here (minified files have huge lines)
 MAX_PATTERN_CHARS: Final = 1000  # a regular expression, not a program
 MAX_COMMAND_CHARS: Final = 64 * 1024  # a command line, not a script file
+
+
+def _truncated_list(key: str, most: int, item: dict[str, Any]) -> dict[str, Any]:
+    """An output of at most ``most`` objects under ``key`` (every one of ``item``'s fields required), and
+    whether more were cut off (``truncated``)."""
+    return {
+        "type": "object",
+        "properties": {
+            key: {
+                "type": "array",
+                "maxItems": most,
+                "items": {
+                    "type": "object",
+                    "properties": item,
+                    "required": list(item),
+                    "additionalProperties": False,
+                },
+            },
+            "truncated": {"type": "boolean"},
+        },
+        "required": [key, "truncated"],
+        "additionalProperties": False,
+    }
+
 
 _PATH = {
     "type": "string",
@@ -67,28 +91,15 @@ FS_LIST_INPUT = {
     },
     "additionalProperties": False,
 }
-FS_LIST_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "entries": {
-            "type": "array",
-            "maxItems": MAX_LIST_ENTRIES,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "type": {"enum": ["file", "directory", "symlink", "other"]},
-                    "size": {"type": "integer", "minimum": 0},
-                },
-                "required": ["path", "type", "size"],
-                "additionalProperties": False,
-            },
-        },
-        "truncated": {"type": "boolean"},
+FS_LIST_OUTPUT = _truncated_list(
+    "entries",
+    MAX_LIST_ENTRIES,
+    {
+        "path": {"type": "string"},
+        "type": {"enum": ["file", "directory", "symlink", "other"]},
+        "size": {"type": "integer", "minimum": 0},
     },
-    "required": ["entries", "truncated"],
-    "additionalProperties": False,
-}
+)
 FS_SEARCH_INPUT = {
     "type": "object",
     "properties": {
@@ -109,28 +120,11 @@ FS_SEARCH_INPUT = {
     "required": ["pattern"],
     "additionalProperties": False,
 }
-FS_SEARCH_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "matches": {
-            "type": "array",
-            "maxItems": MAX_SEARCH_MATCHES,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "line": {"type": "integer", "minimum": 1},
-                    "text": {"type": "string"},
-                },
-                "required": ["path", "line", "text"],
-                "additionalProperties": False,
-            },
-        },
-        "truncated": {"type": "boolean"},
-    },
-    "required": ["matches", "truncated"],
-    "additionalProperties": False,
-}
+FS_SEARCH_OUTPUT = _truncated_list(
+    "matches",
+    MAX_SEARCH_MATCHES,
+    {"path": {"type": "string"}, "line": {"type": "integer", "minimum": 1}, "text": {"type": "string"}},
+)
 FS_DELETE_INPUT = {
     "type": "object",
     "properties": {"path": _PATH},
