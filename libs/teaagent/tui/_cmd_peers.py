@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
-from teaagent.approver_client import decide, resolve_request
-from teaagent.errors import ConfigError, RelayError, TeaAgentError
+from teaagent.approver_client import ApprovalItem, ApproverClient, DecisionResult, decide, resolve_request
+from teaagent.config import NodeConfig
+from teaagent.errors import ConfigError, TeaAgentError
 from teaagent.tui._base import TUIBase
 from teaagent.tui._common import _short
 from teaagent.tui._inbox import approver_client, decision_lines, inbox_policy_lines, inbox_rows
 from teaagent.tui._screen import visible
+
+_T = TypeVar("_T")
 
 
 def cmd_tools(tui: TUIBase, _argument: str) -> None:
@@ -48,31 +52,39 @@ def cmd_quorum(tui: TUIBase, _argument: str) -> None:
             tui._screen.say(f"  {call.request_id[:12]}: {visible(call.outcome)}", "dim")
 
 
-def _approver_or_say(tui: TUIBase) -> Any:
+def _ask_approver(tui: TUIBase, ask: Callable[[ApproverClient, NodeConfig], _T]) -> _T | None:
+    """``ask`` the node's approver; None, said on the screen, when there is none or it refuses or fails.
+
+    ``ask`` says its own refusals (and returns None for them); the approver's are said here in red.
+    """
     if tui.node is None:
         tui._screen.say("The inbox is a node's: start with teaagent tui --config node.toml.", "yellow")
         return None
     try:
-        return approver_client(tui.node)
+        client = approver_client(tui.node)
     except ConfigError as exc:
         tui._screen.say(str(exc), "red")
         return None
+    with client:
+        try:
+            return ask(client, tui.node)
+        except TeaAgentError as exc:  # RelayError included
+            tui._screen.say(str(exc), "red")
+            return None
+
+
+def _inbox_items(client: ApproverClient, _node: NodeConfig) -> list[ApprovalItem]:
+    items = client.list_requests("pending")
+    # Settled at their origin while they could still be decided: shown as such, once.
+    now = time.time()
+    return items + [item for item in client.list_requests("settled") if item.expires_at >= now]
 
 
 def cmd_inbox(tui: TUIBase, _argument: str) -> None:
-    client = _approver_or_say(tui)
-    if client is None:
+    items = _ask_approver(tui, _inbox_items)
+    if items is None:
         return
     assert tui.node is not None
-    with client:
-        try:
-            items = client.list_requests("pending")
-            # Settled at their origin while they could still be decided: shown as such, once.
-            now = time.time()
-            items += [item for item in client.list_requests("settled") if item.expires_at >= now]
-        except RelayError as exc:
-            tui._screen.say(str(exc), "red")
-            return
     tui._inbox = items
     for item in items:
         tui._inbox_shown.setdefault((item.origin, item.request_id), item)
@@ -102,31 +114,23 @@ def _decide(tui: TUIBase, argument: str, *, deny: bool) -> None:
     if not typed:
         tui._screen.say(f"Usage: {verb} ID [REASON] (/inbox lists the requests).", "yellow")
         return
-    client = _approver_or_say(tui)
-    if client is None:
-        return
-    assert tui.node is not None
-    with client:
+
+    def decided(client: ApproverClient, node: NodeConfig) -> tuple[ApprovalItem, DecisionResult] | None:
         try:
             item = resolve_request(client, typed, seen=tui._inbox_shown.values(), among="shown by /inbox")
         except ValueError as exc:
             tui._screen.say(str(exc), "yellow")
-            return
-        except RelayError as exc:
-            tui._screen.say(str(exc), "red")
-            return
-        try:
-            result = decide(
-                client,
-                item,
-                agent_id=tui.node.agent_id,
-                deny=deny,
-                reason=reason.strip(),
-                signer=tui.operator_signer,
-            )
-        except (RelayError, TeaAgentError) as exc:
-            tui._screen.say(str(exc), "red")
-            return
+            return None
+        signer = tui.operator_signer
+        return item, decide(
+            client, item, agent_id=node.agent_id, deny=deny, reason=reason.strip(), signer=signer
+        )
+
+    done = _ask_approver(tui, decided)
+    if done is None:
+        return
+    assert tui.node is not None
+    item, result = done
     try:
         node_key: str | None = tui.node.own_public_key().fingerprint
     except ConfigError:

@@ -12,7 +12,7 @@ from teaagent.errors import ConfigError, TeaAgentError
 from teaagent.llm import LLMMessage, LLMRequest
 from teaagent.runner import DEFAULT_SYSTEM_PROMPT
 from teaagent.tui._base import TUIBase
-from teaagent.tui._common import RUN_LABEL, _count, _sentence, _Usage
+from teaagent.tui._common import RUN_LABEL, USAGE_COUNTERS, _count, _sentence, _Usage
 from teaagent.tui._context import (
     COMPACT_KEEP_MESSAGES,
     COMPACT_MAX_TOKENS,
@@ -56,16 +56,7 @@ def cmd_usage(tui: TUIBase, _argument: str) -> None:
         return
     rows = []
     for label, usage in sorted(tui._usage.items()):
-        rows.append(
-            [
-                label,
-                str(usage.runs),
-                str(usage.iterations),
-                str(usage.tool_calls),
-                str(usage.input_tokens),
-                str(usage.output_tokens),
-            ]
-        )
+        rows.append([label, str(usage.runs), *(str(usage.counts[name]) for name in USAGE_COUNTERS)])
     tui._screen.table(["MODEL", "RUNS", "TURNS", "TOOL CALLS", "TOKENS IN", "TOKENS OUT"], rows)
 
 

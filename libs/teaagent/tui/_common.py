@@ -78,21 +78,22 @@ class _ModelChoice:
         return f"{self.provider}/{self.model}"
 
 
+USAGE_COUNTERS: Final = ("iterations", "tool_calls", "input_tokens", "output_tokens")
+"""What ``/usage`` adds up of each run, as the run's result names it (its columns, in order)."""
+
+
 @dataclass
 class _Usage:
+    """One model's runs in this session: how many, their counters (:data:`USAGE_COUNTERS`), their cost."""
+
     runs: int = 0
-    iterations: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_COUNTERS, 0))
     cost_cents: float = 0.0
 
     def add(self, data: Mapping[str, Any]) -> None:
         self.runs += 1
-        self.iterations += int(data.get("iterations") or 0)
-        self.tool_calls += int(data.get("tool_calls") or 0)
-        self.input_tokens += int(data.get("input_tokens") or 0)
-        self.output_tokens += int(data.get("output_tokens") or 0)
+        for name in USAGE_COUNTERS:
+            self.counts[name] += int(data.get(name) or 0)
         self.cost_cents += float(data.get("cost_cents") or 0.0)
 
 
