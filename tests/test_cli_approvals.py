@@ -1419,12 +1419,8 @@ def test_watch_on_a_terminal_shows_a_live_table_and_takes_keystrokes(
 
 
 @contextlib.contextmanager
-def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server on a free port with ``routes``, in a thread; yields a configuration that names it.
-
-    The real approver never answers like these; only a stand-in can show what the command does then.
-    """
-    port = free_port()
+def serving(port: int, *routes: Route) -> Iterator[list[str]]:
+    """An HTTP server on ``port`` with ``routes``, in a thread; yields the calls it received."""
     calls: list[str] = []
 
     async def record(scope: Any, receive: Any, send: Any) -> None:
@@ -1444,10 +1440,21 @@ def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]
         assert time.monotonic() < deadline, "the stand-in did not start in time"
         time.sleep(0.01)
     try:
-        yield config_with_approver_port(cluster, port), calls
+        yield calls
     finally:
         server.should_exit = True
         thread.join(timeout=DEADLINE)
+
+
+@contextlib.contextmanager
+def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on a free port with ``routes``, in a thread; yields a configuration that names it.
+
+    The real approver never answers like these; only a stand-in can show what the command does then.
+    """
+    port = free_port()
+    with serving(port, *routes) as calls:
+        yield config_with_approver_port(cluster, port), calls
 
 
 def item_json(request: dict[str, Any]) -> dict[str, Any]:

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from relay_support import Node, signer, write_cluster
-from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from test_cli_approvals import item_json, serving
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import (
@@ -36,10 +34,8 @@ from teaagent.approver_client import (
 from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.errors import RelayError
-from teaagent.quorum import approval_statement, sign_request, statement_bytes
+from teaagent.quorum import approval_statement, statement_bytes
 from teaagent.tui import TeaAgentTUI
-
-DEADLINE = 10.0
 
 
 def _wrong_signer(request: dict[str, Any]) -> dict[str, Any]:
@@ -86,56 +82,19 @@ def request_doc(nodes: dict[str, Node]) -> dict[str, Any]:
     return nodes["beta"].request(arguments={"command": "make docs"})
 
 
-def _item_json(request: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **{name: request[name] for name in ("request_id", "origin", "tool_name", "arguments", "reason")},
-        **{name: request[name] for name in ("payload_digest", "run_id", "call_id", "required_approvals")},
-        **{name: request[name] for name in ("peers", "created_at", "expires_at")},
-        "seconds_left": max(0, request["expires_at"] - int(time.time())),
-        "state": "pending",
-        "decision": None,
-        "rule": None,
-        "request": request,
-        "signature": sign_request(request, signer(request["origin"])),
-    }
-
-
 @contextlib.contextmanager
 def stand_in(node: Node, request: dict[str, Any], to_sign: dict[str, Any]) -> Iterator[list[str]]:
     """alpha's approver, as a stand-in that shows ``request`` and hands over ``to_sign``; yields its calls."""
-    calls: list[str] = []
     path = f"/v1/requests/{request['request_id']}"
 
     async def item(_: Any) -> JSONResponse:
-        return JSONResponse(_item_json(request))
+        return JSONResponse(item_json(request))
 
     async def statement(_: Any) -> JSONResponse:
         return JSONResponse(to_sign)
 
-    app = Starlette(routes=[Route(path, item), Route(f"{path}/statement", statement)])
-
-    async def record(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            calls.append(f"{scope['method']} {scope['path']}")
-        await app(scope, receive, send)
-
-    server = uvicorn.Server(
-        uvicorn.Config(
-            record, host="127.0.0.1", port=node.approver_port, log_level="warning", access_log=False
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + DEADLINE
-    while not server.started:
-        assert thread.is_alive(), "the stand-in did not start"
-        assert time.monotonic() < deadline, "the stand-in did not start in time"
-        time.sleep(0.01)
-    try:
+    with serving(node.approver_port, Route(path, item), Route(f"{path}/statement", statement)) as calls:
         yield calls
-    finally:
-        server.should_exit = True
-        thread.join(timeout=DEADLINE)
 
 
 def _refusal(node: Node, problem: str) -> str:
@@ -149,7 +108,7 @@ def _refusal(node: Node, problem: str) -> str:
 def test_the_check_refuses_each_wrong_statement_and_passes_the_right_one(
     request_doc: dict[str, Any], wrong: str
 ) -> None:
-    item = ApprovalItem.from_json(_item_json(request_doc))
+    item = ApprovalItem.from_json(item_json(request_doc))
     bad = StatementToSign.from_json(_to_sign(request_doc, wrong))
     with pytest.raises(RelayError) as refused:
         check_before_signing(bad, item, signer="alpha", base_url="http://approver")

@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli_tools import write_node
 
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ApprovalDeniedError, ConfigError
 from teaagent.llm import ScriptedAdapter
 from teaagent.policy import JITApprovalState, PermissionMode
+from teaagent.runner import RunResult
 from teaagent.runner._node import for_node, node_audit_path, node_gate
 
 
@@ -29,29 +31,8 @@ class RefusingGate:
 
 @pytest.fixture
 def node(tmp_path: Path, ssh_key_factory: Callable[..., Any]) -> NodeConfig:
-    key = ssh_key_factory("alpha")
-    (tmp_path / "workspace").mkdir()
-    (tmp_path / "workspace" / "notes.txt").write_text("remember the milk\n")
-    text = f"""agent_id = "alpha"
-private_key = "{key.private_path}"
-redis_url = "embedded"
-relay_url = "http://127.0.0.1:9"
-workspace = "workspace"
-
-[agent]
-permission_mode = "danger-full-access"
-provider = "scripted"
-
-[quorum]
-enabled = true
-required_approvals = 1
-high_risk_patterns = ["shell.*"]
-"""
-    text += f'\n[peers.beta]\npublic_key = "{ssh_key_factory("beta").public_line}"\n'
-    text += 'relay_url = "http://127.0.0.1:9100"\n'
-    config = tmp_path / "alpha.toml"
-    config.write_text(text)
-    return load_config(config)
+    # The local mode lets everything through: what stands between the model and the shell is the quorum.
+    return load_config(write_node(tmp_path, ssh_key_factory, mode="danger-full-access", quorum=True))
 
 
 def _script(*calls: tuple[str, dict[str, Any]]) -> ScriptedAdapter:
@@ -61,40 +42,37 @@ def _script(*calls: tuple[str, dict[str, Any]]) -> ScriptedAdapter:
     return ScriptedAdapter([*turns, {"content": "done"}])
 
 
+def _run(node: NodeConfig, task: str, *calls: tuple[str, dict[str, Any]]) -> tuple[RunResult, RefusingGate]:
+    """One run of the node's runner (``for_node``) with a scripted model, its quorum gate refusing all."""
+    gate = RefusingGate()
+    runner = for_node(node, run_id="r" * 32, quorum_gate=gate, adapter=_script(*calls))
+    try:
+        result = runner.run(task)
+    finally:
+        runner.audit.close()
+    assert runner.audit.path == node_audit_path(node)
+    assert runner.policy.agent_id == "alpha"
+    assert runner.policy.permission_mode is PermissionMode.DANGER_FULL_ACCESS
+    return result, gate
+
+
 def test_a_high_risk_call_of_the_runner_goes_to_the_quorum_gate_and_its_refusal_ends_the_run(
     node: NodeConfig,
 ) -> None:
-    gate = RefusingGate()
-    runner = for_node(
-        node, run_id="r" * 32, quorum_gate=gate, adapter=_script(("shell.run", {"command": "touch made"}))
-    )
-    try:
-        result = runner.run("Touch a file.")
-    finally:
-        runner.audit.close()
+    result, gate = _run(node, "Touch a file.", ("shell.run", {"command": "touch made"}))
 
     assert result.status == "approval_denied"
     assert [request["tool_name"] for request in gate.requests] == ["shell.run"]
     assert not (node.workspace / "made").exists()
-    assert runner.audit.path == node_audit_path(node)
-    denied = [json.loads(line) for line in runner.audit.path.read_text().splitlines()]
-    assert "approval_denied" in [record["event_type"] for record in denied]
+    records = [json.loads(line) for line in node_audit_path(node).read_text().splitlines()]
+    assert "approval_denied" in [record["event_type"] for record in records]
 
 
 def test_a_low_risk_call_runs_in_the_node_workspace_without_the_quorum(node: NodeConfig) -> None:
-    gate = RefusingGate()
-    runner = for_node(
-        node, run_id="r" * 32, quorum_gate=gate, adapter=_script(("fs.read", {"path": "notes.txt"}))
-    )
-    try:
-        result = runner.run("Read the notes.")
-    finally:
-        runner.audit.close()
+    result, gate = _run(node, "Read the notes.", ("fs.read", {"path": "notes.txt"}))
 
     assert result.status == "completed"
     assert gate.requests == []
-    assert runner.policy.agent_id == "alpha"
-    assert runner.policy.permission_mode is PermissionMode.DANGER_FULL_ACCESS
 
 
 def test_without_a_quorum_gate_a_high_risk_call_is_denied(node: NodeConfig) -> None:
