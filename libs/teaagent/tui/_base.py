@@ -16,7 +16,7 @@ from teaagent.policy import JITApprovalState, PermissionMode, QuorumGate
 from teaagent.session import ChatSession, SessionStore
 from teaagent.signing import Signer
 from teaagent.tools import ToolRegistry
-from teaagent.tui._common import AdapterFactory, _Job, _ModelChoice, _Usage, _Wait
+from teaagent.tui._common import AdapterFactory, Job, ModelChoice, Usage, Wait
 from teaagent.tui._quorum import QuorumBoard
 from teaagent.tui._screen import LineReader, Screen
 
@@ -44,20 +44,20 @@ class TUIBase:
     _screen: Screen
     _store: SessionStore
     _session: ChatSession
-    _choice: _ModelChoice
+    _choice: ModelChoice
     _mode: PermissionMode
     _jit: JITApprovalState
     _board: QuorumBoard
-    _usage: dict[str, _Usage]
+    _usage: dict[str, Usage]
     _queue: queue.Queue[tuple[Any, ...]]
     _stop_wait: threading.Event
-    _adapters: dict[_ModelChoice, LLMAdapter]
+    _adapters: dict[ModelChoice, LLMAdapter]
     _base_registry: ToolRegistry | None
     _registry: ToolRegistry | None
     _gate: QuorumGate | None
     _waits: dict[str, WaitProgress]
-    _job: _Job | None
-    _waiting: _Wait | None
+    _job: Job | None
+    _waiting: Wait | None
     _streamed: bool
     _last_line: float
     _reader: LineReader | None
@@ -72,4 +72,4 @@ class TUIBase:
     _save_tui_state: Callable[[], None]
     _end_prompt_line: Callable[[], None]
     _tools: Callable[[], ToolRegistry]
-    _adapter: Callable[[_ModelChoice], LLMAdapter]
+    _adapter: Callable[[ModelChoice], LLMAdapter]

@@ -9,7 +9,7 @@ from teaagent.errors import ConfigError
 from teaagent.llm import PROVIDER_CONFIGS
 from teaagent.policy import PermissionMode
 from teaagent.tui._base import TUIBase
-from teaagent.tui._common import _ModelChoice
+from teaagent.tui._common import ModelChoice
 
 _MODE_NOTES: Final = {
     PermissionMode.READ_ONLY: "reads only; nothing is written or run",
@@ -25,20 +25,20 @@ def model_names(tui: TUIBase) -> list[str]:
     return names + [f"{provider}/{PROVIDER_CONFIGS[provider].default_model}" for provider in PROVIDER_CONFIGS]
 
 
-def parse_model(tui: TUIBase, text: str) -> _ModelChoice:
+def parse_model(tui: TUIBase, text: str) -> ModelChoice:
     node = tui.node
     if node is not None and text in node.models:
         settings = node.models[text]
-        return _ModelChoice(settings.provider, settings.model, text)
+        return ModelChoice(settings.provider, settings.model, text)
     provider, slash, rest = text.partition("/")
     if slash and provider in PROVIDER_CONFIGS and rest:
-        return _ModelChoice(provider, rest)
+        return ModelChoice(provider, rest)
     if text in PROVIDER_CONFIGS:
         # A provider alone: the node's model when it is the node's provider, else its default.
         if node is not None and node.agent.provider == text and node.agent.model:
-            return _ModelChoice(text, node.agent.model)
-        return _ModelChoice(text, PROVIDER_CONFIGS[text].default_model)
-    return _ModelChoice(tui._choice.provider, text)
+            return ModelChoice(text, node.agent.model)
+        return ModelChoice(text, PROVIDER_CONFIGS[text].default_model)
+    return ModelChoice(tui._choice.provider, text)
 
 
 def cmd_model(tui: TUIBase, argument: str) -> None:

@@ -10,7 +10,7 @@ from teaagent.approver_client import ApprovalItem, ApproverClient, DecisionResul
 from teaagent.config import NodeConfig
 from teaagent.errors import ConfigError, TeaAgentError
 from teaagent.tui._base import TUIBase
-from teaagent.tui._common import _short
+from teaagent.tui._common import short
 from teaagent.tui._inbox import approver_client, decision_lines, inbox_policy_lines, inbox_rows
 from teaagent.tui._screen import visible
 
@@ -30,7 +30,7 @@ def cmd_tools(tui: TUIBase, _argument: str) -> None:
         kind = "destructive" if notes.destructive else ("read-only" if notes.read_only else "writes")
         risk = "quorum" if quorum is not None and quorum.enabled and quorum.is_high_risk(tool.name) else ""
         limit = f"{tool.rate_limit.max_calls}/{tool.rate_limit.window_seconds:g}s" if tool.rate_limit else ""
-        rows.append([tool.name, kind, risk, limit, _short(tool.description.split(". ")[0], 60)])
+        rows.append([tool.name, kind, risk, limit, short(tool.description.split(". ")[0], 60)])
     rows.append(["ask_user", "read-only", "", "", "Ask you a question (built in)"])
     tui._screen.table(["TOOL", "KIND", "NEEDS", "LIMIT", "WHAT IT DOES"], rows)
 

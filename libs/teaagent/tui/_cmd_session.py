@@ -5,7 +5,7 @@ from __future__ import annotations
 from teaagent.errors import ConfigError
 from teaagent.session import new_session
 from teaagent.tui._base import TUIBase
-from teaagent.tui._common import _count, _short
+from teaagent.tui._common import count, short
 
 
 def cmd_new(tui: TUIBase, _argument: str) -> None:
@@ -38,7 +38,7 @@ def cmd_sessions(tui: TUIBase, _argument: str) -> None:
                 item["id"],
                 str(item["updated_at"])[:19].replace("T", " "),
                 str(item["message_count"]),
-                _short(item["label"] or "", 50),
+                short(item["label"] or "", 50),
             ]
         )
     tui._screen.table(["", "SESSION", "UPDATED (UTC)", "MESSAGES", "LABEL"], rows)
@@ -75,5 +75,5 @@ def cmd_resume(tui: TUIBase, argument: str) -> None:
     tui._jit.clear()
     tui._board.clear()
     tui._save_tui_state()
-    label = f": {_short(found.label, 60)}" if found.label else ""
-    tui._screen.say(f"Resumed session {found.id} ({_count(len(found.messages), 'message')}){label}.")
+    label = f": {short(found.label, 60)}" if found.label else ""
+    tui._screen.say(f"Resumed session {found.id} ({count(len(found.messages), 'message')}){label}.")

@@ -12,7 +12,7 @@ from teaagent.errors import ConfigError, TeaAgentError
 from teaagent.llm import LLMMessage, LLMRequest
 from teaagent.runner import DEFAULT_SYSTEM_PROMPT
 from teaagent.tui._base import TUIBase
-from teaagent.tui._common import RUN_LABEL, USAGE_COUNTERS, _count, _sentence, _Usage
+from teaagent.tui._common import RUN_LABEL, USAGE_COUNTERS, Usage, count, sentence
 from teaagent.tui._context import (
     COMPACT_KEEP_MESSAGES,
     COMPACT_MAX_TOKENS,
@@ -25,11 +25,11 @@ from teaagent.tui._context import (
 
 def cmd_cost(tui: TUIBase, _argument: str) -> None:
     say = tui._screen.say
-    total = _Usage()
+    total = Usage()
     for usage in tui._usage.values():
         total.cost_cents += usage.cost_cents
         total.runs += usage.runs
-    say(f"This session: {total.cost_cents:.4f} cents over {_count(total.runs, 'run')}.")
+    say(f"This session: {total.cost_cents:.4f} cents over {count(total.runs, 'run')}.")
     for label, usage in sorted(tui._usage.items()):
         say(f"  {label}: {usage.cost_cents:.4f} cents")
     try:
@@ -47,7 +47,7 @@ def cmd_cost(tui: TUIBase, _argument: str) -> None:
     today_cents = float(by_day.get(today, {}).get("cost_cents", 0.0))
     say(f"This workspace: {spent:.4f} cents in all, {today_cents:.4f} today (UTC).")
     for model_name, row in sorted(by_model.items()):
-        say(f"  {model_name}: {float(row['cost_cents']):.4f} cents over {_count(int(row['runs']), 'run')}")
+        say(f"  {model_name}: {float(row['cost_cents']):.4f} cents over {count(int(row['runs']), 'run')}")
 
 
 def cmd_usage(tui: TUIBase, _argument: str) -> None:
@@ -84,7 +84,7 @@ def cmd_context(tui: TUIBase, _argument: str) -> None:
     size = context_size(tui._session.messages, DEFAULT_SYSTEM_PROMPT, _tool_chars(tui), _window(tui))
     say = tui._screen.say
     say(
-        f"Session {tui._session.id[:12]}: {_count(size.messages, 'message')}; the next call "
+        f"Session {tui._session.id[:12]}: {count(size.messages, 'message')}; the next call "
         f"carries about {size.tokens} tokens of {tui._choice.label}'s {size.window} "
         f"({size.percent:.1f}%)."
     )
@@ -103,7 +103,7 @@ def cmd_context(tui: TUIBase, _argument: str) -> None:
 def cmd_compact(tui: TUIBase, argument: str) -> None:
     messages = list(tui._session.messages)
     if len(messages) <= COMPACT_KEEP_MESSAGES:
-        tui._screen.say(f"Nothing to compact: the session has {_count(len(messages), 'message')}.")
+        tui._screen.say(f"Nothing to compact: the session has {count(len(messages), 'message')}.")
         return
     older = messages[:-COMPACT_KEEP_MESSAGES]
     choice = tui._choice
@@ -124,7 +124,7 @@ def cmd_compact(tui: TUIBase, argument: str) -> None:
         response = asyncio.run(adapter.complete(request))
     except Exception as exc:  # the provider's error, as one sentence; the session is unchanged
         tui._screen.status(None)
-        tui._screen.say(f"The session was not compacted: {_sentence(exc)}", "red")
+        tui._screen.say(f"The session was not compacted: {sentence(exc)}", "red")
         return
     tui._screen.status(None)
     if not response.content.strip():
@@ -144,7 +144,7 @@ def cmd_compact(tui: TUIBase, argument: str) -> None:
             writer.finish("completed")
     except OSError as exc:
         tui._screen.say(f"The compaction's cost could not be recorded: {exc}", "yellow")
-    tui._usage.setdefault(choice.label, _Usage()).add(
+    tui._usage.setdefault(choice.label, Usage()).add(
         {
             "input_tokens": response.input_tokens,
             "output_tokens": response.output_tokens,
@@ -162,5 +162,5 @@ def cmd_compact(tui: TUIBase, argument: str) -> None:
         return
     after = context_size(tui._session.messages, "", 0, None).tokens
     tui._screen.say(
-        f"Compacted {_count(len(older), 'message')} into a summary: about {before} → {after} tokens."
+        f"Compacted {count(len(older), 'message')} into a summary: about {before} → {after} tokens."
     )

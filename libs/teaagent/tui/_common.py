@@ -23,7 +23,7 @@ __all__ = [
     "AdapterFactory",
 ]
 
-_log = logging.getLogger("teaagent.tui")
+log = logging.getLogger("teaagent.tui")
 
 AdapterFactory = Callable[[str, str], LLMAdapter]
 """Makes the adapter of one model: ``adapter_factory(provider, model)``."""
@@ -44,10 +44,10 @@ AGAIN_SECONDS: Final = 2.0  # a second Ctrl-C at the prompt within this leaves t
 SHOWN_CHARS: Final = 300  # of a tool's arguments or result on one line; the audit log has them whole
 RUN_LABEL: Final = "tui"
 
-_QUIT_HINT: Final = "Type /quit or press Ctrl-D to leave."
+QUIT_HINT: Final = "Type /quit or press Ctrl-D to leave."
 
 
-def _short(value: object, limit: int = SHOWN_CHARS) -> str:
+def short(value: object, limit: int = SHOWN_CHARS) -> str:
     if isinstance(value, str):
         text = value
     else:
@@ -59,16 +59,16 @@ def _short(value: object, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _count(number: int, noun: str) -> str:
+def count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
-def _sentence(error: BaseException) -> str:
+def sentence(error: BaseException) -> str:
     return str(error).strip() or type(error).__name__
 
 
 @dataclass(frozen=True)
-class _ModelChoice:
+class ModelChoice:
     provider: str
     model: str
     name: str | None = None  # the [models.NAME] table it comes from
@@ -83,7 +83,7 @@ USAGE_COUNTERS: Final = ("iterations", "tool_calls", "input_tokens", "output_tok
 
 
 @dataclass
-class _Usage:
+class Usage:
     """One model's runs in this session: how many, their counters (:data:`USAGE_COUNTERS`), their cost."""
 
     runs: int = 0
@@ -98,11 +98,11 @@ class _Usage:
 
 
 @dataclass
-class _Job:
+class Job:
     """One task running in its worker thread."""
 
     task: str
-    choice: _ModelChoice
+    choice: ModelChoice
     routed: bool
     adapter: LLMAdapter
     policy: ApprovalPolicy
@@ -118,7 +118,7 @@ class _Job:
 
 
 @dataclass
-class _Prompt:
+class Prompt:
     """A question from a worker thread that the UI thread puts to the user."""
 
     kind: str  # "approval" | "question"
@@ -128,7 +128,7 @@ class _Prompt:
 
 
 @dataclass
-class _Wait:
+class Wait:
     kind: str  # "model" | "tool"
     detail: str
     since: float

@@ -40,14 +40,14 @@ from teaagent.tui._common import (
     SUBAGENT_TOOL,
     TICK_SECONDS,
     TOOL_PROGRESS_AFTER_SECONDS,
-    _count,
-    _Job,
-    _ModelChoice,
-    _Prompt,
-    _sentence,
-    _short,
-    _Usage,
-    _Wait,
+    Job,
+    ModelChoice,
+    Prompt,
+    Usage,
+    Wait,
+    count,
+    sentence,
+    short,
 )
 from teaagent.tui._context import is_simple_turn
 from teaagent.tui._screen import visible
@@ -61,7 +61,7 @@ class RunsMixin(TUIBase):
 
     # -- models --------------------------------------------------------------------------------------
 
-    def _adapter(self, choice: _ModelChoice) -> LLMAdapter:
+    def _adapter(self, choice: ModelChoice) -> LLMAdapter:
         """The adapter of ``choice``, made once.
 
         Raises:
@@ -81,7 +81,7 @@ class RunsMixin(TUIBase):
         self._adapters[choice] = adapter
         return adapter
 
-    def _built_in_adapter(self, choice: _ModelChoice) -> LLMAdapter:
+    def _built_in_adapter(self, choice: ModelChoice) -> LLMAdapter:
         node = self.node
         environ: Mapping[str, str] | None = None
         base_url: str | None = None
@@ -107,11 +107,11 @@ class RunsMixin(TUIBase):
             choice.provider, choice.model, environ=environ, base_url=base_url, script_path=script
         )
 
-    def _price(self, choice: _ModelChoice) -> float:
+    def _price(self, choice: ModelChoice) -> float:
         price = price_for(choice.provider, choice.model)
         return price.input_per_1k + price.output_per_1k
 
-    def _cheaper_choice(self) -> _ModelChoice | None:
+    def _cheaper_choice(self) -> ModelChoice | None:
         """The cheapest configured model that is cheaper than the current one, if any."""
         if self.node is None:
             return None
@@ -120,7 +120,7 @@ class RunsMixin(TUIBase):
             candidates = [
                 (self._price(option), option.label, option)
                 for option in (
-                    _ModelChoice(settings.provider, settings.model, name)
+                    ModelChoice(settings.provider, settings.model, name)
                     for name, settings in self.node.models.items()
                 )
             ]
@@ -228,7 +228,7 @@ class RunsMixin(TUIBase):
         try:
             job = self._prepare(task)
         except (TeaAgentError, ValueError, OSError) as exc:
-            self._screen.say(f"The run cannot start: {_sentence(exc)}", "red")
+            self._screen.say(f"The run cannot start: {sentence(exc)}", "red")
             return None
         self._stop_wait.clear()
         self._job = job
@@ -242,11 +242,11 @@ class RunsMixin(TUIBase):
             self._waiting = None
             self._screen.status(None)
         if job.error is not None:
-            self._screen.say(f"The run could not finish: {_sentence(job.error)}", "red")
+            self._screen.say(f"The run could not finish: {sentence(job.error)}", "red")
         self._save_tui_state()
         return job.result
 
-    def _prepare(self, task: str) -> _Job:
+    def _prepare(self, task: str) -> Job:
         choice, routed = self._choice, False
         if self.route_model and is_simple_turn(task):
             cheaper = self._cheaper_choice()
@@ -270,7 +270,7 @@ class RunsMixin(TUIBase):
             label=RUN_LABEL,
             stream=self.stream,
         )
-        return _Job(
+        return Job(
             task=task,
             choice=choice,
             routed=routed,
@@ -281,7 +281,7 @@ class RunsMixin(TUIBase):
             runner=runner,
         )
 
-    def _work(self, job: _Job) -> None:
+    def _work(self, job: Job) -> None:
         try:
             job.result = job.runner.run(job.task)
         except BaseException as exc:  # reported by the UI thread; the REPL goes on
@@ -292,7 +292,7 @@ class RunsMixin(TUIBase):
             finally:
                 self._queue.put(("done", job))
 
-    def _pump(self, job: _Job) -> None:
+    def _pump(self, job: Job) -> None:
         """Draw what the run reports until it ends; Ctrl-C withdraws a quorum wait or cancels the run."""
         while True:
             try:
@@ -324,7 +324,7 @@ class RunsMixin(TUIBase):
             self._answer(item[1])
         self._last_line = time.monotonic()
 
-    def _interrupt(self, job: _Job) -> None:
+    def _interrupt(self, job: Job) -> None:
         call = self._board.current
         if call is not None:
             self._stop_wait.set()
@@ -425,13 +425,13 @@ class RunsMixin(TUIBase):
             if depth:
                 say(
                     f"{'  │ ' * (depth - 1)}  ↳ sub-task (run {str(data['run_id'])[-8:]}): "
-                    f"{_short(data['task'], 120)}",
+                    f"{short(data['task'], 120)}",
                     "magenta",
                 )
             elif self._job is not None and self._job.routed:
                 say(f"A simple turn: routed to {self._job.choice.label}, the cheaper model.", "dim")
         elif kind == "model_request":
-            self._waiting = _Wait("model", f"turn {data['iteration']}", time.monotonic())
+            self._waiting = Wait("model", f"turn {data['iteration']}", time.monotonic())
         elif kind == "model_delta":
             if depth == 0 and self.stream:
                 # The reply is arriving: no "thinking" line to redraw between its pieces.
@@ -450,8 +450,8 @@ class RunsMixin(TUIBase):
             elif content:
                 say(f"{pad}{visible(content)}")
         elif kind == "tool_call":
-            self._waiting = _Wait("tool", str(data["tool_name"]), time.monotonic())
-            say(f"{pad}→ {visible(str(data['tool_name']))} {_short(data['arguments'])}", "cyan")
+            self._waiting = Wait("tool", str(data["tool_name"]), time.monotonic())
+            say(f"{pad}→ {visible(str(data['tool_name']))} {short(data['arguments'])}", "cyan")
         elif kind == "approval_waiting":
             self._waiting = None
             if data.get("via") == "quorum":
@@ -470,7 +470,7 @@ class RunsMixin(TUIBase):
                 )
             else:
                 say(f"{pad}✓ {data['tool_name']} approved ({data.get('answer', data.get('via'))})", "green")
-            self._waiting = _Wait("tool", str(data["tool_name"]), time.monotonic())
+            self._waiting = Wait("tool", str(data["tool_name"]), time.monotonic())
         elif kind == "approval_denied":
             self._waiting = None
             self._board.denied(str(data["call_id"]), str(data["reason"]))
@@ -481,9 +481,9 @@ class RunsMixin(TUIBase):
             self._screen.status(None)
             name = visible(str(data["tool_name"]))
             if data["ok"]:
-                say(f"{pad}← {name} {_short(data['result'])}", "green")
+                say(f"{pad}← {name} {short(data['result'])}", "green")
             else:
-                say(f"{pad}← {name} failed: {_short(data['error'])}", "red")
+                say(f"{pad}← {name} failed: {short(data['error'])}", "red")
         elif kind == "run_finished":
             self._waiting = None
             self._screen.status(None)
@@ -492,12 +492,12 @@ class RunsMixin(TUIBase):
     def _finished(self, data: Mapping[str, Any], depth: int) -> None:
         job = self._job
         choice = job.choice if job is not None else self._choice
-        self._usage.setdefault(choice.label, _Usage()).add(data)
+        self._usage.setdefault(choice.label, Usage()).add(data)
         status = str(data["status"])
         style = "green" if status == "completed" else "red"
         counts = (
-            f"{status} · {_count(int(data['iterations']), 'turn')} · "
-            f"{_count(int(data['tool_calls']), 'tool call')} · {float(data['cost_cents']):.4f} cents"
+            f"{status} · {count(int(data['iterations']), 'turn')} · "
+            f"{count(int(data['tool_calls']), 'tool call')} · {float(data['cost_cents']):.4f} cents"
         )
         if depth:
             self._screen.say(f"{'  │ ' * (depth - 1)}  ↳ sub-task {counts}", style)
@@ -509,7 +509,7 @@ class RunsMixin(TUIBase):
 
     # -- asking the user, from the run's threads -----------------------------------------------------
 
-    def _put_to_user(self, prompt: _Prompt) -> Any:
+    def _put_to_user(self, prompt: Prompt) -> Any:
         """Hand ``prompt`` to the UI thread and wait for its answer (in a run's thread).
 
         A Ctrl-C that cancels the run answers no at once, even if it struck just as the prompt
@@ -523,14 +523,14 @@ class RunsMixin(TUIBase):
         return prompt.answer
 
     def _prompter(self, request: PromptRequest) -> PromptAnswer:
-        answer: PromptAnswer = self._put_to_user(_Prompt("approval", request, PromptAnswer.DENY))
+        answer: PromptAnswer = self._put_to_user(Prompt("approval", request, PromptAnswer.DENY))
         return answer
 
     def _ask(self, question: Question) -> str | None:
-        answer: str | None = self._put_to_user(_Prompt("question", question, None))
+        answer: str | None = self._put_to_user(Prompt("question", question, None))
         return answer
 
-    def _answer(self, prompt: _Prompt) -> None:
+    def _answer(self, prompt: Prompt) -> None:
         """Put a worker's question to the user; Ctrl-C or the end of input answers no."""
         assert self._reader is not None
         self._screen.status(None)
@@ -553,11 +553,11 @@ class RunsMixin(TUIBase):
         assert self._reader is not None
         what = "destructive" if request.annotations.get("destructive") else "not read-only"
         self._screen.say(
-            f"⚠ {visible(request.tool_name)} {_short(request.arguments)} is {what}: it needs your approval.",
+            f"⚠ {visible(request.tool_name)} {short(request.arguments)} is {what}: it needs your approval.",
             "bold yellow",
         )
         if request.reason:
-            self._screen.say(f"  reason: {_short(request.reason)}")
+            self._screen.say(f"  reason: {short(request.reason)}")
         text = self._reader.read(
             "  allow it? [o]nce, for the [s]ession, or [d]eny (default): ", remember=False
         )

@@ -39,18 +39,18 @@ from teaagent.tui import _commands
 from teaagent.tui._cmd_model import model_names
 from teaagent.tui._commands import COMMANDS, Command
 from teaagent.tui._common import (
-    _QUIT_HINT,
     AGAIN_SECONDS,
     AUDIT_FILE,
     HISTORY_FILE,
+    QUIT_HINT,
     SUBAGENT_TOOL,
     AdapterFactory,
-    _count,
-    _Job,
-    _log,
-    _ModelChoice,
-    _Usage,
-    _Wait,
+    Job,
+    ModelChoice,
+    Usage,
+    Wait,
+    count,
+    log,
 )
 from teaagent.tui._quorum import QuorumBoard
 from teaagent.tui._runs import RunsMixin
@@ -219,11 +219,11 @@ class TeaAgentTUI(RunsMixin):
         self._session_note = how
         self._jit = JITApprovalState()
         self._board = QuorumBoard()
-        self._usage: dict[str, _Usage] = {}
+        self._usage: dict[str, Usage] = {}
         # Runs.
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._stop_wait = threading.Event()
-        self._adapters: dict[_ModelChoice, LLMAdapter] = {}
+        self._adapters: dict[ModelChoice, LLMAdapter] = {}
         self._base_registry: ToolRegistry | None = None
         self._registry: ToolRegistry | None = None
         self._gate: QuorumGate | None = None
@@ -236,8 +236,8 @@ class TeaAgentTUI(RunsMixin):
                 stop=self._stop_wait,
             )
         self._waits: dict[str, WaitProgress] = {}  # the last view of each quorum wait shown
-        self._job: _Job | None = None
-        self._waiting: _Wait | None = None
+        self._job: Job | None = None
+        self._waiting: Wait | None = None
         self._streamed = False
         self._last_line = time.monotonic()
         self._last_interrupt = 0.0
@@ -313,7 +313,7 @@ class TeaAgentTUI(RunsMixin):
             self._say_safely("Interrupted.")
             return 130
         except Exception as exc:  # the last resort: one sentence, never a traceback on the screen
-            _log.exception("the TUI failed")
+            log.exception("the TUI failed")
             self._say_safely(f"The TUI failed: {type(exc).__name__}: {exc}")
             return 1
         finally:
@@ -324,13 +324,13 @@ class TeaAgentTUI(RunsMixin):
             self._screen.status(None)
             self._screen.say(text, "red")
         except Exception:  # the screen itself is what failed: nothing more can be said
-            _log.exception("the TUI could not say %r", text)
+            log.exception("the TUI could not say %r", text)
 
     def _screen_off(self) -> None:
         try:
             self._screen.status(None)
         except Exception:
-            _log.exception("the status line could not be cleared")
+            log.exception("the status line could not be cleared")
 
     def _make_reader(self) -> LineReader:
         if self._input_fn is input and sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty():
@@ -382,7 +382,7 @@ class TeaAgentTUI(RunsMixin):
                     self._quit = True
                     return None
                 self._last_interrupt = now
-                self._screen.say(f"(Ctrl-C again to leave.) {_QUIT_HINT}", "dim")
+                self._screen.say(f"(Ctrl-C again to leave.) {QUIT_HINT}", "dim")
                 continue
             return line
 
@@ -408,7 +408,7 @@ class TeaAgentTUI(RunsMixin):
             self._screen.status(None)
             self._screen.say("Interrupted.", "yellow")
         except Exception as exc:
-            _log.exception("handling %r failed", line)
+            log.exception("handling %r failed", line)
             self._screen.status(None)
             self._screen.say(f"That failed: {type(exc).__name__}: {exc}", "red")
 
@@ -446,21 +446,19 @@ class TeaAgentTUI(RunsMixin):
         except OSError as exc:
             self._screen.say(f"The TUI's state could not be saved in {self.state_path}: {exc}", "yellow")
 
-    def _initial_choice(
-        self, provider: str | None, model: str | None, state: TUIState | None
-    ) -> _ModelChoice:
+    def _initial_choice(self, provider: str | None, model: str | None, state: TUIState | None) -> ModelChoice:
         node = self.node
         if provider is None and model is None and state is not None and state.provider in PROVIDER_CONFIGS:
             assert state.provider is not None
             name = state.model_name if node is not None and state.model_name in node.models else None
-            return _ModelChoice(
+            return ModelChoice(
                 state.provider, state.model or PROVIDER_CONFIGS[state.provider].default_model, name
             )
         if provider is None:
             provider = node.agent.provider if node is not None else "scripted"
         if model is None and node is not None and provider == node.agent.provider and node.agent.model:
             model = node.agent.model
-        return _ModelChoice(provider, model or PROVIDER_CONFIGS[provider].default_model)
+        return ModelChoice(provider, model or PROVIDER_CONFIGS[provider].default_model)
 
     def _open_session(self, session_id: str | None) -> tuple[ChatSession, str]:
         if session_id is None:
@@ -472,7 +470,7 @@ class TeaAgentTUI(RunsMixin):
             return new_session(), "new"
         if found is None:
             return new_session(session_id=session_id), "new"
-        return found, f"resumed, {_count(len(found.messages), 'message')}"
+        return found, f"resumed, {count(len(found.messages), 'message')}"
 
     # -- commands ------------------------------------------------------------------------------------
 
