@@ -51,7 +51,7 @@ from starlette.routing import Route
 from web_support import fingerprint_of, ssh_keygen_sign
 
 from teaagent.approver_client import ApproverClient
-from teaagent.cli import _approvals
+from teaagent.cli import _operator_keys
 from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.errors import RelayError
@@ -513,8 +513,8 @@ def test_a_passphrase_is_asked_once_without_echo(
         prompts.append(prompt)
         return PASSPHRASE
 
-    monkeypatch.setattr(_approvals, "_terminal_available", lambda: True)
-    monkeypatch.setattr(_approvals.getpass, "getpass", getpass)
+    monkeypatch.setattr(_operator_keys, "_terminal_available", lambda: True)
+    monkeypatch.setattr(_operator_keys.getpass, "getpass", getpass)
     code, out, err = cli(
         capsys,
         "approve",
@@ -535,8 +535,8 @@ def test_a_wrong_passphrase_is_a_usage_error(
     cluster: Cluster, approver: Approver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     request = approver.deliver(cluster.request())
-    monkeypatch.setattr(_approvals, "_terminal_available", lambda: True)
-    monkeypatch.setattr(_approvals.getpass, "getpass", lambda prompt: "wrong")
+    monkeypatch.setattr(_operator_keys, "_terminal_available", lambda: True)
+    monkeypatch.setattr(_operator_keys.getpass, "getpass", lambda prompt: "wrong")
 
     code, _, err = cli(
         capsys,
@@ -1398,12 +1398,8 @@ def test_watch_on_a_terminal_shows_a_live_table_and_takes_keystrokes(
 
 
 @contextlib.contextmanager
-def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]]:
-    """An HTTP server on a free port with ``routes``, in a thread; yields a configuration that names it.
-
-    The real approver never answers like these; only a stand-in can show what the command does then.
-    """
-    port = free_port()
+def serving(port: int, *routes: Route) -> Iterator[list[str]]:
+    """An HTTP server on ``port`` with ``routes``, in a thread; yields the calls it received."""
     calls: list[str] = []
 
     async def record(scope: Any, receive: Any, send: Any) -> None:
@@ -1423,10 +1419,21 @@ def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]
         assert time.monotonic() < deadline, "the stand-in did not start in time"
         time.sleep(0.01)
     try:
-        yield config_with_approver_port(cluster, port), calls
+        yield calls
     finally:
         server.should_exit = True
         thread.join(timeout=DEADLINE)
+
+
+@contextlib.contextmanager
+def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on a free port with ``routes``, in a thread; yields a configuration that names it.
+
+    The real approver never answers like these; only a stand-in can show what the command does then.
+    """
+    port = free_port()
+    with serving(port, *routes) as calls:
+        yield config_with_approver_port(cluster, port), calls
 
 
 def item_json(request: dict[str, Any]) -> dict[str, Any]:

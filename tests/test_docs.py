@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from docs_examples import CREATED_AT, examples, key
 
-from teaagent.config import _load
+from teaagent.config import _agent_tables, _load, _peer_tables, _service_tables
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import verify_certificate
 
@@ -166,15 +166,15 @@ def test_the_configuration_reference_names_every_key_the_loader_takes() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     tables = {
         "": _load.ROOT_KEYS,
-        "agent.": _load.AGENT_KEYS,
-        "quorum.": _load.QUORUM_KEYS,
-        "peers.NAME.": _load.PEER_KEYS,
-        "approver.": _load.APPROVER_KEYS,
-        "approver.notify.": _load.NOTIFY_KEYS,
-        "approver.rules[].": _load.RULE_KEYS,
-        "agent.rate_limits.TOOL.": _load.RATE_LIMIT_KEYS,
-        "models.NAME.": _load.MODEL_KEYS,
-        "tls.": _load.TLS_KEYS,
+        "agent.": _agent_tables.AGENT_KEYS,
+        "quorum.": _peer_tables.QUORUM_KEYS,
+        "peers.NAME.": _peer_tables.PEER_KEYS,
+        "approver.": _service_tables.APPROVER_KEYS,
+        "approver.notify.": _service_tables.NOTIFY_KEYS,
+        "approver.rules[].": _service_tables.RULE_KEYS,
+        "agent.rate_limits.TOOL.": _agent_tables.RATE_LIMIT_KEYS,
+        "models.NAME.": _agent_tables.MODEL_KEYS,
+        "tls.": _service_tables.TLS_KEYS,
     }
     missing = [
         prefix + name for prefix, keys in tables.items() for name in keys if f"`{prefix}{name}`" not in text

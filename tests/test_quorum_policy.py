@@ -217,7 +217,7 @@ def test_the_asking_sides_wait_shows_the_terms() -> None:
 
 def test_approvals_show_names_the_rule_its_terms_and_the_term_this_node_counts_toward() -> None:
     from teaagent.approver_client import ApprovalItem
-    from teaagent.cli._approvals import show_lines
+    from teaagent.cli._inbox import show_lines
 
     doc = request("git.push")
     item = ApprovalItem.from_json(

@@ -75,7 +75,7 @@ def test_the_policy_shown_is_the_verified_requests_rule_terms_and_this_nodes_ter
 
 
 def test_approvals_watch_announces_the_rule_its_terms_and_this_nodes_term() -> None:
-    from teaagent.cli._approvals import Watch
+    from teaagent.cli._approvals_watch import Watch
 
     doc, signature = push()
     node: Any = SimpleNamespace(agent_id="epsilon")

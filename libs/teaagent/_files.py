@@ -1,13 +1,17 @@
-"""Small file primitives the library's state files share: atomic replacement and folder syncs."""
+"""Small file primitives the library's files share: atomic replacement, folder syncs, a bounded read."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["atomic_write", "sync_folder"]
+from teaagent.errors import ConfigError
+
+__all__ = ["FileSentences", "atomic_write", "read_limited", "sync_folder"]
 
 
 def sync_folder(folder: str | os.PathLike[str]) -> None:
@@ -47,3 +51,50 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
             os.unlink(temp_name)
         raise
     sync_folder(folder)
+
+
+@dataclass(frozen=True)
+class FileSentences:
+    """What a bounded read says when the file is missing, a folder, unreadable or too large.
+
+    ``unreadable`` makes its sentence of the operating system's words; a folder is unreadable too
+    unless ``folder`` says otherwise.
+    """
+
+    missing: str
+    unreadable: Callable[[str], str]
+    too_large: str
+    folder: str | None = None
+
+    @classmethod
+    def of(cls, subject: str, limit: int, *, folder: str | None = None) -> FileSentences:
+        """The sentences ``SUBJECT does not exist.``, ``SUBJECT cannot be read: WHY.`` and
+        ``SUBJECT is larger than LIMIT bytes.``
+        """
+        return cls(
+            missing=f"{subject} does not exist.",
+            unreadable=lambda reason: f"{subject} cannot be read: {reason}.",
+            too_large=f"{subject} is larger than {limit} bytes.",
+            folder=folder,
+        )
+
+
+def read_limited(path: str | os.PathLike[str], limit: int, sentences: FileSentences) -> bytes:
+    """Read a whole file of at most ``limit`` bytes, without ever reading more than one byte past it.
+
+    Raises:
+        ConfigError: The file is missing, a folder, unreadable or larger than ``limit``, in
+            ``sentences``' words.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise ConfigError(sentences.missing) from None
+    except OSError as exc:
+        if isinstance(exc, IsADirectoryError) and sentences.folder is not None:
+            raise ConfigError(sentences.folder) from None
+        raise ConfigError(sentences.unreadable(str(exc.strerror or exc))) from None
+    if len(data) > limit:
+        raise ConfigError(sentences.too_large)
+    return data

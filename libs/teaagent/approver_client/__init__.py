@@ -10,7 +10,9 @@ every failure is a :class:`~teaagent.errors.RelayError` with the approver's stat
 :func:`resolve_request` is how every operator's command turns a typed id into a request: the full
 id, or a prefix unique among every request the command has seen; :class:`Expected` (what the
 operator was shown) goes with the decision, and the approver signs nothing for a request that
-differs from it.
+differs from it. :func:`decide` is an operator's decision, :func:`check_before_signing` the check of a
+statement before an operator's own key signs it, and :func:`unconfirmed` the comparison of what is
+signed with what the operator confirmed, which the approver makes too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from teaagent.approver_client._models import (
     StatementToSign,
     signed_by,
 )
+from teaagent.approver_client._operator import check_before_signing, decide, node_approver, unconfirmed
 from teaagent.approver_client._resolve import MIN_PREFIX_CHARS, REQUEST_ID_CHARS, resolve_request
 from teaagent.errors import RelayError
 
@@ -49,6 +52,10 @@ __all__ = [
     "RelayError",
     "Settled",
     "StatementToSign",
+    "check_before_signing",
+    "decide",
+    "node_approver",
     "resolve_request",
     "signed_by",
+    "unconfirmed",
 ]

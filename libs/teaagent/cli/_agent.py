@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from teaagent.cli._options import AccessLogOption, ConfigOption, LogLevelOption, created_service
 from teaagent.cli._serve import serve_app
 
 app = typer.Typer(help="The node's agent service: runs over HTTP, streamed.", no_args_is_help=True)
@@ -14,18 +14,13 @@ app = typer.Typer(help="The node's agent service: runs over HTTP, streamed.", no
 
 @app.command("serve")
 def serve(
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
-    ] = None,
+    config: ConfigOption = None,
     host: Annotated[
         str | None, typer.Option(help="Address to listen on (default: [agent] host, loopback).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (default: [agent] port).")] = None,
-    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
-    access_log: Annotated[
-        bool, typer.Option(help="Log one line per HTTP call (off by default: long-polls make many).")
-    ] = False,
+    log_level: LogLevelOption = "info",
+    access_log: AccessLogOption = False,
 ) -> None:
     """Serve the agent of the node in CONFIG on [agent] port, one worker, until interrupted.
 
@@ -34,11 +29,9 @@ def serve(
     result) and exits 0.
     """
     # The command line is the one place the library starts a service; the import stays here.
-    from teaagent_agent import Settings, create_app
+    import teaagent_agent
 
-    settings = Settings(config=str(config)) if config is not None else Settings()
-    application = create_app(settings)
-    node = application.state.config
+    application, node = created_service(teaagent_agent, config)
     serve_app(
         application,
         host=host or node.agent.host,

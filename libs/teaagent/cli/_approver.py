@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from teaagent.cli._options import AccessLogOption, ConfigOption, LogLevelOption, created_service
 from teaagent.cli._serve import serve_app, wait_for_store
 
 app = typer.Typer(
@@ -17,16 +17,11 @@ app = typer.Typer(
 
 @app.command("serve")
 def serve(
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
-    ] = None,
+    config: ConfigOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int | None, typer.Option(help="Port to listen on (default: [approver] port).")] = None,
-    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
-    access_log: Annotated[
-        bool, typer.Option(help="Log one line per HTTP call (off by default: long-polls make many).")
-    ] = False,
+    log_level: LogLevelOption = "info",
+    access_log: AccessLogOption = False,
 ) -> None:
     """Serve the approver of the node in CONFIG on [approver] port, one worker, until interrupted.
 
@@ -34,11 +29,9 @@ def serve(
     use exits 2 with one sentence; SIGTERM or Ctrl-C stops the engine and exits 0.
     """
     # The command line is the one place the library starts a service; the import stays here.
-    from teaagent_approver import Settings, create_app
+    import teaagent_approver
 
-    settings = Settings(config=str(config)) if config is not None else Settings()
-    application = create_app(settings)
-    node = application.state.config
+    application, node = created_service(teaagent_approver, config)
     what = f"the approver of {node.agent_id}"
     serve_app(
         application,

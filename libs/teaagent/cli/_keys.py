@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from teaagent.cli._options import ConfigOption
 from teaagent.config import load_config
 from teaagent.signing import parse_public_key
 
@@ -18,9 +18,7 @@ _COLUMNS = ("agent_id", "role", "key_type", "fingerprint")
 
 @app.command("fingerprint")
 def fingerprint(
-    config: Annotated[
-        Path | None, typer.Option("--config", help="The node configuration; $TEAAGENT_CONFIG when omitted.")
-    ] = None,
+    config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
 ) -> None:
     """Print the SHA256 fingerprint of this node's key and of every configured peer's key.

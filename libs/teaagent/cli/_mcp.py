@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 
 from teaagent.cli._exit import bad_usage
+from teaagent.cli._options import ConfigOption
 from teaagent.cli._serve import serve_app
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import WorkspaceLockConflictError
@@ -38,7 +38,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
 _HTTP_HELP = f"Serve streamable HTTP on this port (at {MCP_PATH}, behind the node's token) instead of stdio."
 
 
@@ -64,7 +63,7 @@ def _serve(
 
 @app.command("serve")
 def serve(
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     http: Annotated[int | None, typer.Option("--http", metavar="PORT", help=_HTTP_HELP)] = None,
     host: Annotated[str, typer.Option(help="The address --http listens on.")] = "127.0.0.1",
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "warning",
@@ -100,7 +99,7 @@ def serve(
 
 @app.command("gateway")
 def gateway(
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     http: Annotated[int | None, typer.Option("--http", metavar="PORT", help=_HTTP_HELP)] = None,
     host: Annotated[str, typer.Option(help="The address --http listens on.")] = "127.0.0.1",
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "warning",

@@ -25,6 +25,7 @@ from tomlkit.items import Table
 from teaagent._files import atomic_write
 from teaagent._words import needed_from
 from teaagent.cli._exit import bad_usage
+from teaagent.cli._options import ConfigOption
 from teaagent.config import CONFIG_ENV_VAR, NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.policy import AGENT_ID_PATTERN, PermissionMode
@@ -195,10 +196,7 @@ def add(
         str | None,
         typer.Argument(help="Its relay's URL, https:// across hosts (with --replace: kept when omitted)."),
     ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
-    ] = None,
+    config: ConfigOption = None,
     replace: Annotated[
         bool, typer.Option("--replace", help="Give an existing peer this key and URL.")
     ] = False,
@@ -348,10 +346,7 @@ def _names(text: str) -> set[str]:
 @operators_app.command("add")
 def add_operator(
     key: Annotated[str, typer.Argument(help="The operator's public key: a line, or a .pub file.")],
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
-    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Let the operator's KEY sign for this node: a line of [approver] operators (made if missing)."""
     path = _config_path(config)

@@ -8,7 +8,9 @@ from typing import Annotated, Any, Final
 
 import typer
 
+from teaagent._files import FileSentences, read_limited
 from teaagent.cli._exit import bad_usage
+from teaagent.cli._options import ConfigOption
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, QuorumError, SignatureError
 from teaagent.quorum import policy_mismatch, request_problem, verify_certificate, verify_request_signature
@@ -21,15 +23,8 @@ MAX_CERTIFICATE_BYTES: Final = 4 * 1024 * 1024  # a request and a few signatures
 
 
 def _read_certificate(path: Path) -> Any:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CERTIFICATE_BYTES + 1)
-    except FileNotFoundError:
-        bad_usage(f"{path}: the certificate file does not exist.")
-    except OSError as exc:
-        bad_usage(f"{path}: the certificate file cannot be read: {exc.strerror or exc}.")
-    if len(raw) > MAX_CERTIFICATE_BYTES:
-        bad_usage(f"{path}: the certificate file is larger than {MAX_CERTIFICATE_BYTES} bytes.")
+    sentences = FileSentences.of(f"{path}: the certificate file", MAX_CERTIFICATE_BYTES)
+    raw = read_limited(path, MAX_CERTIFICATE_BYTES, sentences)
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -87,9 +82,7 @@ def _verifier_config(node: NodeConfig, origin: object) -> MultiSigQuorumConfig:
 @app.command("verify")
 def verify(
     certificate: Annotated[Path, typer.Argument(metavar="CERT.json", help="The quorum certificate (JSON).")],
-    config: Annotated[
-        Path | None, typer.Option("--config", help="The node configuration; $TEAAGENT_CONFIG when omitted.")
-    ] = None,
+    config: ConfigOption = None,
     origin_key: Annotated[
         str | None,
         typer.Option(

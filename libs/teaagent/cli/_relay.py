@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
 import typer
 
+from teaagent.cli._options import AccessLogOption, ConfigOption, LogLevelOption, created_service
 from teaagent.cli._serve import serve_app, wait_for_store
 
 app = typer.Typer(help="The node's relay: its mailbox between peers.", no_args_is_help=True)
@@ -15,18 +15,13 @@ app = typer.Typer(help="The node's relay: its mailbox between peers.", no_args_i
 
 @app.command("serve")
 def serve(
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="The node configuration file (default: $TEAAGENT_CONFIG)."),
-    ] = None,
+    config: ConfigOption = None,
     host: Annotated[
         str | None, typer.Option(help="Address to listen on (default: relay_url's host).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (default: relay_url's port).")] = None,
-    log_level: Annotated[str, typer.Option(help="critical, error, warning, info or debug.")] = "info",
-    access_log: Annotated[
-        bool, typer.Option(help="Log one line per HTTP call (off by default: long-polls make many).")
-    ] = False,
+    log_level: LogLevelOption = "info",
+    access_log: AccessLogOption = False,
 ) -> None:
     """Serve the relay of the node in CONFIG on its relay_url, one worker, until interrupted.
 
@@ -35,11 +30,9 @@ def serve(
     long-polls in flight and exits 0.
     """
     # The command line is the one place the library starts a service; the import stays here.
-    from teaagent_relay import Settings, create_app
+    import teaagent_relay
 
-    settings = Settings(config=str(config)) if config is not None else Settings()
-    application = create_app(settings)
-    node = application.state.config
+    application, node = created_service(teaagent_relay, config)
     url = urlsplit(node.relay_url)
     what = f"the relay of {node.agent_id}"
     serve_app(

@@ -17,7 +17,6 @@ import secrets
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -26,24 +25,23 @@ from rich.markup import escape
 from rich.status import Status
 
 from teaagent._words import needed_from, span
-from teaagent.audit import AuditLogger
 from teaagent.budget import (
     DEFAULT_MAX_ESTIMATED_COST_CENTS,
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_MAX_TOOL_CALLS,
     RunBudget,
 )
+from teaagent.cli._options import ConfigOption, ScriptOption
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, MissingAPIKeyError
 from teaagent.llm import LLMAdapter
 from teaagent.policy import PromptAnswer, Prompter, PromptRequest
-from teaagent.runner import AgentRunner, AskCallback, Question, RunEvent, RunResult
-from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate
+from teaagent.runner import AskCallback, Question, RunEvent, RunResult
+from teaagent.runner._node import for_node, node_quorum_gate
 
 EXIT_BY_STATUS = {"completed": 0, "approval_denied": 3}
 EXIT_OTHER = 1
 MAX_SHOWN_CHARS = 400  # of a tool's arguments or result on one line; the audit log has the rest
-_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
 
 
 def _short(value: object) -> str:
@@ -245,7 +243,7 @@ def _session(node: NodeConfig, session_id: str | None, task: str) -> tuple[Any, 
 
 def run(
     task: Annotated[str, typer.Argument(help="What the agent should do.")],
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     provider: Annotated[
         str | None,
         typer.Option("--provider", help="The LLM provider; the configuration's [agent] provider by default."),
@@ -253,14 +251,7 @@ def run(
     model: Annotated[
         str | None, typer.Option("--model", help="The model; [agent] model, else the provider's default.")
     ] = None,
-    script: Annotated[
-        str | None,
-        typer.Option(
-            "--script",
-            help="What the scripted provider plays: a bundled script (demo, quorum, denied, question) "
-            "or a JSON file; [agent] script by default.",
-        ),
-    ] = None,
+    script: ScriptOption = None,
     max_iterations: Annotated[
         int, typer.Option("--max-iterations", help="Model turns allowed.")
     ] = DEFAULT_MAX_ITERATIONS,
@@ -304,29 +295,24 @@ def run(
     quorum_gate = node_quorum_gate(
         node, on_progress=display.note, on_wait=QuorumWatch(display.note), stop=stop
     )
-    policy = node_policy(node, prompter=terminal_prompter(console), quorum_gate=quorum_gate)
     store, session = _session(node, session_id, task)
-    run_id = secrets.token_hex(16)
-    audit = AuditLogger(node_audit_path(node), run_id=run_id)
-    if audit.disk_error is not None:
-        raise ConfigError(f"The audit log {audit.path} cannot be written: {audit.disk_error}.")
+    runner = for_node(
+        node,
+        run_id=secrets.token_hex(16),
+        registry=registry,
+        prompter=terminal_prompter(console),
+        quorum_gate=quorum_gate,
+        adapter=adapter,
+        budget=budget,
+        provider=chosen,
+        model=model,
+        event_sink=display,
+        ask=terminal_ask(console),
+        session_store=store,
+        session=session,
+        label=label,
+    )
     try:
-        runner = AgentRunner(
-            adapter=adapter,
-            registry=registry,
-            policy=policy,
-            audit=audit,
-            budget=budget,
-            run_id=run_id,
-            provider=chosen,
-            model=model,
-            root=node.workspace,
-            event_sink=display,
-            ask=terminal_ask(console),
-            session_store=store,
-            session=session,
-            label=label,
-        )
         started = time.monotonic()
         with stop_on_ctrl_c(stop):
             result = runner.run(task)
@@ -336,7 +322,7 @@ def run(
         raise
     finally:
         display._stop()
-        audit.close()
+        runner.audit.close()
     if as_json:
         typer.echo(json.dumps(result_to_dict(result, time.monotonic() - started), ensure_ascii=False))
     if result.status != "completed":

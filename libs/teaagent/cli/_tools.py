@@ -23,19 +23,17 @@ from typing import Annotated, Any
 import typer
 
 from teaagent._files import atomic_write
-from teaagent.audit import AuditLogger
+from teaagent.cli._options import ConfigOption
 from teaagent.config import load_config
 from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
 from teaagent.policy import QuorumGate
-from teaagent.runner._gate import ToolGate
-from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate, node_registry
+from teaagent.runner._node import node_gate, node_quorum_gate, node_registry
 from teaagent.tools import ToolRegistry
 from teaagent.trust import MultiSigQuorumConfig
 
 app = typer.Typer(no_args_is_help=True, help="List the node's tools, or call one through the policy gate.")
 
 MAX_ARGUMENTS_CHARS = 1024 * 1024  # a tool call's arguments, not a file upload
-_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
 _COLUMNS = ("name", "tier", "read_only", "destructive", "high_risk")
 
 
@@ -59,7 +57,7 @@ def _tool_rows(registry: ToolRegistry, quorum: MultiSigQuorumConfig) -> list[dic
 
 @app.command("list")
 def list_tools(
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
 ) -> None:
     """List the tools with their security tier, behaviour, and whether a call needs the peers' quorum."""
@@ -154,7 +152,7 @@ def _progress(line: str) -> None:
 def call_tool(
     tool: Annotated[str, typer.Argument(help="The tool's name, such as fs.read.")],
     arguments: Annotated[str, typer.Argument(help="Its arguments as one JSON object.")] = "{}",
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     reason: Annotated[str, typer.Option("--reason", help="Why the call is made; shown to approvers.")] = "",
     certificate_out: Annotated[
         Path | None,
@@ -182,14 +180,10 @@ def call_tool(
 
     quorum_gate = node_quorum_gate(node, on_progress=_progress, on_wait=QuorumWatch(_progress))
     kept = _KeptCertificate(quorum_gate) if quorum_gate is not None else None
-    policy = node_policy(node, prompter=terminal_prompter(), quorum_gate=kept or quorum_gate)
     run_id = f"cli-{secrets.token_hex(8)}"
-    audit = AuditLogger(node_audit_path(node), run_id=run_id)
-    if audit.disk_error is not None:
-        # Fail closed: a call that cannot be put on record is not made.
-        audit.close()
-        raise ConfigError(f"The audit log {audit.path} cannot be written: {audit.disk_error}.")
-    gate = ToolGate(registry=registry, policy=policy, audit=audit, run_id=run_id)
+    gate = node_gate(
+        node, run_id=run_id, registry=registry, prompter=terminal_prompter(), quorum_gate=kept or quorum_gate
+    )
     try:
         result = gate.call(tool, parsed, call_id=f"{run_id}-1", reason=reason or "teaagent tools call")
     except ToolError as exc:
@@ -206,7 +200,7 @@ def call_tool(
         _keep(certificate_out, kept)
         raise _Failed(f"{tool} failed: {type(exc).__name__}: {exc}") from None
     finally:
-        audit.close()
+        gate.audit.close()
     typer.echo(json.dumps(result, ensure_ascii=False))
     _keep(certificate_out, kept)
 

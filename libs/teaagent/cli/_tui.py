@@ -17,11 +17,9 @@ from typing import Annotated
 import typer
 
 from teaagent.cli._exit import bad_usage
+from teaagent.cli._options import ConfigOption, ScriptOption
 from teaagent.config import load_config
 from teaagent.policy import PermissionMode
-from teaagent.signing import Signer
-
-_CONFIG_HELP = "The node configuration; $TEAAGENT_CONFIG when omitted."
 
 
 def _on_terminal() -> bool:
@@ -29,7 +27,7 @@ def _on_terminal() -> bool:
 
 
 def tui(
-    config: Annotated[Path | None, typer.Option("--config", help=_CONFIG_HELP)] = None,
+    config: ConfigOption = None,
     provider: Annotated[
         str | None, typer.Option("--provider", help="The LLM provider; the saved one, else [agent] provider.")
     ] = None,
@@ -75,14 +73,7 @@ def tui(
     heartbeat: Annotated[
         int, typer.Option("--heartbeat", min=0, help="A line every N seconds of a long wait; 0 for none.")
     ] = 0,
-    script: Annotated[
-        str | None,
-        typer.Option(
-            "--script",
-            help="What the scripted provider plays: a bundled script (demo, quorum, denied, question) "
-            "or a JSON file; [agent] script by default.",
-        ),
-    ] = None,
+    script: ScriptOption = None,
     key: Annotated[
         Path | None,
         typer.Option("--key", readable=False, help="Sign /approve and /deny with this operator key."),
@@ -95,7 +86,7 @@ def tui(
     ] = None,
 ) -> None:
     """Work with the node's agent in a REPL: tasks, /commands, quorum waits in view, the peers' inbox."""
-    from teaagent.cli._approvals import agent_signer, key_file_signer
+    from teaagent.cli._operator_keys import local_signer
     from teaagent.tui import MEMORY, TeaAgentTUI, load_state
 
     node = load_config(config)
@@ -106,15 +97,7 @@ def tui(
         except ValueError:
             known = ", ".join(mode.value for mode in PermissionMode)
             bad_usage(f"--permission is one of {known}, not {permission!r}.")
-    if key is not None and agent:
-        bad_usage("--key and --agent are two ways to sign; give one of them.")
-    if key_id is not None and not agent:
-        bad_usage("--key-id chooses a key held by ssh-agent; give it with --agent.")
-    signer: Signer | None = None
-    if key is not None:
-        signer = key_file_signer(key)
-    elif agent:
-        signer = agent_signer(node, key_id)
+    signer = local_signer(node, key, agent, key_id)
     folder = database if database is not None else str(node.workspace)
     # The saved mode, else the node's: TeaAgentTUI itself only restores over its own default.
     mode = node.agent.permission_mode

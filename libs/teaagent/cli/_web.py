@@ -16,9 +16,9 @@ from typing import Annotated
 import httpx
 import typer
 
-from teaagent.cli._approvals import ConfigOption
 from teaagent.cli._approvals import app as approvals_app
 from teaagent.cli._exit import EXIT_FAILED, bad_usage, fail
+from teaagent.cli._options import ConfigOption
 from teaagent.config import load_config
 from teaagent.errors import ConfigError
 

@@ -29,30 +29,6 @@ from teaagent.signing import (
 from teaagent.tools import ToolRateLimit
 from teaagent.trust import SignerKey, unique_keys
 
-__all__ = [
-    "DEFAULT_AGENT_HOST",
-    "DEFAULT_AGENT_PORT",
-    "DEFAULT_APPROVER_PORT",
-    "DEFAULT_PROVIDER",
-    "MCP_UPSTREAM_NAME_PATTERN",
-    "MIN_TOKEN_CHARS",
-    "MODEL_NAME_PATTERN",
-    "TOKEN_FILE_NAME",
-    "AgentSettings",
-    "ApproverRule",
-    "ApproverSettings",
-    "Decision",
-    "McpSettings",
-    "McpUpstream",
-    "ModelSettings",
-    "NodeConfig",
-    "NotifyFormat",
-    "NotifySettings",
-    "PeerConfig",
-    "TlsSettings",
-    "read_public_key_of_private_key_file",
-]
-
 Decision = Literal["approve", "deny", "ask"]
 NotifyFormat = Literal["slack", "json"]
 

@@ -1,19 +1,23 @@
-"""What a node's configuration makes of the gate: its tools, policy, quorum gate and audit log.
+"""What a node's configuration makes of a run: its tools, policy, quorum gate, audit log and runner.
 
-``teaagent tools call``, ``teaagent run`` and the agent service build their gate the same way, so a
-call allowed by one is allowed by the others.
+``teaagent tools call`` (:func:`node_gate`), ``teaagent run``, the TUI and the agent service
+(:func:`for_node`) build their gate the same way, so a call allowed by one is allowed by the others.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from teaagent.audit import AuditLogger
 from teaagent.config import NodeConfig
 from teaagent.errors import ConfigError, StoreError
 from teaagent.policy import ApprovalPolicy, ApprovalPresetStore, PermissionMode, Prompter, QuorumGate
+from teaagent.runner._gate import ToolGate
+from teaagent.runner._runner import AgentRunner
 from teaagent.tools import (
     WORKSPACE_TOOL_NAMES,
     RateDecision,
@@ -28,11 +32,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUDIT_DIR_NAME",
+    "for_node",
+    "gated_runner",
     "node_audit_path",
+    "node_gate",
     "node_policy",
     "node_quorum_gate",
     "node_rate_limiter",
     "node_registry",
+    "open_audit",
 ]
 
 
@@ -233,3 +241,113 @@ def node_policy(
         quorum_gate=quorum_gate,
         origin_public_key=origin_key,
     )
+
+
+def open_audit(path: Path, run_id: str, *, must_write: bool = True) -> AuditLogger:
+    """Open the audit log of one run.
+
+    Args:
+        path: The log file.
+        run_id: The run its records belong to.
+        must_write: Fail closed: refuse a log that cannot be written (a call that cannot be put
+            on record is not made). False keeps it open; the runner then fails the run at the
+            first record it cannot write.
+
+    Raises:
+        ConfigError: ``must_write`` and the log cannot be written.
+    """
+    audit = AuditLogger(path, run_id=run_id)
+    if must_write and audit.disk_error is not None:
+        audit.close()
+        raise ConfigError(f"The audit log {audit.path} cannot be written: {audit.disk_error}.")
+    return audit
+
+
+def node_gate(
+    node: NodeConfig,
+    *,
+    run_id: str,
+    prompter: Prompter | None = None,
+    quorum_gate: QuorumGate | None = None,
+    mode: PermissionMode | str | None = None,
+    registry: ToolRegistry | None = None,
+    policy_changes: Mapping[str, Any] | None = None,
+    audit_must_write: bool = True,
+) -> ToolGate:
+    """Return the gate of one run of the node: its tools, its policy and its audit log.
+
+    Args:
+        node: The node configuration.
+        run_id: The run the calls belong to.
+        prompter: Who to ask about calls the mode leaves to a person; None denies them.
+        quorum_gate: How to obtain quorum certificates (:func:`node_quorum_gate`); None denies
+            every high-risk call.
+        mode: A permission mode instead of the configuration's.
+        registry: The tools, when not :func:`node_registry`'s (made once by a long-lived caller).
+        policy_changes: Fields of :class:`~teaagent.policy.ApprovalPolicy` to set on the node's
+            policy (the TUI's session approvals, for one).
+        audit_must_write: See :func:`open_audit`.
+
+    Raises:
+        ConfigError: The tools, the policy or the audit log cannot be made (see :func:`node_registry`,
+            :func:`node_policy`, :func:`open_audit`).
+    """
+    tools = node_registry(node) if registry is None else registry
+    policy = node_policy(node, prompter=prompter, quorum_gate=quorum_gate, mode=mode)
+    if policy_changes:
+        policy = dataclasses.replace(policy, **policy_changes)
+    audit = open_audit(node_audit_path(node), run_id, must_write=audit_must_write)
+    return ToolGate(registry=tools, policy=policy, audit=audit, run_id=run_id)
+
+
+def gated_runner(gate: ToolGate, **options: Any) -> AgentRunner:
+    """Return the runner of ``gate``'s tools, policy, audit log and run; its audit log closed if it fails.
+
+    Args:
+        gate: What :func:`node_gate` made (or a node-less caller's own gate).
+        options: The other arguments of :class:`~teaagent.runner.AgentRunner` (adapter, budget...).
+    """
+    try:
+        return AgentRunner(
+            registry=gate.registry, policy=gate.policy, audit=gate.audit, run_id=gate.run_id, **options
+        )
+    except BaseException:
+        gate.audit.close()
+        raise
+
+
+def for_node(
+    node: NodeConfig,
+    *,
+    run_id: str,
+    prompter: Prompter | None = None,
+    quorum_gate: QuorumGate | None = None,
+    mode: PermissionMode | str | None = None,
+    registry: ToolRegistry | None = None,
+    policy_changes: Mapping[str, Any] | None = None,
+    audit_must_write: bool = True,
+    **options: Any,
+) -> AgentRunner:
+    """Return the runner of one run of the node, in its workspace, through its gate (:func:`node_gate`).
+
+    Args:
+        node: The node configuration.
+        run_id: The run's id.
+        prompter, quorum_gate, mode, registry, policy_changes, audit_must_write: See :func:`node_gate`.
+        options: The other arguments of :class:`~teaagent.runner.AgentRunner`: ``adapter``,
+            ``budget``, ``provider``, ``model``, ``event_sink``, ``ask``, ``session``...
+
+    Raises:
+        ConfigError: See :func:`node_gate`.
+    """
+    gate = node_gate(
+        node,
+        run_id=run_id,
+        prompter=prompter,
+        quorum_gate=quorum_gate,
+        mode=mode,
+        registry=registry,
+        policy_changes=policy_changes,
+        audit_must_write=audit_must_write,
+    )
+    return gated_runner(gate, root=node.workspace, **options)

@@ -33,6 +33,13 @@ from teaagent.tools._shell import (
     TIMEOUT_EXIT_CODE,
 )
 from teaagent.tools._workspace import (
+    STATE_DIR_NAME,
+    WORKSPACE_TOOL_NAMES,
+    Workspace,
+    register_workspace_tools,
+    workspace_registry,
+)
+from teaagent.tools._workspace_schemas import (
     MAX_LIST_ENTRIES,
     MAX_READ_BYTES,
     MAX_SEARCH_FILE_BYTES,
@@ -40,11 +47,6 @@ from teaagent.tools._workspace import (
     MAX_SEARCH_LINE_CHARS,
     MAX_SEARCH_MATCHES,
     MAX_WRITE_CHARS,
-    STATE_DIR_NAME,
-    WORKSPACE_TOOL_NAMES,
-    Workspace,
-    register_workspace_tools,
-    workspace_registry,
 )
 
 __all__ = [

@@ -108,13 +108,11 @@ class ToolRegistry:
             )
         check_schema(input_schema, tool_name=name, which="input_schema")
         check_schema(output_schema, tool_name=name, which="output_schema")
-        input_copy = copy.deepcopy(input_schema)
-        output_copy = copy.deepcopy(output_schema)
         definition = ToolDefinition(
             name=name,
             description=description,
-            input_schema=input_copy,
-            output_schema=output_copy,
+            input_schema=copy.deepcopy(input_schema),
+            output_schema=copy.deepcopy(output_schema),
             annotations=annotations,
             handler=handler,
             rate_limit=rate_limit,
@@ -122,8 +120,8 @@ class ToolRegistry:
         )
         entry = _Entry(
             definition=definition,
-            arguments=CompiledSchema(input_copy),
-            result=CompiledSchema(output_copy),
+            arguments=CompiledSchema(definition.input_schema),
+            result=CompiledSchema(definition.output_schema),
             rate_key=RATE_LIMIT_KEY_PREFIX + name,
         )
         with self._lock:

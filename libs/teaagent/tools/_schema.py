@@ -384,9 +384,7 @@ def _array_check(schema: dict[str, Any], typed: Check | None) -> Check | None:
         if typed is not None and not isinstance(x, list):
             return False
         size = len(x)
-        if size < min_items:
-            return False
-        if max_items is not None and size > max_items:
+        if size < min_items or (max_items is not None and size > max_items):
             return False
         for check, value in zip(prefix, x, strict=False):
             if not check(value):
@@ -412,9 +410,7 @@ def _string_check(schema: dict[str, Any], typed: Check | None) -> Check | None:
         if typed is not None and not isinstance(x, str):
             return False
         size = len(x)
-        if size < min_length:
-            return False
-        if max_length is not None and size > max_length:
+        if size < min_length or (max_length is not None and size > max_length):
             return False
         return search is None or search(x) is not None
 

@@ -27,36 +27,31 @@ from teaagent.errors import SchemaValidationError, ToolError, WorkspaceEscapeErr
 from teaagent.tools._definitions import ToolAnnotations, ToolRateLimit
 from teaagent.tools._ratelimit import RateLimiter
 from teaagent.tools._registry import ToolRegistry
-from teaagent.tools._shell import DEFAULT_SHELL_TIMEOUT, MAX_SHELL_OUTPUT_BYTES, MAX_SHELL_TIMEOUT, run_shell
-
-__all__ = [
-    "MAX_LIST_ENTRIES",
-    "MAX_READ_BYTES",
-    "MAX_SEARCH_FILES",
-    "MAX_SEARCH_FILE_BYTES",
-    "MAX_SEARCH_LINE_CHARS",
-    "MAX_SEARCH_MATCHES",
-    "MAX_WRITE_CHARS",
-    "STATE_DIR_NAME",
-    "WORKSPACE_TOOL_NAMES",
-    "Workspace",
-    "register_workspace_tools",
-    "workspace_registry",
-]
+from teaagent.tools._shell import DEFAULT_SHELL_TIMEOUT, MAX_SHELL_OUTPUT_BYTES, run_shell
+from teaagent.tools._workspace_schemas import (
+    FS_DELETE_INPUT,
+    FS_DELETE_OUTPUT,
+    FS_LIST_INPUT,
+    FS_LIST_OUTPUT,
+    FS_READ_INPUT,
+    FS_READ_OUTPUT,
+    FS_SEARCH_INPUT,
+    FS_SEARCH_OUTPUT,
+    FS_WRITE_INPUT,
+    FS_WRITE_OUTPUT,
+    MAX_LIST_ENTRIES,
+    MAX_READ_BYTES,
+    MAX_SEARCH_FILE_BYTES,
+    MAX_SEARCH_FILES,
+    MAX_SEARCH_LINE_CHARS,
+    MAX_SEARCH_MATCHES,
+    SHELL_RUN_INPUT,
+    SHELL_RUN_OUTPUT,
+)
 
 WORKSPACE_TOOL_NAMES: Final = ("fs.read", "fs.write", "fs.list", "fs.search", "fs.delete", "shell.run")
 STATE_DIR_NAME: Final = ".teaagent"  # the workspace's state folder: audit log, sessions; never modified here
 
-MAX_READ_BYTES: Final = 1024 * 1024  # 1 MiB: the default and the most fs.read returns; a file, not a dump
-MAX_WRITE_CHARS: Final = 4 * 1024 * 1024  # a source file or a document, not a data set
-MAX_PATH_CHARS: Final = 4096  # PATH_MAX on Linux
-MAX_LIST_ENTRIES: Final = 1000  # enough to see a project's shape; narrow the path for more
-MAX_SEARCH_MATCHES: Final = 200  # a model reads a page of hits, then refines the pattern
-MAX_SEARCH_FILES: Final = 5000  # files opened per search, so one call cannot walk a whole disk
-MAX_SEARCH_FILE_BYTES: Final = 1024 * 1024  # larger files are data or builds: skipped
-MAX_SEARCH_LINE_CHARS: Final = 500  # a matching line is cut here (minified files have huge lines)
-MAX_PATTERN_CHARS: Final = 1000  # a regular expression, not a program
-MAX_COMMAND_CHARS: Final = 64 * 1024  # a command line, not a script file
 _BINARY_SNIFF_BYTES: Final = 8192  # a NUL byte in the first 8 KiB marks a binary file, as git does
 SKIPPED_DIR_NAMES: Final = frozenset({".git", STATE_DIR_NAME})  # recursive listing and search skip them
 
@@ -77,166 +72,6 @@ SHELL_ENV_NAMES: Final = (
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)  # so that opening a FIFO cannot hang the agent
-
-
-# -- schemas -----------------------------------------------------------------------------------------
-
-_PATH = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": MAX_PATH_CHARS,
-    "description": "Relative to the workspace root.",
-}
-
-_FS_READ_INPUT = {
-    "type": "object",
-    "properties": {
-        "path": _PATH,
-        "max_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_READ_BYTES, "default": MAX_READ_BYTES},
-    },
-    "required": ["path"],
-    "additionalProperties": False,
-}
-_FS_READ_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "content": {"type": "string"},
-        "size": {"type": "integer", "minimum": 0, "description": "The file's size in bytes."},
-        "truncated": {"type": "boolean"},
-    },
-    "required": ["content", "size", "truncated"],
-    "additionalProperties": False,
-}
-_FS_WRITE_INPUT = {
-    "type": "object",
-    "properties": {
-        "path": _PATH,
-        "content": {"type": "string", "maxLength": MAX_WRITE_CHARS},
-        "create_dirs": {"type": "boolean", "default": False},
-    },
-    "required": ["path", "content"],
-    "additionalProperties": False,
-}
-_FS_WRITE_OUTPUT = {
-    "type": "object",
-    "properties": {"path": {"type": "string"}, "bytes_written": {"type": "integer", "minimum": 0}},
-    "required": ["path", "bytes_written"],
-    "additionalProperties": False,
-}
-_FS_LIST_INPUT = {
-    "type": "object",
-    "properties": {
-        "path": {**_PATH, "default": "."},
-        "recursive": {"type": "boolean", "default": False},
-    },
-    "additionalProperties": False,
-}
-_FS_LIST_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "entries": {
-            "type": "array",
-            "maxItems": MAX_LIST_ENTRIES,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "type": {"enum": ["file", "directory", "symlink", "other"]},
-                    "size": {"type": "integer", "minimum": 0},
-                },
-                "required": ["path", "type", "size"],
-                "additionalProperties": False,
-            },
-        },
-        "truncated": {"type": "boolean"},
-    },
-    "required": ["entries", "truncated"],
-    "additionalProperties": False,
-}
-_FS_SEARCH_INPUT = {
-    "type": "object",
-    "properties": {
-        "pattern": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_PATTERN_CHARS,
-            "description": "A Python regular expression searched in each line.",
-        },
-        "path": {**_PATH, "default": "."},
-        "glob": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 256,
-            "description": "Only files whose path matches, from the right: '*.py', 'tests/test_*.py'.",
-        },
-    },
-    "required": ["pattern"],
-    "additionalProperties": False,
-}
-_FS_SEARCH_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "matches": {
-            "type": "array",
-            "maxItems": MAX_SEARCH_MATCHES,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "line": {"type": "integer", "minimum": 1},
-                    "text": {"type": "string"},
-                },
-                "required": ["path", "line", "text"],
-                "additionalProperties": False,
-            },
-        },
-        "truncated": {"type": "boolean"},
-    },
-    "required": ["matches", "truncated"],
-    "additionalProperties": False,
-}
-_FS_DELETE_INPUT = {
-    "type": "object",
-    "properties": {"path": _PATH},
-    "required": ["path"],
-    "additionalProperties": False,
-}
-_FS_DELETE_OUTPUT = {
-    "type": "object",
-    "properties": {"path": {"type": "string"}, "deleted": {"type": "boolean"}},
-    "required": ["path", "deleted"],
-    "additionalProperties": False,
-}
-_SHELL_RUN_INPUT = {
-    "type": "object",
-    "properties": {
-        "command": {"type": "string", "minLength": 1, "maxLength": MAX_COMMAND_CHARS},
-        "timeout": {
-            "type": "number",
-            "exclusiveMinimum": 0,
-            "maximum": MAX_SHELL_TIMEOUT,
-            "default": DEFAULT_SHELL_TIMEOUT,
-            "description": "Seconds before the command and all its children are killed.",
-        },
-    },
-    "required": ["command"],
-    "additionalProperties": False,
-}
-_SHELL_RUN_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "exit_code": {
-            "type": "integer",
-            "description": "Negative: killed by that signal (-9 after a timeout).",
-        },
-        "stdout": {"type": "string"},
-        "stderr": {"type": "string"},
-        "timed_out": {"type": "boolean"},
-        "truncated": {"type": "boolean"},
-    },
-    "required": ["exit_code", "stdout", "stderr", "timed_out", "truncated"],
-    "additionalProperties": False,
-}
 
 
 # -- the workspace -----------------------------------------------------------------------------------
@@ -710,8 +545,8 @@ def register_workspace_tools(
             "fs.read",
             "Read a text file of the workspace (UTF-8). Returns its content, its size in bytes, and "
             "whether the content was cut at max_bytes.",
-            _FS_READ_INPUT,
-            _FS_READ_OUTPUT,
+            FS_READ_INPUT,
+            FS_READ_OUTPUT,
             ToolAnnotations(read_only=True, idempotent=True, security_tier="Low"),
             workspace.read,
             "read",
@@ -720,8 +555,8 @@ def register_workspace_tools(
             "fs.write",
             "Create or replace a text file of the workspace with the given content (UTF-8), atomically. "
             "Set create_dirs to create missing folders.",
-            _FS_WRITE_INPUT,
-            _FS_WRITE_OUTPUT,
+            FS_WRITE_INPUT,
+            FS_WRITE_OUTPUT,
             ToolAnnotations(idempotent=True, security_tier="Medium"),
             workspace.write,
             "write",
@@ -730,8 +565,8 @@ def register_workspace_tools(
             "fs.list",
             "List a folder of the workspace: each entry's path, type (file, directory, symlink, other) "
             "and size; recursive to descend into sub-folders.",
-            _FS_LIST_INPUT,
-            _FS_LIST_OUTPUT,
+            FS_LIST_INPUT,
+            FS_LIST_OUTPUT,
             ToolAnnotations(read_only=True, idempotent=True, security_tier="Low"),
             workspace.list,
             "read",
@@ -740,8 +575,8 @@ def register_workspace_tools(
             "fs.search",
             "Search the text files of the workspace for a regular expression, line by line; glob "
             "narrows the files. Returns path, line number and text of each matching line.",
-            _FS_SEARCH_INPUT,
-            _FS_SEARCH_OUTPUT,
+            FS_SEARCH_INPUT,
+            FS_SEARCH_OUTPUT,
             ToolAnnotations(read_only=True, idempotent=True, security_tier="Low"),
             workspace.search,
             "read",
@@ -750,8 +585,8 @@ def register_workspace_tools(
             "fs.delete",
             "Delete a file, a symbolic link or an empty folder of the workspace. deleted is false "
             "when nothing was there.",
-            _FS_DELETE_INPUT,
-            _FS_DELETE_OUTPUT,
+            FS_DELETE_INPUT,
+            FS_DELETE_OUTPUT,
             ToolAnnotations(destructive=True, idempotent=True, security_tier="High"),
             workspace.delete,
             "delete",
@@ -760,8 +595,8 @@ def register_workspace_tools(
             "shell.run",
             "Run a command with /bin/sh in the workspace root and return its exit code, stdout and "
             "stderr. The command and its children are killed after timeout seconds.",
-            _SHELL_RUN_INPUT,
-            _SHELL_RUN_OUTPUT,
+            SHELL_RUN_INPUT,
+            SHELL_RUN_OUTPUT,
             ToolAnnotations(destructive=True, stateful=True, idempotent=False, security_tier="Critical"),
             workspace.shell,
             "execute",

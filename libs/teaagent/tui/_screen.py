@@ -10,7 +10,6 @@ peer's arguments) is always shown as text, never as markup, with invisible chara
 from __future__ import annotations
 
 import os
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -18,6 +17,8 @@ from typing import Any, Final, Protocol
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
+
+from teaagent._display import visible as _visible
 
 __all__ = [
     "FunctionReader",
@@ -30,7 +31,6 @@ __all__ = [
     "visible",
 ]
 
-_INVISIBLE: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 STATUS_REFRESH_PER_SECOND: Final = 4  # the countdown moves by the second; four redraws hide the jitter
 
 
@@ -41,16 +41,7 @@ def visible(text: str) -> str:
     right-to-left override or a zero-width character could otherwise hide what is really there.
     Line feeds are kept; tabs and every other control character are escaped.
     """
-    out = []
-    for char in text:
-        if char == "\n":
-            out.append(char)
-        elif unicodedata.category(char) in _INVISIBLE:
-            code = ord(char)
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(char)
-    return "".join(out)
+    return _visible(text, newlines=True)
 
 
 def table_lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:

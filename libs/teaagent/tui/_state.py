@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -50,15 +51,7 @@ class TUIState:
 
     def to_json(self) -> dict[str, Any]:
         """The file's content."""
-        return {
-            "version": STATE_VERSION,
-            "session_id": self.session_id,
-            "provider": self.provider,
-            "model": self.model,
-            "model_name": self.model_name,
-            "permission_mode": self.permission_mode,
-            "saved_at": int(time.time()),
-        }
+        return {"version": STATE_VERSION, **dataclasses.asdict(self), "saved_at": int(time.time())}
 
 
 def _optional_text(document: dict[str, Any], name: str) -> str | None:

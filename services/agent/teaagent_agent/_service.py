@@ -22,7 +22,7 @@ from teaagent.config import NodeConfig
 from teaagent.errors import ConfigError, MissingAPIKeyError, WorkspaceLockConflictError
 from teaagent.mcp_server import WorkspaceRegistry
 from teaagent.runner import AgentRunner
-from teaagent.runner._node import node_audit_path, node_policy, node_quorum_gate, node_registry
+from teaagent.runner._node import for_node, node_quorum_gate, node_registry
 from teaagent.session import ChatSession, SessionStore, new_session
 from teaagent_agent._catalog import (
     ModelEntry,
@@ -207,29 +207,25 @@ class AgentService(ServiceSessions):
         gate = node_quorum_gate(
             self.node, on_status=run.quorum_status, on_wait=run.quorum_wait, stop=run.stop_event
         )
-        policy = node_policy(self.node, prompter=run.prompter, quorum_gate=gate, mode=self.permission_mode())
-        audit = AuditLogger(node_audit_path(self.node), run_id=run.run_id)
-        try:
-            runner = AgentRunner(
-                adapter=adapter,
-                registry=self.registry,
-                policy=policy,
-                audit=audit,
-                run_id=run.run_id,
-                provider=entry.provider,
-                model=entry.model,
-                root=self.node.workspace,
-                event_sink=run.sink,
-                ask=run.ask if run.options.questions == "ask" else None,
-                session_store=self.store,
-                session=session,
-                label=session.id,
-                stream=True,
-            )
-        except BaseException:
-            audit.close()
-            raise
-        return runner, audit
+        runner = for_node(
+            self.node,
+            run_id=run.run_id,
+            registry=self.registry,
+            prompter=run.prompter,
+            quorum_gate=gate,
+            mode=self.permission_mode(),
+            audit_must_write=False,
+            adapter=adapter,
+            provider=entry.provider,
+            model=entry.model,
+            event_sink=run.sink,
+            ask=run.ask if run.options.questions == "ask" else None,
+            session_store=self.store,
+            session=session,
+            label=session.id,
+            stream=True,
+        )
+        return runner, runner.audit
 
     def _check_images(self, entry: ModelEntry, images: list[ImageIn]) -> None:
         for index, image in enumerate(images):

@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from teaagent._reload import ReloadOut
+from teaagent.approver_client import unconfirmed
 from teaagent.errors import RelayError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
@@ -156,14 +157,11 @@ def _check_expected(item: Received, tool_name: str | None, payload_digest: str |
         ApiError: 409 ``changed`` when the request's tool or payload digest is not the expected one.
     """
     request = item.request
-    differs = [
-        name
-        for name, expected, signed in (
-            ("tool", tool_name, request.tool_name),
-            ("payload digest", payload_digest, request.payload_digest),
-        )
-        if expected is not None and signed != expected
-    ]
+    differs = unconfirmed(
+        {"tool_name": request.tool_name, "payload_digest": request.payload_digest},
+        tool_name=tool_name,
+        payload_digest=payload_digest,
+    )
     if differs:
         raise ApiError(
             409,
