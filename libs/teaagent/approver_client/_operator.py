@@ -15,13 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from teaagent.approver_client._client import (
-    ApprovalItem,
-    ApproverClient,
-    DecisionResult,
-    Expected,
-    StatementToSign,
-)
+from teaagent.approver_client._client import ApproverClient
+from teaagent.approver_client._models import ApprovalItem, DecisionResult, Expected, StatementToSign
 from teaagent.config import NodeConfig
 from teaagent.errors import RelayError
 from teaagent.quorum import APPROVAL_NAMESPACE, DENIAL_NAMESPACE, statement_bytes
