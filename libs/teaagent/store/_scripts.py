@@ -19,7 +19,7 @@ from typing import Any
 import redis.asyncio.cluster
 import redis.exceptions
 
-from teaagent.store._connection import AsyncClient
+from teaagent.store._connection import AsyncClient, CommandBatches
 
 __all__ = ["COMPOSITES", "LOAD_ATTEMPTS", "SCRIPT_NAMES", "AsyncScripts", "script_sha", "script_source"]
 
@@ -42,6 +42,9 @@ SCRIPT_NAMES = (
     "receive_request",
     "submit_request",
     "hold",
+    "ack",
+    "read_request",
+    "read_wait",
 )
 
 # A composite script runs other scripts, in one call, on one server (never on a cluster: its keys
@@ -81,10 +84,15 @@ def script_sha(name: str) -> str:
 
 
 class AsyncScripts:
-    """Every script, run on one asyncio client (a server or a cluster): EVALSHA, loaded on NOSCRIPT."""
+    """Every script, run on one asyncio client (a server or a cluster): EVALSHA, loaded on NOSCRIPT.
 
-    def __init__(self, client: AsyncClient) -> None:
+    With ``batches``, each call goes out in the batch of its moment (:class:`CommandBatches`);
+    a NOSCRIPT reply (the script did not run) loads it and sends that call again.
+    """
+
+    def __init__(self, client: AsyncClient, batches: CommandBatches | None = None) -> None:
         self._client = client
+        self._execute = client.execute_command if batches is None else batches.execute
         self._shas = {name: script_sha(name) for name in SCRIPT_NAMES}
 
     async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -97,10 +105,10 @@ class AsyncScripts:
         command = self.command(name, keys, args)
         for _attempt in range(LOAD_ATTEMPTS - 1):
             try:
-                return await self._client.execute_command(*command)
+                return await self._execute(*command)
             except redis.exceptions.NoScriptError:
                 await self.load(name, keys)
-        return await self._client.execute_command(*command)
+        return await self._execute(*command)
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The EVALSHA command of one call, for a pipeline: ``pipe.execute_command(*command)``.
