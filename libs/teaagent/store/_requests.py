@@ -30,6 +30,7 @@ from teaagent.store._keys import (
     Keys,
     RequestKeys,
 )
+from teaagent.store._reads import read_request, read_wait_start
 from teaagent.store._scripts import AsyncScripts
 
 if TYPE_CHECKING:
@@ -600,18 +601,12 @@ class _Book:
         self, keys: RequestKeys, request_id: str, origin: str | None, *, deliveries: bool = False
     ) -> StoredRequest | None:
         with converting(self._url):
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.get(keys.doc)
-                pipe.hgetall(keys.outcome)
-                pipe.hgetall(keys.decisions)
-                if deliveries:
-                    pipe.hgetall(keys.deliveries)
-                document, outcome, decisions, *delivered = await pipe.execute()
-        stored = _stored(request_id, origin, document, outcome, decisions)
-        if stored is None or not delivered or not delivered[0]:
+            read = await read_request(self._scripts, keys, deliveries=deliveries)
+        stored = _stored(request_id, origin, read.document, read.outcome, read.decisions)
+        if stored is None or not read.deliveries:
             return stored
         states = {}
-        for peer, raw in sorted(delivered[0].items()):
+        for peer, raw in sorted(read.deliveries.items()):
             state = _delivery_state(raw)
             if state is not None:
                 states[_name(peer)] = state
@@ -630,17 +625,14 @@ class _Book:
             raise ValueError(f"timeout must be >= 0 seconds, not {timeout}")
         deadline = time.monotonic() + timeout
         with converting(self._url):
-            # One transaction reads the state and the last event id, so no outcome slips between them.
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.hmget(keys.outcome, ["state", "expires_at", "approvals", "denials"])
-                pipe.xrevrange(keys.events, "+", "-", count=1)
-                (raw_state, raw_expires, raw_approvals, raw_denials), last = await pipe.execute()
-            if raw_state is None:
+            # One script reads the state and the last event id, so no outcome slips between them.
+            start = await read_wait_start(self._scripts, keys)
+            if start.state is None:
                 raise RequestNotFoundError(f"{label} is not stored here (it never arrived, or it expired)")
-            state, expires_at = _state(raw_state), int(raw_expires)
-            if counted is not None and (int(raw_approvals or 0), int(raw_denials or 0)) != counted:
+            state, expires_at = _state(start.state), int(start.expires_at or 0)
+            if counted is not None and (int(start.approvals or 0), int(start.denials or 0)) != counted:
                 return  # the counts moved since the caller last looked: it wants to know at once
-            last_id: bytes | str = last[0][0] if last else "0-0"
+            last_id: bytes | str = start.last_id or "0-0"
             while state == "pending":
                 now = clock()
                 if int(now) > expires_at:
