@@ -92,6 +92,9 @@ class AsyncScripts:
 
     def __init__(self, client: AsyncClient, batches: CommandBatches | None = None) -> None:
         self._client = client
+        # The client each call of run() goes through: a NOSCRIPT is answered by loading the script
+        # where that client routed the call (on a cluster, its own map of the slots).
+        self._runner = client if batches is None else batches.client
         self._execute = client.execute_command if batches is None else batches.execute
         self._shas = {name: script_sha(name) for name in SCRIPT_NAMES}
 
@@ -107,7 +110,7 @@ class AsyncScripts:
             try:
                 return await self._execute(*command)
             except redis.exceptions.NoScriptError:
-                await self.load(name, keys)
+                await _load(self._runner, name, keys)
         return await self._execute(*command)
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
@@ -132,13 +135,17 @@ class AsyncScripts:
             redis.exceptions.RedisError: the server failed.
             redis.exceptions.RedisClusterException: no node of the cluster answered.
         """
-        source = script_source(name)
-        client = self._client
-        if not isinstance(client, redis.asyncio.cluster.RedisCluster):
-            await client.script_load(source)
-            return
-        owners = [client.get_node_from_key(key) for key in keys]
-        # No key, or a slot no node serves (the cluster is reshaping): every primary learns it.
-        chosen = owners if owners and None not in owners else client.get_primaries()
-        nodes = {node.name: node for node in chosen if node is not None}
-        await client.execute_command("SCRIPT LOAD", source, target_nodes=list(nodes.values()))
+        await _load(self._client, name, keys)
+
+
+async def _load(client: AsyncClient, name: str, keys: Sequence[str]) -> None:
+    """:meth:`AsyncScripts.load` through ``client``, on the nodes its map says own ``keys``."""
+    source = script_source(name)
+    if not isinstance(client, redis.asyncio.cluster.RedisCluster):
+        await client.script_load(source)
+        return
+    owners = [client.get_node_from_key(key) for key in keys]
+    # No key, or a slot no node serves (the cluster is reshaping): every primary learns it.
+    chosen = owners if owners and None not in owners else client.get_primaries()
+    nodes = {node.name: node for node in chosen if node is not None}
+    await client.execute_command("SCRIPT LOAD", source, target_nodes=list(nodes.values()))
