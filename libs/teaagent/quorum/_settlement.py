@@ -22,7 +22,8 @@ from typing import Any, Final, Literal
 
 from teaagent._canonical import canonical
 from teaagent.errors import QuorumError
-from teaagent.quorum._counting import MAX_CERTIFICATE_APPROVALS, evaluate, verify_certificate
+from teaagent.quorum._certificate import MAX_CERTIFICATE_APPROVALS, verify_certificate
+from teaagent.quorum._counting import evaluate
 from teaagent.trust import MultiSigQuorumConfig, SignerKey
 
 __all__ = ["SETTLEMENT_OUTCOMES", "Settlement", "verify_settlement"]
