@@ -48,7 +48,7 @@ from teaagent.trust import MultiSigQuorumConfig, SignerKey
 ALPHA = (SignerKey(line=public_line("alpha")),)
 
 
-def a_request(**arguments: Any) -> dict[str, Any]:
+def a_request(now: float | None = None, request_id: str | None = None) -> dict[str, Any]:
     config = MultiSigQuorumConfig(
         enabled=True,
         required_approvals=1,
@@ -62,9 +62,11 @@ def a_request(**arguments: Any) -> dict[str, Any]:
         run_id="run-1",
         call_id="call-1",
         tool_name="shell.run",
-        arguments=arguments or {"command": "rm -rf /", "flags": ["-v"]},
+        arguments={"command": "rm -rf /", "flags": ["-v"]},
         reason="clean up",
         config=config,
+        now=now,
+        request_id=request_id,
     )
 
 
@@ -149,7 +151,7 @@ def test_a_relay_description_that_agrees_or_says_nothing_is_no_disagreement() ->
 
 # -- the statement rules ----------------------------------------------------------------------------
 
-REQUEST = a_request()
+REQUEST = a_request(now=1_764_570_000, request_id="0123456789abcdef0123456789abcdef")  # fixed: in test ids
 NOW = REQUEST["created_at"]
 RID = REQUEST["request_id"]
 EXPIRES = REQUEST["expires_at"]

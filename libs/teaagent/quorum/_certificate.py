@@ -17,6 +17,7 @@ from teaagent.quorum._counting import QuorumOutcome, clock, counter_for
 from teaagent.quorum._documents import (
     CERTIFICATE_DENIALS,
     CERTIFICATE_FIELDS,
+    clause,
     dev_signature_allowed,
     is_dev_signature,
     wire_signature,
@@ -30,11 +31,6 @@ __all__ = ["MAX_CERTIFICATE_APPROVALS", "build_certificate", "verify_certificate
 logger = logging.getLogger("teaagent.quorum")
 
 MAX_CERTIFICATE_APPROVALS: Final = 1024  # far beyond any real cluster; bounds the work one certificate causes
-
-
-def _clause(error: BaseException) -> str:
-    """An exception's sentence as a clause inside a longer message."""
-    return str(error).strip().rstrip(".") or type(error).__name__
 
 
 def build_certificate(
@@ -202,5 +198,5 @@ def _check_request_signature(
         verify_request_signature(request, signature, origin_public_key)
     except (SignatureError, ValueError) as exc:
         raise QuorumError(
-            f"The request signature does not verify with the origin {origin}'s key: {_clause(exc)}."
+            f"The request signature does not verify with the origin {origin}'s key: {clause(exc)}."
         ) from exc

@@ -21,6 +21,7 @@ from teaagent.quorum._documents import (
     DENIAL_NAMESPACE,
     MAX_CLOCK_SKEW_SECONDS,
     SIGNED_DECISION_FIELDS,
+    clause,
     dev_signature_allowed,
     is_dev_signature,
     is_int,
@@ -158,15 +159,19 @@ class QuorumOutcome:
         return describe_outcome(self)
 
 
+def _deniers(outcome: _Described) -> str:
+    """Who denied, each with their reason when they gave one: ``beta: too risky; gamma``."""
+    return "; ".join(
+        f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
+        for peer in outcome.denied_by
+    )
+
+
 def _describe_policy(outcome: _Described, policy: QuorumPolicy) -> str:
     """A version 2 outcome: the state, then the rule and each term (``needs 1 more of security: ...``)."""
     terms = policy.describe(outcome.signers, outcome.denied_by)
     if outcome.state == "denied":
-        reasons = "; ".join(
-            f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
-            for peer in outcome.denied_by
-        )
-        return f"denied by {reasons} ({terms})"
+        return f"denied by {_deniers(outcome)} ({terms})"
     if outcome.state == "pending":
         return f"waiting ({terms})"
     if outcome.state == "withdrawn":
@@ -205,11 +210,7 @@ def describe_outcome(outcome: _Described) -> str:
     if outcome.state == "approved":
         return f"approved by {', '.join(outcome.signers)} ({count})"
     if outcome.state == "denied":
-        reasons = "; ".join(
-            f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
-            for peer in outcome.denied_by
-        )
-        return f"denied by {reasons} ({needed_from(outcome.required, len(outcome.peers))} needed)"
+        return f"denied by {_deniers(outcome)} ({needed_from(outcome.required, len(outcome.peers))} needed)"
     if outcome.state == "expired":
         return f"expired with {count}"
     if outcome.state == "withdrawn":
@@ -279,11 +280,6 @@ def _group(submissions: Sequence[_Submission]) -> dict[str, list[_Submission]]:
     return groups
 
 
-def _clause(error: BaseException) -> str:
-    """An exception's sentence as a clause inside a longer message."""
-    return str(error).strip().rstrip(".") or type(error).__name__
-
-
 @dataclass(frozen=True)
 class Votes:
     """What one count found: the counted approvals and denials by peer, and why the others were refused."""
@@ -350,7 +346,7 @@ class Counter:
             else:
                 rebuilt = approval_statement(self.request, peer, signed_at)
         except ValueError as exc:
-            return _clause(exc)
+            return clause(exc)
         try:
             if submission.statement is not None or denial:
                 check_rebuilt(submission.statement, rebuilt, against="the request")
@@ -373,7 +369,7 @@ class Counter:
         try:
             data = statement_bytes(rebuilt)
         except ValueError as exc:
-            return _clause(exc)
+            return clause(exc)
         namespace = DENIAL_NAMESPACE if denial else APPROVAL_NAMESPACE
         whose = f"{peer}'s configured key" if len(keys) == 1 else f"the keys configured for {peer}"
         # Rules 2 and 3: one of the peer's keys, allowed for this namespace at this time, and the
@@ -381,7 +377,7 @@ class Counter:
         try:
             used = signing_key(data, signature, keys, namespace, signed_at, whose=whose)
         except (SignatureError, ValueError, TypeError) as exc:
-            return f"the signature does not verify with {whose}: {_clause(exc)}"
+            return f"the signature does not verify with {whose}: {clause(exc)}"
         if claimed is not None and claimed != used.fingerprint:
             return f"its ssh_key_id is not the fingerprint of the key configured for {peer} that signed it"
         return rebuilt

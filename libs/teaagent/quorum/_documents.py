@@ -100,6 +100,28 @@ def dev_signature_allowed(signature: str, signer: str, *, allow_dev: bool) -> bo
     return allow_dev and signature == DEV_SIGNATURE_PREFIX + signer
 
 
+def clause(error: BaseException) -> str:
+    """An exception's sentence as a clause inside a longer message (no final period)."""
+    return str(error).strip().rstrip(".") or type(error).__name__
+
+
+def copied(kind: str, request: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
+    """A statement on ``request``: the version, its ``kind``, what it copies of the request, and ``fields``.
+
+    Every statement copies the request's id, origin, payload digest and expiry (PROTOCOL.md), so
+    that a receiver rebuilds it from the request it holds.
+    """
+    return {
+        "v": PROTOCOL_VERSION,
+        "type": kind,
+        "request_id": request["request_id"],
+        "origin": request["origin"],
+        "payload_digest": request["payload_digest"],
+        "expires_at": request["expires_at"],
+        **fields,
+    }
+
+
 def is_int(value: object) -> bool:
     """Whether ``value`` is a JSON integer (a Python ``int`` that is not a ``bool``)."""
     return isinstance(value, int) and not isinstance(value, bool)

@@ -22,7 +22,7 @@ from teaagent.quorum._documents import (
     DENIAL_NAMESPACE,
     DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
-    PROTOCOL_VERSION,
+    copied,
     is_agent_id,
     is_int,
     is_time,
@@ -214,17 +214,7 @@ def _statement(request: Mapping[str, Any], kind: str, signer: str, signed_at: in
         raise ValueError(f"the signer {signer!r} is not a valid agent id")
     if not is_time(signed_at):
         raise ValueError(f"signed_at {signed_at!r} is not an integer Unix time")
-    return {
-        "v": PROTOCOL_VERSION,
-        "type": kind,
-        "request_id": request["request_id"],
-        "origin": request["origin"],
-        "signer": signer,
-        "tool_name": request["tool_name"],
-        "payload_digest": request["payload_digest"],
-        "expires_at": request["expires_at"],
-        "signed_at": signed_at,
-    }
+    return copied(kind, request, signer=signer, tool_name=request["tool_name"], signed_at=signed_at)
 
 
 def approval_statement(request: Mapping[str, Any], signer: str, signed_at: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum._documents import (
     REQUEST_FIELDS,
     REQUEST_NAMESPACE,
+    clause,
     dev_signature_allowed,
     is_dev_signature,
     request_statement,
@@ -276,14 +277,12 @@ def verify_request(
         )
         wire = wire_signature(signature)
     except SignatureError as exc:
-        text = str(exc).rstrip(".")
         raise SignatureError(
             f"The origin signature of request {request['request_id']} does not verify with the keys "
-            f"configured for {origin}: {text}."
+            f"configured for {origin}: {clause(exc)}."
         ) from None
     except ValueError as exc:
-        text = str(exc).rstrip(".")
         raise SignatureError(
-            f"The origin signature of request {request['request_id']} is malformed: {text}."
+            f"The origin signature of request {request['request_id']} is malformed: {clause(exc)}."
         ) from None
     return VerifiedRequest(_SEAL, request, wire)

@@ -7,9 +7,9 @@ from typing import Any
 
 from teaagent.errors import QuorumError, SignatureError, StatementMismatchError
 from teaagent.quorum._documents import (
-    PROTOCOL_VERSION,
     WITHDRAWAL_NAMESPACE,
     WITHDRAWAL_TYPE,
+    copied,
     is_time,
     signing_time,
     statement_bytes,
@@ -43,15 +43,7 @@ def withdrawal_statement(request: Mapping[str, Any], withdrawn_at: int) -> dict[
     """
     if not is_time(withdrawn_at):
         raise ValueError(f"withdrawn_at {withdrawn_at!r} is not an integer Unix time")
-    return {
-        "v": PROTOCOL_VERSION,
-        "type": WITHDRAWAL_TYPE,
-        "request_id": request["request_id"],
-        "origin": request["origin"],
-        "payload_digest": request["payload_digest"],
-        "expires_at": request["expires_at"],
-        "withdrawn_at": withdrawn_at,
-    }
+    return copied(WITHDRAWAL_TYPE, request, withdrawn_at=withdrawn_at)
 
 
 def sign_withdrawal(
