@@ -1,4 +1,4 @@
-"""Small file primitives the library's state files share: atomic replacement and folder syncs."""
+"""Small file primitives the library's files share: atomic replacement, folder syncs, bounded reads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "sync_folder"]
+from teaagent.errors import ConfigError
+
+__all__ = ["atomic_write", "read_limited", "sync_folder"]
 
 
 def sync_folder(folder: str | os.PathLike[str]) -> None:
@@ -47,3 +49,24 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
             os.unlink(temp_name)
         raise
     sync_folder(folder)
+
+
+def read_limited(path: Path, limit: int, what: str) -> bytes:
+    """Read a whole file the user names, refusing one larger than ``limit`` bytes.
+
+    Args:
+        path: The file.
+        limit: The most bytes it may hold.
+        what: The file as the sentences start it (``The price file``).
+
+    Raises:
+        ConfigError: ``{what} {path} cannot be read: ...`` or ``{what} {path} is larger than ...``.
+    """
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror or exc}.") from exc
+    if len(raw) > limit:
+        raise ConfigError(f"{what} {path} is larger than {limit} bytes.")
+    return raw
