@@ -36,6 +36,7 @@ from teaagent.quorum import (
     decision_kind,
     denial_statement,
     dev_signature_allowed,
+    dev_signature_passes,
     is_dev_signature,
     rebuild_decision,
     sign_request,
@@ -287,3 +288,18 @@ def test_a_development_signature_passes_only_when_allowed_and_exactly_for_its_si
     assert not dev_signature_allowed("dev:beta", "beta", allow_dev=False)  # never by default
     assert not dev_signature_allowed("dev:gamma", "beta", allow_dev=True)
     assert not dev_signature_allowed("dev:", "", allow_dev=False)
+
+
+def test_dev_signature_passes_says_verify_pass_or_refuse(caplog: pytest.LogCaptureFixture) -> None:
+    words = {"subject": "The approval", "whose": "beta's configured key", "on": f"request {RID}"}
+
+    assert not dev_signature_passes("U1NIU0lH", "beta", allow_dev=True, **words)  # a real one: verify it
+    with caplog.at_level("WARNING", logger="teaagent.quorum"):
+        assert dev_signature_passes("dev:beta", "beta", allow_dev=True, **words)
+    assert f"development signature of beta on request {RID} without any cryptography" in caplog.text
+    for signature, allow_dev in (("dev:beta", False), ("dev:gamma", True)):
+        with pytest.raises(
+            SignatureError,
+            match=r"^The approval is a development signature, which beta's configured key cannot verify\.$",
+        ):
+            dev_signature_passes(signature, "beta", allow_dev=allow_dev, **words)

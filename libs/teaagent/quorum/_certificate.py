@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -18,8 +17,7 @@ from teaagent.quorum._documents import (
     CERTIFICATE_DENIALS,
     CERTIFICATE_FIELDS,
     clause,
-    dev_signature_allowed,
-    is_dev_signature,
+    dev_signature_passes,
     wire_signature,
 )
 from teaagent.quorum._request import request_problem, verify_request_signature
@@ -27,8 +25,6 @@ from teaagent.quorum._statements import approval_statement, signed_at_of
 from teaagent.trust import MultiSigQuorumConfig, PeerSignature, SignerKey
 
 __all__ = ["MAX_CERTIFICATE_APPROVALS", "build_certificate", "verify_certificate"]
-
-logger = logging.getLogger("teaagent.quorum")
 
 MAX_CERTIFICATE_APPROVALS: Final = 1024  # far beyond any real cluster; bounds the work one certificate causes
 
@@ -183,17 +179,18 @@ def _check_request_signature(
     if not isinstance(signature, str):
         raise QuorumError("The certificate's request_signature is not a string.")
     origin = request["origin"]
-    if is_dev_signature(signature):
-        if dev_signature_allowed(signature, origin, allow_dev=config.allow_dev_signatures):
-            logger.warning(
-                "accepting the development signature of %s on request %s without any cryptography",
-                origin,
-                request["request_id"],
-            )
+    try:
+        if dev_signature_passes(
+            signature,
+            origin,
+            allow_dev=config.allow_dev_signatures,
+            subject="The request signature",
+            whose=f"{origin}'s key",
+            on=f"request {request['request_id']}",
+        ):
             return
-        raise QuorumError(
-            f"The request signature is a development signature, which {origin}'s key cannot verify."
-        )
+    except SignatureError as exc:
+        raise QuorumError(str(exc)) from None
     try:
         verify_request_signature(request, signature, origin_public_key)
     except (SignatureError, ValueError) as exc:

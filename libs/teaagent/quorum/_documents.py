@@ -10,12 +10,14 @@ sent (STYLE.md 4).
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 from teaagent._canonical import canonical
+from teaagent.errors import SignatureError
 from teaagent.signing import signature_to_wire
 from teaagent.trust import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS
 
@@ -31,6 +33,7 @@ __all__ = [
     "WITHDRAWAL_NAMESPACE",
     "WITHDRAWAL_TYPE",
     "dev_signature_allowed",
+    "dev_signature_passes",
     "is_dev_signature",
     "request_statement",
     "statement_bytes",
@@ -84,6 +87,8 @@ CERTIFICATE_FIELDS: Final = frozenset({"request", "request_signature", "approval
 CERTIFICATE_DENIALS: Final = "denials"
 SIGNED_DECISION_FIELDS: Final = frozenset({"statement", "signature"})
 
+logger = logging.getLogger("teaagent.quorum")
+
 DEV_SIGNATURE_PREFIX: Final = "dev:"  # PROTOCOL.md allow_dev_signatures: "dev:<signer>", never by default
 
 
@@ -98,6 +103,35 @@ def dev_signature_allowed(signature: str, signer: str, *, allow_dev: bool) -> bo
     PROTOCOL.md ``allow_dev_signatures``: never by default; the caller logs each one it accepts.
     """
     return allow_dev and signature == DEV_SIGNATURE_PREFIX + signer
+
+
+def dev_signature_passes(
+    signature: str, signer: str, *, allow_dev: bool, subject: str, whose: str, on: str
+) -> bool:
+    """Whether ``signature`` is a development signature that stands here for ``signer``'s.
+
+    Args:
+        signature: The signature as carried.
+        signer: Who must have signed.
+        allow_dev: This node's ``allow_dev_signatures``.
+        subject: The signature, for the refusal (``The request signature``, ``The approval``).
+        whose: The keys that would verify it, for the refusal (``the keys configured for beta``).
+        on: What it signs, for the log (``request 0f3c...``).
+
+    Returns:
+        False for any other signature (verify it); True for exactly ``dev:<signer>`` when
+        ``allow_dev`` is set, logged at WARNING: nothing was verified.
+
+    Raises:
+        SignatureError: It is in the development form but refused here:
+            ``{subject} is a development signature, which {whose} cannot verify.``
+    """
+    if not is_dev_signature(signature):
+        return False
+    if not dev_signature_allowed(signature, signer, allow_dev=allow_dev):
+        raise SignatureError(f"{subject} is a development signature, which {whose} cannot verify.")
+    logger.warning("accepting the development signature of %s on %s without any cryptography", signer, on)
+    return True
 
 
 def clause(error: BaseException) -> str:

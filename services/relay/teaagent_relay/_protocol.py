@@ -9,7 +9,6 @@ the numbered rules of PROTOCOL.md "Counting".
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -21,8 +20,7 @@ from teaagent.quorum import (
     DecisionKind,
     check_signing_time,
     decision_kind,
-    dev_signature_allowed,
-    is_dev_signature,
+    dev_signature_passes,
     rebuild_decision,
     signing_key,
     statement_bytes,
@@ -41,8 +39,6 @@ __all__ = [
     "sentence",
     "verify_decision",
 ]
-
-logger = logging.getLogger("teaagent.relay")
 
 
 def sentence(text: str) -> str:
@@ -70,19 +66,18 @@ def check_request_signature(
             by one that may not sign it (``whose`` names the keys in the message).
     """
     origin = request["origin"]
-    if is_dev_signature(signature):
-        if dev_signature_allowed(signature, origin, allow_dev=allow_dev):
-            logger.warning(
-                "accepting the development signature of %s on request %s without any cryptography",
-                origin,
-                request["request_id"],
-            )
+    try:
+        if dev_signature_passes(
+            signature,
+            origin,
+            allow_dev=allow_dev,
+            subject="The request signature",
+            whose=whose,
+            on=f"request {request['request_id']}",
+        ):
             return signature
-        raise ApiError(
-            403,
-            "bad_signature",
-            f"The request signature is a development signature, which {whose} cannot verify.",
-        )
+    except SignatureError as exc:
+        raise ApiError(403, "bad_signature", str(exc)) from None
     try:
         verify_request_signature(request, signature, keys)
         return wire_signature(signature)
@@ -157,13 +152,18 @@ def verify_decision(
             canonical JSON.
     """
     signer = rebuilt["signer"]
-    if is_dev_signature(signature):
-        if dev_signature_allowed(signature, signer, allow_dev=allow_dev):
-            logger.warning("accepting the development signature of %s without any cryptography", signer)
+    try:
+        if dev_signature_passes(
+            signature,
+            signer,
+            allow_dev=allow_dev,
+            subject=f"The {kind}",
+            whose=whose,
+            on=f"the {kind} of request {rebuilt['request_id']}",
+        ):
             return signature
-        raise ApiError(
-            403, "bad_signature", f"The {kind} is a development signature, which {whose} cannot verify."
-        )
+    except SignatureError as exc:
+        raise ApiError(403, "bad_signature", str(exc)) from None
     try:
         data = statement_bytes(rebuilt)
     except ValueError as exc:
