@@ -43,16 +43,18 @@ import redis.exceptions
 from teaagent._reload import Trust, TrustReloader
 from teaagent._words import moment
 from teaagent.config import ConfigError, NodeConfig, load_config
-from teaagent.errors import QuorumError, RelayError, SignatureError, StoreError
+from teaagent.errors import QuorumError, RelayError, SignatureError, StatementError, StoreError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
-    APPROVAL_TYPE,
     DENIAL_NAMESPACE,
     DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
     Settlement,
     VerifiedRequest,
     canonical,
+    check_rebuilt,
+    decision_kind,
+    is_dev_signature,
     statement_bytes,
     verify_decision,
     verify_request,
@@ -70,31 +72,16 @@ from teaagent_approver._items import Received, settled_sentence
 from teaagent_approver._ledger import DecisionKind, Ledger, Record
 from teaagent_approver._metrics import ApproverMetrics
 from teaagent_approver._proposals import Notifies, Outcome, Proposal
-from teaagent_approver._rounds import RuleRounds
+from teaagent_approver._rounds import MAX_REMEMBERED, RuleRounds
 from teaagent_approver._settings import Settings
 from teaagent_approver._wire import DecisionPoster
 
-__all__ = ["DEV_SIGNATURE_PREFIX", "Engine", "Notifies", "Outcome", "Proposal"]
+__all__ = ["Engine", "Notifies", "Outcome", "Proposal"]
 
 logger = logging.getLogger("teaagent.approver")
 
-DEV_SIGNATURE_PREFIX: Final = "dev:"  # PROTOCOL.md allow_dev_signatures: "dev:<signer>", never by default
-MAX_REMEMBERED: Final = 100_000  # inbox items whose disposition is kept in memory
 _TRANSIENT: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 _RELAY_CODES: Final = {403: "forbidden", 404: "not_found", 409: "conflict", 422: "invalid"}
-
-
-def _mismatch(carried: Mapping[str, Any], rebuilt: Mapping[str, Any]) -> str | None:
-    for name in sorted(set(carried) | set(rebuilt)):
-        if name not in rebuilt:
-            return f"the statement has the unknown field {name}"
-        if name not in carried:
-            return f"the statement lacks the field {name}"
-        mine, theirs = rebuilt[name], carried[name]
-        # type() as well as ==: 1 == True == 1.0 in Python, but not in a signed document.
-        if type(mine) is not type(theirs) or mine != theirs:
-            return f"the statement's {name} does not match request {rebuilt['request_id']}"
-    return None
 
 
 def _clause(error: BaseException) -> str:
@@ -276,7 +263,7 @@ class Engine:
         statement, signature = decision.get("statement"), decision.get("signature")
         if not isinstance(statement, dict) or not isinstance(signature, str):
             return "the relay holds a decision of this node that is not a signed statement"
-        if signature.startswith(DEV_SIGNATURE_PREFIX) and self.allow_dev:
+        if is_dev_signature(signature) and self.allow_dev:
             return None
         try:
             kind: DecisionKind = "denial" if statement.get("type") == DENIAL_TYPE else "approval"
@@ -286,15 +273,15 @@ class Engine:
                 str(statement.get("reason", "")),
                 statement.get("signed_at"),  # type: ignore[arg-type]
             )
-            mismatch = _mismatch(statement, rebuilt)
-            if mismatch is not None:
-                return f"the decision it holds for this node: {mismatch}"
+            check_rebuilt(statement, rebuilt)
             seen = (signature, statement_bytes(statement))
             if seen not in self._own_verified:  # the statement matched; its signature, once
                 verify_decision(statement, signature, self.own_keys)
                 if len(self._own_verified) >= MAX_REMEMBERED:
                     self._own_verified.clear()
                 self._own_verified.add(seen)
+        except StatementError as exc:
+            return f"the decision it holds for this node: {exc.clause}"
         except (SignatureError, ValueError, TypeError, KeyError) as exc:
             return f"the decision it holds for this node does not verify: {_clause(exc)}"
         return None
@@ -366,12 +353,10 @@ class Engine:
             ApiError: 422 ``invalid`` (not a statement of this request, a malformed signature),
                 403 ``forbidden`` (signed as another node, or by a key that may not sign for it).
         """
-        declared = statement.get("type")
-        if declared not in (APPROVAL_TYPE, DENIAL_TYPE):
-            raise ApiError(
-                422, "invalid", f"The statement's type is neither {APPROVAL_TYPE} nor {DENIAL_TYPE}."
-            )
-        kind: DecisionKind = "approval" if declared == APPROVAL_TYPE else "denial"
+        try:
+            kind = decision_kind(statement)
+        except StatementError as exc:
+            raise ApiError(422, "invalid", str(exc)) from exc
         signer = statement.get("signer")
         if signer != self.agent_id:
             raise ApiError(
@@ -379,19 +364,11 @@ class Engine:
                 "forbidden",
                 sentence(f"the statement is signed as {signer!r}, not as this node ({self.agent_id})"),
             )
-        signed_at = statement.get("signed_at")
-        if isinstance(signed_at, bool) or not isinstance(signed_at, int):
-            raise ApiError(422, "invalid", "The statement's signed_at is not an integer Unix time.")
-        reason = statement.get("reason", "")
-        if kind == "denial" and not isinstance(reason, str):
-            raise ApiError(422, "invalid", "The denial's reason is not a string.")
         try:
-            rebuilt = self.statement_for(item.request, kind, str(reason), signed_at)
-        except ValueError as exc:
-            raise ApiError(422, "invalid", sentence(_clause(exc))) from exc
-        mismatch = _mismatch(statement, rebuilt)
-        if mismatch is not None:
-            raise ApiError(422, "invalid", sentence(mismatch))
+            rebuilt = item.request.rebuild_decision(statement, kind, self.agent_id)
+        except StatementError as exc:
+            raise ApiError(422, "invalid", str(exc)) from exc
+        signed_at, reason = rebuilt["signed_at"], rebuilt.get("reason", "")
         request = item.request
         now = time.time()
         if signed_at > request.expires_at:
@@ -571,15 +548,14 @@ class Engine:
         """
         try:
             rebuilt = self.statement_for(item.request, record.kind, record.reason, record.signed_at)
-        except (KeyError, ValueError, TypeError):
-            rebuilt = None
-        if rebuilt is None or _mismatch(record.statement, rebuilt) is not None:
+            check_rebuilt(record.statement, rebuilt)
+        except (KeyError, ValueError, TypeError, StatementError):
             raise ApiError(
                 409,
                 "conflict",
                 f"The decision recorded for request {item.request.request_id} does not match the request; "
                 "this node signs nothing for it.",
-            )
+            ) from None
         namespace = APPROVAL_NAMESPACE if record.kind == "approval" else DENIAL_NAMESPACE
         armored = sshsig_sign(statement_bytes(rebuilt), self.signer, namespace)
         self.metrics.signatures.inc()
