@@ -160,13 +160,14 @@ class RuleRounds:
         results = await asyncio.gather(*(one(item) for item in todo), return_exceptions=True)
         acted = 0
         failure: BaseException | None = None
-        for item, result in zip(todo, results, strict=True):
+        for received, result in zip(todo, results, strict=True):
             if isinstance(result, BaseException):
                 if isinstance(result, asyncio.CancelledError):
                     raise result
                 failure = failure or result
                 # Read from the news once only: looked at again after a backoff, never dropped.
-                self._backoff((item.request.origin, item.request.request_id), item.request.expires_at)
+                request = received.request
+                self._backoff((request.origin, request.request_id), request.expires_at)
             else:
                 acted += result
         if failure is not None:
