@@ -127,6 +127,16 @@ def _check_url(redis_url: str, cluster: bool) -> None:
         )
 
 
+def _connections(options: StoreOptions) -> dict[str, Any]:
+    """What every client's connections are given: how many, their timeouts, their idle check."""
+    return {
+        "max_connections": options.max_connections,
+        "socket_timeout": options.socket_timeout,
+        "socket_connect_timeout": options.connect_timeout,
+        "health_check_interval": options.health_check_interval,
+    }
+
+
 def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> AsyncClient:
     """Build redis-py's asyncio client on a pool sized to the calls in flight, waiting for a free connection.
 
@@ -148,22 +158,9 @@ def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = 
         redis.backoff.ExponentialWithJitterBackoff(base=BACKOFF_BASE, cap=BACKOFF_CAP), options.retries
     )
     if cluster:
-        return redis.asyncio.cluster.RedisCluster.from_url(
-            redis_url,
-            max_connections=options.max_connections,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.connect_timeout,
-            health_check_interval=options.health_check_interval,
-            retry=retry,
-        )
+        return redis.asyncio.cluster.RedisCluster.from_url(redis_url, **_connections(options), retry=retry)
     pool = redis.asyncio.BlockingConnectionPool.from_url(
-        redis_url,
-        max_connections=options.max_connections,
-        timeout=POOL_WAIT_TIMEOUT,
-        socket_timeout=options.socket_timeout,
-        socket_connect_timeout=options.connect_timeout,
-        health_check_interval=options.health_check_interval,
-        retry=retry,
+        redis_url, **_connections(options), timeout=POOL_WAIT_TIMEOUT, retry=retry
     )
     return redis.asyncio.Redis(connection_pool=pool)
 
@@ -187,21 +184,12 @@ def make_sync_client(redis_url: str, options: StoreOptions, *, cluster: bool = F
             return redis.cluster.RedisCluster.from_url(
                 redis_url,
                 connection_pool_class=redis.BlockingConnectionPool,
-                max_connections=options.max_connections,
+                **_connections(options),
                 timeout=POOL_WAIT_TIMEOUT,
-                socket_timeout=options.socket_timeout,
-                socket_connect_timeout=options.connect_timeout,
-                health_check_interval=options.health_check_interval,
                 retry=retry,
             )
     pool = redis.BlockingConnectionPool.from_url(
-        redis_url,
-        max_connections=options.max_connections,
-        timeout=POOL_WAIT_TIMEOUT,
-        socket_timeout=options.socket_timeout,
-        socket_connect_timeout=options.connect_timeout,
-        health_check_interval=options.health_check_interval,
-        retry=retry,
+        redis_url, **_connections(options), timeout=POOL_WAIT_TIMEOUT, retry=retry
     )
     return redis.Redis(connection_pool=pool)
 
