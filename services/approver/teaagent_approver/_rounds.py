@@ -208,19 +208,21 @@ class RuleRounds:
             )
         except ApiError as exc:
             # Expired meanwhile, or the relay refused it for good: nothing more to do for it.
-            logger.warning(
-                "request %s of %s is left undecided: %s",
-                item.request.request_id,
-                item.request.origin,
-                exc.message,
-            )
-            self._remember(ref, item.request.expires_at, None)
-            return 0
+            return self._undecided(item, exc)
         except AuditWriteError as exc:
             logger.error("%s", exc)
             self._backoff(ref, item.request.expires_at)
             return 0
         return self._after(ref, item.request.expires_at, outcome)
+
+    def _undecided(self, item: Received, exc: ApiError) -> int:
+        """An item this node will not decide (expired, or refused for good): said, never looked at again."""
+        request = item.request
+        logger.warning(
+            "request %s of %s is left undecided: %s", request.request_id, request.origin, exc.message
+        )
+        self._remember((request.origin, request.request_id), request.expires_at, None)
+        return 0
 
     def _after(self, ref: tuple[str, str], expires_at: int, outcome: Outcome) -> int:
         if outcome.deferred:
@@ -255,14 +257,7 @@ class RuleRounds:
                 try:
                     outcome = await self._engine.finish(item, record, signature, won=False)
                 except ApiError as exc:
-                    logger.warning(
-                        "request %s of %s is left undecided: %s",
-                        item.request.request_id,
-                        item.request.origin,
-                        exc.message,
-                    )
-                    self._remember(ref, item.request.expires_at, None)
-                    return 0
+                    return self._undecided(item, exc)
                 return self._after(ref, item.request.expires_at, outcome)
         self._asked[ref] = item.request.expires_at
         self._remember(ref, item.request.expires_at, None)
