@@ -792,7 +792,7 @@ async def test_the_engine_meeting_an_operator_mid_decision_audits_that_decision_
             engine.settle(item, Proposal(kind="approval", reason="looks fine", by="operator"))
         )
         await asyncio.wait_for(held.wait(), WAIT)
-        engines_go = asyncio.ensure_future(engine._asked_item(item))
+        engines_go = asyncio.ensure_future(engine.rounds._asked_item(item))
         # The engine's go, as far as it gets on its own: it ends, or it waits behind the operator
         # for the request's lock (a second user of it).
         ref = item.ref

@@ -4,7 +4,9 @@
 calls in flight (hiredis parses: a dependency). These tests hold it, on the real server or on a
 scripted one, to the failures issue 29 lists: a cancellation mid-reply, a server closing mid-reply,
 a timeout that fails only its own caller, a reconnect, TLS; and, on
-both, no reply is ever served to another command.
+both, no reply is ever served to another command. ``CommandBatches``, which sends the calls of one
+moment as one redis-py pipeline, is held to the same: each caller its own reply or error, a
+cancelled or timed-out caller alone, a batch never sent twice, and the same on a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from relay_support import until
 
 from teaagent.store import StoreOptions
-from teaagent.store._connection import make_async_client
+from teaagent.store._connection import CommandBatches, make_async_client, make_batches
 
 BLOCK_SECONDS = 10  # a blocking read's own timeout: far past the client's, on any host
 
@@ -56,12 +58,14 @@ class _ScriptedRedis:
     """A server that speaks enough RESP for the handshake, ``GET`` and ``PING``, scripted per key.
 
     ``GET hold`` is answered only once ``release`` is set; ``GET half`` gets half a reply, then the
-    connection is closed; any other ``GET k`` answers ``k``.
+    connection is closed; ``GET bad`` is refused; any other ``GET k`` answers ``k``. ``gets`` is
+    every key asked for, in order of arrival.
     """
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.connections = 0
+        self.gets: list[bytes] = []
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> _ScriptedRedis:
@@ -93,7 +97,10 @@ class _ScriptedRedis:
                         writer.write(b"+PONG\r\n")
                     elif name == b"GET":
                         key = command[1]
+                        self.gets.append(key)
                         answer = b"$%d\r\n%s\r\n" % (len(key), key)
+                        if key == b"bad":
+                            answer = b"-ERR bad key\r\n"
                         if key == b"hold":
                             await self.release.wait()
                         elif key == b"half":
@@ -382,3 +389,133 @@ def test_the_store_client_speaks_tls_and_refuses_a_certificate_it_does_not_trust
             server.close()
 
     assert run(scenario) == (b"mine", [b"mine", 1], redis.exceptions.ConnectionError)
+
+
+# -- the calls of one moment as one pipeline (CommandBatches) ---------------------------------------
+
+
+def _batches(url: str, **options: Any) -> CommandBatches:
+    return CommandBatches(make_async_client(url, StoreOptions(retries=0, **options)))
+
+
+def test_a_moments_calls_are_one_pipeline_and_a_refused_call_fails_its_own_caller_only() -> None:
+    async def scenario() -> tuple[list[Any], int, list[bytes]]:
+        async with _ScriptedRedis() as server:
+            batches = _batches(server.url)
+            try:
+                keys = ["k0", "k1", "bad", "k3"]
+                answers = await asyncio.gather(
+                    *(batches.execute("GET", k) for k in keys), return_exceptions=True
+                )
+                return answers, server.connections, server.gets
+            finally:
+                await batches.aclose()
+
+    answers, connections, gets = run(scenario)
+    assert [answers[0], answers[1], answers[3]] == [b"k0", b"k1", b"k3"]
+    assert isinstance(answers[2], redis.exceptions.ResponseError)
+    assert "bad key" in str(answers[2])
+    assert connections == 1  # one pipeline on one connection, not a connection per caller
+    assert gets == [b"k0", b"k1", b"bad", b"k3"]
+
+
+def test_a_bad_script_call_in_a_batch_fails_its_caller_only_on_the_real_server(
+    redis_url: str, redis_prefix: str
+) -> None:
+    key = f"{redis_prefix}:batch:{{one}}"
+
+    async def scenario() -> list[Any]:
+        batches = _batches(redis_url)
+        try:
+            return list(
+                await asyncio.gather(
+                    batches.execute("EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", 1, key, "v"),
+                    batches.execute("EVALSHA", "0" * 40, 1, key),  # no such script
+                    batches.execute("EVAL", "return redis.call('INCR', KEYS[1])", 1, key),  # not a number
+                    batches.execute("GET", key),
+                    return_exceptions=True,
+                )
+            )
+        finally:
+            await batches.client.delete(key)
+            await batches.aclose()
+
+    stored, missing, wrong, got = run(scenario)
+    assert (stored, got) == (b"OK", b"v")
+    assert isinstance(missing, redis.exceptions.NoScriptError)
+    assert isinstance(wrong, redis.exceptions.ResponseError)
+    assert "not an integer" in str(wrong)
+
+
+def test_a_caller_cancelled_before_its_batch_is_sent_is_left_out_one_cancelled_after_leaves_the_rest() -> (
+    None
+):
+    async def scenario() -> tuple[list[Any], list[bytes]]:
+        async with _ScriptedRedis() as server:
+            batches = _batches(server.url)
+            try:
+                gone = asyncio.create_task(batches.execute("GET", "gone"))
+                await asyncio.sleep(0)  # queued, not yet sent
+                gone.cancel()
+                held = asyncio.create_task(batches.execute("GET", "hold"))
+                other = asyncio.create_task(batches.execute("GET", "k1"))
+                assert await until(lambda: b"hold" in server.gets, timeout=30)
+                held.cancel()  # mid-batch: its reply is still to come
+                with pytest.raises(asyncio.CancelledError):
+                    await held
+                server.release.set()
+                answered = [await other, await batches.execute("GET", "k2")]
+                return answered, server.gets
+            finally:
+                await batches.aclose()
+
+    answered, gets = run(scenario)
+    assert answered == [b"k1", b"k2"]
+    assert gets == [b"hold", b"k1", b"k2"]  # "gone" never reached the server
+
+
+def test_a_callers_own_deadline_fails_that_caller_only() -> None:
+    async def scenario() -> tuple[type[BaseException], Any, Any]:
+        async with _ScriptedRedis() as server:
+            batches = _batches(server.url)
+            try:
+                other = asyncio.create_task(batches.execute("GET", "k1"))
+                with pytest.raises(TimeoutError) as raised:
+                    await asyncio.wait_for(batches.execute("GET", "hold"), 0.2)
+                server.release.set()
+                return raised.type, await other, await batches.execute("GET", "k2")
+            finally:
+                await batches.aclose()
+
+    assert run(scenario) == (TimeoutError, b"k1", b"k2")
+
+
+def test_a_server_closing_mid_batch_fails_its_callers_once_and_sends_nothing_again() -> None:
+    async def scenario() -> tuple[list[Any], Any, list[bytes], int]:
+        async with _ScriptedRedis() as server:
+            batches = _batches(server.url)
+            try:
+                failed = await asyncio.gather(
+                    *(batches.execute("GET", key) for key in ("k0", "half", "k2")), return_exceptions=True
+                )
+                return failed, await batches.execute("GET", "k3"), server.gets, server.connections
+            finally:
+                await batches.aclose()
+
+    failed, later, gets, connections = run(scenario)
+    assert [type(error) for error in failed] == [redis.exceptions.ConnectionError] * 3
+    assert later == b"k3"
+    # Sent once: no retry on a fresh connection (a script in it may have run), not even of k2,
+    # which the server closed before reading.
+    assert gets == [b"k0", b"half", b"k3"]
+    assert connections == 2
+
+
+def test_batches_can_be_switched_off_for_the_benchs_before_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAAGENT_REDIS_BATCHES", "0")
+    assert make_batches("redis://127.0.0.1:1/0", StoreOptions()) is None
+    monkeypatch.setenv("TEAAGENT_REDIS_BATCHES", "1")
+    batches = make_batches("redis://127.0.0.1:1/0", StoreOptions(retries=5))
+    assert batches is not None
+    assert batches.client.connection_pool.connection_kwargs["retry"].get_retries() == 0  # never resent
+    asyncio.run(batches.aclose())

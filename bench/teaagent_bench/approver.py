@@ -46,6 +46,7 @@ MIN_REQUESTS: Final = 200  # enough that the clock starts well before the last d
 DEADLINE_SECONDS: Final = 120.0  # the approver must have decided everything by then
 POLL_SECONDS: Final = 0.05  # how often the bench reads the approver's counters (each read is a /metrics)
 _FORWARDS_OK = re.compile(r'^teaagent_approver_forwards_total\{result="ok"\} (\S+)$', re.MULTILINE)
+_ASKED = re.compile(r'^teaagent_approver_skipped_total\{reason="ask"\} (\S+)$', re.MULTILINE)
 
 
 def _beta(folder: Path, raw: dict[str, Ed25519PrivateKey], max_pending: int, rule_tool: str) -> LocalCluster:
@@ -99,6 +100,12 @@ def _requests(count: int, keys: dict[str, SSHPrivateKey], start: int = 0) -> lis
 
 def _forwarded(client: httpx.Client, url: str) -> int:
     match = _FORWARDS_OK.search(client.get(f"{url}/metrics").text)
+    return int(float(match.group(1))) if match else 0
+
+
+def _asked(client: httpx.Client, url: str) -> int:
+    """The items the approver's rounds have left to an operator so far (its /metrics reads no Redis)."""
+    match = _ASKED.search(client.get(f"{url}/metrics").text)
     return int(float(match.group(1))) if match else 0
 
 
@@ -177,7 +184,8 @@ def bench_approver(seconds: float = 3.0) -> dict[str, float]:
 
     Returns:
         ``decisions_per_s`` and the CPU figures of ``bench_approver_only``, ``relay_decisions_per_s``
-        (``decisions_per_s`` of ``bench_decisions``) and ``ratio_to_relay``.
+        (``decisions_per_s`` of ``bench_decisions``) and ``ratio_to_relay``; and the figures of
+        ``bench_inbox_scale`` (one approver round and a listing at 10 and 10,000 pending).
 
     Raises:
         ValueError: ``seconds`` is not positive.
@@ -191,6 +199,7 @@ def bench_approver(seconds: float = 3.0) -> dict[str, float]:
     ceiling = float(bench_decisions(seconds / 2)["decisions_per_s"])
     figures["relay_decisions_per_s"] = ceiling
     figures["ratio_to_relay"] = figures["decisions_per_s"] / ceiling
+    figures.update(bench_inbox_scale())  # what a listing and one round cost at 10 and 10,000 pending
     return figures
 
 
@@ -216,6 +225,39 @@ def _median_call(
     return statistics.median(times) * 1000, commands / INBOX_SAMPLES
 
 
+def _asked_past(client: httpx.Client, url: str, count: int, what: str) -> None:
+    """Wait until the approver has left more than ``count`` items to an operator."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while _asked(client, url) <= count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not within {DEADLINE_SECONDS:g} s")
+        time.sleep(POLL_SECONDS)
+
+
+def _round_costs(
+    client: httpx.Client, url: str, approver_url: str, items: list[tuple[str, bytes]], redis_client: Any
+) -> tuple[float, float]:
+    """One request at a time posted to the relay until the approver's round has looked at it.
+
+    The median milliseconds from the post to the approver's ``skipped{reason="ask"}`` counter
+    moving, and the Redis commands per request meanwhile (the relay's intake, the approver's round
+    and its wait for news), less the two INFO calls that count them.
+    """
+    times = []
+    commands = 0
+    for path, body in items:
+        asked = _asked(client, approver_url)
+        before = redis_client.info("stats")["total_commands_processed"]
+        begun = time.perf_counter()
+        client.post(
+            f"{url}{path}", content=body, headers={"Content-Type": "application/json"}
+        ).raise_for_status()
+        _asked_past(client, approver_url, asked, "the approver's round")
+        times.append(time.perf_counter() - begun)
+        commands += redis_client.info("stats")["total_commands_processed"] - before - 1
+    return statistics.median(times) * 1000, commands / len(items)
+
+
 def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
     """What a listing costs with ``sizes`` pending requests in one inbox (10 and 10,000).
 
@@ -224,9 +266,12 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
     signed requests are posted to beta's inbox up to each size. At each size, over
     ``INBOX_SAMPLES`` calls: ``approvals_list_ms_<size>`` (the approver's ``GET /v1/requests?limit=10``,
     what ``teaagent approvals list --limit 10`` calls), ``inbox_page_ms_<size>`` (the relay's
-    ``GET /v1/inbox?limit=10``) and ``approver_round_listing_ms_<size>`` (the relay's listing one
-    approver round makes, ``limit`` its ``LIST_LIMIT``), each with its Redis commands per call
-    (``..._redis_commands_<size>``); and the ratios of the largest size to the smallest
+    ``GET /v1/inbox?limit=10``), each with its Redis commands per call
+    (``..._redis_commands_<size>``); ``approver_round_ms_<size>`` and
+    ``approver_round_redis_commands_<size>``: one more request posted to the relay until the
+    approver's round has looked at it (its ``skipped{reason="ask"}`` counter), the relay's intake
+    included, over ``INBOX_SAMPLES`` requests (median time, mean commands; the approver has read
+    the whole inbox first). And the ratios of the largest size to the smallest
     (``inbox_scale_ratio_*``: 1 when the cost does not grow with the inbox).
 
     Raises:
@@ -236,14 +281,12 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
     """
     import redis
 
-    from teaagent_approver._engine import LIST_LIMIT
-
     raw = {name: Ed25519PrivateKey.generate() for name in ("alpha", "beta")}
     keys = {name: SSHPrivateKey.from_cryptography(key, comment=name) for name, key in raw.items()}
     figures: dict[str, float] = {}
     with (
         tempfile.TemporaryDirectory(prefix="teaagent-bench-inbox-") as temporary,
-        _beta(Path(temporary), raw, max(sizes), "none.*") as cluster,
+        _beta(Path(temporary), raw, max(sizes) + INBOX_SAMPLES * len(sizes), "none.*") as cluster,
         httpx.Client(timeout=60) as client,
     ):
         beta = cluster.nodes["beta"]
@@ -260,20 +303,23 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
                 # The approver runs only while measured: each request posted would wake a round.
                 cluster.start_service("beta", "approver")
                 try:
-                    time.sleep(1.0)  # its first round lists the inbox and finds nothing to decide
+                    _asked_past(client, approver_url, size - 1, "the approver reading its inbox")
                     for name, call in (
                         ("approvals_list", f"{approver_url}/v1/requests?limit=10"),
                         ("inbox_page", f"{url}/v1/inbox?limit=10"),
-                        ("approver_round_listing", f"{url}/v1/inbox?limit={LIST_LIMIT}"),
                     ):
                         ms, commands = _median_call(client, call, auth, store)
                         figures[f"{name}_ms_{size}"] = ms
                         figures[f"{name}_redis_commands_{size}"] = commands
+                    extra = _requests(INBOX_SAMPLES, keys, start=max(sizes) + INBOX_SAMPLES * size)
+                    ms, commands = _round_costs(client, url, approver_url, extra, store)
+                    figures[f"approver_round_ms_{size}"] = ms
+                    figures[f"approver_round_redis_commands_{size}"] = commands
                 finally:
                     cluster.stop_service("beta-approver")
         finally:
             store.close()
     low, high = min(sizes), max(sizes)
-    for name in ("approvals_list", "inbox_page", "approver_round_listing"):
+    for name in ("approvals_list", "inbox_page", "approver_round"):
         figures[f"inbox_scale_ratio_{name}"] = figures[f"{name}_ms_{high}"] / figures[f"{name}_ms_{low}"]
     return figures

@@ -15,8 +15,7 @@ from typing import Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from teaagent.quorum._counting import evaluate
-from teaagent.quorum._documents import build_request, sign_approval
+from teaagent.quorum import build_request, evaluate, sign_approval
 from teaagent.signing import SSHPrivateKey
 from teaagent.trust import MultiSigQuorumConfig
 

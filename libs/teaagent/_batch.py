@@ -70,6 +70,10 @@ class Coalescer(Generic[_In, _Out]):
         await asyncio.sleep(0)  # let the callers of this turn queue theirs
         while self._queue:
             batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            # A caller that went away (cancelled, timed out) before its call was sent: never send it.
+            batch = [(item, future) for item, future in batch if not future.done()]
+            if not batch:
+                continue
             try:
                 answers = await self._send([item for item, _future in batch])
             except Exception as exc:  # every waiter must hear about it, whatever it was

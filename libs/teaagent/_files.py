@@ -1,17 +1,28 @@
-"""Small file primitives the library's files share: atomic replacement, folder syncs, a bounded read."""
+"""Small file primitives the library's files share: atomic replacement, folder syncs, bounded reads."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from teaagent.errors import ConfigError
 
-__all__ = ["FileSentences", "atomic_write", "read_limited", "sync_folder"]
+__all__ = [
+    "FileSentences",
+    "UnusableFileError",
+    "atomic_write",
+    "read_json_file",
+    "read_limited",
+    "sync_folder",
+]
 
 
 def sync_folder(folder: str | os.PathLike[str]) -> None:
@@ -78,6 +89,17 @@ class FileSentences:
             folder=folder,
         )
 
+    @classmethod
+    def named(cls, what: str, path: str | os.PathLike[str], limit: int) -> FileSentences:
+        """The sentences ``WHAT PATH cannot be read: WHY.`` (a missing file too) and
+        ``WHAT PATH is larger than LIMIT bytes.``
+        """
+        return cls(
+            missing=f"{what} {path} cannot be read: No such file or directory.",
+            unreadable=lambda reason: f"{what} {path} cannot be read: {reason}.",
+            too_large=f"{what} {path} is larger than {limit} bytes.",
+        )
+
 
 def read_limited(path: str | os.PathLike[str], limit: int, sentences: FileSentences) -> bytes:
     """Read a whole file of at most ``limit`` bytes, without ever reading more than one byte past it.
@@ -98,3 +120,51 @@ def read_limited(path: str | os.PathLike[str], limit: int, sentences: FileSenten
     if len(data) > limit:
         raise ConfigError(sentences.too_large)
     return data
+
+
+class UnusableFileError(Exception):
+    """A state file is not usable; the message completes "the ... file P ..." (``is a symbolic link``)."""
+
+
+def read_json_file(path: Path, limit: int, *, private: bool = False) -> Any:
+    """Read the JSON document of a state file the library keeps (presets, sessions).
+
+    Never through a symbolic link, only a regular file, at most ``limit`` bytes.
+
+    Args:
+        path: The file.
+        limit: The most bytes it may hold.
+        private: Refuse a file that the group or others may write: like OpenSSH's StrictModes,
+            such a file could hold what its owner never wrote.
+
+    Raises:
+        FileNotFoundError: There is no such file.
+        UnusableFileError: Naming why it cannot be used: a link, not a regular file, writable by
+            others, unreadable, too large, not JSON.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnusableFileError("is a symbolic link") from None
+        raise UnusableFileError(f"cannot be read ({exc.strerror})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnusableFileError("is not a regular file")
+        if private and mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UnusableFileError("is writable by other users")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UnusableFileError(f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UnusableFileError(f"is larger than {limit} bytes")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UnusableFileError(f"is not valid JSON ({exc})") from None

@@ -15,6 +15,9 @@ The tree::
     │   └── WorkspaceEscapeError         a path leaves the workspace root
     ├── SignatureError                   an SSH signature or key is malformed or does not verify
     ├── QuorumError                      a quorum certificate does not prove the quorum
+    │   └── StatementError               a signed statement is not one of its request
+    │       ├── StatementMismatchError   its fields are not the statement rebuilt from the request
+    │       └── StatementTimeError       it was signed outside the request's life
     ├── AuditVerificationError           an audit log's chain is broken
     ├── StoreError                       the node's Redis store is unreachable or failed
     │   ├── RequestNotFoundError         no stored request under that id (never, or expired)
@@ -52,6 +55,9 @@ __all__ = [
     "RunLimitError",
     "SchemaValidationError",
     "SignatureError",
+    "StatementError",
+    "StatementMismatchError",
+    "StatementTimeError",
     "StoreError",
     "TeaAgentError",
     "ToolError",
@@ -112,6 +118,29 @@ class SignatureError(TeaAgentError, ValueError):
 
 class QuorumError(TeaAgentError):
     """A quorum certificate does not prove that the quorum approved the call."""
+
+
+class StatementError(QuorumError):
+    """A signed approval, denial or withdrawal is not one its request allows (PROTOCOL.md rules 3, 4).
+
+    The message is a sentence; a counter that lists refusals reads ``clause``, the same words
+    without the capital and the final period.
+
+    Attributes:
+        clause: The message as a clause (``the statement's v does not match request ...``).
+    """
+
+    def __init__(self, clause: str) -> None:
+        self.clause = clause.strip().rstrip(".")
+        super().__init__(self.clause[:1].upper() + self.clause[1:] + ".")
+
+
+class StatementMismatchError(StatementError):
+    """A carried statement is not the one rebuilt from its request (a field, its type, or its kind)."""
+
+
+class StatementTimeError(StatementError):
+    """A statement's ``signed_at`` is before its request was made, after it expired, or in the future."""
 
 
 class AuditVerificationError(TeaAgentError):

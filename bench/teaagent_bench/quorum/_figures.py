@@ -86,6 +86,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from teaagent._http import BENCH_CLIENT_ENV
 from teaagent.signing import SSHPrivateKey
 from teaagent.store import EmbeddedRedis
+from teaagent.store._connection import BATCHES_ENV
 from teaagent.testing import LocalCluster
 from teaagent.trust import MultiSigQuorumConfig
 from teaagent_bench.quorum._asking import _percentile, _real_path, _Run
@@ -97,6 +98,12 @@ __all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes"]
 
 CONCURRENCIES: Final = (1, 16, 64)
 HTTP_VARIANTS: Final = ("httpx",)  # run again through each, beside the services' aiohttp
+# Run again with each setting in the services' environment: (figures' prefix, variable, value).
+VARIANTS: Final = (
+    *((f"http_{name}", BENCH_CLIENT_ENV, name) for name in HTTP_VARIANTS),
+    # Each Redis call sent on its own, as before the store batched a moment's calls (issue 29).
+    ("redis_unbatched", BATCHES_ENV, "0"),
+)
 
 
 def _policy_figures(run: _Run, floor: _Run, per: _Counters) -> dict[str, float]:
@@ -129,8 +136,9 @@ def bench_quorum(
         nodes: The cluster's size: alpha and ``nodes - 1`` peers, a majority of the nodes'
             approvals needed (2 of 3, 3 of 5, 5 of 9).
         concurrencies: The numbers of callers at once, 1 and 64 among them.
-        variants: Whether to run the cluster again with each other HTTP client
-            (``http_<client>_*``, see ``_http_variants``).
+        variants: Whether to run the cluster again under each of ``VARIANTS`` (another HTTP
+            client, ``http_<client>_*``; Redis calls unbatched, ``redis_unbatched_*``; see
+            ``_variants``).
 
     Returns:
         ``p50_ms_c1``, ``p99_ms_c1``, ``throughput_c1``, ``throughput_c16``, ``throughput_c64``,
@@ -199,7 +207,7 @@ def bench_quorum(
             )
             hop, written, got = asyncio.run(_io_costs(http_port, store))
         if variants:
-            figures.update(_http_variants(cluster, keys, config, client, seconds))
+            figures.update(_variants(cluster, keys, config, client, seconds))
         client.close()
     sign, verify = _crypto_costs()
     for concurrency in concurrencies:
@@ -226,9 +234,8 @@ def bench_quorum(
     figures["cluster_idle_cpu_ms_per_s"] = counted[concurrencies[0]].idle_cpu_per_s * 1000
     figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
     figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
-    for name in [key for key in figures if key.startswith("http_") and key.endswith("_p50_ms_c1")]:
-        client_name = name.removeprefix("http_").removesuffix("_p50_ms_c1")
-        prefix = f"http_{client_name}_"
+    for label, _variable, _value in VARIANTS if variants else ():
+        name, prefix = f"{label}_p50_ms_c1", f"{label}_"
         figures[f"{prefix}floor_ratio"] = figures[name] / figures["floor_p50_ms_c1"]
         figures[f"{prefix}floor_throughput_ratio_c64"] = (
             figures["floor_throughput_c64"] / figures[f"{prefix}throughput_c64"]
@@ -248,39 +255,41 @@ def bench_quorum(
     return figures
 
 
-# -- HTTP variants (http-lib) -----------------------------------------------------------------------
+# -- variants: other HTTP clients (http-lib), Redis calls unbatched (issue 29) ---------------------
 
 
-def _http_variants(
+def _variants(
     cluster: LocalCluster,
     keys: Mapping[str, SSHPrivateKey],
     config: MultiSigQuorumConfig,
     client: redis.Redis,
     seconds: float,
 ) -> dict[str, float]:
-    """The real path again, its calls through each other HTTP client, at concurrency 1 and 64.
+    """The real path again under each of ``VARIANTS``, at concurrency 1 and 64.
 
-    Every service of the cluster and the asking callers here make their pools with
-    ``teaagent._http.http_pool``, which ``TEAAGENT_BENCH_HTTP_CLIENT`` points at the client:
-    ``httpx`` (one client per server, ``httpx.Limits`` sized as aiohttp's connector, HTTP/1.1).
-    Each: ``http_<client>_p50_ms_c1``, ``http_<client>_throughput_c64`` and
-    ``http_<client>_cluster_cpu_ms_per_quorum_c64``, against the same floor as the services'
-    own client's (``http_<client>_floor_ratio``...).
+    Every service of the cluster and the asking callers here read the variable at start:
+    ``TEAAGENT_BENCH_HTTP_CLIENT`` points ``teaagent._http.http_pool`` at another HTTP client
+    (``httpx``: one client per server, ``httpx.Limits`` sized as aiohttp's connector, HTTP/1.1);
+    ``TEAAGENT_REDIS_BATCHES=0`` sends each Redis call on its own (``redis_unbatched``, the store
+    before it batched). Each: ``<prefix>_p50_ms_c1``, ``<prefix>_throughput_c64``,
+    ``<prefix>_cluster_cpu_ms_per_quorum_c64`` and ``<prefix>_redis_round_trips_c64``, against
+    the same floor as the default's (``<prefix>_floor_ratio``...).
     """
     figures: dict[str, float] = {}
-    for name in HTTP_VARIANTS:
-        before = os.environ.get(BENCH_CLIENT_ENV)
-        os.environ[BENCH_CLIENT_ENV] = name
+    for prefix, variable, value in VARIANTS:
+        before = os.environ.get(variable)
+        os.environ[variable] = value
         try:
             runs, counted, _ = _real_path(cluster, keys, config, client, seconds, (1, 64))
         finally:
             if before is None:
-                os.environ.pop(BENCH_CLIENT_ENV, None)
+                os.environ.pop(variable, None)
             else:
-                os.environ[BENCH_CLIENT_ENV] = before
-        figures[f"http_{name}_p50_ms_c1"] = statistics.median(runs[1].latencies) * 1000
-        figures[f"http_{name}_throughput_c64"] = runs[64].throughput
-        figures[f"http_{name}_cluster_cpu_ms_per_quorum_c64"] = sum(counted[64].cpu.values()) * 1000
+                os.environ[variable] = before
+        figures[f"{prefix}_p50_ms_c1"] = statistics.median(runs[1].latencies) * 1000
+        figures[f"{prefix}_throughput_c64"] = runs[64].throughput
+        figures[f"{prefix}_cluster_cpu_ms_per_quorum_c64"] = sum(counted[64].cpu.values()) * 1000
+        figures[f"{prefix}_redis_round_trips_c64"] = max(0.0, counted[64].writes + counted[64].reads)
     return figures
 
 

@@ -177,7 +177,7 @@ TARGETS: dict[str, list[tuple[str, str, float]]] = {
         *((f"n{n}_cpu_growth_over_peers", "<=", 1.0) for n in (5, 9)),
         # 10,000 pending requests in one inbox against 10: the same page costs the same.
         *((f"inbox_scale_ratio_{name}", "<=", 1.5) for name in ("approvals_list", "inbox_page")),
-        ("inbox_scale_ratio_approver_round_listing", "<=", 1.5),
+        ("inbox_scale_ratio_approver_round", "<=", 1.5),
     ],
 }
 
@@ -221,8 +221,8 @@ MEANINGS: dict[str, str] = {
     },
     "inbox_scale_ratio_approvals_list": "approvals list --limit 10 with 10,000 pending against 10 pending",
     "inbox_scale_ratio_inbox_page": "the relay's inbox page of 10 with 10,000 pending against 10 pending",
-    "inbox_scale_ratio_approver_round_listing": "one approver round's listing with 10,000 pending against "
-    "10 pending",
+    "inbox_scale_ratio_approver_round": "one approver round (a new request read and looked at) with "
+    "10,000 pending against 10 pending",
 }
 
 

@@ -139,11 +139,10 @@ class CostTracker:
         return {label: by_label[label].summary() for label in sorted(by_label)}
 
     def get_summary_by_model(self) -> dict[str, dict[str, float]]:
-        """Aggregate cost grouped by model name.
+        """Aggregate cost grouped by model name, as :meth:`get_summary_by_label` does by label.
 
         Returns:
-            {'model': {'cost_cents': float, 'runs': int, 'input_tokens': int,
-                       'output_tokens': int, 'model_calls': int}}, models in sorted order.
+            ``{model: summary}``, the summaries as :meth:`get_summary_by_label`'s, models in sorted order.
 
         Raises:
             OSError: The runs folder exists but cannot be listed.

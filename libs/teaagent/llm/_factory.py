@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -79,23 +79,16 @@ def create_llm_adapter(
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"the base URL must be an http or https URL, not {base_url!r}.")
         base_url = base_url.strip().rstrip("/")
-    if provider == "anthropic":
-        from teaagent.llm._anthropic import AnthropicAdapter
-
-        return AnthropicAdapter(
-            model=chosen,
-            api_key=api_key,
-            base_url=base_url,
-            api_key_env=config.api_key_env,
-            http_client=http_client,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            sleep=sleep,
-        )
+    from teaagent.llm._anthropic import AnthropicAdapter
     from teaagent.llm._openai import OpenAIAdapter, OpenAICompatibleAdapter
 
-    if provider in ("openai", "openai-compatible"):
-        adapter_class = OpenAIAdapter if provider == "openai" else OpenAICompatibleAdapter
+    adapters: dict[str, Callable[..., LLMAdapter]] = {
+        "anthropic": AnthropicAdapter,
+        "openai": OpenAIAdapter,
+        "openai-compatible": OpenAICompatibleAdapter,
+    }
+    adapter_class = adapters.get(provider)
+    if adapter_class is not None:
         return adapter_class(
             model=chosen,
             api_key=api_key,

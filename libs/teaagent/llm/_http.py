@@ -415,11 +415,7 @@ class HTTPAdapter(LLMAdapter):
             ConfigError: ``TEAAGENT_PRICES_FILE`` is set and its file cannot be read or is malformed
                 (found before anything is sent).
         """
-        names = ToolNameMap(_tool_names(request))
-        model = request.model or self.model
-        body = self.build_body(request, names, model=model, stream=False)
-        # Priced before sending: a broken price file must stop the call, not follow a paid one.
-        price = price_for(self.provider, model)
+        names, body, price = self._prepared(request, stream=False)
         _, raw = await self._send(body, whole=True)
         try:
             document = json.loads(raw)
@@ -492,11 +488,20 @@ class HTTPAdapter(LLMAdapter):
 
     # --- the machinery ------------------------------------------------------------------------
 
-    async def _stream_items(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+    def _prepared(
+        self, request: LLMRequest, *, stream: bool
+    ) -> tuple[ToolNameMap, dict[str, Any], ModelPrice]:
+        """The call's tool names, its body, and its model's price.
+
+        Priced before sending: a broken price file must stop the call, not follow a paid one.
+        """
         names = ToolNameMap(_tool_names(request))
         model = request.model or self.model
-        body = self.build_body(request, names, model=model, stream=True)
-        price = price_for(self.provider, model)
+        body = self.build_body(request, names, model=model, stream=stream)
+        return names, body, price_for(self.provider, model)
+
+    async def _stream_items(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+        names, body, price = self._prepared(request, stream=True)
         response, _ = await self._send(body, whole=False)
         try:
             async for item in self.parse_stream(iter_sse(self._body_chunks(response)), names):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from teaagent._files import FileSentences, read_limited
 from teaagent.errors import ConfigError
 from teaagent.llm._providers import PROVIDER_CONFIGS, require_provider
 
@@ -117,13 +118,9 @@ def _parse_table(source: str, document: object) -> _PriceTable:
 
 
 def _read_override(path: Path) -> _PriceTable:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_PRICE_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"The price file {path} cannot be read: {exc.strerror or exc}.") from exc
-    if len(raw) > MAX_PRICE_FILE_BYTES:
-        raise ConfigError(f"The price file {path} is larger than {MAX_PRICE_FILE_BYTES} bytes.")
+    raw = read_limited(
+        path, MAX_PRICE_FILE_BYTES, FileSentences.named("The price file", path, MAX_PRICE_FILE_BYTES)
+    )
     try:
         document = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -51,6 +51,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from teaagent._files import FileSentences, read_limited
 from teaagent.errors import ConfigError, LLMError
 from teaagent.llm._pricing import price_for
 from teaagent.llm._types import STOP_REASONS, LLMAdapter, LLMRequest, LLMResponse, LLMToolCall
@@ -315,13 +316,7 @@ class ScriptedAdapter(LLMAdapter):
             ConfigError: The file cannot be read, is too large, is not JSON, or is malformed.
         """
         path = Path(path)
-        try:
-            with path.open("rb") as handle:
-                raw = handle.read(MAX_SCRIPT_BYTES + 1)
-        except OSError as exc:
-            raise ConfigError(f"The script {path} cannot be read: {exc.strerror or exc}.") from exc
-        if len(raw) > MAX_SCRIPT_BYTES:
-            raise ConfigError(f"The script {path} is larger than {MAX_SCRIPT_BYTES} bytes.")
+        raw = read_limited(path, MAX_SCRIPT_BYTES, FileSentences.named("The script", path, MAX_SCRIPT_BYTES))
         return cls.from_json(raw, model=model, source=str(path))
 
     @classmethod
@@ -416,6 +411,13 @@ class ScriptedAdapter(LLMAdapter):
             )
         )
 
+    async def _play(self, request: LLMRequest) -> tuple[int, ScriptedTurn]:
+        """The next turn (see :meth:`_next_turn`), once its ``delay_seconds`` have passed."""
+        number, turn = self._next_turn(request)
+        if turn.delay_seconds:
+            await asyncio.sleep(turn.delay_seconds)
+        return number, turn
+
     def _next_turn(self, request: LLMRequest) -> tuple[int, ScriptedTurn]:
         with self._lock:
             number = self._position + 1
@@ -495,9 +497,7 @@ class ScriptedAdapter(LLMAdapter):
             LLMError: The script has no turn left, or the turn's expectations are not met.
             ConfigError: ``TEAAGENT_PRICES_FILE`` names a missing or malformed price file.
         """
-        number, turn = self._next_turn(request)
-        if turn.delay_seconds:
-            await asyncio.sleep(turn.delay_seconds)
+        number, turn = await self._play(request)
         return self._response(number, turn, request)
 
     async def complete_streaming(self, request: LLMRequest, on_text: Callable[[str], object]) -> LLMResponse:
@@ -513,9 +513,7 @@ class ScriptedAdapter(LLMAdapter):
         Raises:
             LLMError: The script has no turn left, or the turn's expectations are not met.
         """
-        number, turn = self._next_turn(request)
-        if turn.delay_seconds:
-            await asyncio.sleep(turn.delay_seconds)
+        number, turn = await self._play(request)
         for piece in _WORDS.findall(turn.content):
             on_text(piece)
         return self._response(number, turn, request)
@@ -532,9 +530,7 @@ class ScriptedAdapter(LLMAdapter):
         Raises:
             LLMError: The script has no turn left, or the turn's expectations are not met.
         """
-        _, turn = self._next_turn(request)
-        if turn.delay_seconds:
-            await asyncio.sleep(turn.delay_seconds)
+        _, turn = await self._play(request)
         for piece in _WORDS.findall(turn.content):
             yield piece
 

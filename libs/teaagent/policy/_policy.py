@@ -336,16 +336,7 @@ class ApprovalPolicy:
         reason: str = "",
         run_id: str | None = None,
     ) -> Authorization:
-        """Check a call as :meth:`assert_allowed` does and say what allowed it.
-
-        Args:
-            tool_name: The tool's registered name.
-            call_id: The call's id (unique within the session).
-            destructive: The tool's ``destructive`` annotation.
-            arguments: The call's arguments.
-            read_only: The tool's ``read_only`` annotation (default False: fail closed).
-            reason: The model's reasoning, shown to whoever is asked.
-            run_id: The run the call belongs to.
+        """Check a call as :meth:`assert_allowed` does (the same arguments) and say what allowed it.
 
         Returns:
             What passed the local check, and the verified certificate of a high-risk call.

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
 import fcntl
 import json
 import logging
 import os
 import re
 import secrets
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from teaagent._canonical import payload_digest
-from teaagent._files import atomic_write
+from teaagent._files import UnusableFileError, atomic_write, read_json_file
 from teaagent.errors import ConfigError
 
 __all__ = ["PRESETS_FILE", "ApprovalPreset", "ApprovalPresetStore"]
@@ -57,7 +55,7 @@ _PRESET_ID = re.compile(r"[0-9a-f]{16}")
 _FIELDS = frozenset({"id", "tool", "payload_digest", "created_at", "origin_run_id", "expires_at"})
 
 
-class _CorruptPresetsError(Exception):
+class _CorruptPresetsError(UnusableFileError):
     """The presets file is not usable; the message completes 'the approval presets file P ...'."""
 
 
@@ -197,39 +195,9 @@ class ApprovalPresetStore:
 
     def _read(self) -> tuple[ApprovalPreset, ...]:
         try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            document = read_json_file(self._path, MAX_PRESETS_FILE_BYTES, private=True)
         except FileNotFoundError:
             return ()
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _CorruptPresetsError("is a symbolic link") from None
-            raise _CorruptPresetsError(f"cannot be read ({exc.strerror})") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise _CorruptPresetsError("is not a regular file")
-            # Like OpenSSH's StrictModes: a file others may write could hold approvals nobody gave.
-            if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise _CorruptPresetsError("is writable by other users")
-            chunks: builtins.list[bytes] = []
-            size = 0
-            while size <= MAX_PRESETS_FILE_BYTES:
-                chunk = os.read(fd, MAX_PRESETS_FILE_BYTES + 1 - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            data = b"".join(chunks)
-        except OSError as exc:
-            raise _CorruptPresetsError(f"cannot be read ({exc.strerror})") from None
-        finally:
-            os.close(fd)
-        if len(data) > MAX_PRESETS_FILE_BYTES:
-            raise _CorruptPresetsError(f"is larger than {MAX_PRESETS_FILE_BYTES} bytes")
-        try:
-            document = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise _CorruptPresetsError(f"is not valid JSON ({exc})") from None
         if not isinstance(document, dict) or set(document) != {"version", "presets"}:
             raise _CorruptPresetsError("is not an object with exactly the keys 'version' and 'presets'")
         if document["version"] != PRESETS_FORMAT_VERSION:
@@ -253,7 +221,7 @@ class ApprovalPresetStore:
         """
         try:
             presets = self._read()
-        except _CorruptPresetsError as exc:
+        except UnusableFileError as exc:
             problem = (
                 f"the approval presets file {self._path} {exc}; "
                 "no preset applies until it is fixed or removed."

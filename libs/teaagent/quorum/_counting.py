@@ -1,9 +1,9 @@
-"""Counting approvals and denials, and verifying quorum certificates (PROTOCOL.md, Counting).
+"""Counting approvals and denials (PROTOCOL.md, Counting).
 
 :func:`evaluate` is the python-tuf ``get_verification_result()`` of this project: it never raises for
-a bad signature, it reports. :func:`verify_certificate` wraps the same counting and raises
-:class:`~teaagent.errors.QuorumError` unless the quorum is proven. Both loop over the authorised
-signers, never over the submitted signatures (STYLE.md 3).
+a bad signature, it reports. ``verify_certificate`` (in ``_certificate``) runs the same
+:class:`Counter` and raises :class:`~teaagent.errors.QuorumError` unless the quorum is proven.
+Both loop over the authorised signers, never over the submitted signatures (STYLE.md 3).
 """
 
 from __future__ import annotations
@@ -12,42 +12,45 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
-from teaagent._words import approvals_of, moment, needed_from, plural
-from teaagent.errors import QuorumError, SignatureError
+from teaagent._words import approvals_of, needed_from, plural
+from teaagent.errors import QuorumError, SignatureError, StatementError
 from teaagent.quorum._documents import (
     APPROVAL_NAMESPACE,
-    CERTIFICATE_DENIALS,
-    CERTIFICATE_FIELDS,
     DENIAL_NAMESPACE,
-    DEV_SIGNATURE_PREFIX,
+    MAX_CLOCK_SKEW_SECONDS,
     SIGNED_DECISION_FIELDS,
-    approval_statement,
-    denial_statement,
+    clause,
+    dev_signature_allowed,
+    is_dev_signature,
     is_int,
-    request_policy,
-    request_problem,
-    signed_at_of,
-    signing_key,
     statement_bytes,
-    validate_request,
-    verify_request_signature,
     wire_signature,
 )
+from teaagent.quorum._keys import signing_key
+from teaagent.quorum._request import request_policy, validate_request
+from teaagent.quorum._statements import (
+    approval_statement,
+    check_rebuilt,
+    check_signing_time,
+    denial_statement,
+    signed_at_of,
+)
 from teaagent.quorum._tally import QuorumState, is_expired, quorum_state
-from teaagent.trust import MultiSigQuorumConfig, PeerSignature, QuorumPolicy, SignerKey
+from teaagent.trust import MultiSigQuorumConfig, PeerSignature, QuorumPolicy
 
 __all__ = [
-    "MAX_CERTIFICATE_APPROVALS",
     "MAX_CLOCK_SKEW_SECONDS",
+    "Counter",
     "QuorumOutcome",
     "QuorumState",
+    "clock",
+    "counter_for",
     "describe_outcome",
     "evaluate",
     "policy_mismatch",
     "policy_view",
-    "verify_certificate",
 ]
 
 logger = logging.getLogger("teaagent.quorum")
@@ -73,10 +76,6 @@ def policy_view(policy: QuorumPolicy, signers: Sequence[str], denied_by: Sequenc
         ],
         "described": policy.describe(signers, denied_by),
     }
-
-
-MAX_CLOCK_SKEW_SECONDS: Final = 60  # PROTOCOL.md rule 4: how far a peer's clock may run ahead of ours
-MAX_CERTIFICATE_APPROVALS: Final = 1024  # far beyond any real cluster; bounds the work one certificate causes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,15 +159,19 @@ class QuorumOutcome:
         return describe_outcome(self)
 
 
+def _deniers(outcome: _Described) -> str:
+    """Who denied, each with their reason when they gave one: ``beta: too risky; gamma``."""
+    return "; ".join(
+        f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
+        for peer in outcome.denied_by
+    )
+
+
 def _describe_policy(outcome: _Described, policy: QuorumPolicy) -> str:
     """A version 2 outcome: the state, then the rule and each term (``needs 1 more of security: ...``)."""
     terms = policy.describe(outcome.signers, outcome.denied_by)
     if outcome.state == "denied":
-        reasons = "; ".join(
-            f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
-            for peer in outcome.denied_by
-        )
-        return f"denied by {reasons} ({terms})"
+        return f"denied by {_deniers(outcome)} ({terms})"
     if outcome.state == "pending":
         return f"waiting ({terms})"
     if outcome.state == "withdrawn":
@@ -207,11 +210,7 @@ def describe_outcome(outcome: _Described) -> str:
     if outcome.state == "approved":
         return f"approved by {', '.join(outcome.signers)} ({count})"
     if outcome.state == "denied":
-        reasons = "; ".join(
-            f"{peer}: {outcome.denial_reasons[peer]}" if outcome.denial_reasons.get(peer) else peer
-            for peer in outcome.denied_by
-        )
-        return f"denied by {reasons} ({needed_from(outcome.required, len(outcome.peers))} needed)"
+        return f"denied by {_deniers(outcome)} ({needed_from(outcome.required, len(outcome.peers))} needed)"
     if outcome.state == "expired":
         return f"expired with {count}"
     if outcome.state == "withdrawn":
@@ -281,35 +280,25 @@ def _group(submissions: Sequence[_Submission]) -> dict[str, list[_Submission]]:
     return groups
 
 
-def _clause(error: BaseException) -> str:
-    """An exception's sentence as a clause inside a longer message."""
-    return str(error).strip().rstrip(".") or type(error).__name__
+@dataclass(frozen=True)
+class Votes:
+    """What one count found: the counted approvals and denials by peer, and why the others were refused."""
+
+    approved: dict[str, _Counted]
+    rejected: dict[str, str]
+    denied: dict[str, _Counted]
+    rejected_denials: dict[str, str]
+    signers: tuple[str, ...]  # the counted approvers, in the peers' order
+    denied_by: tuple[str, ...]  # the counted deniers, in the peers' order
 
 
-def _statement_mismatch(carried: object, rebuilt: Mapping[str, Any]) -> str | None:
-    """Name the first field where a carried statement differs from the one rebuilt from the request."""
-    if not isinstance(carried, Mapping):
-        return "the statement is not a JSON object"
-    for name in sorted(set(carried) | set(rebuilt)):
-        if name not in rebuilt:
-            return f"the statement has the unknown field {name}"
-        if name not in carried:
-            return f"the statement lacks the field {name}"
-        mine, theirs = rebuilt[name], carried[name]
-        # type() as well as ==: 1 == True == 1.0 in Python, but not in a signed document.
-        if type(mine) is not type(theirs) or mine != theirs:
-            return f"the statement's {name} does not match the request"
-    return None
-
-
-class _Counter:
+class Counter:
     """The per-call state of one count: the request, the verifier's configuration, the clock."""
 
     def __init__(self, request: Mapping[str, Any], config: MultiSigQuorumConfig, now: float) -> None:
         self.request = request
         self.config = config
         self.now = now
-        self.created_at: int = request["created_at"]
         self.expires_at: int = request["expires_at"]
         self.dev_signers: list[str] = []
         configured = set(config.peer_agent_ids)
@@ -357,34 +346,17 @@ class _Counter:
             else:
                 rebuilt = approval_statement(self.request, peer, signed_at)
         except ValueError as exc:
-            return _clause(exc)
-        if submission.statement is not None or denial:
-            mismatch = _statement_mismatch(submission.statement, rebuilt)
-            if mismatch is not None:
-                return mismatch
-        # Rule 4: signed within the request's life (from its creation, less the clock skew, to its
-        # expiry), and not in our future beyond the clock skew. The lower bound keeps a key whose
-        # valid-before has passed from back-dating its way into a request made after it.
-        earliest = self.created_at - MAX_CLOCK_SKEW_SECONDS
-        if signed_at < earliest:
-            return (
-                f"it was signed at {moment(signed_at, self.now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
-                f"seconds before the request was created at {moment(self.created_at, self.now)}"
-            )
-        if signed_at > self.expires_at:
-            return (
-                f"it was signed at {moment(signed_at, self.now)}, after the request expired at "
-                f"{moment(self.expires_at, self.now)}"
-            )
-        if signed_at > self.now + MAX_CLOCK_SKEW_SECONDS:
-            return (
-                f"it is dated {moment(signed_at, self.now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-                "in the future"
-            )
+            return clause(exc)
+        try:
+            if submission.statement is not None or denial:
+                check_rebuilt(submission.statement, rebuilt, against="the request")
+            check_signing_time(signed_at, self.request, self.now, subject="it")  # rule 4
+        except StatementError as exc:
+            return exc.clause
         signature = submission.signature
         if not isinstance(signature, str):
             return "its signature is not a string"
-        if signature.startswith(DEV_SIGNATURE_PREFIX):
+        if is_dev_signature(signature):
             refusal = self._check_dev(peer, signature, denial=denial)
             return rebuilt if refusal is None else refusal
         keys = self.config.keys_of(peer)
@@ -397,7 +369,7 @@ class _Counter:
         try:
             data = statement_bytes(rebuilt)
         except ValueError as exc:
-            return _clause(exc)
+            return clause(exc)
         namespace = DENIAL_NAMESPACE if denial else APPROVAL_NAMESPACE
         whose = f"{peer}'s configured key" if len(keys) == 1 else f"the keys configured for {peer}"
         # Rules 2 and 3: one of the peer's keys, allowed for this namespace at this time, and the
@@ -405,7 +377,7 @@ class _Counter:
         try:
             used = signing_key(data, signature, keys, namespace, signed_at, whose=whose)
         except (SignatureError, ValueError, TypeError) as exc:
-            return f"the signature does not verify with {whose}: {_clause(exc)}"
+            return f"the signature does not verify with {whose}: {clause(exc)}"
         if claimed is not None and claimed != used.fingerprint:
             return f"its ssh_key_id is not the fingerprint of the key configured for {peer} that signed it"
         return rebuilt
@@ -413,7 +385,7 @@ class _Counter:
     def _check_dev(self, peer: str, signature: str, *, denial: bool) -> str | None:
         if not self.config.allow_dev_signatures:
             return "development signatures (dev:<signer>) are not allowed by this node's configuration"
-        if signature != DEV_SIGNATURE_PREFIX + peer:
+        if not dev_signature_allowed(signature, peer, allow_dev=True):
             return f"a development signature of {peer} must read dev:{peer}"
         logger.warning(
             "counting the development signature of %s on the %s of request %s without any cryptography",
@@ -460,6 +432,35 @@ class _Counter:
             **fields,
         )
 
+    def votes(self, approvals: Sequence[object], denials: Sequence[object]) -> Votes:
+        """Count the denials (rules 1 to 4), then the approvals (rules 1 to 5), then apply rule 6."""
+        denied, rejected_denials = self.count(_submissions(denials), denial=True)
+        approved, rejected = self.count(_submissions(approvals), denial=False)
+        _veto(approved, rejected, denied)
+        return Votes(
+            approved=approved,
+            rejected=rejected,
+            denied=denied,
+            rejected_denials=rejected_denials,
+            signers=tuple(peer for peer in self.peers if peer in approved),
+            denied_by=tuple(peer for peer in self.peers if peer in denied),
+        )
+
+    def outcome_of(self, state: QuorumState, votes: Votes) -> QuorumOutcome:
+        """The outcome ``state`` with everything ``votes`` counted and refused."""
+        reasons = {peer: votes.denied[peer].submission.reason for peer in votes.denied_by}
+        counted = votes.signers + votes.denied_by
+        return self.outcome(
+            state,
+            signers=votes.signers,
+            denied_by=votes.denied_by,
+            denial_reasons={peer: reason for peer, reason in reasons.items() if isinstance(reason, str)},
+            rejected=votes.rejected,
+            rejected_denials=votes.rejected_denials,
+            approvals=tuple(votes.approved[peer].carried() for peer in votes.signers),
+            dev_signers=tuple(dict.fromkeys(peer for peer in self.dev_signers if peer in counted)),
+        )
+
 
 def _veto(approved: dict[str, _Counted], rejected: dict[str, str], denied: Mapping[str, _Counted]) -> None:
     """Rule 6: a signer with a counted denial counts as a denial only; its approval is refused."""
@@ -476,12 +477,14 @@ def _submissions(items: Sequence[object]) -> list[_Submission]:
     ]
 
 
-def _clock(now: float | None) -> float:
+def clock(now: float | None) -> float:
+    """``now``, or the clock when None."""
     return time.time() if now is None else now
 
 
-def _counter(request: Mapping[str, Any], config: MultiSigQuorumConfig, now: float) -> _Counter:
-    counter = _Counter(request, config, now)
+def counter_for(request: Mapping[str, Any], config: MultiSigQuorumConfig, now: float) -> Counter:
+    """The count of one request under ``config`` at ``now``; a QuorumError when its bar cannot be met here."""
+    counter = Counter(request, config, now)
     for term in counter.policy.terms if counter.policy is not None else ():
         if term.required > len(term.peers):
             raise QuorumError(
@@ -577,153 +580,9 @@ def evaluate(
             than it needs approvals, so the verifier could never count a quorum for it.
     """
     validate_request(request)
-    when = _clock(now)
-    counter = _counter(request, config, when)
+    when = clock(now)
+    counter = counter_for(request, config, when)
     if is_expired(when, counter.expires_at):
         return counter.outcome("expired")
-    denied, rejected_denials = counter.count(_submissions(denials), denial=True)
-    approved, rejected = counter.count(_submissions(approvals), denial=False)
-    _veto(approved, rejected, denied)
-    denied_by = tuple(peer for peer in counter.peers if peer in denied)
-    signers = tuple(peer for peer in counter.peers if peer in approved)
-    state = counter.state(signers, denied_by)
-    reasons = {peer: denied[peer].submission.reason for peer in denied_by}
-    return counter.outcome(
-        state,
-        signers=signers,
-        denied_by=denied_by,
-        denial_reasons={peer: reason for peer, reason in reasons.items() if isinstance(reason, str)},
-        rejected=rejected,
-        rejected_denials=rejected_denials,
-        approvals=tuple(approved[peer].carried() for peer in signers),
-        dev_signers=tuple(dict.fromkeys(peer for peer in counter.dev_signers if peer in signers + denied_by)),
-    )
-
-
-def verify_certificate(
-    cert: Mapping[str, Any],
-    config: MultiSigQuorumConfig,
-    *,
-    origin_public_key: str | Sequence[SignerKey] | None = None,
-    now: float | None = None,
-) -> QuorumOutcome:
-    """Verify that a quorum certificate proves the quorum under the verifier's configuration.
-
-    The counting rules are those of :func:`evaluate`, with one difference: a certificate stays
-    verifiable long after its request expired, so ``now > expires_at`` is not applied (each
-    approval must still be signed no earlier than ``created_at`` less the clock skew, no later
-    than ``expires_at``, and no later than ``now`` plus the clock skew). Each approval's statement
-    must equal the one rebuilt from the request; its fields are never trusted on their own.
-
-    The certificate may also carry ``denials``, the signed denials the origin's relay counted
-    (``{"statement", "signature"}`` each). Each is checked as :func:`evaluate` checks a denial
-    (rules 1 to 4); one that does not verify counts for nothing and is reported in
-    ``rejected_denials``. A signer with a valid denial has its approval refused (rule 6: it counts
-    as a denial only), so a certificate that reaches the threshold only with such a signer does not
-    verify. A denial that was never put in the certificate cannot be applied: what an origin relay
-    withholds is beyond any verifier (docs/protocol.md, "What a hostile origin relay can still do").
-
-    Args:
-        cert: ``{"request", "request_signature", "approvals"}`` and optionally ``"denials"``, as
-            :func:`build_certificate` makes it.
-        config: The verifier's quorum configuration.
-        origin_public_key: The origin's keys (a public key line, or its configured keys with
-            their ``allowed_signers`` limits); when given, the origin's signature over the request
-            is checked too, at its ``created_at`` (required wherever the request came from someone
-            else).
-        now: The time of the verification in Unix seconds; the clock when None.
-
-    Returns:
-        The outcome, whose ``state`` is ``approved``; ``denied_by`` names the signers whose carried
-        denial counted.
-
-    Raises:
-        QuorumError: The certificate is malformed, its request is malformed, the request signature
-            does not verify with ``origin_public_key``, or fewer distinct authorised peers than
-            required signed valid approvals without also signing a valid denial (the message names
-            each refusal).
-    """
-    if not (
-        isinstance(cert, Mapping)
-        and CERTIFICATE_FIELDS <= set(cert) <= CERTIFICATE_FIELDS | {CERTIFICATE_DENIALS}
-    ):
-        raise QuorumError(
-            "The quorum certificate is not a JSON object with exactly "
-            "request, request_signature and approvals, and optionally denials."
-        )
-    request, approvals = cert["request"], cert["approvals"]
-    denials = cert.get(CERTIFICATE_DENIALS, [])
-    problem = request_problem(request)
-    if problem is not None:
-        raise QuorumError(f"The certificate's request is malformed: {problem}.")
-    for kind, documents in (("approvals", approvals), ("denials", denials)):
-        if not isinstance(documents, list):
-            raise QuorumError(f"The certificate's {kind} are not a list.")
-        if len(documents) > MAX_CERTIFICATE_APPROVALS:
-            raise QuorumError(
-                f"The certificate carries {len(documents)} {kind}, "
-                f"more than the limit of {MAX_CERTIFICATE_APPROVALS}."
-            )
-    if origin_public_key is not None:
-        _check_request_signature(request, cert["request_signature"], origin_public_key, config)
-    counter = _counter(request, config, _clock(now))
-    # 1. The denials first, each under rules 1 to 4, as evaluate counts them.
-    denied, rejected_denials = counter.count(_submissions(denials), denial=True)
-    # 2. The approvals under rules 1 to 5.
-    approved, rejected = counter.count(_submissions(approvals), denial=False)
-    # 3. Rule 6: a signer that denied is no approver, whatever the relay that built this says.
-    _veto(approved, rejected, denied)
-    signers = tuple(peer for peer in counter.peers if peer in approved)
-    if counter.policy is not None and counter.policy.state(signers, ()) != "approved":
-        refusals = "; ".join(f"{peer}: {reason}" for peer, reason in rejected.items())
-        raise QuorumError(
-            f"The certificate does not meet its policy ({counter.policy.describe(signers)}"
-            + (f"; refused: {refusals})." if refusals else ").")
-        )
-    if counter.policy is None and len(signers) < counter.required:
-        refusals = "; ".join(f"{peer}: {reason}" for peer, reason in rejected.items())
-        counted = ", ".join(signers) if signers else "nobody"
-        raise QuorumError(
-            f"The certificate proves {approvals_of(len(signers), counter.required)} "
-            f"(counted: {counted}" + (f"; refused: {refusals})." if refusals else ").")
-        )
-    denied_by = tuple(peer for peer in counter.peers if peer in denied)
-    reasons = {peer: denied[peer].submission.reason for peer in denied_by}
-    return counter.outcome(
-        "approved",
-        signers=signers,
-        denied_by=denied_by,
-        denial_reasons={peer: reason for peer, reason in reasons.items() if isinstance(reason, str)},
-        rejected=rejected,
-        rejected_denials=rejected_denials,
-        approvals=tuple(approved[peer].carried() for peer in signers),
-        dev_signers=tuple(dict.fromkeys(peer for peer in counter.dev_signers if peer in signers + denied_by)),
-    )
-
-
-def _check_request_signature(
-    request: Mapping[str, Any],
-    signature: object,
-    origin_public_key: str | Sequence[SignerKey],
-    config: MultiSigQuorumConfig,
-) -> None:
-    if not isinstance(signature, str):
-        raise QuorumError("The certificate's request_signature is not a string.")
-    origin = request["origin"]
-    if signature.startswith(DEV_SIGNATURE_PREFIX):
-        if config.allow_dev_signatures and signature == DEV_SIGNATURE_PREFIX + origin:
-            logger.warning(
-                "accepting the development signature of %s on request %s without any cryptography",
-                origin,
-                request["request_id"],
-            )
-            return
-        raise QuorumError(
-            f"The request signature is a development signature, which {origin}'s key cannot verify."
-        )
-    try:
-        verify_request_signature(request, signature, origin_public_key)
-    except (SignatureError, ValueError) as exc:
-        raise QuorumError(
-            f"The request signature does not verify with the origin {origin}'s key: {_clause(exc)}."
-        ) from exc
+    votes = counter.votes(approvals, denials)
+    return counter.outcome_of(counter.state(votes.signers, votes.denied_by), votes)

@@ -22,7 +22,9 @@ from typing import Any, Final, Literal
 
 from teaagent._canonical import canonical
 from teaagent.errors import QuorumError
-from teaagent.quorum._counting import MAX_CERTIFICATE_APPROVALS, evaluate, verify_certificate
+from teaagent.quorum._certificate import MAX_CERTIFICATE_APPROVALS, verify_certificate
+from teaagent.quorum._counting import evaluate
+from teaagent.quorum._documents import clause
 from teaagent.trust import MultiSigQuorumConfig, SignerKey
 
 __all__ = ["SETTLEMENT_OUTCOMES", "Settlement", "verify_settlement"]
@@ -107,7 +109,7 @@ def verify_settlement(
         try:
             outcome = verify_certificate(certificate, config, origin_public_key=origin_keys, now=now)
         except QuorumError as exc:
-            text = str(exc).rstrip(".")
+            text = clause(exc)
             raise QuorumError(
                 f"The certificate settling request {request_id} does not verify here: "
                 f"{text[:1].lower() + text[1:]}."

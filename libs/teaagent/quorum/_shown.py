@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from teaagent._words import plural
-from teaagent.quorum._documents import request_policy, request_problem
+from teaagent.quorum._request import request_policy, request_problem
 from teaagent.quorum._verified import VerifiedRequest
 from teaagent.trust import MultiSigQuorumConfig
 

@@ -27,16 +27,17 @@ from typing import Any, Final, NoReturn, final
 
 from teaagent.errors import QuorumError, SignatureError
 from teaagent.quorum._documents import (
-    DEV_SIGNATURE_PREFIX,
     REQUEST_FIELDS,
     REQUEST_NAMESPACE,
-    approval_statement,
-    denial_statement,
-    request_problem,
+    clause,
+    dev_signature_allowed,
+    is_dev_signature,
     request_statement,
-    signing_key,
     wire_signature,
 )
+from teaagent.quorum._keys import signing_key
+from teaagent.quorum._request import request_problem
+from teaagent.quorum._statements import DecisionKind, approval_statement, denial_statement, rebuild_decision
 from teaagent.trust import SignerKey
 
 __all__ = ["VerifiedRequest", "verify_request"]
@@ -119,7 +120,7 @@ class VerifiedRequest:
                 put(self, name, document[name])
         put(self, "peers", tuple(document["peers"]))
         put(self, "signature", signature)
-        put(self, "development", signature.startswith(DEV_SIGNATURE_PREFIX))
+        put(self, "development", is_dev_signature(signature))
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"a VerifiedRequest is immutable; {name} cannot be set")
@@ -159,6 +160,18 @@ class VerifiedRequest:
                 ``reason`` is not a string.
         """
         return denial_statement(self._document, signer, signed_at, reason)
+
+    def rebuild_decision(
+        self, statement: Mapping[str, Any], kind: DecisionKind, signer: str
+    ) -> dict[str, Any]:
+        """``signer``'s statement of ``kind`` rebuilt from this request; the carried one must equal it.
+
+        :func:`~teaagent.quorum.rebuild_decision` over the document that verified.
+
+        Raises:
+            StatementMismatchError: The carried statement is not that statement.
+        """
+        return rebuild_decision(self._document, statement, kind, signer)
 
     def disagreement(self, described: Mapping[str, Any]) -> str | None:
         """Where a relay's description of this request differs from it; None when it does not.
@@ -248,8 +261,8 @@ def verify_request(
         raise QuorumError(f"Request {request['request_id']} of {origin} is not addressed to {recipient}.")
     if not isinstance(signature, str):
         raise SignatureError("The request signature is not a string.")
-    if signature.startswith(DEV_SIGNATURE_PREFIX):  # step 3, the development form
-        if not (allow_dev and signature == DEV_SIGNATURE_PREFIX + origin):
+    if is_dev_signature(signature):  # step 3, the development form
+        if not dev_signature_allowed(signature, origin, allow_dev=allow_dev):
             raise SignatureError(f"The development signature of request {request['request_id']} is refused.")
         logger.warning("request %s of %s passes on a development signature", request["request_id"], origin)
         return VerifiedRequest(_SEAL, request, signature)
@@ -264,14 +277,12 @@ def verify_request(
         )
         wire = wire_signature(signature)
     except SignatureError as exc:
-        text = str(exc).rstrip(".")
         raise SignatureError(
             f"The origin signature of request {request['request_id']} does not verify with the keys "
-            f"configured for {origin}: {text}."
+            f"configured for {origin}: {clause(exc)}."
         ) from None
     except ValueError as exc:
-        text = str(exc).rstrip(".")
         raise SignatureError(
-            f"The origin signature of request {request['request_id']} is malformed: {text}."
+            f"The origin signature of request {request['request_id']} is malformed: {clause(exc)}."
         ) from None
     return VerifiedRequest(_SEAL, request, wire)

@@ -10,18 +10,14 @@ cap) are both :class:`teaagent.budget.BudgetExceededError`.
 from __future__ import annotations
 
 from teaagent.errors import CostCapError, RunLimitError
+from teaagent.runner._ask import ASK_USER_TOOL, AskCallback, Question
 from teaagent.runner._events import EVENT_KINDS, MAX_EVENT_HISTORY, EventSink, RunEvent
+from teaagent.runner._run_state import MAX_TOOL_RESULT_CHARS
 from teaagent.runner._runner import (
-    ASK_USER_TOOL,
     CANCELLED_MESSAGE,
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_SYSTEM_PROMPT,
-    MAX_TOOL_RESULT_CHARS,
     AgentRunner,
-    AskCallback,
-    Question,
-    ValidationResult,
-    Validator,
 )
 from teaagent.runner._types import (
     BYTES_KEY,
@@ -32,6 +28,8 @@ from teaagent.runner._types import (
     RunResult,
     RunStatus,
     ToolRequest,
+    ValidationResult,
+    Validator,
 )
 
 __all__ = [

@@ -27,12 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,11 +39,38 @@ from teaagent.budget import RunBudget
 from teaagent.cost_tracker import RunLogWriter, check_run_id
 from teaagent.errors import ApprovalDeniedError, CostCapError, RunLimitError
 from teaagent.llm import PROVIDER_CONFIGS, LLMAdapter, LLMMessage, LLMRequest, LLMResponse, LLMToolCall
-from teaagent.policy import ApprovalPolicy, PromptAnswer, PromptRequest, QuorumGate
-from teaagent.quorum import describe_needs
+from teaagent.policy import ApprovalPolicy
+from teaagent.runner._ask import (
+    ASK_USER_REFUSAL,
+    ASK_USER_SPEC,
+    ASK_USER_TOOL,
+    AskCallback,
+    Question,
+    answer_of,
+    question_of,
+)
 from teaagent.runner._events import EventHub, EventSink, RunEvent
 from teaagent.runner._gate import ToolGate
-from teaagent.runner._types import ApprovalRequest, FinalAnswer, RunResult, ToolRequest
+from teaagent.runner._run_state import (
+    MAX_REASON_CHARS,
+    MAX_TOOL_RESULT_CHARS,
+    Outcome,
+    RunState,
+    json_text,
+    last_event_hash,
+    message_chars,
+    reply_record,
+)
+from teaagent.runner._types import (
+    ApprovalRequest,
+    FinalAnswer,
+    RunResult,
+    ToolRequest,
+    ValidationResult,
+    Validator,
+    verdict_of,
+)
+from teaagent.runner._watch import watched_policy
 from teaagent.session import ChatSession, ChatToolCall, SessionStore
 from teaagent.tools import ToolRegistry
 
@@ -66,13 +91,6 @@ __all__ = [
 _log = logging.getLogger("teaagent.runner")
 
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096  # a long code edit fits; the cost preflight charges all of it
-MAX_TOOL_RESULT_CHARS: Final = 100_000  # about 25k tokens: a whole source file, not a flood of the context
-MAX_REASON_CHARS: Final = 2000  # what approvers are shown of the model's reasoning for a call
-MAX_QUESTION_CHARS: Final = 2000  # a question for a person, not a document
-MAX_QUESTION_OPTIONS: Final = 10
-_TAIL_BYTES: Final = 64 * 1024  # the run_end record is among the last lines of the audit log
-ASK_USER_TOOL: Final = "ask_user"
-"""The built-in tool the model calls to ask the user a question."""
 CANCELLED_MESSAGE: Final = "The run was cancelled."
 DEFAULT_SYSTEM_PROMPT: Final = (
     "You are a careful coding agent working in a workspace through the tools you are given. "
@@ -82,100 +100,14 @@ DEFAULT_SYSTEM_PROMPT: Final = (
     "When the task is done, answer without calling a tool."
 )
 
-_ASK_USER_SPEC: Final[dict[str, Any]] = {
-    "name": ASK_USER_TOOL,
-    "description": (
-        "Ask the user a question and wait for the answer. Use it only when the task cannot go on "
-        'without the user\'s decision. The result is {"answer": "..."}, or {"declined": true} when '
-        "the user is not there or chose not to answer."
-    ),
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS},
-            "options": {
-                "type": "array",
-                "items": {"type": "string"},
-                "maxItems": MAX_QUESTION_OPTIONS,
-                "description": "Answers to choose from, when the question has a few.",
-            },
-        },
-        "required": ["question"],
-        "additionalProperties": False,
-    },
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Question:
-    """A question the model asks the user (the ``ask_user`` tool).
-
-    Attributes:
-        call_id: The tool call that asks it.
-        question: The question.
-        options: Answers to choose from; empty for a free answer.
-        run_id: The run that asks.
-    """
-
-    call_id: str
-    question: str
-    options: tuple[str, ...]
-    run_id: str
-
-
-AskCallback = Callable[[Question], "str | None"]
-"""Answers a question: the answer's text, or None to decline. It may block; an exception declines."""
-
 
 class _Cancelled(Exception):
     """The run was cancelled by :meth:`AgentRunner.cancel`."""
 
 
-@dataclass(frozen=True)
-class ValidationResult:
-    """A validator's verdict on a completed run's work.
-
-    Attributes:
-        ok: Whether the work passed.
-        detail: What was checked or what failed, for the audit log and the result.
-    """
-
-    ok: bool
-    detail: str = ""
-
-
-#: Checks the work of a completed run; returns a bool or a :class:`ValidationResult`.
-Validator = Callable[[FinalAnswer], "ValidationResult | bool"]
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    status: str
-    error_message: str | None = None
-    final_answer: FinalAnswer | None = None
-
-
-def _json_text(value: object) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        text = json.dumps(repr(value))
-    if len(text) > MAX_TOOL_RESULT_CHARS:
-        cut = len(text) - MAX_TOOL_RESULT_CHARS
-        text = text[:MAX_TOOL_RESULT_CHARS] + f"... [{cut} more characters cut by the runner]"
-    return text
-
-
 def _sentence(error: BaseException) -> str:
     text = str(error).strip()
     return text or type(error).__name__
-
-
-def _message_chars(message: LLMMessage) -> int:
-    chars = len(message.content)
-    for call in message.tool_calls or ():
-        chars += len(call.tool_name) + len(_json_text(call.arguments))
-    return chars
 
 
 class AgentRunner:
@@ -245,17 +177,16 @@ class AgentRunner:
         run_log: bool = True,
         validator: Validator | None = None,
     ) -> None:
-        if not isinstance(adapter, LLMAdapter):
-            raise TypeError(f"adapter must be an LLMAdapter, not {type(adapter).__name__}.")
-        if not isinstance(registry, ToolRegistry):
-            raise TypeError(f"registry must be a ToolRegistry, not {type(registry).__name__}.")
-        if not isinstance(policy, ApprovalPolicy):
-            raise TypeError(f"policy must be an ApprovalPolicy, not {type(policy).__name__}.")
-        if not isinstance(audit, AuditLogger):
-            raise TypeError(f"audit must be an AuditLogger, not {type(audit).__name__}.")
         budget = RunBudget() if budget is None else budget
-        if not isinstance(budget, RunBudget):
-            raise TypeError(f"budget must be a RunBudget, not {type(budget).__name__}.")
+        for name, value, kind, article in (
+            ("adapter", adapter, LLMAdapter, "an"),
+            ("registry", registry, ToolRegistry, "a"),
+            ("policy", policy, ApprovalPolicy, "an"),
+            ("audit", audit, AuditLogger, "an"),
+            ("budget", budget, RunBudget, "a"),
+        ):
+            if not isinstance(value, kind):
+                raise TypeError(f"{name} must be {article} {kind.__name__}, not {type(value).__name__}.")
         if (
             isinstance(max_output_tokens, bool)
             or not isinstance(max_output_tokens, int)
@@ -305,7 +236,7 @@ class AgentRunner:
         else:
             sinks = list(event_sink)
         self._hub = EventHub(sinks)
-        self.policy = self._watched_policy(policy)
+        self.policy = watched_policy(policy, self._approval_waiting, self._emit)
         self._gate = ToolGate(registry=registry, policy=self.policy, audit=audit, run_id=self.run_id)
         self._lock = threading.Lock()
         self._cancel = threading.Event()
@@ -434,22 +365,22 @@ class AgentRunner:
                 raise RuntimeError("An AgentRunner makes one run; make a new one for the next task.")
             self._started = True
             self._loop = asyncio.get_running_loop()
-        state = _RunState()
-        outcome = _Outcome(status="failed", error_message="The run did not start.")
+        state = RunState()
+        outcome = Outcome(status="failed", error_message="The run did not start.")
         interrupted: BaseException | None = None
         try:
             outcome = await self._run(task, state)
             if outcome.status == "completed" and self.validator is not None and outcome.final_answer:
                 outcome = await self._validate(self.validator, outcome.final_answer)
         except _Cancelled:
-            outcome = _Outcome(status="failed", error_message=CANCELLED_MESSAGE)
+            outcome = Outcome(status="failed", error_message=CANCELLED_MESSAGE)
         except asyncio.CancelledError as exc:
             self._cancel.set()
-            outcome = _Outcome(status="failed", error_message=CANCELLED_MESSAGE)
+            outcome = Outcome(status="failed", error_message=CANCELLED_MESSAGE)
             interrupted = exc
         except Exception as exc:  # a bug must still leave run_end behind, and a failed result
             _log.exception("the run %s failed", self.run_id)
-            outcome = _Outcome(status="failed", error_message=f"Internal error: {type(exc).__name__}: {exc}")
+            outcome = Outcome(status="failed", error_message=f"Internal error: {type(exc).__name__}: {exc}")
         result = self._finish(state, outcome)
         if interrupted is not None:
             raise interrupted
@@ -457,14 +388,12 @@ class AgentRunner:
 
     # -- the loop ------------------------------------------------------------------------------------
 
-    async def _run(self, task: str, state: _RunState) -> _Outcome:
+    async def _run(self, task: str, state: RunState) -> Outcome:
         self._start(task, state)
         try:
             state.writer = self._open_run_log()
         except OSError as exc:
-            return _Outcome(
-                status="failed", error_message=f"The run log cannot be written: {_sentence(exc)}."
-            )
+            return Outcome(status="failed", error_message=f"The run log cannot be written: {_sentence(exc)}.")
         self._emit(
             "run_started",
             {
@@ -481,9 +410,9 @@ class AgentRunner:
             self._check_cancelled()
             iteration += 1
             reply = await self._model_turn(iteration, state)
-            if isinstance(reply, _Outcome):
+            if isinstance(reply, Outcome):
                 return reply
-            requests = self._tool_requests(reply, state)
+            requests = state.tool_requests(reply)
             self._append(
                 state,
                 LLMMessage(
@@ -513,21 +442,21 @@ class AgentRunner:
                 metadata: dict[str, Any] = {"stop_reason": reply.stop_reason, "iteration": iteration}
                 if reply.stop_reason == "max_tokens":
                     metadata["truncated"] = True
-                return _Outcome(
+                return Outcome(
                     status="completed", final_answer=FinalAnswer(content=reply.content, metadata=metadata)
                 )
             outcome = await self._tool_turn(requests, state)
             if outcome is not None:
                 return outcome
 
-    def _start(self, task: str, state: _RunState) -> None:
+    def _start(self, task: str, state: RunState) -> None:
         """Build the conversation and the tool list, and audit ``run_start``."""
         state.tools = [
             {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
             for tool in self.registry.list_tools()
         ]
-        state.tools.append(_ASK_USER_SPEC)
-        state.chars = len(_json_text(state.tools))
+        state.tools.append(ASK_USER_SPEC)
+        state.chars = len(json_text(state.tools))
         if self.system_prompt:
             self._append(state, LLMMessage("system", self.system_prompt))
         if self.session is not None:
@@ -553,18 +482,18 @@ class AgentRunner:
         )
 
     @staticmethod
-    def _append(state: _RunState, message: LLMMessage) -> None:
+    def _append(state: RunState, message: LLMMessage) -> None:
         state.messages.append(message)
-        state.chars += _message_chars(message)
+        state.chars += message_chars(message)
 
-    async def _model_turn(self, iteration: int, state: _RunState) -> LLMResponse | _Outcome:
+    async def _model_turn(self, iteration: int, state: RunState) -> LLMResponse | Outcome:
         """Steps 1 to 4 of an iteration: limits, steering, the cost preflight, the model call."""
         budget = self.budget
         try:
             budget.check_iteration(iteration)
         except RunLimitError as exc:
             self._audit("iteration_limit", {"iteration": iteration, "max_iterations": budget.max_iterations})
-            return _Outcome(status="limit_exceeded", error_message=_sentence(exc))
+            return Outcome(status="limit_exceeded", error_message=_sentence(exc))
         steered = self._take_steering()
         for text in steered:
             self._append(state, LLMMessage("user", text))
@@ -577,7 +506,7 @@ class AgentRunner:
             except CostCapError as exc:
                 refusal = {"iteration": iteration, "total_cents": state.cost, "refused": "preflight"}
                 self._audit("cost_checkpoint", {**refusal, "reason": _sentence(exc)})
-                return _Outcome(status="cost_exceeded", error_message=_sentence(exc))
+                return Outcome(status="cost_exceeded", error_message=_sentence(exc))
         request = LLMRequest(
             messages=list(state.messages),
             model=self.model,
@@ -609,10 +538,8 @@ class AgentRunner:
             raise
         except Exception as exc:  # the adapter converts provider errors; anything else fails too
             self._audit("model_response", {"iteration": iteration, "error": _sentence(exc)})
-            return _Outcome(status="failed", error_message=_sentence(exc))
-        state.cost += response.cost_cents
-        state.input_tokens += response.input_tokens
-        state.output_tokens += response.output_tokens
+            return Outcome(status="failed", error_message=_sentence(exc))
+        state.add_reply(response)
         if state.writer is not None:
             try:
                 state.writer.record_model_call(
@@ -620,28 +547,10 @@ class AgentRunner:
                 )
             except OSError as exc:
                 # A cost that no report would show: stop rather than spend more unrecorded.
-                return _Outcome(
+                return Outcome(
                     status="failed", error_message=f"The run log cannot be written: {_sentence(exc)}."
                 )
-        reply = {
-            "iteration": iteration,
-            "content": response.content,
-            "stop_reason": response.stop_reason,
-            "tool_calls": [
-                {"call_id": call.call_id, "tool_name": call.tool_name, "arguments": call.arguments}
-                for call in response.tool_calls
-            ],
-            "input_tokens": response.input_tokens,
-            "output_tokens": response.output_tokens,
-            "cost_cents": response.cost_cents,
-        }
-        totals = {
-            "iteration": iteration,
-            "call_cents": response.cost_cents,
-            "total_cents": state.cost,
-            "input_tokens": state.input_tokens,
-            "output_tokens": state.output_tokens,
-        }
+        reply, totals = reply_record(iteration, response), state.totals(iteration, response)
         self._audit("model_response", reply)
         self._audit("cost_checkpoint", totals)
         self._emit("model_response", reply)
@@ -649,10 +558,10 @@ class AgentRunner:
         try:
             budget.check_cost(state.cost)
         except CostCapError as exc:
-            return _Outcome(status="cost_exceeded", error_message=_sentence(exc))
+            return Outcome(status="cost_exceeded", error_message=_sentence(exc))
         return response
 
-    async def _tool_turn(self, requests: list[tuple[str, ToolRequest]], state: _RunState) -> _Outcome | None:
+    async def _tool_turn(self, requests: list[tuple[str, ToolRequest]], state: RunState) -> Outcome | None:
         """Step 6: the reply's tool calls, in order; an outcome when one of them ends the run."""
         budget = self.budget
         for wire_id, request in requests:
@@ -668,7 +577,7 @@ class AgentRunner:
                         "max_tool_calls": budget.max_tool_calls,
                     },
                 )
-                return _Outcome(status="limit_exceeded", error_message=_sentence(exc))
+                return Outcome(status="limit_exceeded", error_message=_sentence(exc))
             state.tool_calls += 1
             if request.tool_name == ASK_USER_TOOL:
                 content = await self._ask_user(request)
@@ -676,7 +585,7 @@ class AgentRunner:
                 # Fail closed: a tool call that cannot be put on record is not made.
                 error = self.audit.disk_error
                 message = f"The audit log cannot be written, so no tool is called: {error}."
-                return _Outcome(status="failed", error_message=message)
+                return Outcome(status="failed", error_message=message)
             else:
                 try:
                     content = await self._call_tool(request)
@@ -688,33 +597,9 @@ class AgentRunner:
                     reason = _sentence(exc)
                     if request.tool_name not in reason:
                         reason = f"{request.tool_name} was denied: {reason}"
-                    return _Outcome(status="approval_denied", error_message=reason)
+                    return Outcome(status="approval_denied", error_message=reason)
             self._append(state, LLMMessage("tool", content, tool_call_id=wire_id))
         return None
-
-    def _tool_requests(self, response: LLMResponse, state: _RunState) -> list[tuple[str, ToolRequest]]:
-        """The reply's tool calls, each with the id the provider knows and a call id unique in the run."""
-        reasoning = response.content[:MAX_REASON_CHARS] or None
-        requests: list[tuple[str, ToolRequest]] = []
-        for call in response.tool_calls:
-            wire_id = call.call_id or f"call_{len(state.call_ids) + 1}"
-            call_id = wire_id
-            # Approvals are given per call id, so two calls must never share one, even when a
-            # provider reuses ids across turns.
-            if call_id in state.call_ids:
-                call_id = f"{wire_id}-{len(state.call_ids) + 1}"
-            state.call_ids.add(call_id)
-            # Arguments that are not an object stay as they are, for the gate's schema check to refuse.
-            arguments = call.arguments
-            requests.append(
-                (
-                    wire_id,
-                    ToolRequest(
-                        tool_name=call.tool_name, arguments=arguments, call_id=call_id, reasoning=reasoning
-                    ),
-                )
-            )
-        return requests
 
     async def _call_model(self, request: LLMRequest, iteration: int) -> LLMResponse:
         if self.stream:
@@ -772,16 +657,15 @@ class AgentRunner:
             raise
         except Exception as exc:
             error = {"error": _sentence(exc), "error_type": type(exc).__name__}
-            self._emit(
-                "tool_result",
-                {"call_id": request.call_id, "tool_name": request.tool_name, "ok": False, **error},
-            )
-            return self._record_result(request, _json_text(error), ok=False)
+            self._tool_result(request, ok=False, **error)
+            return self._record_result(request, json_text(error), ok=False)
+        self._tool_result(request, ok=True, result=result)
+        return self._record_result(request, json_text(result), ok=True)
+
+    def _tool_result(self, request: ToolRequest, *, ok: bool, **data: Any) -> None:
         self._emit(
-            "tool_result",
-            {"call_id": request.call_id, "tool_name": request.tool_name, "ok": True, "result": result},
+            "tool_result", {"call_id": request.call_id, "tool_name": request.tool_name, "ok": ok, **data}
         )
-        return self._record_result(request, _json_text(result), ok=True)
 
     def _record_result(self, request: ToolRequest, content: str, *, ok: bool) -> str:
         """Add a call's result to the session (a ``tool`` message); return ``content``."""
@@ -792,49 +676,26 @@ class AgentRunner:
         return content
 
     async def _ask_user(self, request: ToolRequest) -> str:
-        arguments: Any = request.arguments
-        if not isinstance(arguments, dict):
-            arguments = {}  # no question in it: refused below like any malformed question
-        question = arguments.get("question")
-        options = arguments.get("options", [])
         base = {"tool_name": ASK_USER_TOOL, "call_id": request.call_id, "arguments": request.arguments}
-        if (
-            not isinstance(question, str)
-            or not question.strip()
-            or len(question) > MAX_QUESTION_CHARS
-            or not isinstance(options, list)
-            or len(options) > MAX_QUESTION_OPTIONS
-            or not all(isinstance(option, str) for option in options)
-        ):
-            error = (
-                f"{ASK_USER_TOOL} takes a question of 1 to {MAX_QUESTION_CHARS} characters and at most "
-                f"{MAX_QUESTION_OPTIONS} string options."
-            )
+        asked = question_of(request.arguments)
+        if asked is None:
+            error = ASK_USER_REFUSAL
             self._audit("tool_error", {**base, "error": error, "stage": "arguments"})
-            self._emit(
-                "tool_result",
-                {"call_id": request.call_id, "tool_name": ASK_USER_TOOL, "ok": False, "error": error},
-            )
+            self._tool_result(request, ok=False, error=error)
             return self._record_result(
-                request, _json_text({"error": error, "error_type": "SchemaValidationError"}), ok=False
+                request, json_text({"error": error, "error_type": "SchemaValidationError"}), ok=False
             )
+        question, options = asked
         self._audit("tool_call", {**base, "reason": request.reasoning or ""})
-        asked = Question(
-            call_id=request.call_id, question=question, options=tuple(options), run_id=self.run_id
-        )
         self._emit("question", {"call_id": request.call_id, "question": question, "options": list(options)})
-        answer: str | None = None
-        if self.ask is not None:
-            try:
-                raw = await asyncio.to_thread(self.ask, asked)
-            except Exception:
-                _log.exception("the ask callback failed; the question is declined")
-                raw = None
-            answer = raw if isinstance(raw, str) else None
+        answer = await answer_of(
+            self.ask,
+            Question(call_id=request.call_id, question=question, options=options, run_id=self.run_id),
+        )
         result: dict[str, Any] = {"declined": True} if answer is None else {"answer": answer}
         self._audit("tool_result", {**base, "result": result})
         self._emit("answer", {"call_id": request.call_id, "answered": answer is not None, "answer": answer})
-        return self._record_result(request, _json_text(result), ok=True)
+        return self._record_result(request, json_text(result), ok=True)
 
     # -- pieces --------------------------------------------------------------------------------------
 
@@ -860,30 +721,21 @@ class AgentRunner:
             self.root, self.run_id, label=self.label, provider=self.provider or "", model=self.model
         )
 
-    async def _validate(self, validator: Validator, answer: FinalAnswer) -> _Outcome:
+    async def _validate(self, validator: Validator, answer: FinalAnswer) -> Outcome:
         """Run the post-run validator on a completed run; its verdict is audited either way."""
-        try:
-            verdict = await asyncio.to_thread(validator, answer)
-            if isinstance(verdict, bool):
-                verdict = ValidationResult(ok=verdict)
-            if not isinstance(verdict, ValidationResult):
-                raise TypeError(
-                    f"a validator returns a bool or a ValidationResult, not {type(verdict).__name__}"
-                )
-        except Exception as exc:  # a validator that breaks has not validated anything: fail closed
-            verdict = ValidationResult(ok=False, detail=f"the validator raised {type(exc).__name__}: {exc}")
+        verdict = await verdict_of(validator, answer)
         report = {"ok": verdict.ok, "detail": verdict.detail}
         self._audit("validation_result", report)
         self._emit("validation", report)
         if verdict.ok:
-            return _Outcome(status="completed", final_answer=answer)
-        return _Outcome(
+            return Outcome(status="completed", final_answer=answer)
+        return Outcome(
             status="failed",
             error_message=f"Post-run validation failed: {verdict.detail or 'the validator said no'}.",
             final_answer=answer,
         )
 
-    def _finish(self, state: _RunState, outcome: _Outcome) -> RunResult:
+    def _finish(self, state: RunState, outcome: Outcome) -> RunResult:
         cancelled = self._cancel.is_set() and outcome.error_message == CANCELLED_MESSAGE
         metadata: dict[str, Any] = {
             "provider": self.provider,
@@ -911,34 +763,14 @@ class AgentRunner:
                 self.session_store.save(self.session)
             except Exception as exc:  # the run's outcome stands; the caller learns the session was not saved
                 metadata["session_error"] = _sentence(exc)
-        end = {
-            "status": outcome.status,
-            "error_message": outcome.error_message,
-            "iterations": state.iterations,
-            "tool_calls": state.tool_calls,
-            "input_tokens": state.input_tokens,
-            "output_tokens": state.output_tokens,
-            "cost_cents": state.cost,
-            "cancelled": cancelled,
-        }
+        end = state.end_record(outcome, cancelled=cancelled)
         self._audit("run_end", end)
-        last_hash = _last_event_hash(self.audit)
+        last_hash = last_event_hash(self.audit)
         if last_hash is not None:
             metadata["last_audit_hash"] = last_hash
         if self.audit.disk_error_count:
             metadata["audit_disk_error"] = str(self.audit.disk_error)
-        result = RunResult(
-            run_id=self.run_id,
-            final_answer=outcome.final_answer,
-            iterations=state.iterations,
-            tool_calls=state.tool_calls,
-            status=outcome.status,
-            metadata=metadata,
-            error_message=outcome.error_message,
-            cost_cents=state.cost,
-            input_tokens=state.input_tokens,
-            output_tokens=state.output_tokens,
-        )
+        result = state.result(self.run_id, outcome, metadata)
         with self._lock:
             self._done = True
             self._result = result
@@ -952,129 +784,6 @@ class AgentRunner:
         )
         return result
 
-    # -- approvals, watched --------------------------------------------------------------------------
-
-    def _watched_policy(self, policy: ApprovalPolicy) -> ApprovalPolicy:
-        """The same policy, with its prompter and quorum gate reporting waits as events and audit records."""
-        prompter = policy.prompter
-        gate = policy.quorum_gate
-        if prompter is None and gate is None:
-            return policy
-        # replace() keeps the JIT state and the preset store (the same objects) and checks again.
-        return dataclasses.replace(
-            policy,
-            prompter=None if prompter is None else _WatchedPrompter(self, prompter),
-            quorum_gate=None if gate is None else _WatchedQuorumGate(self, gate, policy),
-        )
-
     def _approval_waiting(self, request: ApprovalRequest, via: str, extra: Mapping[str, Any]) -> None:
         self._audit("approval_request", {**request.to_dict(), "via": via, **extra})
         self._emit("approval_waiting", {**request.to_dict(), "via": via, **extra})
-
-
-class _WatchedPrompter:
-    def __init__(self, runner: AgentRunner, prompter: Callable[[PromptRequest], PromptAnswer]) -> None:
-        self._runner = runner
-        self._prompter = prompter
-
-    def __call__(self, request: PromptRequest, /) -> PromptAnswer:
-        approval = ApprovalRequest(
-            call_id=request.call_id,
-            tool_name=request.tool_name,
-            arguments=request.arguments,
-            reason=request.reason,
-            annotations=dict(request.annotations),
-            run_id=request.run_id,
-            workspace_secret=None,
-        )
-        self._runner._approval_waiting(approval, "prompt", {})
-        answer = self._prompter(request)
-        if answer in (PromptAnswer.ONCE, PromptAnswer.SESSION):
-            self._runner._emit(
-                "approval_granted",
-                {
-                    "call_id": request.call_id,
-                    "tool_name": request.tool_name,
-                    "via": "prompt",
-                    "answer": str(answer),
-                },
-            )
-        return answer
-
-
-class _WatchedQuorumGate:
-    def __init__(self, runner: AgentRunner, gate: QuorumGate, policy: ApprovalPolicy) -> None:
-        self._runner = runner
-        self._gate = gate
-        self._config = policy.multi_sig_config
-
-    def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
-        call_id, tool_name = request["call_id"], request["tool_name"]
-        arguments, reason = request["arguments"], request["reason"]
-        run_id = request["run_id"] or None
-        config = self._config
-        approval = ApprovalRequest(
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=arguments,
-            reason=reason,
-            annotations={},
-            run_id=run_id,
-            workspace_secret=None,
-        )
-        self._runner._approval_waiting(
-            approval,
-            "quorum",
-            {
-                "request_id": request["request_id"],
-                "required_approvals": config.required_approvals,
-                "peers": list(config.peer_agent_ids),
-                "timeout_seconds": config.timeout_seconds,
-                "expires_at": request["expires_at"],
-                # Version 2: the request's rule and terms, as the gate words them.
-                **({"needs": describe_needs(request, config)} if request.get("v") == 2 else {}),
-            },
-        )
-        certificate = self._gate.obtain(request)
-        self._runner._emit("approval_granted", {"call_id": call_id, "tool_name": tool_name, "via": "quorum"})
-        return certificate
-
-
-@dataclass
-class _RunState:
-    iterations: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-    chars: int = 0
-    audit_errors: int = 0
-    writer: RunLogWriter | None = None
-    call_ids: set[str] = dataclasses.field(default_factory=set)
-    messages: list[LLMMessage] = dataclasses.field(default_factory=list)
-    tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-
-def _last_event_hash(audit: AuditLogger) -> str | None:
-    """The ``event_hash`` of the last record this logger wrote, read back from the file's tail."""
-    events = audit.events
-    if not events:
-        return None
-    event_id = events[-1].event_id
-    try:
-        with open(audit.path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - _TAIL_BYTES))
-            tail = handle.read()
-    except OSError:
-        return None
-    marker = f'"event_id":"{event_id}"'.encode()
-    for line in reversed(tail.splitlines()):
-        if marker in line:
-            try:
-                value = json.loads(line).get("event_hash")
-            except (ValueError, AttributeError):
-                return None
-            return value if isinstance(value, str) else None
-    return None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime as dt
 import enum
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Literal, get_args
@@ -22,6 +23,9 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "ToolRequest",
+    "ValidationResult",
+    "Validator",
+    "verdict_of",
 ]
 
 RunStatus = Literal["completed", "failed", "approval_denied", "limit_exceeded", "cost_exceeded"]
@@ -242,3 +246,36 @@ class RunResult:
                 raise ValueError(f"{name} must be an int >= 0, not {value!r}.")
         if not math.isfinite(self.cost_cents) or self.cost_cents < 0:
             raise ValueError(f"cost_cents must be a finite number >= 0, not {self.cost_cents!r}.")
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """A validator's verdict on a completed run's work.
+
+    Attributes:
+        ok: Whether the work passed.
+        detail: What was checked or what failed, for the audit log and the result.
+    """
+
+    ok: bool
+    detail: str = ""
+
+
+#: Checks the work of a completed run; returns a bool or a :class:`ValidationResult`.
+Validator = Callable[[FinalAnswer], "ValidationResult | bool"]
+
+
+async def verdict_of(validator: Validator, answer: FinalAnswer) -> ValidationResult:
+    """What ``validator`` says of ``answer``, run in a worker thread; a validator that breaks says no.
+
+    A bool is taken as ``ValidationResult(ok=...)``; anything else, or an exception, fails closed.
+    """
+    try:
+        verdict = await asyncio.to_thread(validator, answer)
+        if isinstance(verdict, bool):
+            verdict = ValidationResult(ok=verdict)
+        if not isinstance(verdict, ValidationResult):
+            raise TypeError(f"a validator returns a bool or a ValidationResult, not {type(verdict).__name__}")
+    except Exception as exc:  # a validator that breaks has not validated anything: fail closed
+        verdict = ValidationResult(ok=False, detail=f"the validator raised {type(exc).__name__}: {exc}")
+    return verdict

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import re
-import stat
 import threading
 import time
 from pathlib import Path
 from typing import Any, Final
 
-from teaagent._files import atomic_write, sync_folder
+from teaagent._files import UnusableFileError, atomic_write, read_json_file, sync_folder
 from teaagent.errors import ConfigError
 from teaagent.session._session import SESSION_ID_PATTERN, ChatSession, check_session_id
 from teaagent.session._time import parse_timestamp
@@ -30,7 +28,7 @@ _SUFFIX: Final = ".json"
 _TEMP: Final = re.compile(r"\.[A-Za-z0-9_-]{1,64}\.[A-Za-z0-9_]+\.tmp")
 
 
-class _CorruptSessionError(Exception):
+class _CorruptSessionError(UnusableFileError):
     """The file is not a usable session; the message completes 'the session file P ...'."""
 
 
@@ -115,7 +113,7 @@ class SessionStore:
             session = _read_session(path)
         except FileNotFoundError:
             return None
-        except _CorruptSessionError as exc:
+        except UnusableFileError as exc:
             raise ConfigError(f"the session file {path} {exc}; fix or remove it.") from None
         return session
 
@@ -200,7 +198,7 @@ class SessionStore:
             session = _read_session(path)
         except FileNotFoundError:
             return None
-        except _CorruptSessionError as exc:
+        except UnusableFileError as exc:
             logger.warning("skipping the session file %s: it %s", path, exc)
             return None
         summary = {
@@ -225,31 +223,9 @@ def _read_session(path: Path) -> ChatSession:
 
     Raises:
         FileNotFoundError: There is no such file.
-        _CorruptSessionError: It is not a usable session.
+        UnusableFileError: It is not a usable session.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _CorruptSessionError("is a symbolic link") from None
-        raise _CorruptSessionError(f"cannot be read ({exc.strerror})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _CorruptSessionError("is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_SESSION_FILE_BYTES + 1)
-    except OSError as exc:
-        raise _CorruptSessionError(f"cannot be read ({exc.strerror})") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SESSION_FILE_BYTES:
-        raise _CorruptSessionError(f"is larger than {MAX_SESSION_FILE_BYTES} bytes")
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _CorruptSessionError(f"is not valid JSON ({exc})") from None
+    document = read_json_file(path, MAX_SESSION_FILE_BYTES)
     try:
         session = ChatSession.from_dict(document)
     except ValueError as exc:

@@ -20,7 +20,7 @@ import os
 import socket
 
 from teaagent.errors import SignatureError
-from teaagent.signing._keys import RSA, SSHPublicKey, parse_public_key, public_key_from_blob
+from teaagent.signing._keys import RSA, KeyHolder, SSHPublicKey, parse_public_key, public_key_from_blob
 from teaagent.signing._wire import WireReader, pack_u32, put_string, unpack_u32
 
 __all__ = ["AGENT_TIMEOUT_SECONDS", "AgentSigner", "agent_identities"]
@@ -106,7 +106,7 @@ def agent_identities(
     return keys
 
 
-class AgentSigner:
+class AgentSigner(KeyHolder):
     """Signs with a key held by ``ssh-agent``; same interface as a loaded private key.
 
     Args:
@@ -119,7 +119,7 @@ class AgentSigner:
             ``SSH_AUTH_SOCK`` is not set.
     """
 
-    __slots__ = ("_path", "_public", "_timeout")
+    __slots__ = ("_path", "_timeout")
 
     def __init__(
         self,
@@ -131,16 +131,6 @@ class AgentSigner:
         self._public = parse_public_key(public_key) if isinstance(public_key, str) else public_key
         self._path = _socket_path(socket_path)
         self._timeout = timeout
-
-    @property
-    def public_key(self) -> SSHPublicKey:
-        """The key the agent signs with."""
-        return self._public
-
-    @property
-    def key_type(self) -> str:
-        """The SSH key type name."""
-        return self._public.key_type
 
     @property
     def socket_path(self) -> str:

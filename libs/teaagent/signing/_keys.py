@@ -49,6 +49,7 @@ __all__ = [
     "SK_USER_PRESENCE",
     "SUPPORTED_KEY_TYPES",
     "CryptographyPublicKey",
+    "KeyHolder",
     "SSHPublicKey",
     "Signer",
     "fingerprint",
@@ -247,6 +248,24 @@ class SSHPublicKey:
 
     def __str__(self) -> str:
         return self.to_line()
+
+
+class KeyHolder:
+    """The public face a signer shows (:class:`SSHPrivateKey`, :class:`AgentSigner`): its key and type."""
+
+    __slots__ = ("_public",)
+
+    _public: SSHPublicKey
+
+    @property
+    def public_key(self) -> SSHPublicKey:
+        """The public half of the key that signs."""
+        return self._public
+
+    @property
+    def key_type(self) -> str:
+        """The SSH key type name, e.g. ``ssh-ed25519``."""
+        return self._public.key_type
 
 
 @runtime_checkable

@@ -23,6 +23,7 @@ from teaagent.signing._keys import (
     ED25519,
     ED25519_SK,
     SUPPORTED_KEY_TYPES,
+    KeyHolder,
     SSHPublicKey,
     public_key_from_blob,
 )
@@ -37,13 +38,13 @@ _OPENSSH_ARMOR = b"-----BEGIN OPENSSH PRIVATE KEY-----"
 _OPENSSH_MAGIC = b"openssh-key-v1\x00"
 
 
-class SSHPrivateKey:
+class SSHPrivateKey(KeyHolder):
     """A private key that signs SSH signature fields; build it with :func:`load_private_key`.
 
     It satisfies the :class:`Signer` protocol, like :class:`AgentSigner`.
     """
 
-    __slots__ = ("_key", "_path", "_public")
+    __slots__ = ("_key", "_path")
 
     def __init__(
         self, *, private_key: PrivateKeyTypes, public_key: SSHPublicKey, path: Path | None = None
@@ -69,16 +70,6 @@ class SSHPrivateKey:
             raise SignatureError("this private key's type is not supported for SSH signing.") from None
         public = public_key_from_blob(b64decode(line.split()[1]), comment)
         return cls(private_key=private_key, public_key=public)
-
-    @property
-    def public_key(self) -> SSHPublicKey:
-        """The public half."""
-        return self._public
-
-    @property
-    def key_type(self) -> str:
-        """The SSH key type name, e.g. ``ssh-ed25519``."""
-        return self._public.key_type
 
     @property
     def path(self) -> Path | None:
@@ -138,29 +129,21 @@ def _public_half_sentence(path: Path) -> str:
 
 
 def _load(path: Path, data: bytes, password: bytes | None) -> object:
-    key: object
-    if data.lstrip().startswith(_OPENSSH_ARMOR):
-        try:
-            key = serialization.load_ssh_private_key(data, password)
-        except TypeError:
-            # cryptography's way of saying "encrypted but no password" (or the reverse)
-            if password is None:
-                raise ConfigError(
-                    f"the private key {path} is protected by a passphrase, and none was given."
-                ) from None
-            key = serialization.load_ssh_private_key(data, None)
-        except UnsupportedAlgorithm as exc:
-            raise ConfigError(f"the private key {path} is of an unsupported kind ({exc}).") from None
-    else:
-        try:
-            key = serialization.load_pem_private_key(data, password)
-        except TypeError:
-            if password is None:
-                raise ConfigError(
-                    f"the private key {path} is protected by a passphrase, and none was given."
-                ) from None
-            key = serialization.load_pem_private_key(data, None)
-    return key
+    openssh = data.lstrip().startswith(_OPENSSH_ARMOR)
+    load = serialization.load_ssh_private_key if openssh else serialization.load_pem_private_key
+    try:
+        return load(data, password)
+    except TypeError:
+        # cryptography's way of saying "encrypted but no password" (or the reverse)
+        if password is None:
+            raise ConfigError(
+                f"the private key {path} is protected by a passphrase, and none was given."
+            ) from None
+        return load(data, None)
+    except UnsupportedAlgorithm as exc:
+        if not openssh:
+            raise
+        raise ConfigError(f"the private key {path} is of an unsupported kind ({exc}).") from None
 
 
 def load_private_key(path: str | os.PathLike[str], passphrase: str | bytes | None = None) -> SSHPrivateKey:

@@ -28,6 +28,7 @@ from teaagent.store._connection import (
     describe_redis_error,
 )
 from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, RequestKeys
+from teaagent.store._reads import read_request, read_wait_start
 from teaagent.store._refs import MAX_EVENTS, Acceptance, Ref, check_decision, check_document, now_seconds
 from teaagent.store._results import (
     AcceptResult,
@@ -300,16 +301,12 @@ class Book:
 
     async def _get(self, ref: Ref, *, deliveries: bool = False) -> StoredRequest | None:
         with converting(self._url):
-            async with self._client.pipeline(transaction=True) as pipe:
-                _read_request(pipe, ref.keys)
-                if deliveries:
-                    pipe.hgetall(ref.keys.deliveries)
-                document, outcome, decisions, *delivered = await pipe.execute()
-        stored = stored_request(ref.request_id, ref.origin, document, outcome, decisions)
-        if stored is None or not delivered or not delivered[0]:
+            read = await read_request(self._scripts, ref.keys, deliveries=deliveries)
+        stored = stored_request(ref.request_id, ref.origin, read.document, read.outcome, read.decisions)
+        if stored is None or not read.deliveries:
             return stored
         states = {}
-        for peer, raw in sorted(delivered[0].items()):
+        for peer, raw in sorted(read.deliveries.items()):
             state = delivery_state(raw)
             if state is not None:
                 states[_name(peer)] = state
@@ -340,17 +337,14 @@ class Book:
         deadline = time.monotonic() + timeout
         keys = ref.keys
         with converting(self._url):
-            # One transaction reads the state and the last event id, so no outcome slips between them.
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.hmget(keys.outcome, ["state", "expires_at", "approvals", "denials"])
-                pipe.xrevrange(keys.events, "+", "-", count=1)
-                (raw_state, raw_expires, raw_approvals, raw_denials), last = await pipe.execute()
-            if raw_state is None:
+            # One script reads the state and the last event id, so no outcome slips between them.
+            start = await read_wait_start(self._scripts, keys)
+            if start.state is None:
                 raise not_stored(ref.label)
-            state, expires_at = request_state(raw_state), int(raw_expires)
-            if counted is not None and (int(raw_approvals or 0), int(raw_denials or 0)) != counted:
+            state, expires_at = request_state(start.state), int(start.expires_at or 0)
+            if counted is not None and (int(start.approvals or 0), int(start.denials or 0)) != counted:
                 return  # the counts moved since the caller last looked: it wants to know at once
-            last_id: bytes | str = last[0][0] if last else "0-0"
+            last_id: bytes | str = start.last_id or "0-0"
             while state == "pending":
                 now = clock()
                 if int(now) > expires_at:

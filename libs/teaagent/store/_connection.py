@@ -3,6 +3,10 @@
 A node's store is one Redis server or a Redis Cluster (``redis_cluster = true`` in node.toml): the
 cluster clients of redis-py route each command by its key's slot and follow MOVED and ASK, so the
 store's code is the same on both. ``AsyncClient`` and ``SyncClient`` name either kind.
+
+The calls that callers of one process make at the same moment (the store's scripts, its small
+reads) go out together: :class:`CommandBatches` gathers them into one redis-py pipeline
+(``transaction=False``) per batch, on a client of its own that never sends a batch twice.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -27,17 +31,21 @@ import redis.cluster
 import redis.exceptions
 import redis.retry
 
+from teaagent._batch import Coalescer
 from teaagent.errors import StoreError
 
 __all__ = [
+    "BATCHES_ENV",
     "EMBEDDED_URL",
     "REDIS_ERRORS",
     "AsyncClient",
+    "CommandBatches",
     "StoreOptions",
     "SyncClient",
     "converting",
     "describe_redis_error",
     "make_async_client",
+    "make_batches",
     "make_sync_client",
     "redact_url",
 ]
@@ -55,6 +63,9 @@ MAX_CONNECTIONS = 64  # per async client: the calls one process has in flight at
 # a connection while it blocks, and sharing one pool let 64 waiting long-polls starve every command.
 BLOCKING_CONNECTIONS = 1024
 POOL_WAIT_TIMEOUT = 10.0  # seconds a caller waits for a free pooled connection before failing
+# "0" in the environment: every call is sent on its own, as before batching (the bench's variant).
+BATCHES_ENV: Final = "TEAAGENT_REDIS_BATCHES"
+MAX_BATCH: Final = 256  # commands per pipeline at most: bounds one reply's size and one batch's wait
 
 AsyncClient: TypeAlias = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 SyncClient: TypeAlias = redis.Redis | redis.cluster.RedisCluster
@@ -116,6 +127,16 @@ def _check_url(redis_url: str, cluster: bool) -> None:
         )
 
 
+def _connections(options: StoreOptions) -> dict[str, Any]:
+    """What every client's connections are given: how many, their timeouts, their idle check."""
+    return {
+        "max_connections": options.max_connections,
+        "socket_timeout": options.socket_timeout,
+        "socket_connect_timeout": options.connect_timeout,
+        "health_check_interval": options.health_check_interval,
+    }
+
+
 def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> AsyncClient:
     """Build redis-py's asyncio client on a pool sized to the calls in flight, waiting for a free connection.
 
@@ -137,22 +158,9 @@ def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = 
         redis.backoff.ExponentialWithJitterBackoff(base=BACKOFF_BASE, cap=BACKOFF_CAP), options.retries
     )
     if cluster:
-        return redis.asyncio.cluster.RedisCluster.from_url(
-            redis_url,
-            max_connections=options.max_connections,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.connect_timeout,
-            health_check_interval=options.health_check_interval,
-            retry=retry,
-        )
+        return redis.asyncio.cluster.RedisCluster.from_url(redis_url, **_connections(options), retry=retry)
     pool = redis.asyncio.BlockingConnectionPool.from_url(
-        redis_url,
-        max_connections=options.max_connections,
-        timeout=POOL_WAIT_TIMEOUT,
-        socket_timeout=options.socket_timeout,
-        socket_connect_timeout=options.connect_timeout,
-        health_check_interval=options.health_check_interval,
-        retry=retry,
+        redis_url, **_connections(options), timeout=POOL_WAIT_TIMEOUT, retry=retry
     )
     return redis.asyncio.Redis(connection_pool=pool)
 
@@ -176,23 +184,76 @@ def make_sync_client(redis_url: str, options: StoreOptions, *, cluster: bool = F
             return redis.cluster.RedisCluster.from_url(
                 redis_url,
                 connection_pool_class=redis.BlockingConnectionPool,
-                max_connections=options.max_connections,
+                **_connections(options),
                 timeout=POOL_WAIT_TIMEOUT,
-                socket_timeout=options.socket_timeout,
-                socket_connect_timeout=options.connect_timeout,
-                health_check_interval=options.health_check_interval,
                 retry=retry,
             )
     pool = redis.BlockingConnectionPool.from_url(
-        redis_url,
-        max_connections=options.max_connections,
-        timeout=POOL_WAIT_TIMEOUT,
-        socket_timeout=options.socket_timeout,
-        socket_connect_timeout=options.connect_timeout,
-        health_check_interval=options.health_check_interval,
-        retry=retry,
+        redis_url, **_connections(options), timeout=POOL_WAIT_TIMEOUT, retry=retry
     )
     return redis.Redis(connection_pool=pool)
+
+
+class CommandBatches:
+    """Commands of concurrent callers on one event loop, sent together as one redis-py pipeline.
+
+    A lone command goes out on the next turn of the event loop; the commands that arrive while a
+    batch is out wait for it and go out together as the next one (``teaagent._batch.Coalescer``):
+    the callers of one moment share one round trip instead of one each. The pipeline is
+    redis-py's (``transaction=False``, ``raise_on_error=False``): each caller gets its own reply
+    or its own error (a script that failed, a NOSCRIPT), never another's. On a cluster, redis-py's
+    cluster pipeline sends each command to the node of its key's slot.
+
+    ``client`` is this object's own, built with no retries: a batch whose connection failed
+    (closed, timed out) fails each of its callers once and is never sent again, since a script in
+    it may have run. A caller cancelled (or timed out by its own deadline) before its batch goes
+    out is left out of it; one cancelled after leaves the batch and the other callers alone.
+    """
+
+    def __init__(self, client: AsyncClient, *, max_batch: int = MAX_BATCH) -> None:
+        self.client = client
+        self._batches: Coalescer[tuple[Any, ...], Any] = Coalescer(
+            self._send, "teaagent-redis-batch", max_batch=max_batch
+        )
+
+    async def execute(self, *command: Any) -> Any:
+        """Send ``command`` (``"EVALSHA", sha, ...`` or a read such as ``"HGETALL", key``) in the next batch.
+
+        Its reply is parsed as ``client.execute_command`` would parse it.
+
+        Raises:
+            redis.exceptions.RedisError: the server refused this command, or the batch's connection
+                failed (then every caller of that batch hears it).
+            redis.exceptions.RedisClusterException: no node of the cluster answered.
+        """
+        return await self._batches.call(command)
+
+    async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+
+    async def aclose(self) -> None:
+        """Close the batches' client and its connections."""
+        await self.client.aclose()
+
+
+def make_batches(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> CommandBatches | None:
+    """Build the :class:`CommandBatches` of an asyncio store: a client of its own with no retries.
+
+    None when ``TEAAGENT_REDIS_BATCHES`` is ``0``: each call then goes out on its own, on the
+    store's client (what ``teaagent bench`` compares against).
+
+    Raises:
+        ValueError: as :func:`make_async_client`.
+    """
+    if os.environ.get(BATCHES_ENV, "1") == "0":
+        _check_url(redis_url, cluster)
+        return None
+    return CommandBatches(
+        make_async_client(redis_url, dataclasses.replace(options, retries=0), cluster=cluster)
+    )
 
 
 def redact_url(redis_url: str) -> str:

@@ -431,10 +431,7 @@ class DeliveryQueue:
             StoreError: Redis is unreachable or failed.
         """
         with converting(self._url):
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.xack(self._keys.stream, self._group, delivery.entry_id)
-                pipe.xdel(self._keys.stream, delivery.entry_id)
-                acked, _deleted = await pipe.execute()
+            acked = await self._scripts.run("ack", [self._keys.stream], [self._group, delivery.entry_id])
         return bool(acked)
 
     async def retry_later(self, delivery: Delivery, error: str, *, now: float | None = None) -> RetryResult:

@@ -19,7 +19,7 @@ from typing import Any
 import redis.asyncio.cluster
 import redis.exceptions
 
-from teaagent.store._connection import AsyncClient
+from teaagent.store._connection import AsyncClient, CommandBatches
 
 __all__ = ["COMPOSITES", "LOAD_ATTEMPTS", "SCRIPT_NAMES", "AsyncScripts", "script_sha", "script_source"]
 
@@ -44,6 +44,9 @@ SCRIPT_NAMES = (
     "hold",
     "close_pending",
     "charge_once",
+    "ack",
+    "read_request",
+    "read_wait",
 )
 
 # A composite script runs other scripts, in one call. Its source is each part's own file as a local
@@ -87,10 +90,18 @@ def script_sha(name: str) -> str:
 
 
 class AsyncScripts:
-    """Every script, run on one asyncio client (a server or a cluster): EVALSHA, loaded on NOSCRIPT."""
+    """Every script, run on one asyncio client (a server or a cluster): EVALSHA, loaded on NOSCRIPT.
 
-    def __init__(self, client: AsyncClient) -> None:
+    With ``batches``, each call goes out in the batch of its moment (:class:`CommandBatches`);
+    a NOSCRIPT reply (the script did not run) loads it and sends that call again.
+    """
+
+    def __init__(self, client: AsyncClient, batches: CommandBatches | None = None) -> None:
         self._client = client
+        # The client each call of run() goes through: a NOSCRIPT is answered by loading the script
+        # where that client routed the call (on a cluster, its own map of the slots).
+        self._runner = client if batches is None else batches.client
+        self._execute = client.execute_command if batches is None else batches.execute
         self._shas = {name: script_sha(name) for name in SCRIPT_NAMES}
 
     async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -103,10 +114,10 @@ class AsyncScripts:
         command = self.command(name, keys, args)
         for _attempt in range(LOAD_ATTEMPTS - 1):
             try:
-                return await self._client.execute_command(*command)
+                return await self._execute(*command)
             except redis.exceptions.NoScriptError:
-                await self.load(name, keys)
-        return await self._client.execute_command(*command)
+                await _load(self._runner, name, keys)
+        return await self._execute(*command)
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The EVALSHA command of one call, for a pipeline: ``pipe.execute_command(*command)``.
@@ -130,13 +141,17 @@ class AsyncScripts:
             redis.exceptions.RedisError: the server failed.
             redis.exceptions.RedisClusterException: no node of the cluster answered.
         """
-        source = script_source(name)
-        client = self._client
-        if not isinstance(client, redis.asyncio.cluster.RedisCluster):
-            await client.script_load(source)
-            return
-        owners = [client.get_node_from_key(key) for key in keys]
-        # No key, or a slot no node serves (the cluster is reshaping): every primary learns it.
-        chosen = owners if owners and None not in owners else client.get_primaries()
-        nodes = {node.name: node for node in chosen if node is not None}
-        await client.execute_command("SCRIPT LOAD", source, target_nodes=list(nodes.values()))
+        await _load(self._client, name, keys)
+
+
+async def _load(client: AsyncClient, name: str, keys: Sequence[str]) -> None:
+    """:meth:`AsyncScripts.load` through ``client``, on the nodes its map says own ``keys``."""
+    source = script_source(name)
+    if not isinstance(client, redis.asyncio.cluster.RedisCluster):
+        await client.script_load(source)
+        return
+    owners = [client.get_node_from_key(key) for key in keys]
+    # No key, or a slot no node serves (the cluster is reshaping): every primary learns it.
+    chosen = owners if owners and None not in owners else client.get_primaries()
+    nodes = {node.name: node for node in chosen if node is not None}
+    await client.execute_command("SCRIPT LOAD", source, target_nodes=list(nodes.values()))

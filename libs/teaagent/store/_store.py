@@ -19,10 +19,12 @@ from teaagent.errors import StoreError
 from teaagent.store._connection import (
     EMBEDDED_URL,
     AsyncClient,
+    CommandBatches,
     StoreOptions,
     SyncClient,
     converting,
     make_async_client,
+    make_batches,
     make_sync_client,
     redact_url,
 )
@@ -62,6 +64,8 @@ class Store:
         blocking: the client for blocking reads (XREAD/XREADGROUP with BLOCK), on a pool of its
             own (``StoreOptions.blocking_connections``): however many long-polls wait, the
             commands on ``client`` find a connection. ``client`` itself when built without one.
+        batches: the scripts' calls of one moment, sent as one pipeline (``CommandBatches``, on a
+            client of its own); None when built without (each call is sent on its own).
         cluster: True when the store is a Redis Cluster (``redis_cluster = true``).
         keys: every key name under this store's prefix.
         requests: this node's own requests (accept, count decisions, wait for the outcome).
@@ -79,15 +83,17 @@ class Store:
         prefix: str,
         options: StoreOptions,
         blocking: AsyncClient | None = None,
+        batches: CommandBatches | None = None,
     ) -> None:
         self.client = client
         self.blocking = blocking or client
+        self.batches = batches
         self.cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self.url = redact_url(url)
         self.keys = Keys(prefix)
         self.options = options
         self._raw_url = url
-        self._scripts = AsyncScripts(client)
+        self._scripts = AsyncScripts(client, batches)
         self.requests = RequestBook(
             client, self._scripts, keys=self.keys, url=url, options=options, blocking=self.blocking
         )
@@ -136,6 +142,8 @@ class Store:
         await self.client.aclose()
         if self.blocking is not self.client:
             await self.blocking.aclose()
+        if self.batches is not None:
+            await self.batches.aclose()
 
     async def __aenter__(self) -> Store:
         return self
@@ -219,7 +227,8 @@ def connect(
     Keys(prefix)  # refuse a bad prefix before building a pool
     client = make_async_client(redis_url, options, cluster=cluster)
     blocking = make_async_client(redis_url, options.for_blocking(), cluster=cluster)
-    return Store(client, url=redis_url, prefix=prefix, options=options, blocking=blocking)
+    batches = make_batches(redis_url, options, cluster=cluster)
+    return Store(client, url=redis_url, prefix=prefix, options=options, blocking=blocking, batches=batches)
 
 
 def connect_sync(

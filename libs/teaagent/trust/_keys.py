@@ -23,7 +23,7 @@ import calendar
 import functools
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -230,41 +230,36 @@ def _principals_field(line: str) -> tuple[str, str]:
 
 def _split_fields(line: str) -> list[str]:
     """Split on white space outside double quotes (an option's value may hold spaces)."""
-    fields: list[str] = []
-    current: list[str] = []
-    quoted = False
-    for char in line:
-        if char == '"':
-            quoted = not quoted
-            current.append(char)
-        elif char.isspace() and not quoted:
-            if current:
-                fields.append("".join(current))
-                current = []
-        else:
-            current.append(char)
+    fields, quoted = _split_outside_quotes(line, str.isspace)
     if quoted:
         raise ValueError("a quoted option value is not closed")
-    if current:
-        fields.append("".join(current))
-    return fields
+    return [field for field in fields if field]
 
 
 def _split_options(text: str) -> list[str]:
     """Split ``a,b="x,y",c`` on the commas outside quotes."""
+    return _split_outside_quotes(text, ",".__eq__)[0]
+
+
+def _split_outside_quotes(text: str, splits: Callable[[str], bool]) -> tuple[list[str], bool]:
+    """Split ``text`` at each character ``splits`` accepts outside double quotes (the quotes are kept).
+
+    Returns:
+        The parts, and whether a quote is left open at the end.
+    """
     parts: list[str] = []
     current: list[str] = []
     quoted = False
     for char in text:
         if char == '"':
             quoted = not quoted
-        if char == "," and not quoted:
+        if splits(char) and not quoted:
             parts.append("".join(current))
             current = []
         else:
             current.append(char)
     parts.append("".join(current))
-    return parts
+    return parts, quoted
 
 
 def _unquote(value: str, where: str, name: str) -> str:

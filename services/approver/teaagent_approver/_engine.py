@@ -23,12 +23,8 @@ A decision recorded by another process that is not finished (unsigned, or never 
 process died) is finished by this one once ``takeover_seconds`` have passed since it was recorded;
 before that, it is left to its owner.
 
-The engine's loop long-polls the relay's inbox (``GET /v1/inbox?state=pending``) and decides each
-pending item by the first matching ``[[approver.rules]]`` entry; ``ask`` (or no match) leaves it to
-an operator and hands it to the notifier once. Items that need nothing (asked, refused, deferred)
-would make every listing answer at once, so the loop then waits for the relay's inbox queue
-(the stream the relay appends to for each new request) to grow, by ``XREAD BLOCK`` in the node's
-Redis, rather than polling.
+The rules are applied to the inbox round after round by :class:`~teaagent_approver._rounds.RuleRounds`
+(``Engine.rounds``): each round reads only what is new in the inbox, and decides by this path.
 """
 
 from __future__ import annotations
@@ -40,24 +36,25 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import redis.exceptions
 
 from teaagent._reload import Trust, TrustReloader
 from teaagent._words import moment
 from teaagent.config import ConfigError, NodeConfig, load_config
-from teaagent.errors import QuorumError, RelayError, SignatureError, StoreError
+from teaagent.errors import QuorumError, RelayError, SignatureError, StatementError, StoreError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
-    APPROVAL_TYPE,
     DENIAL_NAMESPACE,
     DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
     Settlement,
     VerifiedRequest,
     canonical,
+    check_rebuilt,
+    decision_kind,
+    is_dev_signature,
     statement_bytes,
     verify_decision,
     verify_request,
@@ -67,87 +64,24 @@ from teaagent.quorum import (
 from teaagent.relay_client import AsyncRelayClient, InboxItem
 from teaagent.signing import Signer, fingerprint, parse_sshsig, sshsig_sign
 from teaagent.store import Store
+from teaagent.store._inbox_news import WAKE_BLOCK_SECONDS
 from teaagent.trust import SignerKey
-from teaagent_approver._audit import AuditWriteError, DecisionAudit
+from teaagent_approver._audit import DecisionAudit
 from teaagent_approver._errors import ApiError, sentence
-from teaagent_approver._items import Received, item_view, matching_rule, settled_sentence
+from teaagent_approver._items import Received, settled_sentence
 from teaagent_approver._ledger import DecisionKind, Ledger, Record
 from teaagent_approver._metrics import ApproverMetrics
+from teaagent_approver._proposals import Notifies, Outcome, Proposal
+from teaagent_approver._rounds import MAX_REMEMBERED, RuleRounds
 from teaagent_approver._settings import Settings
 from teaagent_approver._wire import DecisionPoster
 
-__all__ = ["DEV_SIGNATURE_PREFIX", "Engine", "Outcome", "Proposal"]
+__all__ = ["Engine", "Notifies", "Outcome", "Proposal"]
 
 logger = logging.getLogger("teaagent.approver")
 
-DEV_SIGNATURE_PREFIX: Final = "dev:"  # PROTOCOL.md allow_dev_signatures: "dev:<signer>", never by default
-LIST_LIMIT: Final = 1000  # one inbox listing: the relay's own bound
-WAKE_BLOCK_SECONDS: Final = 2.0  # one XREAD block, under the store client's socket timeout
-IDLE_RELIST_SECONDS: Final = 10.0  # with nothing to do, list again at least this often anyway
-DEFER_SECONDS: Final = 0.5  # how soon to look again at an item another process is deciding
-RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay or Redis failed; doubles per failure
-RETRY_CAP_SECONDS: Final = 5.0
-REFUSED_RETRY_SECONDS: Final = 5.0  # how soon to look again at an item refused as the relay handed it
-MAX_REMEMBERED: Final = 100_000  # inbox items whose disposition is kept in memory
 _TRANSIENT: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 _RELAY_CODES: Final = {403: "forbidden", 404: "not_found", 409: "conflict", 422: "invalid"}
-
-
-class Notifies(Protocol):
-    """What the engine needs of the notifier (``teaagent_approver._notify.Notifier``)."""
-
-    async def notify(self, item: Mapping[str, Any]) -> None: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class Proposal:
-    """A decision someone wants this node to make.
-
-    Attributes:
-        kind: ``approval`` or ``denial``.
-        reason: The reason (a denial signs it).
-        by: ``rule N`` or ``operator``.
-        statement: The statement, when it was signed elsewhere; None to build it now.
-        signature: Its signature, when signed elsewhere; None to sign with the node key.
-        key_fingerprint: The fingerprint of the key that signed it elsewhere.
-    """
-
-    kind: DecisionKind
-    reason: str
-    by: str
-    statement: dict[str, Any] | None = None
-    signature: str | None = None
-    key_fingerprint: str | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of a proposal: the decision that stands for the request, and where it is.
-
-    Attributes:
-        record: The standing decision (the proposal's, or one recorded before it).
-        won: True when this call recorded it.
-        forwarded: True when the relay took it.
-        deferred: True when another process recorded it a moment ago and is finishing it.
-    """
-
-    record: Record
-    won: bool
-    forwarded: bool
-    deferred: bool = False
-
-
-def _mismatch(carried: Mapping[str, Any], rebuilt: Mapping[str, Any]) -> str | None:
-    for name in sorted(set(carried) | set(rebuilt)):
-        if name not in rebuilt:
-            return f"the statement has the unknown field {name}"
-        if name not in carried:
-            return f"the statement lacks the field {name}"
-        mine, theirs = rebuilt[name], carried[name]
-        # type() as well as ==: 1 == True == 1.0 in Python, but not in a signed document.
-        if type(mine) is not type(theirs) or mine != theirs:
-            return f"the statement's {name} does not match request {rebuilt['request_id']}"
-    return None
 
 
 def _clause(error: BaseException) -> str:
@@ -196,13 +130,9 @@ class Engine:
         # (request signature, canonical evidence) -> what it proved, or why it did not verify
         self._settlements: dict[tuple[str, bytes], Settlement | str] = {}
         self._refused: set[tuple[str, str, str]] = set()  # (origin, id, reason) refusals already logged
-        self._skip: dict[tuple[str, str], tuple[float, int]] = {}  # ref -> (monotonic until, expires_at)
-        self._asked: dict[tuple[str, str], int] = {}  # ask items already looked at -> expires_at
-        self._failures: dict[tuple[str, str], int] = {}  # ref -> relay failures in a row
         self._busy: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        # Why the engine's last finished round failed, None once one succeeds (for /ready).
-        self.last_round_error: str | None = None
+        self.rounds = RuleRounds(self)  # the rules over the inbox's news
 
     @property
     def node(self) -> NodeConfig:
@@ -333,7 +263,7 @@ class Engine:
         statement, signature = decision.get("statement"), decision.get("signature")
         if not isinstance(statement, dict) or not isinstance(signature, str):
             return "the relay holds a decision of this node that is not a signed statement"
-        if signature.startswith(DEV_SIGNATURE_PREFIX) and self.allow_dev:
+        if is_dev_signature(signature) and self.allow_dev:
             return None
         try:
             kind: DecisionKind = "denial" if statement.get("type") == DENIAL_TYPE else "approval"
@@ -343,15 +273,15 @@ class Engine:
                 str(statement.get("reason", "")),
                 statement.get("signed_at"),  # type: ignore[arg-type]
             )
-            mismatch = _mismatch(statement, rebuilt)
-            if mismatch is not None:
-                return f"the decision it holds for this node: {mismatch}"
+            check_rebuilt(statement, rebuilt)
             seen = (signature, statement_bytes(statement))
             if seen not in self._own_verified:  # the statement matched; its signature, once
                 verify_decision(statement, signature, self.own_keys)
                 if len(self._own_verified) >= MAX_REMEMBERED:
                     self._own_verified.clear()
                 self._own_verified.add(seen)
+        except StatementError as exc:
+            return f"the decision it holds for this node: {exc.clause}"
         except (SignatureError, ValueError, TypeError, KeyError) as exc:
             return f"the decision it holds for this node does not verify: {_clause(exc)}"
         return None
@@ -423,12 +353,10 @@ class Engine:
             ApiError: 422 ``invalid`` (not a statement of this request, a malformed signature),
                 403 ``forbidden`` (signed as another node, or by a key that may not sign for it).
         """
-        declared = statement.get("type")
-        if declared not in (APPROVAL_TYPE, DENIAL_TYPE):
-            raise ApiError(
-                422, "invalid", f"The statement's type is neither {APPROVAL_TYPE} nor {DENIAL_TYPE}."
-            )
-        kind: DecisionKind = "approval" if declared == APPROVAL_TYPE else "denial"
+        try:
+            kind = decision_kind(statement)
+        except StatementError as exc:
+            raise ApiError(422, "invalid", str(exc)) from exc
         signer = statement.get("signer")
         if signer != self.agent_id:
             raise ApiError(
@@ -436,19 +364,11 @@ class Engine:
                 "forbidden",
                 sentence(f"the statement is signed as {signer!r}, not as this node ({self.agent_id})"),
             )
-        signed_at = statement.get("signed_at")
-        if isinstance(signed_at, bool) or not isinstance(signed_at, int):
-            raise ApiError(422, "invalid", "The statement's signed_at is not an integer Unix time.")
-        reason = statement.get("reason", "")
-        if kind == "denial" and not isinstance(reason, str):
-            raise ApiError(422, "invalid", "The denial's reason is not a string.")
         try:
-            rebuilt = self.statement_for(item.request, kind, str(reason), signed_at)
-        except ValueError as exc:
-            raise ApiError(422, "invalid", sentence(_clause(exc))) from exc
-        mismatch = _mismatch(statement, rebuilt)
-        if mismatch is not None:
-            raise ApiError(422, "invalid", sentence(mismatch))
+            rebuilt = item.request.rebuild_decision(statement, kind, self.agent_id)
+        except StatementError as exc:
+            raise ApiError(422, "invalid", str(exc)) from exc
+        signed_at, reason = rebuilt["signed_at"], rebuilt.get("reason", "")
         request = item.request
         now = time.time()
         if signed_at > request.expires_at:
@@ -528,7 +448,7 @@ class Engine:
         )
 
     @contextlib.asynccontextmanager
-    async def _one_at_a_time(self, ref: tuple[str, str]) -> AsyncIterator[None]:
+    async def one_at_a_time(self, ref: tuple[str, str]) -> AsyncIterator[None]:
         """One path per request at a time in this process (the engine and an operator may meet)."""
         lock, users = self._busy.get(ref, (None, 0))
         if lock is None:
@@ -557,7 +477,7 @@ class Engine:
             AuditWriteError: The audit record could not be written; the decision is not sent.
         """
         ref = (item.request.origin, item.request.request_id)
-        async with self._one_at_a_time(ref):
+        async with self.one_at_a_time(ref):
             now = time.time()
             self.check_signable(item, now)  # step 1
             statement = proposal.statement or self.statement_for(
@@ -578,9 +498,9 @@ class Engine:
             )  # step 2
             if claim.won:
                 self.metrics.decisions.labels(proposal.by.split(" ")[0], proposal.kind).inc()
-            return await self._finish(item, claim.record, claim.signature, won=claim.won)
+            return await self.finish(item, claim.record, claim.signature, won=claim.won)
 
-    async def _finish(self, item: Received, record: Record, signature: str | None, *, won: bool) -> Outcome:
+    async def finish(self, item: Received, record: Record, signature: str | None, *, won: bool) -> Outcome:
         """Steps 3 to 5 for the standing record (ours, or one another process left unfinished)."""
         ours = won or record.instance == self.instance
         if not ours and time.time() - record.recorded_at < self.settings.takeover_seconds:
@@ -628,15 +548,14 @@ class Engine:
         """
         try:
             rebuilt = self.statement_for(item.request, record.kind, record.reason, record.signed_at)
-        except (KeyError, ValueError, TypeError):
-            rebuilt = None
-        if rebuilt is None or _mismatch(record.statement, rebuilt) is not None:
+            check_rebuilt(record.statement, rebuilt)
+        except (KeyError, ValueError, TypeError, StatementError):
             raise ApiError(
                 409,
                 "conflict",
                 f"The decision recorded for request {item.request.request_id} does not match the request; "
                 "this node signs nothing for it.",
-            )
+            ) from None
         namespace = APPROVAL_NAMESPACE if record.kind == "approval" else DENIAL_NAMESPACE
         armored = sshsig_sign(statement_bytes(rebuilt), self.signer, namespace)
         self.metrics.signatures.inc()
@@ -668,212 +587,20 @@ class Engine:
         self.metrics.forwards.labels("ok").inc()
         return True
 
-    # -- the rules, over the inbox ---------------------------------------------------------------
+    # -- the rules, over the inbox (teaagent_approver._rounds) ------------------------------------
 
     async def run(self) -> None:
-        """Apply the rules to the inbox until cancelled; survive the relay and Redis going away."""
-        failures = 0
-        while True:
-            try:
-                await self.round()
-                failures = 0
-                self.last_round_error = None
-            except asyncio.CancelledError:
-                raise
-            except (RelayError, StoreError) as exc:
-                failures += 1
-                kind = "relay" if isinstance(exc, RelayError) else "redis"
-                self.last_round_error = f"its last round failed on its {kind}: {exc}"
-                self.metrics.engine_errors.labels(kind).inc()
-                log = logger.warning if failures == 1 else logger.debug  # once per outage
-                log("approver of %s waits for its %s: %s", self.agent_id, kind, exc)
-                await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
-            except Exception as exc:
-                failures += 1
-                self.last_round_error = f"its last round failed: {exc!r}"
-                self.metrics.engine_errors.labels("other").inc()
-                logger.exception("approver of %s failed a round", self.agent_id)
-                await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
-
-    async def round(self) -> int:
-        """List the pending inbox once, decide what the rules decide; wait when nothing is to do.
-
-        Returns:
-            How many items were acted on (recorded, finished or sent).
-
-        Raises:
-            RelayError: The relay is unreachable or refused the listing.
-            StoreError: Redis failed.
-        """
-        last_id = await self._stream_last_id()
-        items = await self.relay.list_inbox("pending", limit=LIST_LIMIT, wait=self.settings.poll_seconds)
-        acted = await self.handle(items)
-        self._prune()
-        if items and not acted:
-            await self._wait_for_news(last_id, self._idle_seconds())
-        return acted
+        """Apply the rules to the inbox until cancelled (:meth:`RuleRounds.run`)."""
+        await self.rounds.run()
 
     async def handle(self, items: list[InboxItem]) -> int:
-        """Decide each listed item the rules decide, at most ``concurrency`` at once.
+        """Decide each item the rules decide (:meth:`RuleRounds.handle`); how many were acted on."""
+        return await self.rounds.handle(items)
 
-        Returns:
-            How many items were acted on.
-
-        Raises:
-            RelayError: The relay failed (after the other items were handled).
-            StoreError: Redis failed (likewise).
-        """
-        now = time.monotonic()
-        todo: list[Received] = []
-        for item in items:
-            if self._skip.get((item.origin, item.request_id), (0.0, 0))[0] > now:
-                continue
-            try:
-                todo.append(self.receive(item))
-            except ApiError:
-                # Refused, logged and counted by receive(): left undecided. Looked at again a little
-                # later, should the relay's next answer be the truth.
-                self.metrics.skipped.labels("refused").inc()
-                self._remember((item.origin, item.request_id), _hinted_expiry(item), REFUSED_RETRY_SECONDS)
-        if not todo:
-            return 0
-        gate = asyncio.Semaphore(self.settings.concurrency)
-
-        async def one(item: Received) -> int:
-            async with gate:
-                return await self._by_rule(item)
-
-        results = await asyncio.gather(*(one(item) for item in todo), return_exceptions=True)
-        acted = 0
-        failure: BaseException | None = None
-        for result in results:
-            if isinstance(result, BaseException):
-                if isinstance(result, asyncio.CancelledError):
-                    raise result
-                failure = failure or result
-            else:
-                acted += result
-        if failure is not None:
-            raise failure
-        return acted
-
-    def _remember(self, ref: tuple[str, str], expires_at: int, seconds: float | None) -> None:
-        """Skip the item for ``seconds`` (None: for the rest of its life) in later listings."""
-        until = float("inf") if seconds is None else time.monotonic() + seconds
-        self._skip[ref] = (until, expires_at)
-
-    async def _by_rule(self, item: Received) -> int:
-        ref = (item.request.origin, item.request.request_id)
-        if item.state == "withdrawn":
-            self.metrics.skipped.labels("withdrawn").inc()
-            self._remember(ref, item.request.expires_at, None)
-            return 0
-        if item.settled is not None:
-            self.metrics.skipped.labels("settled").inc()
-            self._remember(ref, item.request.expires_at, None)
-            return 0
-        if time.time() > item.request.expires_at:
-            self.metrics.skipped.labels("expired").inc()
-            self._remember(ref, item.request.expires_at, None)
-            return 0
-        found = matching_rule(self.node.approver.rules, item.request)
-        if found is None or found[1].decision == "ask":
-            return await self._asked_item(item)
-        index, rule = found
-        kind: DecisionKind = "approval" if rule.decision == "approve" else "denial"
-        try:
-            outcome = await self.settle(item, Proposal(kind=kind, reason=rule.reason, by=f"rule {index}"))
-        except ApiError as exc:
-            # Expired meanwhile, or the relay refused it for good: nothing more to do for it.
-            logger.warning(
-                "request %s of %s is left undecided: %s",
-                item.request.request_id,
-                item.request.origin,
-                exc.message,
-            )
-            self._remember(ref, item.request.expires_at, None)
-            return 0
-        except AuditWriteError as exc:
-            logger.error("%s", exc)
-            self._backoff(ref, item.request.expires_at)
-            return 0
-        return self._after(ref, item.request.expires_at, outcome)
-
-    def _after(self, ref: tuple[str, str], expires_at: int, outcome: Outcome) -> int:
-        if outcome.deferred:
-            self.metrics.skipped.labels("deferred").inc()
-            self._remember(ref, expires_at, DEFER_SECONDS)
-            return 0
-        if not outcome.forwarded:
-            self._backoff(ref, expires_at)
-            return 1 if outcome.won else 0
-        self._failures.pop(ref, None)
-        self._remember(ref, expires_at, None)
-        return 1
-
-    def _backoff(self, ref: tuple[str, str], expires_at: int) -> None:
-        failures = self._failures.get(ref, 0) + 1
-        self._failures[ref] = failures
-        self._remember(ref, expires_at, min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
-
-    async def _asked_item(self, item: Received) -> int:
-        """An item the rules leave to an operator: finish a decision recorded for it, or notify once."""
-        ref = (item.request.origin, item.request.request_id)
-        if ref in self._asked:
-            self._remember(ref, item.request.expires_at, None)
-            return 0
-        # First sight in this process: an operator may have decided it through an approver whose
-        # relay did not answer, and that process died since; then the decision is finished here.
-        # Under the request's lock: an operator deciding it in this process right now has claimed
-        # it but not yet audited it, and finishing it beside them would audit it twice.
-        async with self._one_at_a_time(ref):
-            [(record, signature)] = await self.ledger.read([ref])
-            if record is not None:
-                try:
-                    outcome = await self._finish(item, record, signature, won=False)
-                except ApiError as exc:
-                    logger.warning(
-                        "request %s of %s is left undecided: %s",
-                        item.request.request_id,
-                        item.request.origin,
-                        exc.message,
-                    )
-                    self._remember(ref, item.request.expires_at, None)
-                    return 0
-                return self._after(ref, item.request.expires_at, outcome)
-        self._asked[ref] = item.request.expires_at
-        self._remember(ref, item.request.expires_at, None)
-        self.metrics.skipped.labels("ask").inc()
-        if self.notifier is not None and await self.ledger.mark_notified(
-            item.request.origin, item.request.request_id, item.request.expires_at
-        ):
-            self.metrics.notifications.inc()
-            view = item_view(item, None, self.node.approver.rules, time.time())
-            try:
-                await self.notifier.notify(view)
-            except Exception:  # the notifier must never stop a decision; it logs its own failures
-                logger.exception("the notifier failed on request %s", item.request.request_id)
-        return 0
-
-    def _prune(self) -> None:
-        """Forget the items that expired a while ago: they are never listed as pending again."""
-        if len(self._skip) + len(self._asked) < MAX_REMEMBERED // 2:
-            return
-        horizon = time.time() - 2 * MAX_CLOCK_SKEW_SECONDS
-        for table in (self._skip, self._asked):
-            for ref in [ref for ref, value in table.items() if _expiry(value) < horizon]:
-                del table[ref]
-        for ref in [ref for ref in self._failures if ref not in self._skip]:
-            del self._failures[ref]
-        while len(self._skip) > MAX_REMEMBERED:
-            del self._skip[next(iter(self._skip))]
-        while len(self._asked) > MAX_REMEMBERED:
-            del self._asked[next(iter(self._asked))]
-
-    def _idle_seconds(self) -> float:
-        now = time.monotonic()
-        due = [until - now for until, _expires in self._skip.values() if now < until != float("inf")]
-        return max(0.01, min([IDLE_RELIST_SECONDS, *due]))
+    @property
+    def last_round_error(self) -> str | None:
+        """Why the engine's last finished round failed, None once one succeeds (for /ready)."""
+        return self.rounds.last_round_error
 
     async def _stream_last_id(self) -> Any:
         stream = self.store.keys.queue(self.store.inbox_queue.name).stream
@@ -902,13 +629,3 @@ class Engine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-
-def _hinted_expiry(item: InboxItem) -> int:
-    """The expiry a refused item claims, only to bound how long it is remembered."""
-    expires_at = item.request.get("expires_at")
-    return expires_at if isinstance(expires_at, int) and not isinstance(expires_at, bool) else 0
-
-
-def _expiry(value: tuple[float, int] | int) -> int:
-    return value[1] if isinstance(value, tuple) else value

@@ -26,7 +26,7 @@ class Settings(StoreSettings):
             the relay's (``TEAAGENT_RELAY_REDIS_PREFIX``): the approver reads the relay's inbox queue.
         relay_url: This node's relay; ``relay_url`` of node.toml when None.
         engine: Apply the rules to the inbox (off: only operators decide, through the HTTP API).
-        poll_seconds: One long-poll of the relay's inbox.
+        poll_seconds: The longest one wait for news of the inbox (a request the relay queues).
         takeover_seconds: How long a decision recorded by another approver process may stay
             unfinished (unsigned, or not sent) before this one finishes it: that process died.
         concurrency: Inbox items decided at once (signatures, relay calls in flight).

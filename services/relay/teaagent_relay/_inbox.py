@@ -24,6 +24,7 @@ from teaagent._reload import Trust
 from teaagent._words import moment
 from teaagent.errors import QuorumError, RequestNotFoundError
 from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, request_problem, verify_settlement
+from teaagent.relay_client._inbox_view import inbox_item_view
 from teaagent.store import DecisionResult, DecisionToCount, Intake, RequestState, StoredRequest
 from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
 from teaagent_relay._errors import ApiError
@@ -426,30 +427,7 @@ class Inbox(RelayBase):
         return await queue.remove(done)
 
     def _inbox_item(self, stored: StoredRequest, now: float) -> dict[str, Any]:
-        request, signature = envelope(stored.document)
-        raw = _own_decision(stored)
-        state: RequestState = stored.state
-        if state == "pending" and now > stored.expires_at:
-            state = "expired"
-        return {
-            "request_id": stored.request_id,
-            "origin": request["origin"],
-            "tool_name": request["tool_name"],
-            "arguments": request["arguments"],
-            "reason": request["reason"],
-            "run_id": request["run_id"],
-            "call_id": request["call_id"],
-            "payload_digest": request["payload_digest"],
-            "required_approvals": request["required_approvals"],
-            "peers": request["peers"],
-            "created_at": request["created_at"],
-            "expires_at": request["expires_at"],
-            "state": state,
-            "request": request,
-            "signature": signature,
-            "decision": json.loads(raw) if raw is not None else None,
-            "settlement": json.loads(stored.settlement) if stored.settlement is not None else None,
-        }
+        return inbox_item_view(stored, now)  # the approver reads its news as the same item
 
     async def inbox(self, state: RequestState | None, limit: int, wait: float) -> list[dict[str, Any]]:
         """List received requests; with ``wait``, block until one is there (XREAD on the inbox queue).

@@ -9,20 +9,19 @@ the numbered rules of PROTOCOL.md "Counting".
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from teaagent._words import moment
-from teaagent.errors import SignatureError
+from teaagent.errors import SignatureError, StatementError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
-    APPROVAL_TYPE,
     DENIAL_NAMESPACE,
-    DENIAL_TYPE,
-    MAX_CLOCK_SKEW_SECONDS,
-    approval_statement,
-    denial_statement,
+    DEV_SIGNATURE_PREFIX,
+    DecisionKind,
+    check_signing_time,
+    decision_kind,
+    dev_signature_passes,
+    rebuild_decision,
     signing_key,
     statement_bytes,
     verify_request_signature,
@@ -40,12 +39,6 @@ __all__ = [
     "sentence",
     "verify_decision",
 ]
-
-logger = logging.getLogger("teaagent.relay")
-
-DecisionKind = Literal["approval", "denial"]
-DEV_SIGNATURE_PREFIX = "dev:"  # PROTOCOL.md allow_dev_signatures: "dev:<signer>", never by default
-_KINDS: dict[object, DecisionKind] = {APPROVAL_TYPE: "approval", DENIAL_TYPE: "denial"}
 
 
 def sentence(text: str) -> str:
@@ -73,19 +66,18 @@ def check_request_signature(
             by one that may not sign it (``whose`` names the keys in the message).
     """
     origin = request["origin"]
-    if signature.startswith(DEV_SIGNATURE_PREFIX):
-        if allow_dev and signature == DEV_SIGNATURE_PREFIX + origin:
-            logger.warning(
-                "accepting the development signature of %s on request %s without any cryptography",
-                origin,
-                request["request_id"],
-            )
+    try:
+        if dev_signature_passes(
+            signature,
+            origin,
+            allow_dev=allow_dev,
+            subject="The request signature",
+            whose=whose,
+            on=f"request {request['request_id']}",
+        ):
             return signature
-        raise ApiError(
-            403,
-            "bad_signature",
-            f"The request signature is a development signature, which {whose} cannot verify.",
-        )
+    except SignatureError as exc:
+        raise ApiError(403, "bad_signature", str(exc)) from None
     try:
         verify_request_signature(request, signature, keys)
         return wire_signature(signature)
@@ -95,19 +87,6 @@ def check_request_signature(
             "bad_signature",
             sentence(f"the request signature does not verify with {whose}: {_clause(exc)}"),
         ) from exc
-
-
-def _mismatch(carried: Mapping[str, Any], rebuilt: Mapping[str, Any]) -> str | None:
-    for name in sorted(set(carried) | set(rebuilt)):
-        if name not in rebuilt:
-            return f"the statement has the unknown field {name}"
-        if name not in carried:
-            return f"the statement lacks the field {name}"
-        mine, theirs = rebuilt[name], carried[name]
-        # type() as well as ==: 1 == True == 1.0 in Python, but not in a signed document.
-        if type(mine) is not type(theirs) or mine != theirs:
-            return f"the statement's {name} does not match request {rebuilt['request_id']}"
-    return None
 
 
 def check_statement(
@@ -126,10 +105,10 @@ def check_statement(
         ApiError: 422 ``invalid`` (not a statement of this request, a bad time) or 403 ``forbidden``
             (rule 1: the signer is the origin, not a peer of the request, or not in ``configured``).
     """
-    declared = statement.get("type")
-    kind = _KINDS.get(declared) if isinstance(declared, str) else None
-    if kind is None:
-        raise ApiError(422, "invalid", f"The statement's type is neither {APPROVAL_TYPE} nor {DENIAL_TYPE}.")
+    try:
+        kind = decision_kind(statement)
+    except StatementError as exc:
+        raise ApiError(422, "invalid", str(exc)) from exc
     signer = statement.get("signer")
     if not isinstance(signer, str):
         raise ApiError(422, "invalid", "The statement's signer is not a string.")
@@ -142,48 +121,11 @@ def check_statement(
         )
     if signer not in configured:
         raise ApiError(403, "forbidden", sentence(f"{signer} is not a configured peer of this node"))
-    # Rule 3 (fields): the statement rebuilt from the request must equal the carried one.
-    signed_at = statement.get("signed_at")
-    if isinstance(signed_at, bool) or not isinstance(signed_at, int):
-        raise ApiError(422, "invalid", "The statement's signed_at is not an integer Unix time.")
-    reason = statement.get("reason")
     try:
-        if kind == "denial":
-            if not isinstance(reason, str):
-                raise ApiError(422, "invalid", "The denial's reason is not a string.")
-            rebuilt = denial_statement(request, signer, signed_at, reason)
-        else:
-            rebuilt = approval_statement(request, signer, signed_at)
-    except ValueError as exc:
-        raise ApiError(422, "invalid", sentence(_clause(exc))) from exc
-    mismatch = _mismatch(statement, rebuilt)
-    if mismatch is not None:
-        raise ApiError(422, "invalid", sentence(mismatch))
-    # Rule 4: signed within the request's life (from its creation, less the clock skew, to its
-    # expiry), and not beyond the clock skew in our future. The lower bound keeps a key whose
-    # valid-before has passed from back-dating its way into a request made after it.
-    created_at, expires_at = request["created_at"], request["expires_at"]
-    if signed_at < created_at - MAX_CLOCK_SKEW_SECONDS:
-        raise ApiError(
-            422,
-            "invalid",
-            f"The statement was signed at {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
-            f"seconds before the request was created at {moment(created_at, now)}.",
-        )
-    if signed_at > expires_at:
-        raise ApiError(
-            422,
-            "invalid",
-            f"The statement was signed at {moment(signed_at, now)}, after the request expired at "
-            f"{moment(expires_at, now)}.",
-        )
-    if signed_at > now + MAX_CLOCK_SKEW_SECONDS:
-        raise ApiError(
-            422,
-            "invalid",
-            f"The statement is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-            "in the future.",
-        )
+        rebuilt = rebuild_decision(request, statement, kind, signer)  # rule 3 (fields)
+        check_signing_time(rebuilt["signed_at"], request, now)  # rule 4
+    except StatementError as exc:
+        raise ApiError(422, "invalid", str(exc)) from exc
     return kind, signer, rebuilt
 
 
@@ -210,13 +152,18 @@ def verify_decision(
             canonical JSON.
     """
     signer = rebuilt["signer"]
-    if signature.startswith(DEV_SIGNATURE_PREFIX):
-        if allow_dev and signature == DEV_SIGNATURE_PREFIX + signer:
-            logger.warning("accepting the development signature of %s without any cryptography", signer)
+    try:
+        if dev_signature_passes(
+            signature,
+            signer,
+            allow_dev=allow_dev,
+            subject=f"The {kind}",
+            whose=whose,
+            on=f"the {kind} of request {rebuilt['request_id']}",
+        ):
             return signature
-        raise ApiError(
-            403, "bad_signature", f"The {kind} is a development signature, which {whose} cannot verify."
-        )
+    except SignatureError as exc:
+        raise ApiError(403, "bad_signature", str(exc)) from None
     try:
         data = statement_bytes(rebuilt)
     except ValueError as exc:
