@@ -139,20 +139,24 @@ def clause(error: BaseException) -> str:
     return str(error).strip().rstrip(".") or type(error).__name__
 
 
-def copied(kind: str, request: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
-    """A statement on ``request``: the version, its ``kind``, what it copies of the request, and ``fields``.
+def copied(
+    kind: str, request: Mapping[str, Any], middle: Mapping[str, Any], last: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A statement on ``request``: the version, its ``kind``, what it copies of the request, its own fields.
 
     Every statement copies the request's id, origin, payload digest and expiry (PROTOCOL.md), so
-    that a receiver rebuilds it from the request it holds.
+    that a receiver rebuilds it from the request it holds. The fields come in the order the
+    documents show them: ``middle`` after the origin, ``last`` after the expiry.
     """
     return {
         "v": PROTOCOL_VERSION,
         "type": kind,
         "request_id": request["request_id"],
         "origin": request["origin"],
+        **middle,
         "payload_digest": request["payload_digest"],
         "expires_at": request["expires_at"],
-        **fields,
+        **last,
     }
 
 

@@ -214,7 +214,9 @@ def _statement(request: Mapping[str, Any], kind: str, signer: str, signed_at: in
         raise ValueError(f"the signer {signer!r} is not a valid agent id")
     if not is_time(signed_at):
         raise ValueError(f"signed_at {signed_at!r} is not an integer Unix time")
-    return copied(kind, request, signer=signer, tool_name=request["tool_name"], signed_at=signed_at)
+    return copied(
+        kind, request, {"signer": signer, "tool_name": request["tool_name"]}, {"signed_at": signed_at}
+    )
 
 
 def approval_statement(request: Mapping[str, Any], signer: str, signed_at: int) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def withdrawal_statement(request: Mapping[str, Any], withdrawn_at: int) -> dict[
     """
     if not is_time(withdrawn_at):
         raise ValueError(f"withdrawn_at {withdrawn_at!r} is not an integer Unix time")
-    return copied(WITHDRAWAL_TYPE, request, withdrawn_at=withdrawn_at)
+    return copied(WITHDRAWAL_TYPE, request, {}, {"withdrawn_at": withdrawn_at})
 
 
 def sign_withdrawal(
