@@ -9,6 +9,7 @@ source with :mod:`ast`, so a cycle fails here even where no test happens to impo
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -189,3 +190,46 @@ def test_the_library_imports_the_benches_only_in_the_bench_command() -> None:
     assert importers == ["teaagent.cli._bench"]
     # ...and only when the command runs: importing the command line loads no benchmark.
     assert BENCHES not in _foreign_imports(MODULES["teaagent.cli._bench"], top_level_only=True)
+
+
+# -- the house: each package on its floor (docs/architecture.md, "The house") ----------------------
+
+ARCHITECTURE = Path(__file__).parent.parent / "docs" / "architecture.md"
+FLOOR_ROW = re.compile(r"^\| (\d)\. [^|]+\| ([^|]+)\|")
+
+
+def _floors_in_the_docs() -> dict[str, int]:
+    """The house's table: each package named in a floor's row (`teaagent.x` or `teaagent._x`)."""
+    floors: dict[str, int] = {}
+    for line in ARCHITECTURE.read_text().splitlines():
+        row = FLOOR_ROW.match(line)
+        if row:
+            for name in re.findall(r"`teaagent\.(\w+)`", row.group(2)):
+                floors[name] = int(row.group(1))
+    return floors
+
+
+FLOORS = _floors_in_the_docs()
+
+
+def test_the_house_puts_every_package_of_the_library_on_one_floor() -> None:
+    packages = {name for name in PACKAGE_GRAPH if name != "__main__"}
+    assert sorted(packages - FLOORS.keys()) == [], "packages the house's table does not place"
+    assert sorted(FLOORS.keys() - packages) == [], "names in the house's table that are no package"
+
+
+def test_every_import_points_down_or_along_its_floor() -> None:
+    upward = sorted(
+        f"{package} (floor {FLOORS[package]}) imports {target} (floor {FLOORS[target]})"
+        for package, targets in PACKAGE_GRAPH.items()
+        if package in FLOORS
+        for target in targets
+        if target in FLOORS and FLOORS[target] > FLOORS[package]
+    )
+    assert upward == []
+
+
+def test_the_floor_check_sees_an_import_that_points_up() -> None:
+    # The check above, on a graph where the protocol floor would import the store.
+    graph = {"quorum": {"store"}}
+    assert any(FLOORS[target] > FLOORS[package] for package, targets in graph.items() for target in targets)
