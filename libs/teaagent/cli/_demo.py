@@ -61,7 +61,7 @@ from teaagent.quorum import APPROVAL_NAMESPACE, approval_statement, statement_by
 from teaagent.relay_client import RelayClient
 from teaagent.runner._node import node_audit_path
 from teaagent.signing import fingerprint, load_private_key, signature_to_wire, sshsig_sign
-from teaagent.testing import LocalCluster, star
+from teaagent.testing import LocalCluster, approver_rule, star
 
 NODES: Final = ("alpha", "beta", "gamma", "delta")
 OPERATOR: Final = "delta-operator"  # delta's operator: a key of their own, not the node's
@@ -103,49 +103,21 @@ CALLS: Final[tuple[tuple[str, dict[str, Any]], ...]] = (  # the scripted agent's
 # ``tar ...; rm -rf ~``, which beta's first rule refuses.
 RULES: Final = {
     "alpha": "",
-    "beta": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "*[;&|`$<>]*" }
-decision = "deny"
-reason = "beta signs one plain command at a time: no pipes, chains or redirections"
-
-[[approver.rules]]
-tool = "fs.delete"
-arguments = { path = "build/*" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "tar *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "fs.write"
-arguments = { path = "release/*" }
-decision = "approve"
-""",
-    "gamma": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "*curl *" }
-decision = "deny"
-reason = "gamma's hosts download nothing from the internet"
-
-[[approver.rules]]
-tool = "fs.delete"
-arguments = { path = "build/*" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-decision = "ask"
-
-[[approver.rules]]
-tool = "fs.write"
-arguments = { path = "release/*" }
-decision = "approve"
-""",
+    "beta": approver_rule(
+        "shell.run",
+        "deny",
+        command="*[;&|`$<>]*",
+        reason="beta signs one plain command at a time: no pipes, chains or redirections",
+    )
+    + approver_rule("fs.delete", "approve", path="build/*")
+    + approver_rule("shell.run", "approve", command="tar *")
+    + approver_rule("fs.write", "approve", path="release/*"),
+    "gamma": approver_rule(
+        "shell.run", "deny", command="*curl *", reason="gamma's hosts download nothing from the internet"
+    )
+    + approver_rule("fs.delete", "approve", path="build/*")
+    + approver_rule("shell.run", "ask")
+    + approver_rule("fs.write", "approve", path="release/*"),
     "delta": "",  # no rules: every request waits for delta's operator
 }
 
