@@ -251,6 +251,20 @@ async def _concurrent(calls: Callable[[int], Awaitable[object]], seconds: float)
     return (time.process_time() - cpu) / max(done, 1) * 1e6
 
 
+async def _interleaved(
+    contenders: dict[str, Callable[[int], Awaitable[object]]], seconds: float
+) -> dict[str, float]:
+    """Each contender's CPU microseconds a call at ``CALLERS`` callers: the median of interleaved rounds."""
+    for call in contenders.values():  # warm up: every connection opened, scripts cached
+        await _concurrent(call, ROUND_SECONDS / 5)
+    rounds: dict[str, list[float]] = {name: [] for name in contenders}
+    order = list(contenders.items())
+    for number in range(max(1, round(seconds / ROUND_SECONDS))):
+        for name, call in _rotated(order, number):
+            rounds[name].append(await _concurrent(call, ROUND_SECONDS))
+    return {name: statistics.median(measured) for name, measured in rounds.items()}
+
+
 async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float]:
     import redis.asyncio
 
@@ -304,14 +318,7 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
             "async_multi3_redispy_client_cpu_us": reads(stock),
             "async_multi3_raw_client_cpu_us": lambda index: raw(index, raw_reads, _READS + 2),
         }
-        for call in contenders.values():  # warm up: every connection opened, scripts cached
-            await _concurrent(call, ROUND_SECONDS / 5)
-        rounds: dict[str, list[float]] = {name: [] for name in contenders}
-        order = list(contenders.items())
-        for number in range(max(1, round(seconds / ROUND_SECONDS))):
-            for name, call in _rotated(order, number):
-                rounds[name].append(await _concurrent(call, ROUND_SECONDS))
-        figures = {name: statistics.median(measured) for name, measured in rounds.items()}
+        figures = await _interleaved(contenders, seconds)
     finally:
         for kept in floor:
             kept.close()

@@ -27,7 +27,6 @@ rounds (``ROUND_SECONDS``) and each figure is the median of its rounds.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,7 +34,7 @@ from urllib.parse import urlsplit
 
 from teaagent.store._connection import converting
 from teaagent_bench._resp import RespConnection, pack
-from teaagent_bench.store import CALLERS, ROUND_SECONDS, _concurrent, _rotated
+from teaagent_bench.store import CALLERS, _interleaved
 
 __all__ = ["bench_redis_libraries"]
 
@@ -169,14 +168,7 @@ async def _bench(url: str, tcp_url: str | None, seconds: float, variants: tuple[
             write, reads = calls(doc, outcome, decisions, value)
             contenders[f"lib_evalsha_client_cpu_us_{name}"] = write
             contenders[f"lib_multi3_client_cpu_us_{name}"] = reads
-        for call in contenders.values():  # warm up: every connection opened, scripts cached
-            await _concurrent(call, ROUND_SECONDS / 5)
-        rounds: dict[str, list[float]] = {name: [] for name in contenders}
-        order = list(contenders.items())
-        for number in range(max(1, round(seconds / ROUND_SECONDS))):
-            for name, call in _rotated(order, number):
-                rounds[name].append(await _concurrent(call, ROUND_SECONDS))
-        figures.update({name: statistics.median(measured) for name, measured in rounds.items()})
+        figures.update(await _interleaved(contenders, seconds))
     finally:
         if raw:
             await raw[0].call(pack("DEL", doc, outcome, decisions))
