@@ -169,34 +169,21 @@ async def _bounded(declared: int | None, chunks: AsyncIterator[bytes], limit: in
     return bytes(content)
 
 
-class _HttpxPool:
-    """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
+class _Pool:
+    """What both pools share: a call whole within its timeout, failures as :class:`NoAnswer`.
+
+    A kept-alive connection the server closed while idle, before any byte of an answer, is tried
+    once more on a fresh one. Each pool says which of its library's exceptions mean what.
+    """
 
     def __init__(
-        self,
-        base_url: str,
-        *,
-        headers: Mapping[str, str] | None,
-        connections: int,
-        timeout: float,
-        verify: ssl.SSLContext | bool,
-        max_response_bytes: int,
-        transport: httpx.AsyncBaseTransport | None = None,
+        self, base_url: str, headers: Mapping[str, str] | None, timeout: float, max_response_bytes: int
     ) -> None:
         _check_headers(headers)
         self.base_url = base_url.rstrip("/")
+        self._headers = {**_JSON_HEADERS, **(headers or {})}
         self._timeout = timeout
         self._max = max_response_bytes
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers={**_JSON_HEADERS, **(headers or {})},
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-            timeout=timeout,
-            verify=client_verify(verify),
-            transport=transport,
-            http1=True,
-            http2=False,
-        )
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         return await self.request("POST", path, body)
@@ -213,23 +200,75 @@ class _HttpxPool:
         _check_headers(headers)
         seconds = self._timeout if timeout is None else timeout
         try:
-            # The whole call within its timeout: httpx's own bound each phase (the pool, the
-            # connection, each read), so that one call could wait several times as long.
+            # The whole call within its timeout, whatever phase it is in.
             async with asyncio.timeout(seconds):
                 try:
                     return await self._exchange(method, path, body, headers, seconds)
-                except httpx.RemoteProtocolError as exc:
-                    if not str(exc).startswith(_CLOSED_IDLE):
+                except Exception as exc:
+                    if not self._closed_while_idle(exc):
                         raise
-                    # A kept-alive connection the server closed while idle, before any byte of
-                    # an answer: once more, on a fresh one.
                     return await self._exchange(method, path, body, headers, seconds)
-        except (TimeoutError, httpx.TimeoutException) as exc:
+        except TimeoutError as exc:
             raise NoAnswer("no answer in time", timed_out=True) from exc
-        except httpx.LocalProtocolError as exc:
-            raise ValueError(f"the call was not sent: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__) from exc
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    async def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
+    ) -> tuple[int, bytes]:
+        """One try of the call: its status and its body, read whole (at most ``max_response_bytes``)."""
+        raise NotImplementedError
+
+    def _closed_while_idle(self, exc: Exception) -> bool:
+        """Whether ``exc`` says a kept-alive connection was closed before any byte of an answer."""
+        raise NotImplementedError
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        """What ``exc``, one of the library's, is to the caller (NoAnswer, ValueError); None: itself."""
+        raise NotImplementedError
+
+
+class _HttpxPool(_Pool):
+    """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None,
+        connections: int,
+        timeout: float,
+        verify: ssl.SSLContext | bool,
+        max_response_bytes: int,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(base_url, headers, timeout, max_response_bytes)
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=self._headers,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            timeout=timeout,
+            verify=client_verify(verify),
+            transport=transport,
+            http1=True,
+            http2=False,
+        )
+
+    def _closed_while_idle(self, exc: Exception) -> bool:
+        return isinstance(exc, httpx.RemoteProtocolError) and str(exc).startswith(_CLOSED_IDLE)
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        # httpx bounds each phase (the pool, the connection, each read) by the timeout too.
+        if isinstance(exc, httpx.TimeoutException):
+            return NoAnswer("no answer in time", timed_out=True)
+        if isinstance(exc, httpx.LocalProtocolError):
+            return ValueError(f"the call was not sent: {exc}")
+        if isinstance(exc, httpx.HTTPError):
+            return NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__)
+        return None
 
     async def _exchange(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
@@ -248,7 +287,7 @@ class _HttpxPool:
         await self._client.aclose()
 
 
-class _AiohttpPool:
+class _AiohttpPool(_Pool):
     """:func:`http_pool` through one ``aiohttp.ClientSession``, its connector sized to ``connections``."""
 
     def __init__(
@@ -261,13 +300,9 @@ class _AiohttpPool:
         verify: ssl.SSLContext | bool,
         max_response_bytes: int,
     ) -> None:
-        _check_headers(headers)
-        self.base_url = base_url.rstrip("/")
-        self._headers = {**_JSON_HEADERS, **(headers or {})}
+        super().__init__(base_url, headers, timeout, max_response_bytes)
         self._connections = connections
-        self._timeout = timeout
         self._ssl = client_verify(verify) if base_url.startswith("https:") else False
-        self._max = max_response_bytes
         # Made on the first call, inside its event loop (a session belongs to one loop).
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -289,48 +324,24 @@ class _AiohttpPool:
             self._loop = loop
         return self._session
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        return await self.request("POST", path, body)
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> tuple[int, bytes]:
+    def _closed_while_idle(self, exc: Exception) -> bool:
         import aiohttp
 
-        _check_headers(headers)
-        session = self._session_here()
-        seconds = self._timeout if timeout is None else timeout
-        url = self.base_url + path
-        try:
-            # The whole call within its timeout, whatever phase it is in.
-            async with asyncio.timeout(seconds):
-                try:
-                    return await self._exchange(session, method, url, body, headers)
-                except aiohttp.ServerDisconnectedError:
-                    # A kept-alive connection the server closed while idle, before any byte of an
-                    # answer: once more, on a fresh one.
-                    return await self._exchange(session, method, url, body, headers)
-        except TimeoutError as exc:
-            raise NoAnswer("no answer in time", timed_out=True) from exc
-        except aiohttp.ClientError as exc:
-            raise NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__) from exc
+        return isinstance(exc, aiohttp.ServerDisconnectedError)
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientError):
+            return NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__)
+        return None
 
     async def _exchange(
-        self,
-        session: aiohttp.ClientSession,
-        method: str,
-        url: str,
-        body: bytes | None,
-        headers: Mapping[str, str] | None,
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
     ) -> tuple[int, bytes]:
+        session = self._session_here()
         async with session.request(
-            method, url, data=body, headers=headers, allow_redirects=False
+            method, self.base_url + path, data=body, headers=headers, allow_redirects=False
         ) as response:
             content = await _bounded(response.content_length, response.content.iter_any(), self._max)
             return response.status, content
