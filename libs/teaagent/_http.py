@@ -34,7 +34,7 @@ import functools
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import httpx
@@ -64,37 +64,6 @@ class NoAnswer(Exception):
         super().__init__(detail)
         self.detail = detail
         self.timed_out = timed_out
-
-
-class HTTPPool(Protocol):
-    """Calls to one server over a pool of kept-alive connections (see :func:`http_pool`)."""
-
-    base_url: str
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> tuple[int, bytes]:
-        """Send one call (``path`` with its query string); the answer's status and body.
-
-        Raises:
-            NoAnswer: The server did not answer (its ``timed_out`` says whether in time).
-            ValueError: A header value holds CR or LF (nothing is sent).
-        """
-        ...  # pragma: no cover
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """POST ``body`` (JSON); as :meth:`request`."""
-        ...  # pragma: no cover
-
-    async def aclose(self) -> None:
-        """Close the pool's connections."""
-        ...  # pragma: no cover
 
 
 BENCH_CLIENT_ENV: Final = "TEAAGENT_BENCH_HTTP_CLIENT"  # benches only: "aiohttp" (the default) or "httpx"
@@ -169,11 +138,12 @@ async def _bounded(declared: int | None, chunks: AsyncIterator[bytes], limit: in
     return bytes(content)
 
 
-class _Pool:
-    """What both pools share: a call whole within its timeout, failures as :class:`NoAnswer`.
+class HTTPPool:
+    """Calls to one server over a pool of kept-alive connections (see :func:`http_pool`).
 
-    A kept-alive connection the server closed while idle, before any byte of an answer, is tried
-    once more on a fresh one. Each pool says which of its library's exceptions mean what.
+    Each call is bounded whole by its timeout; a kept-alive connection the server closed while
+    idle, before any byte of an answer, is tried once more on a fresh one. A pool (httpx's,
+    aiohttp's) says how one try goes and which of its library's exceptions mean what.
     """
 
     def __init__(
@@ -186,6 +156,7 @@ class _Pool:
         self._max = max_response_bytes
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST ``body`` (JSON); as :meth:`request`."""
         return await self.request("POST", path, body)
 
     async def request(
@@ -197,6 +168,12 @@ class _Pool:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> tuple[int, bytes]:
+        """Send one call (``path`` with its query string); the answer's status and body.
+
+        Raises:
+            NoAnswer: The server did not answer (its ``timed_out`` says whether in time).
+            ValueError: A header value holds CR or LF (nothing is sent).
+        """
         _check_headers(headers)
         seconds = self._timeout if timeout is None else timeout
         try:
@@ -216,6 +193,10 @@ class _Pool:
                 raise
             raise failure from exc
 
+    async def aclose(self) -> None:
+        """Close the pool's connections."""
+        raise NotImplementedError
+
     async def _exchange(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
     ) -> tuple[int, bytes]:
@@ -231,7 +212,7 @@ class _Pool:
         raise NotImplementedError
 
 
-class _HttpxPool(_Pool):
+class _HttpxPool(HTTPPool):
     """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
 
     def __init__(
@@ -287,7 +268,7 @@ class _HttpxPool(_Pool):
         await self._client.aclose()
 
 
-class _AiohttpPool(_Pool):
+class _AiohttpPool(HTTPPool):
     """:func:`http_pool` through one ``aiohttp.ClientSession``, its connector sized to ``connections``."""
 
     def __init__(
