@@ -147,12 +147,21 @@ class HTTPPool:
     """
 
     def __init__(
-        self, base_url: str, headers: Mapping[str, str] | None, timeout: float, max_response_bytes: int
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None,
+        connections: int,
+        timeout: float,
+        verify: ssl.SSLContext | bool,
+        max_response_bytes: int,
     ) -> None:
         _check_headers(headers)
         self.base_url = base_url.rstrip("/")
         self._headers = {**_JSON_HEADERS, **(headers or {})}
+        self._connections = connections
         self._timeout = timeout
+        self._verify = verify
         self._max = max_response_bytes
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
@@ -216,23 +225,17 @@ class _HttpxPool(HTTPPool):
     """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
 
     def __init__(
-        self,
-        base_url: str,
-        *,
-        headers: Mapping[str, str] | None,
-        connections: int,
-        timeout: float,
-        verify: ssl.SSLContext | bool,
-        max_response_bytes: int,
-        transport: httpx.AsyncBaseTransport | None = None,
+        self, base_url: str, *, transport: httpx.AsyncBaseTransport | None = None, **options: Any
     ) -> None:
-        super().__init__(base_url, headers, timeout, max_response_bytes)
+        super().__init__(base_url, **options)
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             headers=self._headers,
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-            timeout=timeout,
-            verify=client_verify(verify),
+            limits=httpx.Limits(
+                max_connections=self._connections, max_keepalive_connections=self._connections
+            ),
+            timeout=self._timeout,
+            verify=client_verify(self._verify),
             transport=transport,
             http1=True,
             http2=False,
@@ -271,22 +274,9 @@ class _HttpxPool(HTTPPool):
 class _AiohttpPool(HTTPPool):
     """:func:`http_pool` through one ``aiohttp.ClientSession``, its connector sized to ``connections``."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        headers: Mapping[str, str] | None,
-        connections: int,
-        timeout: float,
-        verify: ssl.SSLContext | bool,
-        max_response_bytes: int,
-    ) -> None:
-        super().__init__(base_url, headers, timeout, max_response_bytes)
-        self._connections = connections
-        self._ssl = client_verify(verify) if base_url.startswith("https:") else False
-        # Made on the first call, inside its event loop (a session belongs to one loop).
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+    # Made on the first call, inside its event loop (a session belongs to one loop).
+    _session: aiohttp.ClientSession | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def _session_here(self) -> aiohttp.ClientSession:
         import aiohttp
@@ -295,7 +285,9 @@ class _AiohttpPool(HTTPPool):
         if self._session is None or self._loop is not loop or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self._connections, limit_per_host=self._connections, ssl=self._ssl
+                    limit=self._connections,
+                    limit_per_host=self._connections,
+                    ssl=client_verify(self._verify) if self.base_url.startswith("https:") else False,
                 ),
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=None),  # each call's own, below
