@@ -126,6 +126,11 @@ def _check_headers(headers: Mapping[str, str] | None) -> None:
             raise ValueError(f"the header {name.strip()!r} holds CR, LF or NUL: not sent")
 
 
+def _no_answer(exc: Exception) -> NoAnswer:
+    """A client library's failure as :class:`NoAnswer`: its own words, else its name."""
+    return NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__)
+
+
 async def _bounded(declared: int | None, chunks: AsyncIterator[bytes], limit: int) -> bytes:
     """An answer's body, read whole, or NoAnswer as soon as it is (or says it is) over ``limit``."""
     if declared is not None and declared > limit:
@@ -241,19 +246,6 @@ class _HttpxPool(HTTPPool):
             http2=False,
         )
 
-    def _closed_while_idle(self, exc: Exception) -> bool:
-        return isinstance(exc, httpx.RemoteProtocolError) and str(exc).startswith(_CLOSED_IDLE)
-
-    def _failure(self, exc: Exception) -> Exception | None:
-        # httpx bounds each phase (the pool, the connection, each read) by the timeout too.
-        if isinstance(exc, httpx.TimeoutException):
-            return NoAnswer("no answer in time", timed_out=True)
-        if isinstance(exc, httpx.LocalProtocolError):
-            return ValueError(f"the call was not sent: {exc}")
-        if isinstance(exc, httpx.HTTPError):
-            return NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__)
-        return None
-
     async def _exchange(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
     ) -> tuple[int, bytes]:
@@ -266,6 +258,19 @@ class _HttpxPool(HTTPPool):
         finally:
             await response.aclose()
         return response.status_code, content
+
+    def _closed_while_idle(self, exc: Exception) -> bool:
+        return isinstance(exc, httpx.RemoteProtocolError) and str(exc).startswith(_CLOSED_IDLE)
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        # httpx bounds each phase (the pool, the connection, each read) by the timeout too.
+        if isinstance(exc, httpx.TimeoutException):
+            return NoAnswer("no answer in time", timed_out=True)
+        if isinstance(exc, httpx.LocalProtocolError):
+            return ValueError(f"the call was not sent: {exc}")
+        if isinstance(exc, httpx.HTTPError):
+            return _no_answer(exc)
+        return None
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -297,18 +302,6 @@ class _AiohttpPool(HTTPPool):
             self._loop = loop
         return self._session
 
-    def _closed_while_idle(self, exc: Exception) -> bool:
-        import aiohttp
-
-        return isinstance(exc, aiohttp.ServerDisconnectedError)
-
-    def _failure(self, exc: Exception) -> Exception | None:
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ClientError):
-            return NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__)
-        return None
-
     async def _exchange(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
     ) -> tuple[int, bytes]:
@@ -318,6 +311,18 @@ class _AiohttpPool(HTTPPool):
         ) as response:
             content = await _bounded(response.content_length, response.content.iter_any(), self._max)
             return response.status, content
+
+    def _closed_while_idle(self, exc: Exception) -> bool:
+        import aiohttp
+
+        return isinstance(exc, aiohttp.ServerDisconnectedError)
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientError):
+            return _no_answer(exc)
+        return None
 
     async def aclose(self) -> None:
         if self._session is not None and self._loop is asyncio.get_running_loop():
