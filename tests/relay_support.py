@@ -36,6 +36,7 @@ from teaagent.quorum import build_request, sign_approval, sign_denial, sign_requ
 from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
 from teaagent.signing import SSHPrivateKey
 from teaagent.store import Keys
+from teaagent.testing import approver_rule as rule  # the tests import it from here
 
 READY_TIMEOUT = 45.0  # seconds for a service process to answer /health: a loaded host starts several at once
 
@@ -241,14 +242,6 @@ def long_polls(node: Node, kind: str) -> float:
 
 
 MakeCluster = Callable[..., dict[str, Node]]  # the make_cluster fixture: write_cluster in a test's folder
-
-
-def rule(tool: str, decision: str, *, command: str | None = None, reason: str | None = None) -> str:
-    """One ``[[approver.rules]]`` table: a call of ``tool`` (whose command matches ``command``) gets
-    ``decision`` (approve, deny, ask), a denial with ``reason``."""
-    arguments = f'arguments = {{ command = "{command}" }}\n' if command is not None else ""
-    because = f'reason = "{reason}"\n' if reason is not None else ""
-    return f'\n[[approver.rules]]\ntool = "{tool}"\n{arguments}decision = "{decision}"\n{because}'
 
 
 APPROVE_ECHO = rule("shell.run", "approve", command="echo *")

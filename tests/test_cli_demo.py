@@ -398,7 +398,8 @@ def test_the_checks_run_together_say_so_once_not_one_time_each(tmp_path: Path) -
     out = io.StringIO()
     checks = [(["--version"], 0), (["audit", "verify", "missing.jsonl"], 2)]
     try:
-        _demo._verify_all(tmp_path, checks, _demo._Story(Console(file=out, width=200)), processes)
+        story = _demo._Story(Console(file=out, width=200))
+        _demo._verify_all(_demo._Scene(tmp_path, {}, {}, story, processes), checks)
     finally:
         processes.stop_all()
 

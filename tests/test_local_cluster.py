@@ -14,9 +14,9 @@ from teaagent.config import load_config
 from teaagent.errors import TeaAgentError
 from teaagent.quorum import build_request, sign_request, verify_certificate
 from teaagent.relay_client import RelayClient
-from teaagent.testing import LocalCluster, star
+from teaagent.testing import LocalCluster, approver_rule, star
 
-APPROVE_SHELL = '\n[[approver.rules]]\ntool = "shell.*"\ndecision = "approve"\n'
+APPROVE_SHELL = approver_rule("shell.*", "approve")
 RELEASE: dict[str, Any] = {  # alpha's high-risk call
     "origin": "alpha",
     "run_id": "run-1",
@@ -65,6 +65,25 @@ def test_write_gives_each_node_its_files_peers_operators_and_rules(tmp_path: Pat
     # alpha may count delta's operator's signature: delta's allowed_signers names the same key.
     table = tomllib.loads(nodes["alpha"].config_path.read_text())
     assert table["peers"]["delta"]["allowed_signers"] == "delta.operators"
+
+
+def test_approver_rules_written_one_after_another_load_in_their_order_with_their_arguments() -> None:
+    rules = (
+        approver_rule("shell.run", "deny", command="*curl *", reason="nothing is downloaded")
+        + approver_rule("fs.delete", "approve", path="build/*")
+        + approver_rule("shell.run", "ask")
+    )
+    table = tomllib.loads(f"[approver]\n{rules}")["approver"]["rules"]
+    assert table == [
+        {
+            "tool": "shell.run",
+            "arguments": {"command": "*curl *"},
+            "decision": "deny",
+            "reason": "nothing is downloaded",
+        },
+        {"tool": "fs.delete", "arguments": {"path": "build/*"}, "decision": "approve"},
+        {"tool": "shell.run", "decision": "ask"},
+    ]
 
 
 def test_a_key_file_already_there_is_kept(tmp_path: Path, redis_url: str) -> None:

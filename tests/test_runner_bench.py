@@ -7,20 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from teaagent.audit import AuditLogger, verify_log
+from teaagent.audit import verify_log
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
-from teaagent.policy import ApprovalPolicy
 from teaagent.runner._gate import ToolGate
-from teaagent.tools import ToolAnnotations, ToolRegistry
-from teaagent_bench.runner import (
-    _INPUT_SCHEMA,
-    _OUTPUT_SCHEMA,
-    _FloorLog,
-    _read_note,
-    bench_core,
-    bench_runner,
-)
+from teaagent_bench.runner import _FloorLog, _read_note, _workspace, bench_core, bench_runner
 
 
 def test_bench_runner_reports_the_overhead_of_whole_iterations() -> None:
@@ -68,24 +59,14 @@ def test_bench_core_reports_the_gate_against_its_floor_measured_in_the_same_run(
 
 
 def test_the_floor_writes_the_gates_record_as_a_chain_that_verifies(tmp_path: Path) -> None:
-    key = bytes(range(32))
+    registry, policy, audit = _workspace(tmp_path, _read_note)  # the bench's own tool, policy and log
+    key = audit.get_chain_key()
     arguments = {"path": "src/main.py"}
     result = _read_note(arguments)
     floor = _FloorLog(tmp_path / "floor.jsonl", key, "bench")
     for index in range(3):
         floor.append("notes.read", f"call-{index}", arguments, result)
     floor.close()
-    registry = ToolRegistry()
-    registry.register(
-        "notes.read",
-        "Read a note.",
-        _INPUT_SCHEMA,
-        _OUTPUT_SCHEMA,
-        ToolAnnotations(read_only=True, idempotent=True),
-        _read_note,
-    )
-    policy = ApprovalPolicy.for_workspace(tmp_path, use_presets=False)
-    audit = AuditLogger(tmp_path / "audit.jsonl", chain_key=key)
     ToolGate(registry=registry, policy=policy, audit=audit, run_id="bench").call(
         "notes.read", arguments, call_id="call-0"
     )

@@ -86,3 +86,21 @@ def test_bench_redis_libraries_measures_each_library_against_the_wire_and_leaves
     client = redis.Redis.from_url(redis_url)
     assert list(client.scan_iter(match="bench:*")) == []
     client.close()
+
+
+@pytest.mark.anyio
+async def test_the_benches_floor_connection_answers_pipelined_commands_and_says_a_refusal(
+    redis_url: str, redis_prefix: str
+) -> None:
+    from teaagent_bench._resp import RespConnection, pack
+
+    floor = await RespConnection.open(redis_url)
+    try:
+        key = f"{redis_prefix}floor"
+        both = pack("SET", key, "v") + pack("GET", key)
+        assert await floor.call(both, 2) == b"v"  # two commands written at once: the last reply
+        assert await floor.call(pack("DEL", key)) == 1
+        with pytest.raises(RuntimeError, match=r"^Redis refused a floor command: "):
+            await floor.call(pack("NOSUCHCOMMAND"))
+    finally:
+        floor.close()

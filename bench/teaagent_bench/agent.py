@@ -36,6 +36,7 @@ from typing import Any, Final
 import httpx
 
 from teaagent_bench import python_code
+from teaagent_bench._node import write_node
 from teaagent_bench._processes import free_port, stop
 
 __all__ = ["DELTAS", "bench_agent", "floor_app"]
@@ -85,23 +86,11 @@ def _serve_floor(frames_path: str, port: int) -> None:  # pragma: no cover - run
 
 
 def _write_node(folder: Path, port: int) -> Path:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = folder / "key"
-    key.write_bytes(
-        Ed25519PrivateKey.generate().private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-        )
+    return write_node(
+        folder,
+        f'relay_url = "http://127.0.0.1:{free_port()}"\ntoken = "{TOKEN}"\n\n'
+        f'[agent]\nprovider = "scripted"\nport = {port}\n',
     )
-    key.chmod(0o600)
-    (folder / "workspace").mkdir()
-    config = folder / "node.toml"
-    config.write_text(
-        f'agent_id = "bench"\nprivate_key = "key"\nrelay_url = "http://127.0.0.1:{free_port()}"\n'
-        f'token = "{TOKEN}"\n\n[agent]\nprovider = "scripted"\nport = {port}\n'
-    )
-    return config
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ two measured processes on the same machine.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import statistics
 import tempfile
@@ -31,13 +30,11 @@ from typing import Any, Final
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from teaagent.quorum import build_request, sign_request
 from teaagent.signing import SSHPrivateKey
-from teaagent.testing import LocalCluster
-from teaagent.trust import MultiSigQuorumConfig
+from teaagent.testing import LocalCluster, approver_rule
 from teaagent_approver._audit import AUDIT_FILE_NAME
 from teaagent_bench._processes import process_cpu_seconds
-from teaagent_bench.relay import _post, bench_decisions
+from teaagent_bench.relay import _post, bench_decisions, signed_requests
 
 __all__ = ["bench_approver", "bench_inbox_scale"]
 
@@ -58,7 +55,7 @@ def _beta(folder: Path, raw: dict[str, Ed25519PrivateKey], max_pending: int, rul
         prefix="bench",
         required=1,
         peers_of={"beta": ["alpha"]},
-        rules={"beta": f'\n[[approver.rules]]\ntool = "{rule_tool}"\ndecision = "approve"\n'},
+        rules={"beta": approver_rule(rule_tool, "approve")},
         high_risk=("shell.*",),
         timeout_seconds=600,
         keys=raw,
@@ -73,29 +70,8 @@ def _beta(folder: Path, raw: dict[str, Ed25519PrivateKey], max_pending: int, rul
 
 
 def _requests(count: int, keys: dict[str, SSHPrivateKey], start: int = 0) -> list[tuple[str, bytes]]:
-    config = MultiSigQuorumConfig(
-        enabled=True,
-        required_approvals=1,
-        peer_agent_ids=["beta"],
-        peer_public_keys={"beta": keys["beta"].public_key.to_line()},
-        peer_relay_urls={"beta": "http://127.0.0.1:1"},
-        high_risk_patterns=["shell.*"],
-        timeout_seconds=600,
-    )
-    items = []
-    for index in range(start, start + count):
-        request = build_request(
-            origin="alpha",
-            run_id="bench-approver",
-            call_id=f"call-{index}",
-            tool_name="shell.run",
-            arguments={"command": f"make target-{index}"},
-            reason="benchmark",
-            config=config,
-        )
-        body = {"request": request, "signature": sign_request(request, keys["alpha"])}
-        items.append(("/v1/inbox", json.dumps(body).encode()))
-    return items
+    signed = signed_requests(keys, ["beta"], 1, "bench-approver", range(start, start + count))
+    return [("/v1/inbox", body) for _request, body in signed]
 
 
 def _forwarded(client: httpx.Client, url: str) -> int:

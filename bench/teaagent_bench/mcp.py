@@ -22,6 +22,7 @@ from typing import Any, Final
 import anyio
 
 from teaagent_bench import python_code
+from teaagent_bench._node import write_node
 
 __all__ = ["UPSTREAM_MAIN", "bench_mcp", "serve_upstream"]
 
@@ -64,25 +65,12 @@ def serve_upstream() -> None:
 
 
 def _write_node(folder: Path) -> Path:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = folder / "key"
-    key.write_bytes(
-        Ed25519PrivateKey.generate().private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-        )
-    )
-    key.chmod(0o600)
-    (folder / "workspace").mkdir()
-    config = folder / "node.toml"
     command = ", ".join(f'"{part}"' for part in (sys.executable, "-c", UPSTREAM_MAIN))
-    config.write_text(
-        'agent_id = "bench"\nprivate_key = "key"\nrelay_url = "http://127.0.0.1:1"\n'
-        'token = "bench-mcp-token-0123456789"\n\n[agent]\npermission_mode = "workspace-write"\n\n'
-        f"[mcp.upstreams.up]\ncommand = [{command}]\n"
+    return write_node(
+        folder,
+        'relay_url = "http://127.0.0.1:1"\ntoken = "bench-mcp-token-0123456789"\n\n'
+        f'[agent]\npermission_mode = "workspace-write"\n\n[mcp.upstreams.up]\ncommand = [{command}]\n',
     )
-    return config
 
 
 def _percentile(samples: list[float], fraction: float) -> float:

@@ -112,31 +112,41 @@ def _posting(client: str) -> _Poster:
     return post
 
 
-def _work(count: int, keys: dict[str, SSHPrivateKey], tag: str) -> tuple[list[_Item], list[_Item]]:
-    """``count`` signed requests to submit, and their three signed decisions each."""
+def signed_requests(
+    keys: dict[str, SSHPrivateKey], peers: list[str], required: int, run_id: str, indexes: range
+) -> list[tuple[dict[str, Any], bytes]]:
+    """alpha's requests to run ``make target-N`` (N in ``indexes``), each with its signed body as sent."""
     config = MultiSigQuorumConfig(
         enabled=True,
-        required_approvals=2,
-        peer_agent_ids=list(PEERS),
-        peer_public_keys={peer: keys[peer].public_key.to_line() for peer in PEERS},
-        peer_relay_urls={peer: "http://127.0.0.1:1" for peer in PEERS},
+        required_approvals=required,
+        peer_agent_ids=peers,
+        peer_public_keys={peer: keys[peer].public_key.to_line() for peer in peers},
+        peer_relay_urls={peer: "http://127.0.0.1:1" for peer in peers},
         high_risk_patterns=["shell.*"],
         timeout_seconds=600,
     )
-    submissions: list[_Item] = []
-    decisions: list[_Item] = []
-    for index in range(count):
+    signed = []
+    for index in indexes:
         request = build_request(
             origin="alpha",
-            run_id=f"bench-{tag}",
+            run_id=run_id,
             call_id=f"call-{index}",
             tool_name="shell.run",
             arguments={"command": f"make target-{index}"},
             reason="benchmark",
             config=config,
         )
-        signed = {"request": request, "signature": sign_request(request, keys["alpha"])}
-        submissions.append(("/v1/requests", json.dumps(signed).encode()))
+        body = {"request": request, "signature": sign_request(request, keys["alpha"])}
+        signed.append((request, json.dumps(body).encode()))
+    return signed
+
+
+def _work(count: int, keys: dict[str, SSHPrivateKey], tag: str) -> tuple[list[_Item], list[_Item]]:
+    """``count`` signed requests to submit, and their three signed decisions each."""
+    submissions: list[_Item] = []
+    decisions: list[_Item] = []
+    for request, body in signed_requests(keys, list(PEERS), 2, f"bench-{tag}", range(count)):
+        submissions.append(("/v1/requests", body))
         path = f"/v1/requests/{request['request_id']}/decisions"
         decisions.append(
             (path, json.dumps(sign_denial(request, "delta", keys["delta"], "benchmark")).encode())

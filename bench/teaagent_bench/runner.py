@@ -40,7 +40,8 @@ from teaagent.llm import LLMAdapter, LLMRequest, LLMResponse, ScriptedAdapter
 from teaagent.policy import ApprovalPolicy, PermissionMode
 from teaagent.runner._events import RunEvent
 from teaagent.runner._gate import ToolGate
-from teaagent.tools import ToolAnnotations, ToolRateLimit, ToolRegistry
+from teaagent.tools import ToolAnnotations, ToolHandler, ToolRateLimit, ToolRegistry
+from teaagent.tools._workspace_schemas import FS_READ_INPUT, FS_READ_OUTPUT
 
 __all__ = ["bench_core", "bench_runner"]
 
@@ -48,31 +49,30 @@ _WARMUP_CALLS = 200  # compiled validators, regex caches and the file's page cac
 _ROUND = 50  # calls of one kind in a row: long enough to run warm, short enough to follow the machine
 _MIN_ROUNDS = 20
 
-_INPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string", "minLength": 1},
-        "max_bytes": {"type": "integer", "minimum": 1},
-    },
-    "required": ["path"],
-    "additionalProperties": False,
-}
-_OUTPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "content": {"type": "string"},
-        "size": {"type": "integer", "minimum": 0},
-        "truncated": {"type": "boolean"},
-    },
-    "required": ["content", "size", "truncated"],
-    "additionalProperties": False,
-}
 _CONTENT = "def main() -> None:\n    print('hello, world')\n"
 
 
 def _read_note(arguments: dict[str, Any]) -> dict[str, Any]:
     # A read-only tool whose own work is negligible, so what is measured is the gate.
     return {"content": _CONTENT, "size": len(_CONTENT), "truncated": False}
+
+
+def _workspace(
+    root: Path, read_note: ToolHandler, rate_limit: ToolRateLimit | None = None
+) -> tuple[ToolRegistry, ApprovalPolicy, AuditLogger]:
+    """The bench's one tool, ``notes.read`` (``read_note`` on fs.read's schemas), its policy and audit log."""
+    registry = ToolRegistry()
+    registry.register(
+        "notes.read",
+        "Read a note.",
+        FS_READ_INPUT,
+        FS_READ_OUTPUT,
+        ToolAnnotations(read_only=True, idempotent=True, security_tier="Low"),
+        read_note,
+        rate_limit=rate_limit,
+    )
+    policy = ApprovalPolicy.for_workspace(root, mode=PermissionMode.WORKSPACE_WRITE, use_presets=False)
+    return registry, policy, AuditLogger(root / "audit.jsonl", audit_level="L2", fsync=False)
 
 
 class _FloorLog:
@@ -140,19 +140,9 @@ def bench_core(seconds: float) -> dict[str, float]:
     """
     with tempfile.TemporaryDirectory(prefix="teaagent-bench-") as folder:
         root = Path(folder)
-        registry = ToolRegistry()
-        registry.register(
-            "notes.read",
-            "Read a note.",
-            _INPUT_SCHEMA,
-            _OUTPUT_SCHEMA,
-            ToolAnnotations(read_only=True, idempotent=True, security_tier="Low"),
-            _read_note,
-            # A limit that is never reached, so the window is checked on every call.
-            rate_limit=ToolRateLimit(max_calls=1_000_000_000, window_seconds=60.0),
-        )
-        policy = ApprovalPolicy.for_workspace(root, mode=PermissionMode.WORKSPACE_WRITE, use_presets=False)
-        audit = AuditLogger(root / "audit.jsonl", audit_level="L2", fsync=False)
+        # A limit that is never reached, so the window is checked on every call.
+        limit = ToolRateLimit(max_calls=1_000_000_000, window_seconds=60.0)
+        registry, policy, audit = _workspace(root, _read_note, limit)
         gate = ToolGate(registry=registry, policy=policy, audit=audit, run_id="bench")
         floor = _FloorLog(root / "floor.jsonl", audit.get_chain_key(), "bench")
         handler = _read_note
@@ -305,17 +295,7 @@ def bench_runner(seconds: float) -> dict[str, float]:
     totals: list[int] = []
     with tempfile.TemporaryDirectory(prefix="teaagent-bench-") as folder:
         root = Path(folder)
-        registry = ToolRegistry()
-        registry.register(
-            "notes.read",
-            "Read a note.",
-            _INPUT_SCHEMA,
-            _OUTPUT_SCHEMA,
-            ToolAnnotations(read_only=True, idempotent=True, security_tier="Low"),
-            timed_read,
-        )
-        policy = ApprovalPolicy.for_workspace(root, mode=PermissionMode.WORKSPACE_WRITE, use_presets=False)
-        audit = AuditLogger(root / "audit.jsonl", audit_level="L2", fsync=False)
+        registry, policy, audit = _workspace(root, timed_read)
         deadline = time.perf_counter() + seconds
         runs = 0
         while runs < _RUNNER_WARMUP_RUNS + 2 or time.perf_counter() < deadline:

@@ -45,6 +45,7 @@ import redis
 
 from teaagent.store._connection import converting
 from teaagent.store._store import connect, connect_sync
+from teaagent_bench._resp import RespConnection, pack
 
 __all__ = ["CALLERS", "bench_async_client", "bench_ratelimit"]
 
@@ -89,14 +90,6 @@ async def _around(call: Callable[[], Awaitable[object]], seconds: float) -> tupl
     return done / elapsed, (time.process_time() - cpu) / done * 1e6
 
 
-def _pack(*args: Any) -> bytes:
-    """A command as RESP, packed by hiredis."""
-    import hiredis
-
-    packed: bytes = hiredis.pack_command(args)
-    return packed
-
-
 class _Wire:
     """One kept socket to the server, no client library: RESP packed and read by hiredis."""
 
@@ -119,7 +112,7 @@ class _Wire:
         self._replies = hiredis.Reader()
         if parts.password:
             user = [parts.username] if parts.username else []
-            self.call(_pack("AUTH", *user, parts.password))
+            self.call(pack("AUTH", *user, parts.password))
 
     def call(self, packed: bytes) -> Any:
         self._socket.sendall(packed)
@@ -172,7 +165,7 @@ def bench_ratelimit(redis_url: str, seconds: float = 2.0) -> dict[str, Any]:
         try:
             sha = store.client.script_load("return 1")
             client, limiter, alimiter = store.client, store.rate_limiter, astore.rate_limiter
-            raw = _pack("EVALSHA", sha, 0)
+            raw = pack("EVALSHA", sha, 0)
             wire = _Wire(redis_url)
             on_wire = wire
             sync_calls: dict[str, Callable[[], object]] = {
@@ -241,27 +234,6 @@ CALLERS = 32  # concurrent callers of one client, as a relay's requests share it
 _READS: Final = 3  # the reads of the measured transaction: a request's document and two hashes
 
 
-class _RawConnection:
-    """A kept connection of the floor: RESP packed by hiredis, written by hand, read by hiredis."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        import hiredis
-
-        self.reader, self.writer = reader, writer
-        self._replies = hiredis.Reader()
-
-    async def call(self, packed: bytes, replies: int) -> None:
-        self.writer.write(packed)
-        while replies:
-            reply = self._replies.gets()
-            if reply is False:
-                self._replies.feed(await self.reader.read(65536))
-            elif isinstance(reply, Exception):
-                raise RuntimeError(f"Redis refused a floor command: {reply}")
-            else:
-                replies -= 1
-
-
 async def _concurrent(calls: Callable[[int], Awaitable[object]], seconds: float) -> float:
     """``CALLERS`` callers of ``calls(caller)`` for ``seconds``: this process's CPU microseconds a call."""
     done = 0
@@ -279,9 +251,21 @@ async def _concurrent(calls: Callable[[int], Awaitable[object]], seconds: float)
     return (time.process_time() - cpu) / max(done, 1) * 1e6
 
 
-async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float]:
-    from urllib.parse import urlsplit
+async def _interleaved(
+    contenders: dict[str, Callable[[int], Awaitable[object]]], seconds: float
+) -> dict[str, float]:
+    """Each contender's CPU microseconds a call at ``CALLERS`` callers: the median of interleaved rounds."""
+    for call in contenders.values():  # warm up: every connection opened, scripts cached
+        await _concurrent(call, ROUND_SECONDS / 5)
+    rounds: dict[str, list[float]] = {name: [] for name in contenders}
+    order = list(contenders.items())
+    for number in range(max(1, round(seconds / ROUND_SECONDS))):
+        for name, call in _rotated(order, number):
+            rounds[name].append(await _concurrent(call, ROUND_SECONDS))
+    return {name: statistics.median(measured) for name, measured in rounds.items()}
 
+
+async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float]:
     import redis.asyncio
 
     from teaagent.store._connection import StoreOptions, make_async_client
@@ -294,31 +278,22 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
             redis_url, max_connections=64, timeout=10, socket_timeout=5
         )
     )
-    parts = urlsplit(redis_url)
-    floor: list[_RawConnection] = []
+    floor: list[RespConnection] = []
     try:
         sha = await ours.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)")
         value = "v" * 400
         await ours.hset(outcome, mapping={"state": "pending", "required": "2", "peers": "2"})
         await ours.hset(decisions, mapping={"approval:beta": value})
         for _ in range(CALLERS):
-            if parts.scheme == "unix":  # the embedded server listens on its socket only
-                connection = await asyncio.open_unix_connection(parts.path)
-            else:
-                connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
-            kept = _RawConnection(*connection)
-            if parts.password:
-                user = [parts.username] if parts.username else []
-                await kept.call(_pack("AUTH", *user, parts.password), 1)
-            floor.append(kept)
-        raw_write = _pack("EVALSHA", sha, 1, doc, value)
+            floor.append(await RespConnection.open(redis_url))
+        raw_write = pack("EVALSHA", sha, 1, doc, value)
         raw_reads = b"".join(
             [
-                _pack("MULTI"),
-                _pack("GET", doc),
-                _pack("HGETALL", outcome),
-                _pack("HGETALL", decisions),
-                _pack("EXEC"),
+                pack("MULTI"),
+                pack("GET", doc),
+                pack("HGETALL", outcome),
+                pack("HGETALL", decisions),
+                pack("EXEC"),
             ]
         )
 
@@ -343,17 +318,10 @@ async def _bench_async_client(redis_url: str, seconds: float) -> dict[str, float
             "async_multi3_redispy_client_cpu_us": reads(stock),
             "async_multi3_raw_client_cpu_us": lambda index: raw(index, raw_reads, _READS + 2),
         }
-        for call in contenders.values():  # warm up: every connection opened, scripts cached
-            await _concurrent(call, ROUND_SECONDS / 5)
-        rounds: dict[str, list[float]] = {name: [] for name in contenders}
-        order = list(contenders.items())
-        for number in range(max(1, round(seconds / ROUND_SECONDS))):
-            for name, call in _rotated(order, number):
-                rounds[name].append(await _concurrent(call, ROUND_SECONDS))
-        figures = {name: statistics.median(measured) for name, measured in rounds.items()}
+        figures = await _interleaved(contenders, seconds)
     finally:
         for kept in floor:
-            kept.writer.close()
+            kept.close()
         await ours.delete(doc, outcome, decisions)
         await ours.aclose()
         await stock.aclose()

@@ -27,14 +27,14 @@ rounds (``ROUND_SECONDS``) and each figure is the median of its rounds.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 from teaagent.store._connection import converting
-from teaagent_bench.store import _BATCH, CALLERS, ROUND_SECONDS, _rotated
+from teaagent_bench._resp import RespConnection, pack
+from teaagent_bench.store import CALLERS, _interleaved
 
 __all__ = ["bench_redis_libraries"]
 
@@ -42,70 +42,30 @@ _SCRIPT = "return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)"
 _Call = Callable[[int], Awaitable[object]]
 
 
-def _pack(command: tuple[Any, ...]) -> bytes:
-    """``command`` as RESP, packed by hiredis."""
-    import hiredis
+def _script_and_pipeline(
+    client: Any, *, pipeline_awaited: bool
+) -> Callable[[str, str, str, str], tuple[_Call, _Call]]:
+    """The two calls through a library with redis-py's interface: a ``Script`` object and a transaction.
 
-    packed: bytes = hiredis.pack_command(command)
-    return packed
+    ``pipeline_awaited``: the library's ``pipeline()`` is a coroutine (coredis), not a context manager.
+    """
+    script = client.register_script(_SCRIPT)
 
+    def calls(doc: str, outcome: str, decisions: str, value: str) -> tuple[_Call, _Call]:
+        async def write(_index: int) -> object:
+            return await script(keys=[doc], args=[value])
 
-async def _concurrent(calls: _Call, seconds: float) -> float:
-    """``CALLERS`` callers of ``calls(caller)`` for ``seconds``: this process's CPU microseconds a call."""
-    import time
+        async def reads(_index: int) -> object:
+            pipeline = client.pipeline(transaction=True)
+            async with await pipeline if pipeline_awaited else pipeline as pipe:
+                pipe.get(doc)
+                pipe.hgetall(outcome)
+                pipe.hgetall(decisions)
+                return await pipe.execute()
 
-    done = 0
-    stop_at = time.perf_counter() + seconds
+        return write, reads
 
-    async def caller(index: int) -> None:
-        nonlocal done
-        while time.perf_counter() < stop_at:
-            for _ in range(_BATCH):
-                await calls(index)
-            done += _BATCH
-
-    cpu = time.process_time()
-    await asyncio.gather(*(caller(index) for index in range(CALLERS)))
-    return (time.process_time() - cpu) / max(done, 1) * 1e6
-
-
-class _Raw:
-    """The floor: RESP packed by hiredis, written on one kept connection per caller, read by hiredis."""
-
-    def __init__(self) -> None:
-        self.connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, Any]] = []
-
-    async def open(self, url: str, count: int) -> None:
-        import hiredis
-
-        parts = urlsplit(url)
-        for _ in range(count):
-            if parts.scheme == "unix":
-                reader, writer = await asyncio.open_unix_connection(parts.path)
-            else:
-                host, port = parts.hostname or "127.0.0.1", parts.port or 6379
-                reader, writer = await asyncio.open_connection(host, port)
-            parser = hiredis.Reader()
-            self.connections.append((reader, writer, parser))
-            if parts.password:
-                await self.call(len(self.connections) - 1, _pack(("AUTH", parts.password)), 1)
-
-    async def call(self, index: int, packed: bytes, replies: int) -> None:
-        reader, writer, parser = self.connections[index]
-        writer.write(packed)
-        got = 0
-        while got < replies:
-            reply = parser.gets()
-            if reply is False:
-                parser.feed(await reader.read(65536))
-                continue
-            if isinstance(reply, Exception):
-                raise RuntimeError(f"Redis refused a floor command: {reply}")
-            got += 1
-
-    def close(self) -> None:
-        for _reader, writer, _parser in self.connections:
-            writer.close()
+    return calls
 
 
 async def _redispy(url: str) -> tuple[Any, Callable[[str, str, str, str], tuple[_Call, _Call]]]:
@@ -116,44 +76,14 @@ async def _redispy(url: str) -> tuple[Any, Callable[[str, str, str, str], tuple[
             url, max_connections=CALLERS, timeout=10, socket_timeout=5
         )
     )
-    script = client.register_script(_SCRIPT)
-
-    def calls(doc: str, outcome: str, decisions: str, value: str) -> tuple[_Call, _Call]:
-        async def write(_index: int) -> object:
-            return await script(keys=[doc], args=[value])
-
-        async def reads(_index: int) -> object:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.get(doc)
-                pipe.hgetall(outcome)
-                pipe.hgetall(decisions)
-                return await pipe.execute()
-
-        return write, reads
-
-    return client, calls
+    return client, _script_and_pipeline(client, pipeline_awaited=False)
 
 
 async def _coredis(url: str) -> tuple[Any, Callable[[str, str, str, str], tuple[_Call, _Call]]]:
     import coredis
 
     client: Any = coredis.Redis.from_url(url)
-    script = client.register_script(_SCRIPT)
-
-    def calls(doc: str, outcome: str, decisions: str, value: str) -> tuple[_Call, _Call]:
-        async def write(_index: int) -> object:
-            return await script(keys=[doc], args=[value])
-
-        async def reads(_index: int) -> object:
-            async with await client.pipeline(transaction=True) as pipe:
-                pipe.get(doc)
-                pipe.hgetall(outcome)
-                pipe.hgetall(decisions)
-                return await pipe.execute()
-
-        return write, reads
-
-    return client, calls
+    return client, _script_and_pipeline(client, pipeline_awaited=True)
 
 
 async def _glide(url: str) -> tuple[Any, Callable[[str, str, str, str], tuple[_Call, _Call]]]:
@@ -206,19 +136,20 @@ async def _bench(url: str, tcp_url: str | None, seconds: float, variants: tuple[
     clients: list[Any] = []
     contenders: dict[str, _Call] = {}
     figures: dict[str, Any] = {"lib_callers": CALLERS}
-    raw = _Raw()
+    raw: list[RespConnection] = []  # the floor: one kept connection per caller
     try:
-        await raw.open(url, CALLERS)
-        await raw.call(0, _pack(("HSET", outcome, "state", "pending", "required", "2")), 1)
-        await raw.call(0, _pack(("HSET", decisions, "approval:beta", value)), 1)
-        sha = await _sha(raw)
-        raw_write = _pack(("EVALSHA", sha, 1, doc, value))
+        for _ in range(CALLERS):
+            raw.append(await RespConnection.open(url))
+        await raw[0].call(pack("HSET", outcome, "state", "pending", "required", "2"))
+        await raw[0].call(pack("HSET", decisions, "approval:beta", value))
+        sha = await raw[0].call(pack("SCRIPT", "LOAD", _SCRIPT))
+        raw_write = pack("EVALSHA", sha, 1, doc, value)
         raw_reads = b"".join(
-            _pack(command)
+            pack(*command)
             for command in (("MULTI",), ("GET", doc), ("HGETALL", outcome), ("HGETALL", decisions), ("EXEC",))
         )
-        contenders["lib_evalsha_client_cpu_us_raw"] = lambda index: raw.call(index, raw_write, 1)
-        contenders["lib_multi3_client_cpu_us_raw"] = lambda index: raw.call(index, raw_reads, 5)
+        contenders["lib_evalsha_client_cpu_us_raw"] = lambda index: raw[index].call(raw_write)
+        contenders["lib_multi3_client_cpu_us_raw"] = lambda index: raw[index].call(raw_reads, 5)
         chosen: list[tuple[str, str, Callable[[str], Awaitable[Any]]]] = [
             (name, url, makers[name]) for name in variants if name in makers
         ]
@@ -237,18 +168,12 @@ async def _bench(url: str, tcp_url: str | None, seconds: float, variants: tuple[
             write, reads = calls(doc, outcome, decisions, value)
             contenders[f"lib_evalsha_client_cpu_us_{name}"] = write
             contenders[f"lib_multi3_client_cpu_us_{name}"] = reads
-        for call in contenders.values():  # warm up: every connection opened, scripts cached
-            await _concurrent(call, ROUND_SECONDS / 5)
-        rounds: dict[str, list[float]] = {name: [] for name in contenders}
-        order = list(contenders.items())
-        for number in range(max(1, round(seconds / ROUND_SECONDS))):
-            for name, call in _rotated(order, number):
-                rounds[name].append(await _concurrent(call, ROUND_SECONDS))
-        figures.update({name: statistics.median(measured) for name, measured in rounds.items()})
+        figures.update(await _interleaved(contenders, seconds))
     finally:
-        if raw.connections:
-            await raw.call(0, _pack(("DEL", doc, outcome, decisions)), 1)
-        raw.close()
+        if raw:
+            await raw[0].call(pack("DEL", doc, outcome, decisions))
+        for kept in raw:
+            kept.close()
         for client in clients:
             await _close(client)
     for kind in ("evalsha", "multi3"):
@@ -258,14 +183,6 @@ async def _bench(url: str, tcp_url: str | None, seconds: float, variants: tuple[
                 variant = key.removeprefix(f"lib_{kind}_client_cpu_us_")
                 figures[f"lib_{kind}_ratio_to_raw_{variant}"] = figures[key] / floor
     return figures
-
-
-async def _sha(raw: _Raw) -> str:
-    """Load the script on the floor's first connection and return its SHA1."""
-    import hashlib
-
-    await raw.call(0, _pack(("SCRIPT", "LOAD", _SCRIPT)), 1)
-    return hashlib.sha1(_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 
 
 def bench_redis_libraries(

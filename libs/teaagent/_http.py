@@ -34,7 +34,7 @@ import functools
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import httpx
@@ -64,37 +64,6 @@ class NoAnswer(Exception):
         super().__init__(detail)
         self.detail = detail
         self.timed_out = timed_out
-
-
-class HTTPPool(Protocol):
-    """Calls to one server over a pool of kept-alive connections (see :func:`http_pool`)."""
-
-    base_url: str
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> tuple[int, bytes]:
-        """Send one call (``path`` with its query string); the answer's status and body.
-
-        Raises:
-            NoAnswer: The server did not answer (its ``timed_out`` says whether in time).
-            ValueError: A header value holds CR or LF (nothing is sent).
-        """
-        ...  # pragma: no cover
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """POST ``body`` (JSON); as :meth:`request`."""
-        ...  # pragma: no cover
-
-    async def aclose(self) -> None:
-        """Close the pool's connections."""
-        ...  # pragma: no cover
 
 
 BENCH_CLIENT_ENV: Final = "TEAAGENT_BENCH_HTTP_CLIENT"  # benches only: "aiohttp" (the default) or "httpx"
@@ -157,6 +126,11 @@ def _check_headers(headers: Mapping[str, str] | None) -> None:
             raise ValueError(f"the header {name.strip()!r} holds CR, LF or NUL: not sent")
 
 
+def _no_answer(exc: Exception) -> NoAnswer:
+    """A client library's failure as :class:`NoAnswer`: its own words, else its name."""
+    return NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__)
+
+
 async def _bounded(declared: int | None, chunks: AsyncIterator[bytes], limit: int) -> bytes:
     """An answer's body, read whole, or NoAnswer as soon as it is (or says it is) over ``limit``."""
     if declared is not None and declared > limit:
@@ -169,87 +143,13 @@ async def _bounded(declared: int | None, chunks: AsyncIterator[bytes], limit: in
     return bytes(content)
 
 
-class _HttpxPool:
-    """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
+class HTTPPool:
+    """Calls to one server over a pool of kept-alive connections (see :func:`http_pool`).
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        headers: Mapping[str, str] | None,
-        connections: int,
-        timeout: float,
-        verify: ssl.SSLContext | bool,
-        max_response_bytes: int,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        _check_headers(headers)
-        self.base_url = base_url.rstrip("/")
-        self._timeout = timeout
-        self._max = max_response_bytes
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers={**_JSON_HEADERS, **(headers or {})},
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-            timeout=timeout,
-            verify=client_verify(verify),
-            transport=transport,
-            http1=True,
-            http2=False,
-        )
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        return await self.request("POST", path, body)
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> tuple[int, bytes]:
-        _check_headers(headers)
-        seconds = self._timeout if timeout is None else timeout
-        try:
-            # The whole call within its timeout: httpx's own bound each phase (the pool, the
-            # connection, each read), so that one call could wait several times as long.
-            async with asyncio.timeout(seconds):
-                try:
-                    return await self._exchange(method, path, body, headers, seconds)
-                except httpx.RemoteProtocolError as exc:
-                    if not str(exc).startswith(_CLOSED_IDLE):
-                        raise
-                    # A kept-alive connection the server closed while idle, before any byte of
-                    # an answer: once more, on a fresh one.
-                    return await self._exchange(method, path, body, headers, seconds)
-        except (TimeoutError, httpx.TimeoutException) as exc:
-            raise NoAnswer("no answer in time", timed_out=True) from exc
-        except httpx.LocalProtocolError as exc:
-            raise ValueError(f"the call was not sent: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__) from exc
-
-    async def _exchange(
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
-    ) -> tuple[int, bytes]:
-        request = self._client.build_request(method, path, content=body, headers=headers, timeout=seconds)
-        response = await self._client.send(request, stream=True)
-        try:
-            declared = response.headers.get("content-length")
-            length = int(declared) if declared is not None and declared.isdigit() else None
-            content = await _bounded(length, response.aiter_bytes(), self._max)
-        finally:
-            await response.aclose()
-        return response.status_code, content
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-class _AiohttpPool:
-    """:func:`http_pool` through one ``aiohttp.ClientSession``, its connector sized to ``connections``."""
+    Each call is bounded whole by its timeout; a kept-alive connection the server closed while
+    idle, before any byte of an answer, is tried once more on a fresh one. A pool (httpx's,
+    aiohttp's) says how one try goes and which of its library's exceptions mean what.
+    """
 
     def __init__(
         self,
@@ -266,30 +166,11 @@ class _AiohttpPool:
         self._headers = {**_JSON_HEADERS, **(headers or {})}
         self._connections = connections
         self._timeout = timeout
-        self._ssl = client_verify(verify) if base_url.startswith("https:") else False
+        self._verify = verify
         self._max = max_response_bytes
-        # Made on the first call, inside its event loop (a session belongs to one loop).
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _session_here(self) -> aiohttp.ClientSession:
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._loop is not loop or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self._connections, limit_per_host=self._connections, ssl=self._ssl
-                ),
-                headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=None),  # each call's own, below
-                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx honours them
-                auto_decompress=True,
-            )
-            self._loop = loop
-        return self._session
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST ``body`` (JSON); as :meth:`request`."""
         return await self.request("POST", path, body)
 
     async def request(
@@ -301,39 +182,147 @@ class _AiohttpPool:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> tuple[int, bytes]:
-        import aiohttp
+        """Send one call (``path`` with its query string); the answer's status and body.
 
+        Raises:
+            NoAnswer: The server did not answer (its ``timed_out`` says whether in time).
+            ValueError: A header value holds CR or LF (nothing is sent).
+        """
         _check_headers(headers)
-        session = self._session_here()
         seconds = self._timeout if timeout is None else timeout
-        url = self.base_url + path
         try:
             # The whole call within its timeout, whatever phase it is in.
             async with asyncio.timeout(seconds):
                 try:
-                    return await self._exchange(session, method, url, body, headers)
-                except aiohttp.ServerDisconnectedError:
-                    # A kept-alive connection the server closed while idle, before any byte of an
-                    # answer: once more, on a fresh one.
-                    return await self._exchange(session, method, url, body, headers)
+                    return await self._exchange(method, path, body, headers, seconds)
+                except Exception as exc:
+                    if not self._closed_while_idle(exc):
+                        raise
+                    return await self._exchange(method, path, body, headers, seconds)
         except TimeoutError as exc:
             raise NoAnswer("no answer in time", timed_out=True) from exc
-        except aiohttp.ClientError as exc:
-            raise NoAnswer(str(exc).strip().rstrip(".") or type(exc).__name__) from exc
+        except Exception as exc:
+            failure = self._failure(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    async def aclose(self) -> None:
+        """Close the pool's connections."""
+        raise NotImplementedError
 
     async def _exchange(
-        self,
-        session: aiohttp.ClientSession,
-        method: str,
-        url: str,
-        body: bytes | None,
-        headers: Mapping[str, str] | None,
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
     ) -> tuple[int, bytes]:
+        """One try of the call: its status and its body, read whole (at most ``max_response_bytes``)."""
+        raise NotImplementedError
+
+    def _closed_while_idle(self, exc: Exception) -> bool:
+        """Whether ``exc`` says a kept-alive connection was closed before any byte of an answer."""
+        raise NotImplementedError
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        """What ``exc``, one of the library's, is to the caller (NoAnswer, ValueError); None: itself."""
+        raise NotImplementedError
+
+
+class _HttpxPool(HTTPPool):
+    """:func:`http_pool` through one ``httpx.AsyncClient``, its pool sized to ``connections``."""
+
+    def __init__(
+        self, base_url: str, *, transport: httpx.AsyncBaseTransport | None = None, **options: Any
+    ) -> None:
+        super().__init__(base_url, **options)
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=self._headers,
+            limits=httpx.Limits(
+                max_connections=self._connections, max_keepalive_connections=self._connections
+            ),
+            timeout=self._timeout,
+            verify=client_verify(self._verify),
+            transport=transport,
+            http1=True,
+            http2=False,
+        )
+
+    async def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
+    ) -> tuple[int, bytes]:
+        request = self._client.build_request(method, path, content=body, headers=headers, timeout=seconds)
+        response = await self._client.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length")
+            length = int(declared) if declared is not None and declared.isdigit() else None
+            content = await _bounded(length, response.aiter_bytes(), self._max)
+        finally:
+            await response.aclose()
+        return response.status_code, content
+
+    def _closed_while_idle(self, exc: Exception) -> bool:
+        return isinstance(exc, httpx.RemoteProtocolError) and str(exc).startswith(_CLOSED_IDLE)
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        # httpx bounds each phase (the pool, the connection, each read) by the timeout too.
+        if isinstance(exc, httpx.TimeoutException):
+            return NoAnswer("no answer in time", timed_out=True)
+        if isinstance(exc, httpx.LocalProtocolError):
+            return ValueError(f"the call was not sent: {exc}")
+        if isinstance(exc, httpx.HTTPError):
+            return _no_answer(exc)
+        return None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class _AiohttpPool(HTTPPool):
+    """:func:`http_pool` through one ``aiohttp.ClientSession``, its connector sized to ``connections``."""
+
+    # Made on the first call, inside its event loop (a session belongs to one loop).
+    _session: aiohttp.ClientSession | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def _session_here(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self._connections,
+                    limit_per_host=self._connections,
+                    ssl=client_verify(self._verify) if self.base_url.startswith("https:") else False,
+                ),
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=None),  # each call's own, below
+                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx honours them
+                auto_decompress=True,
+            )
+            self._loop = loop
+        return self._session
+
+    async def _exchange(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None, seconds: float
+    ) -> tuple[int, bytes]:
+        session = self._session_here()
         async with session.request(
-            method, url, data=body, headers=headers, allow_redirects=False
+            method, self.base_url + path, data=body, headers=headers, allow_redirects=False
         ) as response:
             content = await _bounded(response.content_length, response.content.iter_any(), self._max)
             return response.status, content
+
+    def _closed_while_idle(self, exc: Exception) -> bool:
+        import aiohttp
+
+        return isinstance(exc, aiohttp.ServerDisconnectedError)
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientError):
+            return _no_answer(exc)
+        return None
 
     async def aclose(self) -> None:
         if self._session is not None and self._loop is asyncio.get_running_loop():

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, ClassVar, Final, Generic, Self, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, Self, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -30,10 +30,13 @@ from teaagent.errors import RelayError
 __all__ = [
     "DEFAULT_TIMEOUT",
     "HEALTH_CHECK",
+    "ITEM_STATES",
     "MAX_ANSWER_BYTES",
     "MAX_WAIT_SECONDS",
     "AsyncServiceClient",
     "Call",
+    "ItemState",
+    "ListState",
     "ServiceClient",
     "SyncServiceClient",
     "Unexpected",
@@ -46,6 +49,19 @@ DEFAULT_TIMEOUT: Final = 10.0  # seconds for one call; a service answers in mill
 MAX_ANSWER_BYTES: Final = 1000 * 80 * 1024
 MAX_WAIT_SECONDS: Final = 60.0  # the longest single long-poll asked for; longer waits are several polls
 _WAIT_MARGIN: Final = 5.0  # a long-poll's HTTP timeout is its wait plus this, so the service answers first
+
+# The states of a request as a node sees it, in the relay's inbox and in the approver's; a listing
+# takes "all" as well.
+ItemState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
+ListState = Literal[ItemState, "all"]
+ITEM_STATES: Final[tuple[ItemState, ...]] = (
+    "pending",
+    "approved",
+    "denied",
+    "expired",
+    "withdrawn",
+    "settled",
+)
 
 T = TypeVar("T")
 Tr = TypeVar("Tr", httpx.BaseTransport, httpx.AsyncBaseTransport)  # a sync or an asyncio transport

@@ -12,7 +12,7 @@ from typing import Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from teaagent.testing import LocalCluster, star
+from teaagent.testing import LocalCluster, approver_rule, star
 from teaagent.trust import MultiSigQuorumConfig, QuorumRule, RuleTerm
 
 READY_TIMEOUT: Final = 90.0  # seconds for a service to answer /health: five start at once on a loaded host
@@ -32,15 +32,7 @@ security = ["gamma"]
 pattern = "git.push*"
 all_of = [{ group = "ops", required = 1 }, { group = "security", required = 1 }]
 """
-_APPROVE: Final = """
-[[approver.rules]]
-tool = "shell.*"
-decision = "approve"
-
-[[approver.rules]]
-tool = "git.push*"
-decision = "approve"
-"""  # every peer's approver
+_APPROVE: Final = approver_rule("shell.*", "approve") + approver_rule("git.push*", "approve")  # every peer's
 
 
 @dataclass(frozen=True)

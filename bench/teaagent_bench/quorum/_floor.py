@@ -15,10 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import h11
-import hiredis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from teaagent.quorum import (
@@ -35,6 +33,7 @@ from teaagent.testing import wait_healthy
 from teaagent.trust import MultiSigQuorumConfig
 from teaagent_bench import python_code
 from teaagent_bench._processes import free_port, stop
+from teaagent_bench._resp import RespConnection, pack
 from teaagent_bench.quorum._asking import MIN_TIMED, WARMUP_FRACTION, _Run, _summarise
 from teaagent_bench.quorum._cluster import DEFAULT_SIZE, READY_TIMEOUT, _Size
 from teaagent_bench.quorum._counting import _Counters
@@ -94,45 +93,6 @@ def _plan(per_quorum: _Counters, size: _Size = DEFAULT_SIZE) -> _Plan:
         branch_writes=_split(per_quorum.writes, ways),
         branch_reads=_split(per_quorum.reads, ways),
     )
-
-
-def _resp(*parts: bytes) -> bytes:
-    """A command as RESP, packed by hiredis."""
-    packed: bytes = hiredis.pack_command(parts)  # type: ignore[arg-type]  # its stub takes 1-tuples
-    return packed
-
-
-@dataclass
-class _RedisConnection:
-    """A kept connection of the floor: commands written as they are, replies read by hiredis."""
-
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    replies: hiredis.Reader = dataclasses.field(default_factory=hiredis.Reader)
-
-
-async def _resp_call(connection: _RedisConnection, command: bytes) -> bytes:
-    connection.writer.write(command)
-    while (reply := connection.replies.gets()) is False:
-        data = await connection.reader.read(65536)
-        if not data:
-            raise RuntimeError("Redis closed a floor connection")
-        connection.replies.feed(data)
-    if isinstance(reply, Exception):
-        raise RuntimeError(f"Redis refused a floor command: {reply}")
-    return reply if isinstance(reply, bytes) else str(reply).encode()
-
-
-async def _redis_connect(url: str) -> _RedisConnection:
-    parts = urlsplit(url)
-    if parts.scheme == "unix":  # the embedded server listens on its socket only
-        connection = await asyncio.open_unix_connection(parts.path)
-    else:
-        connection = await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 6379)
-    kept = _RedisConnection(*connection)
-    if parts.password:
-        await _resp_call(kept, _resp(b"AUTH", parts.password.encode()))
-    return kept
 
 
 class _FloorHTTP:
@@ -229,9 +189,9 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
     body = canonical({"request": request, "signature": request_signature})
     http_request = _floor_call(body)
     value = canonical({"statement": approval_statement(request, "beta", 0), "signature": approvals["beta"]})
-    loader = await _redis_connect(job.redis_url)
-    sha = await _resp_call(loader, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
-    loader.writer.close()
+    loader = await RespConnection.open(job.redis_url)
+    sha = await loader.call(pack(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
+    loader.close()
     plan = job.plan
 
     async def connections(count: int, port: int) -> list[_FloorHTTP]:
@@ -242,10 +202,10 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
 
     async def caller(index: int) -> None:
         origin_http, *branch_http = await connections(1 + len(peers), job.http_port)
-        branch_redis = [await _redis_connect(job.redis_url) for _ in peers]
+        branch_redis = [await RespConnection.open(job.redis_url) for _ in peers]
         key = f"bench:floor:{{{os.getpid()}-{index}}}:decision".encode()
-        write, read = _resp(b"EVALSHA", sha, b"1", key, value), _resp(b"GET", key)
-        await _resp_call(branch_redis[0], write)  # the key exists before the first GET
+        write, read = pack(b"EVALSHA", sha, b"1", key, value), pack(b"GET", key)
+        await branch_redis[0].call(write)  # the key exists before the first GET
         nonlocal opened
         opened += 1
         await started.wait()
@@ -256,9 +216,9 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
             for _ in range(plan.branch_hops[side]):
                 await _hop(branch_http[side], http_request)
             for _ in range(plan.branch_writes[side]):
-                await _resp_call(branch_redis[side], write)
+                await branch_redis[side].call(write)
             for _ in range(plan.branch_reads[side]):
-                await _resp_call(branch_redis[side], read)
+                await branch_redis[side].call(read)
             sshsig_verify(statements[peer], approvals[peer], public[peer], APPROVAL_NAMESPACE)
 
         try:
@@ -278,7 +238,7 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
             for http in (origin_http, *branch_http):
                 http.close()
             for kept in branch_redis:
-                kept.writer.close()
+                kept.close()
 
     started = asyncio.Event()
     stop_at = warm = 0.0
@@ -412,18 +372,18 @@ async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, fl
     """The median seconds of one raw HTTP hop, one EVALSHA write and one GET, one at a time."""
     http_request = _floor_call(b"x" * 700)
     http = await _FloorHTTP.open(http_port)
-    redis_connection = await _redis_connect(*store)
+    redis_connection = await RespConnection.open(*store)
     key = b"bench:floor:{profile}:decision"
-    sha = await _resp_call(redis_connection, _resp(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
-    write, read = _resp(b"EVALSHA", sha, b"1", key, b"x" * 400), _resp(b"GET", key)
+    sha = await redis_connection.call(pack(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
+    write, read = pack(b"EVALSHA", sha, b"1", key, b"x" * 400), pack(b"GET", key)
     costs: list[list[float]] = [[], [], []]
     try:
         for _ in range(PRIMITIVE_SAMPLES):
             for index, call in enumerate(
                 (
                     _hop(http, http_request),
-                    _resp_call(redis_connection, write),
-                    _resp_call(redis_connection, read),
+                    redis_connection.call(write),
+                    redis_connection.call(read),
                 )
             ):
                 begun = time.perf_counter()
@@ -431,6 +391,6 @@ async def _io_costs(http_port: int, store: tuple[str]) -> tuple[float, float, fl
                 costs[index].append(time.perf_counter() - begun)
     finally:
         http.close()
-        redis_connection.writer.close()
+        redis_connection.close()
     hop, written, got = (_median_seconds(samples) for samples in costs)
     return hop, written, got

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from teaagent._service_client import ITEM_STATES, ItemState, ListState
+
 __all__ = [
     "ApprovalItem",
     "DecisionKind",
@@ -27,10 +29,7 @@ __all__ = [
     "signed_by",
 ]
 
-ItemState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
-ListState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled", "all"]
 DecisionKind = Literal["approval", "denial"]
-ITEM_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn", "settled")
 LIST_STATES: Final = (*ITEM_STATES, "all")
 
 

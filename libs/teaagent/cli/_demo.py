@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -61,7 +61,7 @@ from teaagent.quorum import APPROVAL_NAMESPACE, approval_statement, statement_by
 from teaagent.relay_client import RelayClient
 from teaagent.runner._node import node_audit_path
 from teaagent.signing import fingerprint, load_private_key, signature_to_wire, sshsig_sign
-from teaagent.testing import LocalCluster, star
+from teaagent.testing import LocalCluster, approver_rule, star
 
 NODES: Final = ("alpha", "beta", "gamma", "delta")
 OPERATOR: Final = "delta-operator"  # delta's operator: a key of their own, not the node's
@@ -103,49 +103,21 @@ CALLS: Final[tuple[tuple[str, dict[str, Any]], ...]] = (  # the scripted agent's
 # ``tar ...; rm -rf ~``, which beta's first rule refuses.
 RULES: Final = {
     "alpha": "",
-    "beta": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "*[;&|`$<>]*" }
-decision = "deny"
-reason = "beta signs one plain command at a time: no pipes, chains or redirections"
-
-[[approver.rules]]
-tool = "fs.delete"
-arguments = { path = "build/*" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "tar *" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "fs.write"
-arguments = { path = "release/*" }
-decision = "approve"
-""",
-    "gamma": """
-[[approver.rules]]
-tool = "shell.run"
-arguments = { command = "*curl *" }
-decision = "deny"
-reason = "gamma's hosts download nothing from the internet"
-
-[[approver.rules]]
-tool = "fs.delete"
-arguments = { path = "build/*" }
-decision = "approve"
-
-[[approver.rules]]
-tool = "shell.run"
-decision = "ask"
-
-[[approver.rules]]
-tool = "fs.write"
-arguments = { path = "release/*" }
-decision = "approve"
-""",
+    "beta": approver_rule(
+        "shell.run",
+        "deny",
+        command="*[;&|`$<>]*",
+        reason="beta signs one plain command at a time: no pipes, chains or redirections",
+    )
+    + approver_rule("fs.delete", "approve", path="build/*")
+    + approver_rule("shell.run", "approve", command="tar *")
+    + approver_rule("fs.write", "approve", path="release/*"),
+    "gamma": approver_rule(
+        "shell.run", "deny", command="*curl *", reason="gamma's hosts download nothing from the internet"
+    )
+    + approver_rule("fs.delete", "approve", path="build/*")
+    + approver_rule("shell.run", "ask")
+    + approver_rule("fs.write", "approve", path="release/*"),
     "delta": "",  # no rules: every request waits for delta's operator
 }
 
@@ -242,17 +214,9 @@ class _Processes:
         """Start ``argv`` in a session of its own: Ctrl-C reaches the demo, which stops it in order."""
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
         environment.pop("TEAAGENT_CONFIG", None)
-        if stdout is None:
-            with (self.logs / f"{name}.log").open("wb") as log:
-                process = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=environment,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-        else:
+        with ExitStack() as files:
+            if stdout is None:  # a log file of its own
+                stdout = files.enter_context((self.logs / f"{name}.log").open("wb"))
             process = subprocess.Popen(
                 argv,
                 cwd=cwd,
@@ -278,6 +242,18 @@ class _Processes:
                 process.kill()
                 process.wait()
         self.running.clear()
+
+
+@dataclass(frozen=True)
+class _Scene:
+    """What the story's steps share: the demo's folder, the nodes' configurations, the keys' names
+    (by fingerprint), the telling and the processes started."""
+
+    folder: Path
+    nodes: dict[str, NodeConfig]
+    labels: dict[str, str]
+    story: _Story
+    processes: _Processes
 
 
 def _key_labels(folder: Path) -> dict[str, str]:
@@ -382,7 +358,7 @@ def _run(folder: Path, console: Console, *, keep: bool) -> None:
             "release/, delta's operator is the security reviewer",
             markup=False,
         )
-        _story(folder, nodes, cluster, labels, story, processes)
+        _story(_Scene(folder, nodes, labels, story, processes), cluster)
         if keep:
             _keep(folder, story, cluster)
     except KeyboardInterrupt:
@@ -394,14 +370,8 @@ def _run(folder: Path, console: Console, *, keep: bool) -> None:
             cluster.stop()
 
 
-def _story(
-    folder: Path,
-    nodes: dict[str, NodeConfig],
-    cluster: LocalCluster,
-    labels: dict[str, str],
-    story: _Story,
-    processes: _Processes,
-) -> None:
+def _story(scene: _Scene, cluster: LocalCluster) -> None:
+    folder, nodes, story = scene.folder, scene.nodes, scene.story
     story.step("Each node starts its relay and its approver, as processes of their own")
     started = time.monotonic()
     cluster.start_services()
@@ -420,17 +390,17 @@ def _story(
     script = _script(folder)
     argv = [sys.executable, "-m", "teaagent", "run", "--config", "alpha.toml", "--script", script.name, TASK]
     story.say(f"$ teaagent run --config alpha.toml --script {script.name} {shlex.quote(TASK)}", markup=False)
-    with _Decisions(story, nodes, labels) as decisions:
+    with _Decisions(story, nodes, scene.labels) as decisions:
         agent = _Agent(story, decisions)
-        process = processes.start("agent-alpha", argv, cwd=folder, stdout=subprocess.PIPE)
+        process = scene.processes.start("agent-alpha", argv, cwd=folder, stdout=subprocess.PIPE)
         assert process.stdout is not None
         agent.follow(process.stdout)
         item = _wait_for_delta(nodes, process, "shell.run", lambda arguments: arguments.get("command") == TAR)
-        _operator_signs(folder, nodes, item, labels, story, processes)
+        _operator_signs(scene, item)
         write = _wait_for_delta(
             nodes, process, "fs.write", lambda arguments: arguments.get("path") == VERSION_FILE
         )
-        _security_signs(folder, nodes, write, agent, process, story, processes)
+        _security_signs(scene, write, agent, process)
         try:
             code = process.wait(timeout=STEP_TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
@@ -458,7 +428,7 @@ def _story(
     ]
     checks += [(["audit", "verify", str(path.relative_to(folder))], 0) for path in logs]
     checks.append((["audit", "verify", str(tampered.relative_to(folder))], 1))
-    _verify_all(folder, checks, story, processes)
+    _verify_all(scene, checks)
     story.say(
         f"[bold green]the story is told[/] in {story.elapsed():.1f} s: "
         f"{len(certificates)} certificates and {len(logs)} audit logs verified, the tampered copy caught"
@@ -523,41 +493,29 @@ def _wait_for_delta(
 
 
 def _security_signs(
-    folder: Path,
-    nodes: dict[str, NodeConfig],
-    item: ApprovalItem,
-    agent: _Agent,
-    process: subprocess.Popen[bytes],
-    story: _Story,
-    processes: _Processes,
+    scene: _Scene, item: ApprovalItem, agent: _Agent, process: subprocess.Popen[bytes]
 ) -> None:
     """The all_of call: ops met by beta's and gamma's rules, still waiting for security (delta)."""
     short = item.request_id[:12]
     ops = ", ".join(GROUPS["ops"])
     # alpha's gate says what it counted, from the request it signed and the decisions it verified.
     agent.wait_for(f"ops: met by {ops}", process)
-    if (nodes["alpha"].workspace / VERSION_FILE).exists():
+    if (scene.nodes["alpha"].workspace / VERSION_FILE).exists():
         raise TeaAgentError(f"{VERSION_FILE} was written before the security term was met.")
-    story.say(
+    scene.story.say(
         f"  request {short}… for fs.write {VERSION_FILE}: the term ops is met ({ops}) and "
         f"{VERSION_FILE} is still not written: rule {WRITE_RULE} needs all of its terms, and security "
         "has not answered. What delta's operator sees:"
     )
     config = ["--config", "delta.toml"]
-    _command(folder, ["teaagent", "approvals", "show", short, *config], story, processes)
+    _command(scene, ["teaagent", "approvals", "show", short, *config])
     key = ["--key", f"keys/{OPERATOR}"]
-    _command(folder, ["teaagent", "approvals", "approve", short, *key, *config], story, processes)
+    _command(scene, ["teaagent", "approvals", "approve", short, *key, *config])
 
 
-def _operator_signs(
-    folder: Path,
-    nodes: dict[str, NodeConfig],
-    item: ApprovalItem,
-    labels: dict[str, str],
-    story: _Story,
-    processes: _Processes,
-) -> None:
+def _operator_signs(scene: _Scene, item: ApprovalItem) -> None:
     """Delta's operator: a forgery refused first, then statement, ssh-keygen -Y sign, submit."""
+    folder, nodes, story = scene.folder, scene.nodes, scene.story
     short = item.request_id[:12]
     gamma = nodes["gamma"]
     with ApproverClient(f"http://127.0.0.1:{gamma.approver.port}", token=gamma.load_token()) as client:
@@ -604,24 +562,24 @@ def _operator_signs(
         ],
     ]
     for argv in steps:
-        _command(folder, argv, story, processes)
+        _command(scene, argv)
     operator = fingerprint((folder / f"{key}.pub").read_text())
-    story.say(f"  delta's operator signed with {labels[operator]} {operator}, not delta's node key")
+    story.say(f"  delta's operator signed with {scene.labels[operator]} {operator}, not delta's node key")
 
 
-def _command(folder: Path, argv: list[str], story: _Story, processes: _Processes, expect: int = 0) -> None:
+def _command(scene: _Scene, argv: list[str], expect: int = 0) -> None:
     """Run one command as a user would, in the demo's folder; tell it, its output and its time."""
-    story.say(f"[bold]$ {escape(shlex.join(argv))}[/]")
+    scene.story.say(f"[bold]$ {escape(shlex.join(argv))}[/]")
     real = [sys.executable, "-m", "teaagent", *argv[1:]] if argv[0] == "teaagent" else argv
     started = time.monotonic()
-    process = processes.start(
-        argv[1] if argv[0] == "teaagent" else argv[0], real, cwd=folder, stdout=subprocess.PIPE
+    process = scene.processes.start(
+        argv[1] if argv[0] == "teaagent" else argv[0], real, cwd=scene.folder, stdout=subprocess.PIPE
     )
     try:
         output, _ = process.communicate(timeout=STEP_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
         raise TeaAgentError(f"`{shlex.join(argv)}` did not end within {STEP_TIMEOUT_SECONDS} s.") from None
-    _tell_output(story, output, process.returncode, time.monotonic() - started)
+    _tell_output(scene.story, output, process.returncode, time.monotonic() - started)
     if process.returncode != expect:
         raise TeaAgentError(f"`{shlex.join(argv)}` exited {process.returncode}, not {expect}.")
 
@@ -662,14 +620,13 @@ def _tamper(audit_path: Path) -> Path:
     return tampered
 
 
-def _verify_all(
-    folder: Path, checks: list[tuple[list[str], int]], story: _Story, processes: _Processes
-) -> None:
+def _verify_all(scene: _Scene, checks: list[tuple[list[str], int]]) -> None:
     """Run every check at once (each is a process of its own), then tell them in order."""
+    story = scene.story
     started = time.monotonic()
     running = [
-        processes.start(
-            argv[0], [sys.executable, "-m", "teaagent", *argv], cwd=folder, stdout=subprocess.PIPE
+        scene.processes.start(
+            argv[0], [sys.executable, "-m", "teaagent", *argv], cwd=scene.folder, stdout=subprocess.PIPE
         )
         for argv, _ in checks
     ]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from teaagent._service_client import ITEM_STATES, ItemState, ListState
 from teaagent.quorum import describe_outcome
 from teaagent.trust import QuorumPolicy
 
@@ -24,9 +25,9 @@ __all__ = [
     "State",
 ]
 
-State = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled"]
-InboxState = Literal["pending", "approved", "denied", "expired", "withdrawn", "settled", "all"]
-_INBOX_STATES: Final = frozenset(("pending", "approved", "denied", "expired", "withdrawn", "settled"))
+State = ItemState
+InboxState = ListState
+_INBOX_STATES: Final = frozenset(ITEM_STATES)
 _REQUEST_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 _DELIVERY_STATES: Final = ("pending", "delivered", "failing", "given_up")

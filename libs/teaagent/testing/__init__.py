@@ -14,6 +14,13 @@ Typical use::
 
 from __future__ import annotations
 
-from teaagent.testing._cluster import ClusterNode, LocalCluster, free_port, star, wait_healthy
+from teaagent.testing._cluster import (
+    ClusterNode,
+    LocalCluster,
+    approver_rule,
+    free_port,
+    star,
+    wait_healthy,
+)
 
-__all__ = ["ClusterNode", "LocalCluster", "free_port", "star", "wait_healthy"]
+__all__ = ["ClusterNode", "LocalCluster", "approver_rule", "free_port", "star", "wait_healthy"]

@@ -55,6 +55,19 @@ def star(origin: str, names: Iterable[str]) -> dict[str, list[str]]:
     return {origin: others, **{name: [origin] for name in others}}
 
 
+def approver_rule(tool: str, decision: str, *, reason: str | None = None, **arguments: str) -> str:
+    """One ``[[approver.rules]]`` table, for ``LocalCluster(rules=...)``.
+
+    A call of ``tool`` (an fnmatch pattern) whose string ``arguments`` match their patterns gets
+    ``decision`` (``approve``, ``deny`` or ``ask``); a denial signs ``reason``. Rules concatenated
+    keep their order: the first that matches decides.
+    """
+    matched = ", ".join(f'{name} = "{pattern}"' for name, pattern in arguments.items())
+    where = f"arguments = {{ {matched} }}\n" if arguments else ""
+    because = f'reason = "{reason}"\n' if reason is not None else ""
+    return f'\n[[approver.rules]]\ntool = "{tool}"\n{where}decision = "{decision}"\n{because}'
+
+
 @dataclass(frozen=True)
 class ClusterNode:
     """One node of a :class:`LocalCluster`: where its files are, its ports and its token."""
