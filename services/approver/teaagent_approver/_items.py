@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from teaagent.config import ApproverRule
 from teaagent.errors import SignatureError
@@ -24,9 +24,25 @@ from teaagent.relay_client import InboxItem
 from teaagent.signing import parse_sshsig
 from teaagent_approver._ledger import Record
 
-__all__ = ["RELAY_DECIDED_BY", "Received", "item_view", "matching_rule", "rule_view", "settled_sentence"]
+__all__ = [
+    "RELAY_DECIDED_BY",
+    "SHOWN_FIELDS",
+    "Received",
+    "item_view",
+    "matching_rule",
+    "rule_view",
+    "settled_sentence",
+    "shown_fields",
+]
 
 RELAY_DECIDED_BY = "relay"  # a decision this approver did not record: handed to the relay directly
+#: What an operator is shown of a request first, wherever it is shown (an ``Item``, a notification).
+SHOWN_FIELDS: Final = ("request_id", "origin", "tool_name", "arguments", "reason", "payload_digest")
+
+
+def shown_fields(request: object) -> dict[str, Any]:
+    """The :data:`SHOWN_FIELDS` of a request (a verified one, or a notification's copy), in order."""
+    return {name: getattr(request, name) for name in SHOWN_FIELDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +164,7 @@ def item_view(
         if state == "pending" and now > request.expires_at:
             state = "expired"
     return {
-        "request_id": request.request_id,
-        "origin": request.origin,
-        "tool_name": request.tool_name,
-        "arguments": request.arguments,
-        "reason": request.reason,
-        "payload_digest": request.payload_digest,
+        **shown_fields(request),
         "run_id": request.run_id,
         "call_id": request.call_id,
         "required_approvals": request.required_approvals,

@@ -54,6 +54,7 @@ import httpx
 import teaagent
 from teaagent._words import moment
 from teaagent.quorum import ShownPolicy, shown_policy
+from teaagent_approver._items import shown_fields
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -583,12 +584,7 @@ class Notifier:
             return {
                 "event": EVENT,
                 "node": self._agent_id,
-                "request_id": request.request_id,
-                "origin": request.origin,
-                "tool_name": request.tool_name,
-                "arguments": request.arguments,
-                "reason": request.reason,
-                "payload_digest": request.payload_digest,
+                **shown_fields(request),
                 "expires_at": request.expires_at,
                 "seconds_left": seconds_left,
                 "approve_command": approve,
