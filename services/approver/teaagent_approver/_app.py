@@ -12,13 +12,11 @@ from typing import Any
 
 from fastapi import FastAPI
 
-import teaagent
-from teaagent._reload import TrustReloader, trust_reloader
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.relay_client import AsyncRelayClient
-from teaagent.service import install_toolkit
+from teaagent.service import service_app
 from teaagent.signing import Signer
 from teaagent.store import Store, open_node_store
 from teaagent_approver._audit import AUDIT_FILE_NAME, DecisionAudit
@@ -80,7 +78,6 @@ def _lifespan(
     token: str,
     metrics: ApproverMetrics,
     prefix: str,
-    trust: TrustReloader,
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -113,7 +110,7 @@ def _lifespan(
                 settings=settings,
                 signer=signer,
                 notifier=notifies,
-                trust=trust,
+                trust=app.state.trust,
             )
             task = (
                 asyncio.create_task(engine.run(), name="teaagent-approver-engine")
@@ -166,26 +163,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         signer = config.signer()
     except SignatureError as exc:
         raise ConfigError(f"{config.path}: the node key cannot sign: {exc}") from exc
-    prefix = settings.store_prefix(config)
     metrics = ApproverMetrics()
-    trust = trust_reloader(
-        config, f"the approver of {config.agent_id}", metrics.trust_reloads, metrics.trust_generation
-    )
-    app = FastAPI(
-        title="teaagent approver",
-        version=teaagent.__version__,
+    app = service_app(
+        FastAPI,
+        "approver",
         description=DESCRIPTION,
-        lifespan=_lifespan(settings, config, signer, token, metrics, prefix, trust),
+        lifespan=_lifespan(settings, config, signer, token, metrics, settings.store_prefix(config)),
+        settings=settings,
+        config=config,
+        errors=ERRORS,
+        metrics=metrics,
+        token=token,
+        body_limit=MAX_BODY_BYTES,
+        routers=(requests_router, operations_router),
+        reloads_trust=True,
     )
-    app.state.settings = settings
-    app.state.config = config
     app.state.engine = None
-    # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
-    app.state.trust = trust
-    app.state.stopping = asyncio.Event()  # set by serve_app on SIGTERM: long-polls answer at once
-    install_toolkit(app, errors=ERRORS, metrics=metrics, token=token, body_limit=MAX_BODY_BYTES)
-    app.include_router(requests_router)
-    app.include_router(operations_router)
     if settings.web:
         from teaagent_approver._web import install_web
 
