@@ -103,14 +103,13 @@ def rule_view(found: tuple[int, ApproverRule] | None) -> dict[str, Any] | None:
     return {"index": index, "tool": rule.tool, "arguments": dict(rule.arguments), "decision": rule.decision}
 
 
+def _decision_view(kind: str, reason: str, by: str, key_fingerprint: str, at: int) -> dict[str, Any]:
+    """This node's decision on an item, as an ``Item`` shows it (``decision``)."""
+    return {"kind": kind, "reason": reason, "by": by, "key_fingerprint": key_fingerprint, "at": at}
+
+
 def _record_view(record: Record) -> dict[str, Any]:
-    return {
-        "kind": record.kind,
-        "reason": record.reason,
-        "by": record.by,
-        "key_fingerprint": record.key_fingerprint,
-        "at": record.signed_at,
-    }
+    return _decision_view(record.kind, record.reason, record.by, record.key_fingerprint, record.signed_at)
 
 
 def _relay_decision_view(decision: dict[str, Any]) -> dict[str, Any] | None:
@@ -125,13 +124,8 @@ def _relay_decision_view(decision: dict[str, Any]) -> dict[str, Any] | None:
     except (SignatureError, ValueError):
         key = ""  # a development signature carries no key
     signed_at = statement.get("signed_at")
-    return {
-        "kind": kind,
-        "reason": str(statement.get("reason", "")),
-        "by": RELAY_DECIDED_BY,
-        "key_fingerprint": key,
-        "at": signed_at if isinstance(signed_at, int) else 0,
-    }
+    at = signed_at if isinstance(signed_at, int) else 0
+    return _decision_view(kind, str(statement.get("reason", "")), RELAY_DECIDED_BY, key, at)
 
 
 def item_view(
