@@ -331,7 +331,6 @@ def tiny_service(tmp_path: Path, metrics: ServiceMetrics, *, reloads_trust: bool
         config=config,
         errors=TABLE,
         metrics=metrics,
-        token=TOKEN,
         body_limit=LIMIT,
         routers=(router,),
         reloads_trust=reloads_trust,
@@ -349,7 +348,12 @@ async def test_service_app_builds_the_app_of_a_service_with_the_toolkit_its_rout
     metrics.trust_metrics()
     app = tiny_service(tmp_path, metrics, reloads_trust=True)
     config = app.state.config
-    assert (app.state.settings.config, config.agent_id, app.state.token) == (str(config.path), "alpha", TOKEN)
+    # The node's token, as its configuration sets it (agent_support writes it).
+    assert (app.state.settings.config, config.agent_id, app.state.token) == (
+        str(config.path),
+        "alpha",
+        config.load_token(),
+    )
     assert isinstance(app.state.stopping, asyncio.Event)
     assert not app.state.stopping.is_set()
     assert isinstance(app.state.trust, TrustReloader)
@@ -358,12 +362,14 @@ async def test_service_app_builds_the_app_of_a_service_with_the_toolkit_its_rout
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://tiny.test") as client:
             refused = await client.get("/hello")
-            hello = await client.get("/hello", headers=AUTH)
+            hello = await client.get("/hello", headers={"Authorization": f"Bearer {config.load_token()}"})
+            other = await client.get("/hello", headers=AUTH)  # this file's token, not the node's
             document = (await client.get("/openapi.json")).json()
             unknown = await client.get("/nowhere")
     assert app.state.engine == "running"
     assert error(refused) == (401, "unauthorized", UNAUTHORIZED)
     assert hello.json() == {"hello": "world"}
+    assert error(other) == (401, "unauthorized", UNAUTHORIZED)
     assert error(unknown)[:2] == (404, "not_found")
     assert document["info"] == {
         "title": "teaagent tiny",
@@ -372,7 +378,7 @@ async def test_service_app_builds_the_app_of_a_service_with_the_toolkit_its_rout
     }
     exposition = metrics.render().decode()
     assert "teaagent_tiny_trust_generation 1.0" in exposition
-    assert 'teaagent_tiny_refusals_total{code="unauthorized"} 1.0' in exposition
+    assert 'teaagent_tiny_refusals_total{code="unauthorized"} 2.0' in exposition
 
 
 def test_service_app_without_reloads_trust_leaves_the_trust_to_the_service(tmp_path: Path) -> None:

@@ -48,7 +48,6 @@ def service_app(
     config: NodeConfig,
     errors: ErrorTable,
     metrics: ServiceMetrics,
-    token: str,
     body_limit: int,
     routers: Sequence[APIRouter],
     reloads_trust: bool = False,
@@ -57,7 +56,9 @@ def service_app(
     """A service's application, ``teaagent <service>`` at the library's version, with the toolkit
     (:func:`install_toolkit`) and its routers, in order.
 
-    ``app.state`` holds ``settings``, the node's ``config`` and ``stopping`` (an event the command
+    The bearer token its routes check is the node's (``config.load_token()``), read here: an
+    unusable token file fails before the server starts. ``app.state`` also holds ``settings``,
+    the node's ``config`` and ``stopping`` (an event the command
     that serves it sets when a stop signal comes: long-polls answer at once). With
     ``reloads_trust``, ``app.state.trust`` is the trust's reloader (read again on SIGHUP and on
     ``POST /v1/reload``: peers, operators, allowed_signers), counted in the metrics'
@@ -72,11 +73,13 @@ def service_app(
         config: The node's configuration.
         errors: The service's table of error codes.
         metrics: The service's metrics.
-        token: The node's bearer token.
         body_limit: The largest body, in bytes.
         routers: The service's routers.
         reloads_trust: Whether the service reloads the node's trust.
         options: More arguments of ``app_class``.
+
+    Raises:
+        ConfigError: The node's token file cannot be read or created.
     """
     app = app_class(
         title=f"teaagent {service}",
@@ -95,7 +98,7 @@ def service_app(
             metrics.trust_reloads,
             metrics.trust_generation,
         )
-    install_toolkit(app, errors=errors, metrics=metrics, token=token, body_limit=body_limit)
+    install_toolkit(app, errors=errors, metrics=metrics, token=config.load_token(), body_limit=body_limit)
     for router in routers:
         app.include_router(router)
     return app

@@ -104,7 +104,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         config=node,
         errors=ERRORS,
         metrics=AgentMetrics(),
-        token=service.token,
         body_limit=MAX_BODY_BYTES,
         routers=(operations_router, runs_router, sessions_router, models_router, usage_router),
     )

@@ -75,13 +75,13 @@ def _lifespan(
     settings: Settings,
     config: NodeConfig,
     signer: Signer,
-    token: str,
     metrics: ApproverMetrics,
     prefix: str,
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            token = app.state.token
             store = await _open_store(stack, config, prefix)
             relay_url = settings.relay_url or config.relay_url
             verify = config.tls.client_verify()
@@ -158,7 +158,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """
     settings = settings or Settings()
     config = load_config(settings.config)
-    token = config.load_token()
     try:
         signer = config.signer()
     except SignatureError as exc:
@@ -168,12 +167,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         FastAPI,
         "approver",
         description=DESCRIPTION,
-        lifespan=_lifespan(settings, config, signer, token, metrics, settings.store_prefix(config)),
+        lifespan=_lifespan(settings, config, signer, metrics, settings.store_prefix(config)),
         settings=settings,
         config=config,
         errors=ERRORS,
         metrics=metrics,
-        token=token,
         body_limit=MAX_BODY_BYTES,
         routers=(requests_router, operations_router),
         reloads_trust=True,

@@ -105,8 +105,8 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     """
     settings = settings or Settings()
     config = load_config(settings.config)
-    # Read now, not in the lifespan: a missing key or an unusable token file fails before serving.
-    token = config.load_token()
+    # Read now, not in the lifespan: a missing key (and an unusable token file: service_app) fails
+    # before serving.
     config.own_public_key()
     metrics = RelayMetrics()
     app = service_app(
@@ -118,7 +118,6 @@ def create_app(settings: Settings | None = None) -> RelayApp:
         config=config,
         errors=ERRORS,
         metrics=metrics,
-        token=token,
         body_limit=MAX_BODY_BYTES,
         routers=(requests_router, inbox_router, deliveries_router, operations_router),
         reloads_trust=True,
