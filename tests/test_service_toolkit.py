@@ -7,8 +7,11 @@ uvicorn on a real loopback socket; every answer is read back over HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +38,7 @@ from teaagent.service import (
     check,
     install_toolkit,
     readiness,
+    service_app,
     started,
 )
 
@@ -298,3 +302,85 @@ def test_a_malformed_store_prefix_is_a_config_error_naming_its_variable() -> Non
     assert TinySettings().store_prefix(node) == "ta:alpha"
     with pytest.raises(ConfigError, match=r"^TEAAGENT_TINY_REDIS_PREFIX is not usable: "):
         TinySettings(redis_prefix="a{b}").store_prefix(node)
+
+
+def tiny_service(tmp_path: Path, metrics: ServiceMetrics, *, reloads_trust: bool) -> FastAPI:
+    """The tiny service built by ``service_app``, as the three services are: one route, the token's."""
+    from agent_support import write_node
+
+    from teaagent.config import load_config
+
+    config = load_config(write_node(tmp_path).config_path)
+    router = APIRouter()
+
+    @router.get("/hello")
+    async def hello(_auth: Authorized) -> dict[str, str]:
+        return {"hello": "world"}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.engine = "running"
+        yield
+
+    return service_app(
+        FastAPI,
+        "tiny",
+        description="A tiny service.",
+        lifespan=lifespan,
+        settings=TinySettings(config=str(config.path)),
+        config=config,
+        errors=TABLE,
+        metrics=metrics,
+        body_limit=LIMIT,
+        routers=(router,),
+        reloads_trust=reloads_trust,
+    )
+
+
+@pytest.mark.anyio
+async def test_service_app_builds_the_app_of_a_service_with_the_toolkit_its_routers_and_its_trust(
+    tmp_path: Path,
+) -> None:
+    import teaagent
+    from teaagent._reload import TrustReloader
+
+    metrics = ServiceMetrics("tiny")
+    metrics.trust_metrics()
+    app = tiny_service(tmp_path, metrics, reloads_trust=True)
+    config = app.state.config
+    # The node's token, as its configuration sets it (agent_support writes it).
+    assert (app.state.settings.config, config.agent_id, app.state.token) == (
+        str(config.path),
+        "alpha",
+        config.load_token(),
+    )
+    assert isinstance(app.state.stopping, asyncio.Event)
+    assert not app.state.stopping.is_set()
+    assert isinstance(app.state.trust, TrustReloader)
+    assert app.state.trust.trust.config is config
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://tiny.test") as client:
+            refused = await client.get("/hello")
+            hello = await client.get("/hello", headers={"Authorization": f"Bearer {config.load_token()}"})
+            other = await client.get("/hello", headers=AUTH)  # this file's token, not the node's
+            document = (await client.get("/openapi.json")).json()
+            unknown = await client.get("/nowhere")
+    assert app.state.engine == "running"
+    assert error(refused) == (401, "unauthorized", UNAUTHORIZED)
+    assert hello.json() == {"hello": "world"}
+    assert error(other) == (401, "unauthorized", UNAUTHORIZED)
+    assert error(unknown)[:2] == (404, "not_found")
+    assert document["info"] == {
+        "title": "teaagent tiny",
+        "version": teaagent.__version__,
+        "description": "A tiny service.",
+    }
+    exposition = metrics.render().decode()
+    assert "teaagent_tiny_trust_generation 1.0" in exposition
+    assert 'teaagent_tiny_refusals_total{code="unauthorized"} 2.0' in exposition
+
+
+def test_service_app_without_reloads_trust_leaves_the_trust_to_the_service(tmp_path: Path) -> None:
+    app = tiny_service(tmp_path, ServiceMetrics("tiny"), reloads_trust=False)  # no trust metrics needed
+    assert not hasattr(app.state, "trust")

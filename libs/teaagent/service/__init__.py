@@ -6,7 +6,9 @@ limit (:class:`BodyLimitMiddleware`), the node's bearer token (:data:`Authorized
 :func:`check_token`), Prometheus metrics (:class:`ServiceMetrics`, :class:`MetricsMiddleware`),
 settings from the environment (:class:`ServiceSettings`), readiness (:func:`readiness`), and
 depth-bounded JSON bodies (:class:`BoundedJSONRoute`); :func:`install_toolkit` puts the errors,
-the token, the metrics and the body limit on an application in one call. A service keeps only
+the token, the metrics and the body limit on an application in one call, and
+:func:`service_app` builds a service's application with them. :class:`SettledOut` is the one
+quorum shape both the relay and the approver answer with. A service keeps only
 its routes, its table of error codes and its own counters. The toolkit imports no service; the
 services import it. Both middlewares are pure ASGI: they neither buffer a body nor hold an event
 stream back.
@@ -28,10 +30,11 @@ from teaagent.service._errors import (
     started,
     validation_message,
 )
-from teaagent.service._install import install_toolkit
+from teaagent.service._install import install_toolkit, service_app
 from teaagent.service._limits import BodyLimitMiddleware
 from teaagent.service._metrics import LATENCY_BUCKETS, METRICS_RESPONSES, MetricsMiddleware, ServiceMetrics
 from teaagent.service._operations import reloaded_trust, store_health
+from teaagent.service._quorum_models import SettledOut
 from teaagent.service._ready import (
     CHECK_SECONDS,
     Dependency,
@@ -63,6 +66,7 @@ __all__ = [
     "ReadyOut",
     "ServiceMetrics",
     "ServiceSettings",
+    "SettledOut",
     "StoreSettings",
     "bearer_token",
     "check",
@@ -77,6 +81,7 @@ __all__ = [
     "reloaded_trust",
     "require_token",
     "sentence",
+    "service_app",
     "started",
     "store_health",
     "validation_message",

@@ -64,6 +64,9 @@ class ServiceMetrics:
         buckets: The histogram's buckets, in seconds.
     """
 
+    trust_reloads: Counter  # with trust_generation, once trust_metrics() added them
+    trust_generation: Gauge
+
     def __init__(
         self,
         service: str,
@@ -98,7 +101,8 @@ class ServiceMetrics:
         return Gauge(f"{self.prefix}{name}", documentation, labels, registry=self.registry)
 
     def trust_metrics(self) -> tuple[Counter, Gauge]:
-        """Add the counter of trust reloads and the gauge of the trust in use (``teaagent._reload``)."""
+        """Add the counter of trust reloads and the gauge of the trust in use (``teaagent._reload``),
+        as ``trust_reloads`` and ``trust_generation``."""
         reloads = self.counter(
             "trust_reloads",
             "Reloads of the trust (SIGHUP, POST /v1/reload): reloaded (it changed), unchanged, or failed "
@@ -109,6 +113,7 @@ class ServiceMetrics:
             "trust_generation", "The trust in use: 1 at start, one more per reload that changed it."
         )
         generation.set(1)
+        self.trust_reloads, self.trust_generation = reloads, generation
         return reloads, generation
 
     def render(self) -> bytes:

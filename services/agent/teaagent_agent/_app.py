@@ -11,9 +11,8 @@ from typing import Final
 
 from fastapi import FastAPI
 
-import teaagent
 from teaagent.config import load_config
-from teaagent.service import install_toolkit
+from teaagent.service import service_app
 from teaagent_agent._errors import ERRORS
 from teaagent_agent._metrics import AgentMetrics
 from teaagent_agent._routes import (
@@ -94,21 +93,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     node = load_config(settings.config)
     service = AgentService(settings=settings, node=node)
-    app = FastAPI(
-        title="teaagent agent",
-        version=teaagent.__version__,
+    # /openapi.json, /docs and /redoc without the token, as the relay and the approver serve them:
+    # the document describes the routes, and every route but the probes still needs the token.
+    app = service_app(
+        FastAPI,
+        "agent",
         description=DESCRIPTION,
         lifespan=_lifespan(service),
-        # /openapi.json, /docs and /redoc without the token, as the relay and the approver serve them:
-        # the document describes the routes, and every route but the probes still needs the token.
+        settings=settings,
+        config=node,
+        errors=ERRORS,
+        metrics=AgentMetrics(),
+        body_limit=MAX_BODY_BYTES,
+        routers=(operations_router, runs_router, sessions_router, models_router, usage_router),
     )
-    app.state.settings = settings
-    app.state.config = node
     # Set before the lifespan too, so that an app driven without one (ASGI transport) still answers.
     app.state.service = service
-    install_toolkit(
-        app, errors=ERRORS, metrics=AgentMetrics(), token=service.token, body_limit=MAX_BODY_BYTES
-    )
-    for router in (operations_router, runs_router, sessions_router, models_router, usage_router):
-        app.include_router(router)
     return app

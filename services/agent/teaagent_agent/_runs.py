@@ -516,24 +516,21 @@ class ActiveRun:
 
     def answer_approval(self, call_id: str, approve: bool, remember: bool) -> bool:
         """Answer a waiting approval; False when none of that id waits."""
-        with self._lock:
-            pending = self._pending.get(call_id)
-            if pending is None or pending.out.kind != "approval" or pending.done.is_set():
-                return False
-            pending.answer = approve
-            pending.by = "client"
-            pending.remember = remember
-            pending.done.set()
-            return True
+        return self._answer(call_id, "approval", approve, remember)
 
     def answer_question(self, call_id: str, answer: str | None) -> bool:
         """Answer a waiting question (None declines it); False when none of that id waits."""
+        return self._answer(call_id, "question", answer, False)
+
+    def _answer(self, call_id: str, kind: str, answer: Any, remember: bool) -> bool:
+        """The client's answer to the wait of that id and kind; False when none such waits."""
         with self._lock:
             pending = self._pending.get(call_id)
-            if pending is None or pending.out.kind != "question" or pending.done.is_set():
+            if pending is None or pending.out.kind != kind or pending.done.is_set():
                 return False
             pending.answer = answer
             pending.by = "client"
+            pending.remember = remember
             pending.done.set()
             return True
 

@@ -114,12 +114,16 @@ class ServiceSessions(ServiceModels):
             )
 
     def session_out(self, summary: Mapping[str, Any]) -> SessionOut:
+        """A session as the API shows it, from the store's listing of it."""
+        return self._out(summary["id"], summary["label"], summary["created_at"], summary["updated_at"])
+
+    def _out(self, session_id: str, label: str, created_at: str, updated_at: str) -> SessionOut:
         return SessionOut(
-            id=summary["id"],
-            title=summary["label"] or None,
-            created_at=_parse_time(summary["created_at"]),
-            updated_at=_parse_time(summary["updated_at"]),
-            current=summary["id"] == self.preferences.value.current_session,
+            id=session_id,
+            title=label or None,
+            created_at=_parse_time(created_at),
+            updated_at=_parse_time(updated_at),
+            current=session_id == self.preferences.value.current_session,
         )
 
     def list_sessions(self) -> SessionsOut:
@@ -129,16 +133,7 @@ class ServiceSessions(ServiceModels):
         session = new_session(label=title or "")
         self._save(session)
         self.preferences.update(current_session=session.id)
-        return self.session_out(self._summary(session))
-
-    @staticmethod
-    def _summary(session: ChatSession) -> dict[str, Any]:
-        return {
-            "id": session.id,
-            "label": session.label,
-            "created_at": session.created_at,
-            "updated_at": session.updated_at,
-        }
+        return self._out(session.id, session.label, session.created_at, session.updated_at)
 
     def _save(self, session: ChatSession) -> None:
         try:
@@ -189,7 +184,7 @@ class ServiceSessions(ServiceModels):
         session = self.load_session(chosen)
         session.label = title
         self._save(session)
-        return self.session_out(self._summary(session))
+        return self._out(session.id, session.label, session.created_at, session.updated_at)
 
     def delete_session(self, session_id: str) -> None:
         chosen = self.session_id(session_id)

@@ -12,13 +12,11 @@ from typing import Any
 
 from fastapi import FastAPI
 
-import teaagent
-from teaagent._reload import TrustReloader, trust_reloader
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.relay_client import AsyncRelayClient
-from teaagent.service import install_toolkit
+from teaagent.service import service_app
 from teaagent.signing import Signer
 from teaagent.store import Store, open_node_store
 from teaagent_approver._audit import AUDIT_FILE_NAME, DecisionAudit
@@ -77,14 +75,13 @@ def _lifespan(
     settings: Settings,
     config: NodeConfig,
     signer: Signer,
-    token: str,
     metrics: ApproverMetrics,
     prefix: str,
-    trust: TrustReloader,
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            token = app.state.token
             store = await _open_store(stack, config, prefix)
             relay_url = settings.relay_url or config.relay_url
             verify = config.tls.client_verify()
@@ -113,7 +110,7 @@ def _lifespan(
                 settings=settings,
                 signer=signer,
                 notifier=notifies,
-                trust=trust,
+                trust=app.state.trust,
             )
             task = (
                 asyncio.create_task(engine.run(), name="teaagent-approver-engine")
@@ -161,31 +158,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """
     settings = settings or Settings()
     config = load_config(settings.config)
-    token = config.load_token()
     try:
         signer = config.signer()
     except SignatureError as exc:
         raise ConfigError(f"{config.path}: the node key cannot sign: {exc}") from exc
-    prefix = settings.store_prefix(config)
     metrics = ApproverMetrics()
-    trust = trust_reloader(
-        config, f"the approver of {config.agent_id}", metrics.trust_reloads, metrics.trust_generation
-    )
-    app = FastAPI(
-        title="teaagent approver",
-        version=teaagent.__version__,
+    app = service_app(
+        FastAPI,
+        "approver",
         description=DESCRIPTION,
-        lifespan=_lifespan(settings, config, signer, token, metrics, prefix, trust),
+        lifespan=_lifespan(settings, config, signer, metrics, settings.store_prefix(config)),
+        settings=settings,
+        config=config,
+        errors=ERRORS,
+        metrics=metrics,
+        body_limit=MAX_BODY_BYTES,
+        routers=(requests_router, operations_router),
+        reloads_trust=True,
     )
-    app.state.settings = settings
-    app.state.config = config
     app.state.engine = None
-    # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
-    app.state.trust = trust
-    app.state.stopping = asyncio.Event()  # set by serve_app on SIGTERM: long-polls answer at once
-    install_toolkit(app, errors=ERRORS, metrics=metrics, token=token, body_limit=MAX_BODY_BYTES)
-    app.include_router(requests_router)
-    app.include_router(operations_router)
     if settings.web:
         from teaagent_approver._web import install_web
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from teaagent.config import ApproverRule
 from teaagent.errors import SignatureError
@@ -24,9 +24,25 @@ from teaagent.relay_client import InboxItem
 from teaagent.signing import parse_sshsig
 from teaagent_approver._ledger import Record
 
-__all__ = ["RELAY_DECIDED_BY", "Received", "item_view", "matching_rule", "rule_view", "settled_sentence"]
+__all__ = [
+    "RELAY_DECIDED_BY",
+    "SHOWN_FIELDS",
+    "Received",
+    "item_view",
+    "matching_rule",
+    "rule_view",
+    "settled_sentence",
+    "shown_fields",
+]
 
 RELAY_DECIDED_BY = "relay"  # a decision this approver did not record: handed to the relay directly
+#: What an operator is shown of a request first, wherever it is shown (an ``Item``, a notification).
+SHOWN_FIELDS: Final = ("request_id", "origin", "tool_name", "arguments", "reason", "payload_digest")
+
+
+def shown_fields(request: object) -> dict[str, Any]:
+    """The :data:`SHOWN_FIELDS` of a request (a verified one, or a notification's copy), in order."""
+    return {name: getattr(request, name) for name in SHOWN_FIELDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +103,13 @@ def rule_view(found: tuple[int, ApproverRule] | None) -> dict[str, Any] | None:
     return {"index": index, "tool": rule.tool, "arguments": dict(rule.arguments), "decision": rule.decision}
 
 
+def _decision_view(kind: str, reason: str, by: str, key_fingerprint: str, at: int) -> dict[str, Any]:
+    """This node's decision on an item, as an ``Item`` shows it (``decision``)."""
+    return {"kind": kind, "reason": reason, "by": by, "key_fingerprint": key_fingerprint, "at": at}
+
+
 def _record_view(record: Record) -> dict[str, Any]:
-    return {
-        "kind": record.kind,
-        "reason": record.reason,
-        "by": record.by,
-        "key_fingerprint": record.key_fingerprint,
-        "at": record.signed_at,
-    }
+    return _decision_view(record.kind, record.reason, record.by, record.key_fingerprint, record.signed_at)
 
 
 def _relay_decision_view(decision: dict[str, Any]) -> dict[str, Any] | None:
@@ -109,13 +124,8 @@ def _relay_decision_view(decision: dict[str, Any]) -> dict[str, Any] | None:
     except (SignatureError, ValueError):
         key = ""  # a development signature carries no key
     signed_at = statement.get("signed_at")
-    return {
-        "kind": kind,
-        "reason": str(statement.get("reason", "")),
-        "by": RELAY_DECIDED_BY,
-        "key_fingerprint": key,
-        "at": signed_at if isinstance(signed_at, int) else 0,
-    }
+    at = signed_at if isinstance(signed_at, int) else 0
+    return _decision_view(kind, str(statement.get("reason", "")), RELAY_DECIDED_BY, key, at)
 
 
 def item_view(
@@ -148,12 +158,7 @@ def item_view(
         if state == "pending" and now > request.expires_at:
             state = "expired"
     return {
-        "request_id": request.request_id,
-        "origin": request.origin,
-        "tool_name": request.tool_name,
-        "arguments": request.arguments,
-        "reason": request.reason,
-        "payload_digest": request.payload_digest,
+        **shown_fields(request),
         "run_id": request.run_id,
         "call_id": request.call_id,
         "required_approvals": request.required_approvals,

@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import redis.exceptions
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline
 
 from teaagent._batch import Coalescer
 from teaagent.errors import StoreError
 from teaagent.store import REQUEST_RETENTION_SECONDS, Store
+from teaagent.store._keys import ApproverKeys
 
 __all__ = ["MAX_BATCH", "Claim", "DecisionKind", "Ledger", "Record"]
 
@@ -150,6 +153,9 @@ class _AttachCall:
     signature: str
 
 
+_Pipe = Pipeline | ClusterPipeline  # one server's, or a cluster's
+
+
 def _ttl(expires_at: int, now: float) -> int:
     """Seconds a key of a request lives: until its expiry plus the inbox's retention."""
     return max(int(expires_at - now), 0) + REQUEST_RETENTION_SECONDS
@@ -196,22 +202,41 @@ class Ledger:
         """
         return await self._attaches.call(_AttachCall(origin, request_id, expires_at, signature))
 
-    async def _claim_many(self, calls: list[_ClaimCall]) -> list[Claim | Exception]:
-        now = time.time()
+    async def _pipelined(
+        self,
+        refs: Sequence[tuple[str, str]],
+        queue: Callable[[_Pipe, ApproverKeys, int], object],
+    ) -> list[list[Any]]:
+        """Queue ``queue(pipe, keys, index)`` for each ``(origin, request_id)`` in one pipeline (no
+        transaction); return each one's replies.
+
+        Raises:
+            StoreError: Redis failed.
+            ValueError: A malformed origin or id.
+        """
         try:
             async with self._client.pipeline(transaction=False) as pipe:
-                for call in calls:
-                    keys = self._keys.approver_item(call.origin, call.request_id)
-                    pipe.set(keys.decision, call.record.to_bytes(), nx=True, ex=_ttl(call.expires_at, now))
-                    # Read after the SET, in the same pipeline: the record that stands, ours or not.
-                    pipe.get(keys.decision)
-                    pipe.get(keys.signature)
+                for index, (origin, request_id) in enumerate(refs):
+                    queue(pipe, self._keys.approver_item(origin, request_id), index)
                 replies = await pipe.execute()
         except redis.exceptions.RedisError as exc:
             raise self._failed(exc) from exc
+        each = len(replies) // len(refs)
+        return [replies[each * index : each * index + each] for index in range(len(refs))]
+
+    async def _claim_many(self, calls: list[_ClaimCall]) -> list[Claim | Exception]:
+        now = time.time()
+
+        def queue(pipe: _Pipe, keys: ApproverKeys, index: int) -> None:
+            call = calls[index]
+            pipe.set(keys.decision, call.record.to_bytes(), nx=True, ex=_ttl(call.expires_at, now))
+            # Read after the SET, in the same pipeline: the record that stands, ours or not.
+            pipe.get(keys.decision)
+            pipe.get(keys.signature)
+
+        replies = await self._pipelined([(call.origin, call.request_id) for call in calls], queue)
         claims: list[Claim | Exception] = []
-        for index, call in enumerate(calls):
-            written, stored, signature = replies[3 * index : 3 * index + 3]
+        for call, (written, stored, signature) in zip(calls, replies, strict=True):
             try:
                 record = call.record if written else Record.from_bytes(stored)
             except ValueError as exc:
@@ -222,16 +247,15 @@ class Ledger:
 
     async def _attach_many(self, calls: list[_AttachCall]) -> list[str | Exception]:
         now = time.time()
-        try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for call in calls:
-                    keys = self._keys.approver_item(call.origin, call.request_id)
-                    pipe.set(keys.signature, call.signature, nx=True, ex=_ttl(call.expires_at, now))
-                    pipe.get(keys.signature)
-                replies = await pipe.execute()
-        except redis.exceptions.RedisError as exc:
-            raise self._failed(exc) from exc
-        return [_text(replies[2 * index + 1]) or call.signature for index, call in enumerate(calls)]
+
+        def queue(pipe: _Pipe, keys: ApproverKeys, index: int) -> None:
+            pipe.set(keys.signature, calls[index].signature, nx=True, ex=_ttl(calls[index].expires_at, now))
+            pipe.get(keys.signature)
+
+        replies = await self._pipelined([(call.origin, call.request_id) for call in calls], queue)
+        return [
+            _text(stored) or call.signature for call, (_written, stored) in zip(calls, replies, strict=True)
+        ]
 
     async def read(self, refs: Sequence[tuple[str, str]]) -> list[tuple[Record | None, str | None]]:
         """Return the recorded decision and the standing signature of each ``(origin, request_id)``.
@@ -242,18 +266,13 @@ class Ledger:
         """
         if not refs:
             return []
-        try:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for origin, request_id in refs:
-                    keys = self._keys.approver_item(origin, request_id)
-                    pipe.get(keys.decision)
-                    pipe.get(keys.signature)
-                replies = await pipe.execute()
-        except redis.exceptions.RedisError as exc:
-            raise self._failed(exc) from exc
+
+        def queue(pipe: _Pipe, keys: ApproverKeys, _index: int) -> None:
+            pipe.get(keys.decision)
+            pipe.get(keys.signature)
+
         found: list[tuple[Record | None, str | None]] = []
-        for index in range(len(refs)):
-            stored, signature = replies[2 * index : 2 * index + 2]
+        for stored, signature in await self._pipelined(refs, queue):
             record = None if stored is None else Record.from_bytes(stored)
             found.append((record, (record.signature if record else None) or _text(signature)))
         return found

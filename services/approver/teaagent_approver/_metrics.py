@@ -52,4 +52,4 @@ class ApproverMetrics(ServiceMetrics):
             "Rounds of the engine that failed: relay or redis unreachable, or other (see the log).",
             "kind",
         )
-        self.trust_reloads, self.trust_generation = self.trust_metrics()
+        self.trust_metrics()

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from teaagent.service import SettledOut
+
 __all__ = [
     "AGENT_ID",
     "ApproveIn",
@@ -53,14 +55,6 @@ class RuleOut(BaseModel):
     tool: str
     arguments: dict[str, str]
     decision: Literal["approve", "deny", "ask"]
-
-
-class SettledOut(BaseModel):
-    """A request's outcome at its origin, as evidence verified here proves it."""
-
-    outcome: Literal["approved", "denied"]
-    decided_by: list[str] = Field(description="The counted approvers, or deniers, in peer order.")
-    at: int = Field(description="The latest signed_at of those decisions, Unix seconds.")
 
 
 class ItemOut(BaseModel):

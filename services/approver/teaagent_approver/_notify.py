@@ -54,6 +54,7 @@ import httpx
 import teaagent
 from teaagent._words import moment
 from teaagent.quorum import ShownPolicy, shown_policy
+from teaagent_approver._items import shown_fields
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -169,6 +170,11 @@ class _Request:
     @property
     def key(self) -> tuple[str, str]:
         return (self.origin, self.request_id)
+
+    @property
+    def named(self) -> str:
+        """``request <id> from <origin>``, as the log names it."""
+        return f"request {self.request_id} from {self.origin}"
 
 
 @dataclass
@@ -404,12 +410,10 @@ class Notifier:
         self._remove(oldest)
         self._stats.dropped_full += 1
         logger.warning(
-            "The notification queue for %s is full (%d requests): request %s from %s, the oldest, "
-            "is dropped unnotified.",
+            "The notification queue for %s is full (%d requests): %s, the oldest, is dropped unnotified.",
             self.where,
             self._max_pending,
-            oldest.request.request_id,
-            oldest.request.origin,
+            oldest.request.named,
         )
 
     def _start(self) -> None:
@@ -493,23 +497,16 @@ class Notifier:
         if outcome.kind == "delivered":
             self._remove(entry)
             self._stats.delivered += 1
-            logger.info(
-                "Notified %s of request %s from %s (attempt %d).",
-                self.where,
-                request.request_id,
-                request.origin,
-                entry.attempts,
-            )
+            logger.info("Notified %s of %s (attempt %d).", self.where, request.named, entry.attempts)
             return
         self._stats.failed_attempts += 1
         if outcome.kind == "refused":
             self._remove(entry)
             self._stats.dropped_refused += 1
             logger.error(
-                "The webhook at %s refused the notification of request %s from %s (%s); it is not retried.",
+                "The webhook at %s refused the notification of %s (%s); it is not retried.",
                 self.where,
-                request.request_id,
-                request.origin,
+                request.named,
                 outcome.detail,
             )
             return
@@ -526,10 +523,9 @@ class Notifier:
             self._drop_expired(entry, f"it expires before the next attempt (last: {outcome.detail})")
             return
         logger.warning(
-            "Notifying %s of request %s from %s failed (%s, attempt %d); retrying in %.1f s.",
+            "Notifying %s of %s failed (%s, attempt %d); retrying in %.1f s.",
             self.where,
-            entry.request.request_id,
-            entry.request.origin,
+            entry.request.named,
             outcome.detail,
             entry.attempts,
             start - loop.time(),
@@ -540,10 +536,9 @@ class Notifier:
         self._remove(entry)
         self._stats.dropped_expired += 1
         logger.warning(
-            "The notification of request %s from %s is dropped after %d attempts without a 2xx from %s: "
+            "The notification of %s is dropped after %d attempts without a 2xx from %s: "
             "%s (the request's expiry: %s).",
-            entry.request.request_id,
-            entry.request.origin,
+            entry.request.named,
             entry.attempts,
             self.where,
             why,
@@ -583,12 +578,7 @@ class Notifier:
             return {
                 "event": EVENT,
                 "node": self._agent_id,
-                "request_id": request.request_id,
-                "origin": request.origin,
-                "tool_name": request.tool_name,
-                "arguments": request.arguments,
-                "reason": request.reason,
-                "payload_digest": request.payload_digest,
+                **shown_fields(request),
                 "expires_at": request.expires_at,
                 "seconds_left": seconds_left,
                 "approve_command": approve,

@@ -56,6 +56,7 @@ from teaagent_approver._audit import AuditWriteError
 from teaagent_approver._engine import Engine, Outcome, Proposal
 from teaagent_approver._errors import ApiError, sentence
 from teaagent_approver._items import Received, item_view
+from teaagent_approver._ledger import DecisionKind, Record
 from teaagent_approver._models import (
     AGENT_ID,
     MAX_REASON_CHARS,
@@ -189,20 +190,34 @@ def _decision_out(item: Received, outcome: Outcome) -> dict[str, Any]:
     }
 
 
+def _decided_otherwise(record: Record, request_id: str) -> ApiError:
+    """409 ``conflict``: this node recorded the other decision on the request first."""
+    done = "approved" if record.kind == "approval" else "denied"
+    return ApiError(
+        409,
+        "conflict",
+        f"This node already {done} request {request_id} ({record.by}); "
+        "it never signs another decision on it.",
+    )
+
+
 async def _decide(engine: Engine, item: Received, proposal: Proposal) -> dict[str, Any]:
     try:
         outcome = await engine.settle(item, proposal)
     except AuditWriteError as exc:
         raise ApiError(503, "unavailable", sentence(str(exc))) from exc
     if outcome.record.kind != proposal.kind:
-        done = "approved" if outcome.record.kind == "approval" else "denied"
-        raise ApiError(
-            409,
-            "conflict",
-            f"This node already {done} request {item.request.request_id} ({outcome.record.by}); "
-            "it never signs another decision on it.",
-        )
+        raise _decided_otherwise(outcome.record, item.request.request_id)
     return _decision_out(item, outcome)
+
+
+async def _node_key_decides(
+    engine: Engine, request_id: str, body: ApproveIn | DenyIn, kind: DecisionKind
+) -> dict[str, Any]:
+    """An operator's approval or denial through this API, signed with the node key."""
+    item = await _find(engine, request_id, body.origin)
+    _check_expected(item, body.expect_tool_name, body.expect_payload_digest)
+    return await _decide(engine, item, Proposal(kind=kind, reason=body.reason, by="operator"))
 
 
 async def _listing(
@@ -324,13 +339,7 @@ async def get_statement(
     engine.check_signable(item, now)
     [(record, _signature)] = await engine.ledger.read([item.ref])
     if record is not None and record.kind != kind:
-        done = "approved" if record.kind == "approval" else "denied"
-        raise ApiError(
-            409,
-            "conflict",
-            f"This node already {done} request {request_id} ({record.by}); "
-            "it never signs another decision on it.",
-        )
+        raise _decided_otherwise(record, request_id)
     statement = engine.statement_for(item.request, kind, reason, int(now))
     return {"statement": statement, "bytes": statement_bytes(statement).decode("utf-8")}
 
@@ -344,9 +353,7 @@ async def get_statement(
 async def approve(request_id: RequestId, body: ApproveIn, engine: EngineDep, _auth: Authorized) -> Any:
     """Record, sign (node key), audit and forward this node's approval. The same call again
     answers the recorded decision; a denial recorded before is 409 ``conflict``."""
-    item = await _find(engine, request_id, body.origin)
-    _check_expected(item, body.expect_tool_name, body.expect_payload_digest)
-    return await _decide(engine, item, Proposal(kind="approval", reason=body.reason, by="operator"))
+    return await _node_key_decides(engine, request_id, body, "approval")
 
 
 @requests_router.post(
@@ -357,9 +364,7 @@ async def approve(request_id: RequestId, body: ApproveIn, engine: EngineDep, _au
 )
 async def deny(request_id: RequestId, body: DenyIn, engine: EngineDep, _auth: Authorized) -> Any:
     """Record, sign (node key), audit and forward this node's denial with its reason."""
-    item = await _find(engine, request_id, body.origin)
-    _check_expected(item, body.expect_tool_name, body.expect_payload_digest)
-    return await _decide(engine, item, Proposal(kind="denial", reason=body.reason, by="operator"))
+    return await _node_key_decides(engine, request_id, body, "denial")
 
 
 @requests_router.post(

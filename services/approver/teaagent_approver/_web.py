@@ -30,8 +30,9 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -449,24 +450,41 @@ async def _rebuilt(
         raise Refused(422, f"The statement cannot be built: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class _Offered:
+    """The statement a signing page offers, as its address names it: the request (path), the
+    decision's kind and reason, and ``at``, when the statement was dated (query)."""
+
+    origin: str
+    request_id: str
+    kind: str = "approval"
+    reason: str = ""
+    at: str = ""
+
+    def decision(self) -> Literal["approval", "denial"]:
+        """The kind of decision offered, once the address names a request.
+
+        Raises:
+            ApiError: 404 ``not_found``: the address names no request.
+            Refused: 422: the kind is neither ``approval`` nor ``denial``.
+        """
+        _ref(self.origin, self.request_id)
+        return _kind(self.kind)
+
+
+Offered = Annotated[_Offered, Depends()]
+
+
 @router.get("/requests/{origin}/{request_id}/own-key")
-async def own_key_page(
-    request: Request,
-    origin: str,
-    request_id: str,
-    session: SignedIn,
-    kind: str = "approval",
-    reason: str = "",
-    at: str = "",
-) -> Response:
+async def own_key_page(request: Request, offered: Offered, session: SignedIn) -> Response:
     """The statement to sign, its ``ssh-keygen`` line and the upload form.
 
     The statement is dated once (``at``, added to the address by a redirect): going back to the
     page, or reloading it, shows the very statement that was downloaded and signed.
     """
+    origin, request_id, reason, at = offered.origin, offered.request_id, offered.reason, offered.at
     try:
-        _ref(origin, request_id)
-        decision = _kind(kind)
+        decision = offered.decision()
         if decision == "denial" and not reason.strip():
             raise Refused(422, "A denial needs a reason for the origin's operators; write one and try again.")
         if len(reason) > MAX_REASON_CHARS:
@@ -539,22 +557,17 @@ def _url_quote(text: str) -> str:
 
 
 @router.get("/requests/{origin}/{request_id}/statement")
-async def statement_file(
-    request: Request,
-    origin: str,
-    request_id: str,
-    session: SignedIn,
-    kind: str = "approval",
-    reason: str = "",
-    at: str = "",
-) -> Response:
+async def statement_file(request: Request, offered: Offered, session: SignedIn) -> Response:
+    """The offered statement as a file to sign (``at`` names the time it was dated)."""
     try:
-        _ref(origin, request_id)
-        decision = _kind(kind)
+        decision = offered.decision()
         engine = await _engine(request)
-        statement = await _rebuilt(engine, origin, request_id, decision, reason, at, None, None)
+        statement = await _rebuilt(
+            engine, offered.origin, offered.request_id, decision, offered.reason, offered.at, None, None
+        )
     except (Refused, ApiError, StoreError) as exc:
         return _refusal_page(request, session, exc)
+    request_id = offered.request_id
     return Response(
         statement_bytes(statement),
         media_type="application/json",

@@ -10,11 +10,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-import teaagent
-from teaagent._reload import TrustReloader, trust_reloader
 from teaagent._tasks import cancel_and_wait
 from teaagent.config import NodeConfig, load_config
-from teaagent.service import install_toolkit
+from teaagent.service import service_app
 from teaagent.store import Store, open_node_store
 from teaagent_relay._errors import ERRORS
 from teaagent_relay._fast import RelayApp, hot_routes
@@ -50,7 +48,7 @@ async def _open_store(stack: AsyncExitStack, config: NodeConfig, prefix: str) ->
 
 
 def _lifespan(
-    settings: Settings, config: NodeConfig, metrics: RelayMetrics, prefix: str, trust: TrustReloader
+    settings: Settings, config: NodeConfig, metrics: RelayMetrics, prefix: str
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,7 +60,7 @@ def _lifespan(
                 settings=settings,
                 metrics=metrics,
                 stopping=app.state.stopping,
-                trust=trust,
+                trust=app.state.trust,
             )
             task: asyncio.Task[None] | None = None
             if settings.deliver:
@@ -107,35 +105,27 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     """
     settings = settings or Settings()
     config = load_config(settings.config)
-    # Read now, not in the lifespan: a missing key or an unusable token file fails before serving.
-    token = config.load_token()
+    # Read now, not in the lifespan: a missing key (and an unusable token file: service_app) fails
+    # before serving.
     config.own_public_key()
-    prefix = settings.store_prefix(config)
     metrics = RelayMetrics()
-    trust = trust_reloader(
-        config, f"the relay of {config.agent_id}", metrics.trust_reloads, metrics.trust_generation
-    )
-    app = RelayApp(
-        title="teaagent relay",
-        version=teaagent.__version__,
+    app = service_app(
+        RelayApp,
+        "relay",
         description=DESCRIPTION,
-        lifespan=_lifespan(settings, config, metrics, prefix, trust),
+        lifespan=_lifespan(settings, config, metrics, settings.store_prefix(config)),
+        settings=settings,
+        config=config,
+        errors=ERRORS,
+        metrics=metrics,
+        body_limit=MAX_BODY_BYTES,
+        routers=(requests_router, inbox_router, deliveries_router, operations_router),
+        reloads_trust=True,
         # The relay's own metrics count and time every call (/metrics); FastAPI's OpenTelemetry
         # hooks stay off rather than look for a provider on every call.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    app.state.settings = settings
-    app.state.config = config
     app.state.relay = None
-    # Read again on SIGHUP (teaagent.cli._serve) and on POST /v1/reload: peers, operators, allowed_signers.
-    app.state.trust = trust
-    # Set by `teaagent relay serve` (teaagent.cli._serve) when a stop signal comes: long-polls answer.
-    app.state.stopping = asyncio.Event()
-    install_toolkit(app, errors=ERRORS, metrics=metrics, token=token, body_limit=MAX_BODY_BYTES)
-    app.include_router(requests_router)
-    app.include_router(inbox_router)
-    app.include_router(deliveries_router)
-    app.include_router(operations_router)
     # The quorum's hot calls (the decisions among them): routes at the head of the one router,
     # each handing what it does not read exactly as documented to its FastAPI route (_fast.py).
     app.router.routes[:0] = hot_routes(requests_router, inbox_router)

@@ -127,6 +127,10 @@ class RelayBase:
         """The node configuration, its trust as of the last reload."""
         return self.reloader.trust.config
 
+    def _not_this_node(self, named: str) -> ApiError:
+        """403 ``forbidden``: a document names ``named`` (its origin, say) where this node must stand."""
+        return ApiError(403, "forbidden", sentence(f"{named} is not this node ({self.agent_id})"))
+
     def _verified_withdrawal(
         self,
         request: dict[str, Any],

@@ -53,4 +53,4 @@ class RelayMetrics(ServiceMetrics):
             "Long-polls being answered now: inbox (GET /v1/inbox with wait) or outcome (GET with wait).",
             "kind",
         )
-        self.trust_reloads, self.trust_generation = self.trust_metrics()
+        self.trust_metrics()

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from teaagent.service import SettledOut
+
 __all__ = [
     "DecisionReceiptOut",
     "DeliveryOut",
@@ -78,14 +80,6 @@ class SettlementIn(BaseModel):
         default=None,
         description="The signed denials ({statement, signature}) that made it fail (denied).",
     )
-
-
-class SettledOut(BaseModel):
-    """What verified evidence proves of a request's outcome at its origin."""
-
-    outcome: Literal["approved", "denied"]
-    decided_by: list[str] = Field(description="The counted approvers, or deniers, in peer order.")
-    at: int = Field(description="The latest signed_at of those decisions, Unix seconds.")
 
 
 class SettlementReceiptOut(BaseModel):

@@ -154,11 +154,7 @@ class OwnRequests(RelayBase):
             raise ApiError(422, "invalid", sentence(problem))
         request_id = request["request_id"]
         if request["origin"] != self.agent_id:
-            raise ApiError(
-                403,
-                "forbidden",
-                f"The request's origin {request['origin']} is not this node ({self.agent_id}).",
-            )
+            raise self._not_this_node(f"the request's origin {request['origin']}")
         peers, required = self._counting(request)
         if required > len(peers):
             raise ApiError(
@@ -434,11 +430,7 @@ class OwnRequests(RelayBase):
         request = known.request
         origin = statement.get("origin")
         if origin != self.agent_id:
-            raise ApiError(
-                403,
-                "forbidden",
-                sentence(f"the withdrawal's origin {origin!r} is not this node ({self.agent_id})"),
-            )
+            raise self._not_this_node(f"the withdrawal's origin {origin!r}")
         now = time.time()
         data = self._verified_withdrawal(
             request, statement, signature, self.own_node_key, whose="this node's own key", now=now

@@ -52,6 +52,21 @@ def _clause(error: BaseException) -> str:
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
+def _dev_passes(signature: str, signer: str, subject: str, *, whose: str, on: str, allow_dev: bool) -> bool:
+    """Whether ``signature`` is a development signature this node accepts for ``signer``
+    (:func:`teaagent.quorum.dev_signature_passes`); False for a real signature.
+
+    Raises:
+        ApiError: 403 ``bad_signature``: a development signature this node does not accept.
+    """
+    try:
+        return dev_signature_passes(
+            signature, signer, allow_dev=allow_dev, subject=subject, whose=whose, on=on
+        )
+    except SignatureError as exc:
+        raise ApiError(403, "bad_signature", str(exc)) from None
+
+
 def check_request_signature(
     request: Mapping[str, Any], signature: str, keys: Sequence[SignerKey], *, allow_dev: bool, whose: str
 ) -> str:
@@ -65,19 +80,11 @@ def check_request_signature(
         ApiError: 403 ``bad_signature`` when it does not verify with any of ``keys``, or was made
             by one that may not sign it (``whose`` names the keys in the message).
     """
-    origin = request["origin"]
-    try:
-        if dev_signature_passes(
-            signature,
-            origin,
-            allow_dev=allow_dev,
-            subject="The request signature",
-            whose=whose,
-            on=f"request {request['request_id']}",
-        ):
-            return signature
-    except SignatureError as exc:
-        raise ApiError(403, "bad_signature", str(exc)) from None
+    on = f"request {request['request_id']}"
+    if _dev_passes(
+        signature, request["origin"], "The request signature", whose=whose, on=on, allow_dev=allow_dev
+    ):
+        return signature
     try:
         verify_request_signature(request, signature, keys)
         return wire_signature(signature)
@@ -151,19 +158,9 @@ def verify_decision(
             names them in the message), 422 ``invalid`` when the statement cannot be written as
             canonical JSON.
     """
-    signer = rebuilt["signer"]
-    try:
-        if dev_signature_passes(
-            signature,
-            signer,
-            allow_dev=allow_dev,
-            subject=f"The {kind}",
-            whose=whose,
-            on=f"the {kind} of request {rebuilt['request_id']}",
-        ):
-            return signature
-    except SignatureError as exc:
-        raise ApiError(403, "bad_signature", str(exc)) from None
+    on = f"the {kind} of request {rebuilt['request_id']}"
+    if _dev_passes(signature, rebuilt["signer"], f"The {kind}", whose=whose, on=on, allow_dev=allow_dev):
+        return signature
     try:
         data = statement_bytes(rebuilt)
     except ValueError as exc:
