@@ -50,6 +50,7 @@ from teaagent.quorum._request import (
     build_request,
     request_policy,
     request_problem,
+    request_time_problem,
     sign_request,
     validate_request,
     verify_request_signature,
@@ -71,6 +72,7 @@ from teaagent.quorum._statements import (
 from teaagent.quorum._tally import Tally, is_expired, quorum_state
 from teaagent.quorum._verified import VerifiedRequest, verify_request
 from teaagent.quorum._withdrawal import (
+    check_withdrawal_time,
     sign_withdrawal,
     verify_withdrawal,
     withdrawal_problem,
@@ -109,6 +111,7 @@ __all__ = [
     "canonical",
     "check_rebuilt",
     "check_signing_time",
+    "check_withdrawal_time",
     "decision_kind",
     "denial_statement",
     "describe_needs",
@@ -126,6 +129,7 @@ __all__ = [
     "request_policy",
     "request_problem",
     "request_statement",
+    "request_time_problem",
     "shown_policy",
     "sign_approval",
     "sign_denial",

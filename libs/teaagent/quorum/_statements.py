@@ -23,6 +23,7 @@ from teaagent.quorum._documents import (
     DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
     copied,
+    dated_ahead,
     is_agent_id,
     is_int,
     is_time,
@@ -162,11 +163,9 @@ def check_signing_time(
             f"{subject} was signed at {moment(signed_at, now)}, after the request expired at "
             f"{moment(expires_at, now)}"
         )
-    if signed_at > now + MAX_CLOCK_SKEW_SECONDS:
-        raise StatementTimeError(
-            f"{subject} is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-            "in the future"
-        )
+    ahead = dated_ahead(signed_at, now, subject=subject)
+    if ahead is not None:
+        raise StatementTimeError(ahead)
 
 
 def verify_decision(statement: Mapping[str, Any], signature: str, keys: Sequence[SignerKey]) -> SignerKey:
