@@ -67,6 +67,7 @@ from teaagent.quorum._statements import (
     rebuild_decision,
     sign_approval,
     sign_denial,
+    stated_kind,
     verify_decision,
 )
 from teaagent.quorum._tally import Tally, is_expired, quorum_state
@@ -136,6 +137,7 @@ __all__ = [
     "sign_request",
     "sign_withdrawal",
     "signing_key",
+    "stated_kind",
     "statement_bytes",
     "validate_request",
     "verify_certificate",

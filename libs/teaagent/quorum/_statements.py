@@ -47,6 +47,7 @@ __all__ = [
     "sign_approval",
     "sign_denial",
     "signed_at_of",
+    "stated_kind",
     "verify_decision",
 ]
 
@@ -96,6 +97,15 @@ def decision_kind(statement: Mapping[str, Any]) -> DecisionKind:
     if kind is None:
         raise StatementMismatchError(f"the statement's type is neither {APPROVAL_TYPE} nor {DENIAL_TYPE}")
     return kind  # type: ignore[return-value]
+
+
+def stated_kind(statement: Mapping[str, Any]) -> DecisionKind:
+    """The kind a statement states, for words only: ``denial`` for a denial's type, else ``approval``.
+
+    Never a check: :func:`decision_kind` refuses any other type, and the rebuilt statement of the
+    kind said here is what a check compares.
+    """
+    return "denial" if statement.get("type") == DENIAL_TYPE else "approval"
 
 
 def rebuild_decision(
