@@ -135,9 +135,7 @@ def test_a_withdrawal_may_be_dated_up_to_the_clock_skew_ahead_and_no_further() -
     )
 
 
-def test_a_request_created_beyond_the_clock_skew_ahead_is_refused_in_the_same_words_as_a_statement() -> (
-    None
-):
+def test_a_request_created_beyond_the_clock_skew_ahead_is_refused() -> None:
     created = REQUEST["created_at"]
     assert request_time_problem(REQUEST, created - 60) is None
     assert request_time_problem(REQUEST, created - 61) == (

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from teaagent._fields import json_fields
 from teaagent._words import approvals_of, needed_from, plural
 from teaagent.errors import QuorumError, SignatureError, StatementError
 from teaagent.quorum._documents import (
@@ -131,22 +132,8 @@ class QuorumOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the outcome as a JSON-ready dict (for the relay's responses and the audit log)."""
-        return {
-            "state": self.state,
-            "request_id": self.request_id,
-            "origin": self.origin,
-            "tool_name": self.tool_name,
-            "payload_digest": self.payload_digest,
-            "required": self.required,
-            "peers": list(self.peers),
-            "signers": list(self.signers),
-            "denied_by": list(self.denied_by),
-            "denial_reasons": dict(self.denial_reasons),
-            "rejected": dict(self.rejected),
-            "rejected_denials": dict(self.rejected_denials),
-            "approvals": [dict(approval) for approval in self.approvals],
-            "dev_signers": list(self.dev_signers),
-        } | ({} if self.policy is None else {"policy": self.policy_view()})
+        view = {} if self.policy is None else {"policy": self.policy_view()}
+        return json_fields(self, leave_out=("policy",)) | view
 
     def policy_view(self) -> dict[str, Any]:
         """The version 2 policy and its terms' counts, JSON-ready (empty for version 1)."""
