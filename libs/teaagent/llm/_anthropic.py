@@ -95,7 +95,7 @@ class AnthropicAdapter(HTTPAdapter):
     def build_body(
         self, request: LLMRequest, names: ToolNameMap, *, model: str, stream: bool
     ) -> dict[str, Any]:
-        """Return the Messages body for ``request``; its errors are :meth:`HTTPAdapter.build_body`'s."""
+        """Return the Messages body for ``request``; errors as :meth:`HTTPAdapter.build_body`."""
         system: list[str] = []
         turns: list[dict[str, Any]] = []
         for message in request.messages:

@@ -85,7 +85,7 @@ class OpenAIAdapter(HTTPAdapter):
     def build_body(
         self, request: LLMRequest, names: ToolNameMap, *, model: str, stream: bool
     ) -> dict[str, Any]:
-        """Return the Chat Completions body for ``request``; its errors are :meth:`HTTPAdapter.build_body`'s."""
+        """Return the Chat Completions body for ``request``; errors as :meth:`HTTPAdapter.build_body`."""
         body: dict[str, Any] = {
             "model": model,
             "messages": [_wire_message(message, names) for message in request.messages],
