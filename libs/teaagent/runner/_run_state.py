@@ -113,12 +113,18 @@ class RunState(Usage):
         return {
             "status": outcome.status,
             "error_message": outcome.error_message,
+            **self.counts(),
+            "cancelled": cancelled,
+        }
+
+    def counts(self) -> dict[str, Any]:
+        """What the run counted, as the ``run_end`` record and :class:`RunResult` both name it."""
+        return {
             "iterations": self.iterations,
             "tool_calls": self.tool_calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_cents": self.cost_cents,
-            "cancelled": cancelled,
         }
 
     def result(self, run_id: str, outcome: Outcome, metadata: dict[str, Any]) -> RunResult:
@@ -126,14 +132,10 @@ class RunState(Usage):
         return RunResult(
             run_id=run_id,
             final_answer=outcome.final_answer,
-            iterations=self.iterations,
-            tool_calls=self.tool_calls,
             status=outcome.status,
             metadata=metadata,
             error_message=outcome.error_message,
-            cost_cents=self.cost_cents,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
+            **self.counts(),
         )
 
 
