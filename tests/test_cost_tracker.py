@@ -440,3 +440,16 @@ def test_unreadable_entries_are_reported_not_fatal(
         f"skipping the run log {workspace / RUNS_DIR / 'dir.jsonl'}: it is not a regular file",
         f"skipping the run log {workspace / RUNS_DIR / 'link.jsonl'}: it is a symbolic link",
     ]
+
+
+def test_the_tracker_the_runner_and_the_agent_add_up_tokens_and_cost_as_one_usage() -> None:
+    from teaagent.cost_tracker import Usage
+    from teaagent.cost_tracker._tracker import _Totals
+    from teaagent.runner._run_state import RunState
+    from teaagent_agent._usage import Totals
+
+    usage = Usage()
+    usage.add_usage(10, 2, 0.5)
+    usage.add_usage(1, 1, 0.25)
+    assert (usage.input_tokens, usage.output_tokens, usage.cost_cents) == (11, 3, 0.75)
+    assert all(issubclass(counter, Usage) for counter in (_Totals, RunState, Totals))

@@ -551,3 +551,25 @@ def test_a_tool_call_without_an_id_gets_one_from_its_position() -> None:
     )
 
     assert response.tool_calls == [LLMToolCall("call_0", "fs.read", {"path": "a"})]
+
+
+def test_each_adapter_class_takes_its_defaults_from_its_providers_configuration() -> None:
+    from teaagent.llm import PROVIDER_CONFIGS, AnthropicAdapter, HTTPAdapter
+
+    for adapter_class in (OpenAIAdapter, OpenAICompatibleAdapter, AnthropicAdapter):
+        adapter = adapter_class(model="m")
+        config = PROVIDER_CONFIGS[adapter_class.PROVIDER]
+        assert (adapter.provider, adapter.base_url) == (config.name, config.base_url)
+        assert adapter._api_key_env == config.api_key_env
+    assert OpenAICompatibleAdapter(model="m", base_url="http://h/v1/").base_url == "http://h/v1"
+    assert OpenAIAdapter(model="m", max_tokens_field="max_tokens")._max_tokens_field == "max_tokens"
+    assert OpenAICompatibleAdapter(model="m")._max_tokens_field == "max_tokens"
+    assert OpenAIAdapter(model="m")._max_tokens_field == "max_completion_tokens"
+
+    class Nameless(OpenAIAdapter):
+        PROVIDER = ""
+
+    with pytest.raises(ValueError, match=r"^Nameless names no provider\.$"):
+        Nameless(model="m")
+    assert issubclass(Nameless, HTTPAdapter)
+    assert Nameless(model="m", provider="local").provider == "local"

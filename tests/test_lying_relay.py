@@ -355,6 +355,32 @@ async def test_the_label_swap_of_the_issue_is_refused_and_an_honest_relay_gets_b
             assert truth(beta, rm["request_id"])["decision"] is None
 
 
+@pytest.mark.anyio
+async def test_a_development_signature_the_relay_holds_as_this_nodes_decision_counts_only_as_its_own(
+    make_cluster: MakeCluster,
+) -> None:
+    """With ``allow_dev_signatures``, ``dev:beta`` on beta's own statement passes; nothing else does."""
+    nodes = make_cluster("alpha", "beta", required=1, star="alpha", allow_dev_signatures=True)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    with served(beta), LyingRelay(beta.url) as liar:
+        async with approver_behind(beta, liar) as client:
+            rm, echo = deliver(alpha, beta, RM), deliver(alpha, beta, ECHO)
+            liar.target = rm["request_id"]
+            cases = {
+                "dev:beta": (approval_statement(rm, "beta", rm["created_at"]), 200),
+                "dev:alpha": (approval_statement(rm, "beta", rm["created_at"]), 502),
+                "dev:": (approval_statement(rm, "beta", rm["created_at"]), 502),
+                "dev:beta on another statement": (approval_statement(echo, "beta", echo["created_at"]), 502),
+            }
+            for name, (statement, status) in cases.items():
+                decision = {"statement": statement, "signature": name.split()[0]}
+                liar.rewrite = lambda item, _other, decision=decision: {**item, "decision": decision}
+                shown = await client.get(f"/v1/requests/{rm['request_id']}")
+                assert shown.status_code == status, (name, shown.text)
+                if status == 502:
+                    assert shown.json()["error"] == "relay_disagrees", name
+
+
 class ServedApprover(ServedApp):
     """beta's approver on its own port, in a thread of this process, reading its relay at ``relay_url``."""
 

@@ -202,6 +202,11 @@ def test_streamable_http_needs_the_token_and_asks_by_returning_the_question(node
         async with httpx2.AsyncClient() as anonymous:
             refused = await anonymous.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == "Bearer"
+        assert refused.json() == {
+            "error": "unauthorized",
+            "message": "This MCP server needs the node's bearer token.",
+        }
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with (
             httpx2.AsyncClient(headers=headers) as http,

@@ -40,6 +40,7 @@ from teaagent.quorum import (
     is_dev_signature,
     rebuild_decision,
     sign_request,
+    stated_kind,
     verify_request,
     withdrawal_problem,
     withdrawal_statement,
@@ -212,6 +213,19 @@ def test_the_kind_is_read_from_the_type_only_when_it_is_one_of_the_two() -> None
     for declared in ("teaagent.request", None, ["teaagent.approval"]):
         with pytest.raises(StatementMismatchError, match=r"type is neither teaagent\.approval nor"):
             decision_kind({"type": declared})
+
+
+def test_the_kind_a_statement_states_names_a_denial_by_the_protocols_type() -> None:
+    from teaagent.approver_client._client import _Calls
+
+    denial = denial_statement(REQUEST, "beta", NOW, "no")
+    assert (stated_kind(denial), stated_kind(approval_statement(REQUEST, "beta", NOW))) == (
+        "denial",
+        "approval",
+    )
+    assert stated_kind({"type": "teaagent.request"}) == "approval"  # words only: decision_kind checks
+    submitted = _Calls.submit_decision(REQUEST["request_id"], denial, "sig", None)
+    assert submitted.what == f"the signed denial of request {REQUEST['request_id']}"
 
 
 @pytest.mark.parametrize(

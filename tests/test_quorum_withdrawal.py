@@ -10,10 +10,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from relay_support import shell_request
 
-from teaagent.errors import QuorumError, SignatureError
+from teaagent.errors import QuorumError, SignatureError, StatementTimeError
 from teaagent.quorum import (
     WITHDRAWAL_NAMESPACE,
     WITHDRAWAL_TYPE,
+    check_signing_time,
+    check_withdrawal_time,
+    request_time_problem,
     sign_withdrawal,
     statement_bytes,
     verify_withdrawal,
@@ -120,6 +123,27 @@ def test_a_withdrawal_lacking_a_field_is_refused() -> None:
     statement = withdrawal_statement(REQUEST, NOW + 10)
     del statement["payload_digest"]
     assert withdrawal_problem(REQUEST, statement) == "the withdrawal lacks the field payload_digest"
+
+
+def test_a_withdrawal_may_be_dated_up_to_the_clock_skew_ahead_and_no_further() -> None:
+    check_withdrawal_time(NOW + 60, NOW)  # rule 4's skew, inclusive
+    check_withdrawal_time(NOW + 10_000, NOW + 9_990)  # long after its request expired: no bound
+    with pytest.raises(StatementTimeError) as raised:
+        check_withdrawal_time(NOW + 61, NOW)
+    assert str(raised.value) == (
+        "The withdrawal is dated 2025-12-01 06:21:01Z, in 1m 01s, more than 60 seconds in the future."
+    )
+
+
+def test_a_request_created_beyond_the_clock_skew_ahead_is_refused() -> None:
+    created = REQUEST["created_at"]
+    assert request_time_problem(REQUEST, created - 60) is None
+    assert request_time_problem(REQUEST, created - 61) == (
+        f"request {REQUEST['request_id']} was created at 2025-12-01 06:20:00Z, in 1m 01s, more than 60 "
+        "seconds ahead of this node's clock"
+    )
+    with pytest.raises(StatementTimeError, match=r"^It is dated .*, in 1m 01s, more than 60 seconds in the"):
+        check_signing_time(created + 61, REQUEST, created, subject="it")
 
 
 def test_ssh_keygen_verifies_a_withdrawal(tmp_path: Path) -> None:

@@ -179,6 +179,19 @@ def test_repr_does_not_leak_the_secret() -> None:
         assert repr(SECRET) not in text
 
 
+def test_an_approval_request_is_the_policys_question_with_the_secret() -> None:
+    from teaagent.policy import PromptRequest
+
+    request = make_request()
+    assert isinstance(request, PromptRequest)
+    asked = PromptRequest(
+        **{field.name: getattr(request, field.name) for field in dataclasses.fields(PromptRequest)}
+    )
+    approval = ApprovalRequest.asking(asked)
+    assert approval == dataclasses.replace(request, workspace_secret=None)
+    assert [field.name for field in dataclasses.fields(ApprovalRequest)][-1] == "workspace_secret"
+
+
 # --- ApprovalRequest.to_dict -----------------------------------------------------------------
 
 

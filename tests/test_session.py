@@ -377,3 +377,17 @@ def test_a_runs_tool_calls_round_trip_and_only_the_conversation_is_conversationa
 def test_a_malformed_tool_field_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=r"a (message's|tool call)"):
         ChatMessage.from_dict(bad)
+
+
+def test_a_session_id_and_a_run_id_are_file_ids_refused_in_the_same_words() -> None:
+    from teaagent._files import FILE_ID_PATTERN, check_file_id
+    from teaagent.cost_tracker import RUN_ID_PATTERN, check_run_id
+    from teaagent.session import SESSION_ID_PATTERN, check_session_id
+
+    assert SESSION_ID_PATTERN is RUN_ID_PATTERN is FILE_ID_PATTERN
+    assert check_file_id("a-b_1", "thing id") == check_run_id("a-b_1") == check_session_id("a-b_1") == "a-b_1"
+    for check, what in ((check_run_id, "run id"), (check_session_id, "session id")):
+        with pytest.raises(
+            ValueError, match=rf"^{what} '\.\./x' must be 1 to 64 letters, digits, '_' or '-'\.$"
+        ):
+            check("../x")

@@ -6,23 +6,46 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from teaagent.errors import ConfigError
 
 __all__ = [
+    "FILE_ID_PATTERN",
     "FileSentences",
     "UnusableFileError",
     "atomic_write",
+    "check_file_id",
     "read_json_file",
     "read_limited",
     "sync_folder",
 ]
+
+
+#: An id that names a file of its own (a run log, a session): letters, digits, ``_`` and ``-`` only,
+#: so that no id reaches outside its folder.
+FILE_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def check_file_id(value: object, what: str) -> str:
+    """Return ``value`` after checking it can name a file of its own (:data:`FILE_ID_PATTERN`).
+
+    Args:
+        value: The id.
+        what: What it is, for the message (``run id``, ``session id``).
+
+    Raises:
+        ValueError: ``<what> <value!r> must be 1 to 64 letters, digits, '_' or '-'.``
+    """
+    if not isinstance(value, str) or FILE_ID_PATTERN.fullmatch(value) is None:
+        raise ValueError(f"{what} {value!r} must be 1 to 64 letters, digits, '_' or '-'.")
+    return value
 
 
 def sync_folder(folder: str | os.PathLike[str]) -> None:

@@ -32,6 +32,7 @@ from teaagent.approver_client._models import (
     StatementToSign,
 )
 from teaagent.errors import RelayError
+from teaagent.quorum import stated_kind
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_WAIT_SECONDS", "ApproverClient", "AsyncApproverClient"]
 
@@ -118,7 +119,7 @@ class _Calls:
     def submit_decision(
         request_id: str, statement: Mapping[str, Any], signature: str, expected: Expected | None
     ) -> Call[DecisionResult]:
-        kind = "denial" if statement.get("type") == "teaagent.denial" else "approval"
+        kind = stated_kind(statement)
         return Call(
             "POST",
             f"/v1/requests/{_path_id(request_id)}/decision",

@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from teaagent._fields import json_fields
 from teaagent.audit._event import GENESIS_HASH, canonical_json, chain_suffix
 from teaagent.audit._keys import check_chain_key, default_key_path, read_key_file
 from teaagent.errors import AuditVerificationError, ConfigError
@@ -99,17 +100,7 @@ class VerificationReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON values (what ``teaagent audit verify --json`` prints)."""
-        return {
-            "path": self.path,
-            "ok": self.ok,
-            "records": self.records,
-            "hmac_checked": self.hmac_checked,
-            "first_bad_line": self.first_bad_line,
-            "problem": None if self.problem is None else self.problem.value,
-            "reason": self.reason,
-            "last_event_hash": self.last_event_hash,
-            "message": self.message,
-        }
+        return json_fields(self) | {"message": self.message}
 
 
 class _BadLine(Exception):

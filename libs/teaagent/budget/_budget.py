@@ -95,6 +95,12 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
+def _check_limit(name: str, value: object, limit: int, noun: str) -> None:
+    """Refuse ``value`` (an int >= 0) above ``limit``: ``The run stopped at its limit of 3 iterations.``"""
+    if _require_int(name, value, minimum=0) > limit:
+        raise RunLimitError(f"The run stopped at its limit of {_count(limit, noun)}.")
+
+
 @dataclass(frozen=True)
 class RunBudget:
     """The hard limits of one agent run, checked by the runner before every step.
@@ -145,10 +151,7 @@ class RunBudget:
             TypeError: ``iteration`` is not an int.
             ValueError: ``iteration`` is negative.
         """
-        _require_int("iteration", iteration, minimum=0)
-        if iteration > self.max_iterations:
-            limit = _count(self.max_iterations, "iteration")
-            raise RunLimitError(f"The run stopped at its limit of {limit}.")
+        _check_limit("iteration", iteration, self.max_iterations, "iteration")
 
     def check_tool_calls(self, count: int) -> None:
         """Refuse the tool call that would bring the run's total to ``count`` when that is past the limit.
@@ -158,16 +161,12 @@ class RunBudget:
                 call runs, the next one raises.
 
         Raises:
-            RunLimitError: ``count`` > ``max_tool_calls``.
-            TypeError: ``count`` is not an int.
-            ValueError: ``count`` is negative.
+            RunLimitError: ``count`` > ``max_tool_calls`` (with a limit of 0, any call at all).
+            TypeError, ValueError: As :meth:`check_iteration` for its ``iteration``.
         """
-        _require_int("count", count, minimum=0)
-        if count > self.max_tool_calls:
-            if self.max_tool_calls == 0:
-                raise RunLimitError("The run may not call tools: its tool-call limit is 0.")
-            limit = _count(self.max_tool_calls, "tool call")
-            raise RunLimitError(f"The run stopped at its limit of {limit}.")
+        if self.max_tool_calls == 0 and _require_int("count", count, minimum=0) > 0:
+            raise RunLimitError("The run may not call tools: its tool-call limit is 0.")
+        _check_limit("count", count, self.max_tool_calls, "tool call")
 
     def check_cost(self, spent_cents: float) -> None:
         """Refuse to go on when the run has spent more than its cap.

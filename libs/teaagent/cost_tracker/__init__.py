@@ -30,6 +30,7 @@ The reports
 
 :class:`CostTracker` reads every ``*.jsonl`` of the folder and groups the cost by label, by model
 and by UTC day; malformed lines are skipped and counted in :attr:`CostTracker.skipped_lines`.
+Each of those sums, the runner's per run and the agent service's are a :class:`Usage`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from teaagent.cost_tracker._format import (
     check_run_id,
 )
 from teaagent.cost_tracker._tracker import CostTracker
+from teaagent.cost_tracker._usage import Usage
 from teaagent.cost_tracker._writer import RunLogWriter
 
 __all__ = [
@@ -67,5 +69,6 @@ __all__ = [
     "STATUS_PATTERN",
     "CostTracker",
     "RunLogWriter",
+    "Usage",
     "check_run_id",
 ]

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from teaagent._files import FILE_ID_PATTERN, check_file_id
+
 __all__ = [
     "MAX_LABEL_CHARS",
     "MAX_NAME_CHARS",
@@ -40,7 +42,7 @@ RUN_END: Final = "run_end"
 #: The record types this version writes and reads; readers ignore other types (later versions may add some).
 RECORD_TYPES: Final = (RUN_START, MODEL_CALL, RUN_END)
 #: A run id names its log file: letters, digits, ``_`` and ``-`` only, so no id reaches outside the folder.
-RUN_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+RUN_ID_PATTERN: Final = FILE_ID_PATTERN
 #: A run's final status: a lowercase word such as ``RunResult.status`` (``completed``, ``cost_exceeded``).
 STATUS_PATTERN: Final = re.compile(r"[a-z][a-z_]{0,31}")
 MAX_LABEL_CHARS: Final = 500  # a title a report can show
@@ -49,14 +51,8 @@ MAX_RECORD_BYTES: Final = 16 * 1024  # a record is about 200 bytes; a longer lin
 
 
 def check_run_id(run_id: object) -> str:
-    """Return ``run_id`` after checking it can name a run log.
-
-    Raises:
-        ValueError: It is not 1 to 64 letters, digits, ``_`` or ``-``.
-    """
-    if not isinstance(run_id, str) or RUN_ID_PATTERN.fullmatch(run_id) is None:
-        raise ValueError(f"run id {run_id!r} must be 1 to 64 letters, digits, '_' or '-'.")
-    return run_id
+    """Return ``run_id`` once it can name a run log (:func:`~teaagent._files.check_file_id`)."""
+    return check_file_id(run_id, "run id")
 
 
 def format_timestamp(moment: datetime | None) -> str:

@@ -21,6 +21,7 @@ from teaagent.cost_tracker._format import (
     RunStart,
     parse_record,
 )
+from teaagent.cost_tracker._usage import Usage
 
 __all__ = ["CostTracker"]
 
@@ -28,24 +29,17 @@ logger = logging.getLogger("teaagent.cost_tracker")
 
 
 @dataclass
-class _Totals:
-    cost_cents: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
+class _Totals(Usage):
     model_calls: int = 0
     runs: set[str] = field(default_factory=set)
 
     def add_call(self, call: ModelCall) -> None:
-        self.cost_cents += call.cost_cents
-        self.input_tokens += call.input_tokens
-        self.output_tokens += call.output_tokens
+        self.add_usage(call.input_tokens, call.output_tokens, call.cost_cents)
         self.model_calls += 1
         self.runs.add(call.run_id)
 
     def add(self, other: _Totals) -> None:
-        self.cost_cents += other.cost_cents
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
+        self.add_usage(other.input_tokens, other.output_tokens, other.cost_cents)
         self.model_calls += other.model_calls
         self.runs |= other.runs
 

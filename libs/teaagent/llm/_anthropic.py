@@ -24,29 +24,18 @@ Stop reasons: ``end_turn``, ``tool_use`` and ``max_tokens`` map to themselves,
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
-
-from teaagent.errors import LLMError, LLMRateLimitError, LLMResponseError
-from teaagent.llm._http import (
-    MAX_ATTEMPTS,
-    HTTPAdapter,
-    ParsedReply,
-    Sleep,
-    SSEEvent,
-    ToolNameMap,
-    json_event,
-    parse_arguments,
-    token_count,
-    tool_choice,
-    tool_description,
-)
-from teaagent.llm._providers import PROVIDER_CONFIGS
+from teaagent.errors import LLMError
+from teaagent.llm._http import HTTPAdapter, ParsedReply, json_event, token_count, tool_choice, wire_tools
 from teaagent.llm._types import LLMRequest, LLMToolCall
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from teaagent.llm._http import HTTPOptions, SSEEvent, ToolNameMap
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicAdapter"]
 
@@ -72,47 +61,23 @@ class AnthropicAdapter(HTTPAdapter):
 
     Args:
         model: The model used when a request's ``model`` is empty.
-        api_key: Sent as ``x-api-key``.
-        base_url: The API's base URL (``https://api.anthropic.com``); ``/v1/messages`` is appended.
-        provider: The provider name used for prices and messages.
-        api_key_env: The variable the key came from, named when the provider refuses it.
         default_max_tokens: Sent when a request's ``max_tokens`` is None.
-        http_client: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        timeout: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        max_attempts: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        sleep: See :class:`~teaagent.llm._http.HTTPAdapter`.
+        options: The keywords of :class:`~teaagent.llm._http.HTTPAdapter`; ``api_key`` is sent as
+            ``x-api-key``, ``/v1/messages`` is appended to ``base_url``; the defaults are the
+            ``anthropic`` provider's (``https://api.anthropic.com``, ``ANTHROPIC_API_KEY``).
 
     Raises:
         ValueError: ``max_attempts`` or ``default_max_tokens`` is below 1.
     """
 
+    PROVIDER = "anthropic"
+
     def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str = "",
-        base_url: str = PROVIDER_CONFIGS["anthropic"].base_url,
-        provider: str = "anthropic",
-        api_key_env: str = PROVIDER_CONFIGS["anthropic"].api_key_env,
-        default_max_tokens: int = DEFAULT_MAX_TOKENS,
-        http_client: httpx.AsyncClient | None = None,
-        timeout: httpx.Timeout | None = None,
-        max_attempts: int = MAX_ATTEMPTS,
-        sleep: Sleep = asyncio.sleep,
+        self, *, model: str, default_max_tokens: int = DEFAULT_MAX_TOKENS, **options: Unpack[HTTPOptions]
     ) -> None:
         if isinstance(default_max_tokens, bool) or default_max_tokens < 1:
             raise ValueError(f"default_max_tokens must be an int >= 1, not {default_max_tokens!r}.")
-        super().__init__(
-            provider=provider,
-            model=model,
-            base_url=base_url,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            http_client=http_client,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            sleep=sleep,
-        )
+        super().__init__(model=model, **options)
         self._default_max_tokens = default_max_tokens
 
     @property
@@ -130,12 +95,7 @@ class AnthropicAdapter(HTTPAdapter):
     def build_body(
         self, request: LLMRequest, names: ToolNameMap, *, model: str, stream: bool
     ) -> dict[str, Any]:
-        """Return the Messages body for ``request``.
-
-        Raises:
-            ValueError: A tool description is malformed or its name cannot be sent, or
-                ``tool_choice`` names no offered tool.
-        """
+        """Return the Messages body for ``request``; errors as :meth:`HTTPAdapter.build_body`."""
         system: list[str] = []
         turns: list[dict[str, Any]] = []
         for message in request.messages:
@@ -177,13 +137,10 @@ class AnthropicAdapter(HTTPAdapter):
         if system:
             body["system"] = "\n\n".join(system)
         if request.tools:
-            tools = []
-            for index, tool in enumerate(request.tools):
-                name, description, schema = tool_description(tool, index)
-                tools.append(
-                    {"name": names.to_wire(name), "description": description, "input_schema": schema}
-                )
-            body["tools"] = tools
+            body["tools"] = [
+                {"name": name, "description": description, "input_schema": schema}
+                for name, description, schema in wire_tools(request, names)
+            ]
         choice = tool_choice(request, names)
         if choice is not None:
             kind, value = choice
@@ -217,10 +174,7 @@ class AnthropicAdapter(HTTPAdapter):
                 text.append(block["text"])
             elif block.get("type") == "tool_use":
                 calls.append(self._tool_call(block.get("id"), block.get("name"), block.get("input"), names))
-        usage = document.get("usage") or {}
-        if not isinstance(usage, dict):
-            raise self._malformed("usage that is not an object")
-        input_tokens, output_tokens = self._usage(usage)
+        input_tokens, output_tokens = self._usage(self._usage_of(document))
         return ParsedReply(
             content="".join(text),
             stop_reason=_stop_reason(document.get("stop_reason"), bool(calls)),
@@ -287,9 +241,7 @@ class AnthropicAdapter(HTTPAdapter):
             elif kind == "error":
                 raise self._stream_error(data.get("error"))
         if stop_reason is None:
-            raise LLMResponseError(
-                f"The {self.provider} provider's stream ended before its reply was finished."
-            )
+            raise self._unfinished()
         calls = [
             self._tool_call(block.call_id, block.name, block.input_value(), names)
             for _, block in sorted(blocks.items())
@@ -316,24 +268,12 @@ class AnthropicAdapter(HTTPAdapter):
     ) -> LLMToolCall:
         if not isinstance(call_id, str) or not call_id or not isinstance(wire_name, str) or not wire_name:
             raise self._malformed("a tool_use block without an id and a name")
-        tool_name = names.from_wire(wire_name)
-        return LLMToolCall(
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=parse_arguments(self.provider, tool_name, arguments),
-        )
-
-    def _malformed(self, what: str) -> LLMResponseError:
-        return LLMResponseError(f"The {self.provider} provider sent {what}.")
+        return self._call(call_id, wire_name, arguments, names)
 
     def _stream_error(self, error: object) -> LLMError:
         kind = error.get("type") if isinstance(error, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
-        detail = " ".join(str(message or kind or "no explanation").split()).rstrip(".")
-        text = self._redact(f"The {self.provider} provider reported an error during its reply: {detail}.")
-        if kind == "rate_limit_error":
-            return LLMRateLimitError(text)
-        return LLMError(text)
+        return self._reported(message or kind, rate_limited=kind == "rate_limit_error")
 
 
 @dataclass

@@ -26,14 +26,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from teaagent.errors import LLMAuthenticationError, LLMError, LLMRateLimitError, LLMResponseError
 from teaagent.llm._pricing import ModelPrice, price_for
+from teaagent.llm._providers import PROVIDER_CONFIGS
 from teaagent.llm._types import LLMAdapter, LLMRequest, LLMResponse, LLMToolCall
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "CONNECT_TIMEOUT_SECONDS",
@@ -45,6 +49,7 @@ __all__ = [
     "RETRY_AFTER_CAP_SECONDS",
     "WIRE_TOOL_NAME_PATTERN",
     "HTTPAdapter",
+    "HTTPOptions",
     "ParsedReply",
     "SSEEvent",
     "Sleep",
@@ -57,6 +62,7 @@ __all__ = [
     "tool_choice",
     "tool_description",
     "wire_tool_name",
+    "wire_tools",
 ]
 
 CONNECT_TIMEOUT_SECONDS: Final = 10.0  # a TCP and TLS handshake; longer means the host is not there
@@ -292,17 +298,33 @@ def _error_detail(body: bytes) -> str:
     return ""
 
 
+class HTTPOptions(TypedDict, total=False):
+    """The keywords every HTTP adapter takes beside its model and its own (see :class:`HTTPAdapter`)."""
+
+    api_key: str
+    base_url: str
+    provider: str
+    api_key_env: str
+    http_client: httpx.AsyncClient | None
+    timeout: httpx.Timeout | None
+    max_attempts: int
+    sleep: Sleep
+
+
 class HTTPAdapter(LLMAdapter):
     """An adapter that speaks to its provider over HTTPS with httpx; the base of the real providers.
 
     A subclass says how to build the request body and how to read a reply and a stream; this class
     sends, retries, converts errors, counts cost and keeps the API key out of messages and reprs.
 
+    A subclass names its provider in :attr:`PROVIDER`, whose :data:`~teaagent.llm.PROVIDER_CONFIGS`
+    entry gives ``provider``, ``base_url`` and ``api_key_env`` their defaults.
+
     Args:
-        provider: The provider's name in :data:`~teaagent.llm.PROVIDER_CONFIGS` (for prices and messages).
         model: The model used when a request's ``model`` is empty.
+        api_key: The API key; ``""`` (the default) sends none.
         base_url: The API's base URL, without a trailing slash.
-        api_key: The API key; ``""`` sends none.
+        provider: The provider's name in :data:`~teaagent.llm.PROVIDER_CONFIGS` (for prices and messages).
         api_key_env: The variable the key came from, named when the provider refuses it.
         http_client: A client to send with (its owner closes it); by default the adapter makes its
             own, one per event loop, closed by :meth:`aclose`.
@@ -312,39 +334,35 @@ class HTTPAdapter(LLMAdapter):
         sleep: Waits between attempts (tests inject a fast one).
 
     Raises:
-        ValueError: ``max_attempts`` is below 1.
+        ValueError: ``max_attempts`` is below 1, or no provider is named (neither ``provider`` nor
+            :attr:`PROVIDER`).
     """
 
-    def __init__(
-        self,
-        *,
-        provider: str,
-        model: str,
-        base_url: str,
-        api_key: str = "",
-        api_key_env: str = "",
-        http_client: httpx.AsyncClient | None = None,
-        timeout: httpx.Timeout | None = None,
-        max_attempts: int = MAX_ATTEMPTS,
-        sleep: Sleep = asyncio.sleep,
-    ) -> None:
+    #: The provider this class speaks to, the key of its defaults in ``PROVIDER_CONFIGS``.
+    PROVIDER: ClassVar[str] = ""
+
+    def __init__(self, *, model: str, **options: Unpack[HTTPOptions]) -> None:
+        max_attempts = options.get("max_attempts", MAX_ATTEMPTS)
         if isinstance(max_attempts, bool) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, not {max_attempts!r}.")
-        self.provider = provider
+        config = PROVIDER_CONFIGS.get(self.PROVIDER)
+        self.provider = options.get("provider", self.PROVIDER)
+        if not self.provider:
+            raise ValueError(f"{type(self).__name__} names no provider.")
         self.model = model
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self._api_key_env = api_key_env
-        self._client = http_client
+        self.base_url = options.get("base_url", config.base_url if config else "").rstrip("/")
+        self._api_key = options.get("api_key", "")
+        self._api_key_env = options.get("api_key_env", config.api_key_env if config else "")
+        self._client = options.get("http_client")
         self._owned: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
-        self._timeout = timeout or httpx.Timeout(
+        self._timeout = options.get("timeout") or httpx.Timeout(
             connect=CONNECT_TIMEOUT_SECONDS,
             read=READ_TIMEOUT_SECONDS,
             write=WRITE_TIMEOUT_SECONDS,
             pool=POOL_TIMEOUT_SECONDS,
         )
         self._max_attempts = max_attempts
-        self._sleep = sleep
+        self._sleep = options.get("sleep", asyncio.sleep)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -371,7 +389,8 @@ class HTTPAdapter(LLMAdapter):
         """Return the JSON body that asks ``model`` for ``request``.
 
         Raises:
-            ValueError: The request cannot be expressed (a malformed tool, an unknown tool_choice).
+            ValueError: The request cannot be expressed: a tool description is malformed or its name
+                cannot be sent, or ``tool_choice`` names no offered tool.
         """
 
     @abstractmethod
@@ -537,6 +556,38 @@ class HTTPAdapter(LLMAdapter):
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "[redacted]") if self._api_key else text
 
+    # --- what the providers' readers share ----------------------------------------------------
+
+    def _malformed(self, what: str) -> LLMResponseError:
+        """``The <provider> provider sent <what>.``: a reply that lacks what the format promises."""
+        return LLMResponseError(f"The {self.provider} provider sent {what}.")
+
+    def _unfinished(self) -> LLMResponseError:
+        """A stream that ended before the event that finishes its reply."""
+        return LLMResponseError(f"The {self.provider} provider's stream ended before its reply was finished.")
+
+    def _reported(self, explanation: object, *, rate_limited: bool) -> LLMError:
+        """The error a provider reported inside a stream, its explanation on one line, the key redacted."""
+        detail = " ".join(str(explanation or "no explanation").split()).rstrip(".")
+        text = self._redact(f"The {self.provider} provider reported an error during its reply: {detail}.")
+        return LLMRateLimitError(text) if rate_limited else LLMError(text)
+
+    def _usage_of(self, document: dict[str, Any]) -> dict[str, Any]:
+        """A whole reply's ``usage`` object (``{}`` when it has none)."""
+        usage = document.get("usage") or {}
+        if not isinstance(usage, dict):
+            raise self._malformed("usage that is not an object")
+        return usage
+
+    def _call(self, call_id: str, wire_name: str, arguments: object, names: ToolNameMap) -> LLMToolCall:
+        """A tool call the model made, under the tool's own name, its arguments parsed."""
+        tool_name = names.from_wire(wire_name)
+        return LLMToolCall(
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=parse_arguments(self.provider, tool_name, arguments),
+        )
+
     async def _send(self, body: dict[str, Any], *, whole: bool) -> tuple[httpx.Response, bytes]:
         """Post ``body``, retrying as the module says, until a 2xx status arrives.
 
@@ -701,6 +752,20 @@ def tool_choice(request: LLMRequest, names: ToolNameMap) -> tuple[str, str] | No
             f"tool_choice must be 'auto', 'none', 'required' or the name of an offered tool, not {choice!r}."
         )
     return ("tool", names.to_wire(choice))
+
+
+def wire_tools(request: LLMRequest, names: ToolNameMap) -> list[tuple[str, str, dict[str, Any]]]:
+    """The request's tools as ``(wire name, description, input schema)``, in order (:func:`tool_description`).
+
+    Raises:
+        ValueError: A tool description is malformed.
+    """
+    return [
+        (names.to_wire(name), description, schema)
+        for name, description, schema in (
+            tool_description(tool, index) for index, tool in enumerate(request.tools or ())
+        )
+    ]
 
 
 def tool_description(tool: dict[str, Any], index: int) -> tuple[str, str, dict[str, Any]]:

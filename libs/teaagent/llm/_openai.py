@@ -21,30 +21,19 @@ and ``stop`` from servers such as older Ollama that report tool calls so); anyth
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-import httpx
-
-from teaagent.errors import LLMError, LLMRateLimitError, LLMResponseError
-from teaagent.llm._http import (
-    MAX_ATTEMPTS,
-    HTTPAdapter,
-    ParsedReply,
-    Sleep,
-    SSEEvent,
-    ToolNameMap,
-    json_event,
-    parse_arguments,
-    token_count,
-    tool_choice,
-    tool_description,
-)
-from teaagent.llm._providers import PROVIDER_CONFIGS
+from teaagent.errors import LLMError
+from teaagent.llm._http import HTTPAdapter, ParsedReply, json_event, token_count, tool_choice, wire_tools
 from teaagent.llm._types import LLMMessage, LLMRequest, LLMToolCall
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from teaagent.llm._http import HTTPOptions, SSEEvent, ToolNameMap
 
 __all__ = ["OpenAIAdapter", "OpenAICompatibleAdapter"]
 
@@ -56,50 +45,32 @@ class OpenAIAdapter(HTTPAdapter):
 
     Args:
         model: The model used when a request's ``model`` is empty.
-        api_key: Sent as ``Authorization: Bearer``; ``""`` sends no header.
-        base_url: The API's base URL (``https://api.openai.com/v1``).
-        provider: The provider name used for prices and messages.
-        api_key_env: The variable the key came from, named when the provider refuses it.
         max_tokens_field: The body field that carries ``max_tokens``: OpenAI's current
             ``max_completion_tokens`` (its reasoning models refuse ``max_tokens``), or ``max_tokens``
-            for servers that only know the older name.
+            for servers that only know the older name; :attr:`MAX_TOKENS_FIELD` when None.
         stream_usage: Ask for token counts at the end of a stream (``stream_options.include_usage``).
-        http_client: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        timeout: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        max_attempts: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        sleep: See :class:`~teaagent.llm._http.HTTPAdapter`.
+        options: The keywords of :class:`~teaagent.llm._http.HTTPAdapter`; ``api_key`` is sent as
+            ``Authorization: Bearer`` (``""`` sends no header); the defaults are the ``openai``
+            provider's (``https://api.openai.com/v1``, ``OPENAI_API_KEY``).
 
     Raises:
         ValueError: ``max_attempts`` is below 1.
     """
 
+    PROVIDER = "openai"
+    #: The body field that carries ``max_tokens`` unless the constructor names another.
+    MAX_TOKENS_FIELD: ClassVar[str] = "max_completion_tokens"
+
     def __init__(
         self,
         *,
         model: str,
-        api_key: str = "",
-        base_url: str = PROVIDER_CONFIGS["openai"].base_url,
-        provider: str = "openai",
-        api_key_env: str = PROVIDER_CONFIGS["openai"].api_key_env,
-        max_tokens_field: str = "max_completion_tokens",
+        max_tokens_field: str | None = None,
         stream_usage: bool = True,
-        http_client: httpx.AsyncClient | None = None,
-        timeout: httpx.Timeout | None = None,
-        max_attempts: int = MAX_ATTEMPTS,
-        sleep: Sleep = asyncio.sleep,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        super().__init__(
-            provider=provider,
-            model=model,
-            base_url=base_url,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            http_client=http_client,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            sleep=sleep,
-        )
-        self._max_tokens_field = max_tokens_field
+        super().__init__(model=model, **options)
+        self._max_tokens_field = self.MAX_TOKENS_FIELD if max_tokens_field is None else max_tokens_field
         self._stream_usage = stream_usage
 
     @property
@@ -114,12 +85,7 @@ class OpenAIAdapter(HTTPAdapter):
     def build_body(
         self, request: LLMRequest, names: ToolNameMap, *, model: str, stream: bool
     ) -> dict[str, Any]:
-        """Return the Chat Completions body for ``request``.
-
-        Raises:
-            ValueError: A tool description is malformed or its name cannot be sent, or
-                ``tool_choice`` names no offered tool.
-        """
+        """Return the Chat Completions body for ``request``; errors as :meth:`HTTPAdapter.build_body`."""
         body: dict[str, Any] = {
             "model": model,
             "messages": [_wire_message(message, names) for message in request.messages],
@@ -128,12 +94,13 @@ class OpenAIAdapter(HTTPAdapter):
         if request.max_tokens is not None:
             body[self._max_tokens_field] = request.max_tokens
         if request.tools:
-            tools = []
-            for index, tool in enumerate(request.tools):
-                name, description, schema = tool_description(tool, index)
-                function = {"name": names.to_wire(name), "description": description, "parameters": schema}
-                tools.append({"type": "function", "function": function})
-            body["tools"] = tools
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": name, "description": description, "parameters": schema},
+                }
+                for name, description, schema in wire_tools(request, names)
+            ]
         choice = tool_choice(request, names)
         if choice is not None:
             kind, value = choice
@@ -176,9 +143,7 @@ class OpenAIAdapter(HTTPAdapter):
                 raise self._malformed("a tool call without a function name")
             call_id = raw.get("id")
             calls.append(self._tool_call(call_id, index, function["name"], function.get("arguments"), names))
-        usage = document.get("usage") or {}
-        if not isinstance(usage, dict):
-            raise self._malformed("usage that is not an object")
+        usage = self._usage_of(document)
         stop = _stop_reason(choices[0].get("finish_reason"), bool(calls))
         return ParsedReply(
             content=content,
@@ -227,9 +192,7 @@ class OpenAIAdapter(HTTPAdapter):
                 if isinstance(choice.get("finish_reason"), str):
                     finish = choice["finish_reason"]
         if finish is None:
-            raise LLMResponseError(
-                f"The {self.provider} provider's stream ended before its reply was finished."
-            )
+            raise self._unfinished()
         calls = [
             self._tool_call(part.call_id, index, part.name, part.arguments_value(), names)
             for index, part in sorted(partial.items())
@@ -274,27 +237,15 @@ class OpenAIAdapter(HTTPAdapter):
     ) -> LLMToolCall:
         if not wire_name:
             raise self._malformed("a tool call without a function name")
-        tool_name = names.from_wire(wire_name)
-        return LLMToolCall(
-            # Some compatible servers send no id; the result must still name the call it answers.
-            call_id=call_id if isinstance(call_id, str) and call_id else f"call_{index}",
-            tool_name=tool_name,
-            arguments=parse_arguments(self.provider, tool_name, arguments),
+        # Some compatible servers send no id; the result must still name the call it answers.
+        return self._call(
+            call_id if isinstance(call_id, str) and call_id else f"call_{index}", wire_name, arguments, names
         )
-
-    def _malformed(self, what: str) -> LLMResponseError:
-        return LLMResponseError(f"The {self.provider} provider sent {what}.")
 
     def _stream_error(self, error: object) -> LLMError:
         message = error.get("message") if isinstance(error, dict) else error
         code = error.get("code") or error.get("type") if isinstance(error, dict) else None
-        detail = " ".join(str(message).split()) if message else "no explanation"
-        text = self._redact(
-            f"The {self.provider} provider reported an error during its reply: {detail.rstrip('.')}."
-        )
-        if code in ("rate_limit_exceeded", "rate_limit_error"):
-            return LLMRateLimitError(text)
-        return LLMError(text)
+        return self._reported(message, rate_limited=code in ("rate_limit_exceeded", "rate_limit_error"))
 
 
 class OpenAICompatibleAdapter(OpenAIAdapter):
@@ -303,51 +254,13 @@ class OpenAICompatibleAdapter(OpenAIAdapter):
     The key is optional (a local server takes none) and ``max_tokens`` is sent under its older name,
     which such servers know.
 
-    Args:
-        model: The model used when a request's ``model`` is empty.
-        base_url: The server's OpenAI-compatible base URL, such as ``http://127.0.0.1:11434/v1``.
-        api_key: Sent as ``Authorization: Bearer`` when not ``""``.
-        provider: The provider name used for prices and messages.
-        api_key_env: The variable the key came from, named when the server refuses it.
-        max_tokens_field: The body field that carries ``max_tokens``.
-        stream_usage: Ask for token counts at the end of a stream.
-        http_client: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        timeout: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        max_attempts: See :class:`~teaagent.llm._http.HTTPAdapter`.
-        sleep: See :class:`~teaagent.llm._http.HTTPAdapter`.
-
-    Raises:
-        ValueError: ``max_attempts`` is below 1.
+    Its keywords are :class:`OpenAIAdapter`'s; the defaults are the ``openai-compatible``
+    provider's (``http://127.0.0.1:11434/v1``, an optional ``OPENAI_COMPATIBLE_API_KEY``), and
+    ``max_tokens`` goes under ``max_tokens``.
     """
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        base_url: str = PROVIDER_CONFIGS["openai-compatible"].base_url,
-        api_key: str = "",
-        provider: str = "openai-compatible",
-        api_key_env: str = PROVIDER_CONFIGS["openai-compatible"].api_key_env,
-        max_tokens_field: str = "max_tokens",
-        stream_usage: bool = True,
-        http_client: httpx.AsyncClient | None = None,
-        timeout: httpx.Timeout | None = None,
-        max_attempts: int = MAX_ATTEMPTS,
-        sleep: Sleep = asyncio.sleep,
-    ) -> None:
-        super().__init__(
-            model=model,
-            api_key=api_key,
-            base_url=base_url,
-            provider=provider,
-            api_key_env=api_key_env,
-            max_tokens_field=max_tokens_field,
-            stream_usage=stream_usage,
-            http_client=http_client,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            sleep=sleep,
-        )
+    PROVIDER = "openai-compatible"
+    MAX_TOKENS_FIELD = "max_tokens"
 
 
 @dataclass

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from teaagent._fields import json_fields
 from teaagent.errors import ConfigError, WorkspaceLockConflictError
 from teaagent.mcp_server._process import Liveness, boot_id, host_name, liveness, process_start_time
 
@@ -76,16 +77,7 @@ class WorkspaceLock:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the details as the lock file stores them (with a ``version`` key)."""
-        return {
-            "version": LOCK_FORMAT_VERSION,
-            "workspace_path": self.workspace_path,
-            "owner_pid": self.owner_pid,
-            "acquired_at": self.acquired_at,
-            "owner_start_time": self.owner_start_time,
-            "boot_id": self.boot_id,
-            "host": self.host,
-            "command": self.command,
-        }
+        return {"version": LOCK_FORMAT_VERSION, **json_fields(self)}
 
     @classmethod
     def from_dict(cls, data: object) -> WorkspaceLock:

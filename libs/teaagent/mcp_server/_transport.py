@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import os
 import stat
@@ -22,6 +21,7 @@ from mcp.shared.message import SessionMessage
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from teaagent.mcp_server._gated import GatedToolServer
+from teaagent.service._limits import send_error
 
 __all__ = ["MCP_PATH", "http_app", "serve_stdio"]
 
@@ -148,21 +148,8 @@ class _BearerToken:
         if hmac.compare_digest(given, self._expected):
             await self._app(scope, receive, send)
             return
-        body = json.dumps(
-            {"error": "unauthorized", "message": "This MCP server needs the node's bearer token."}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        message = "This MCP server needs the node's bearer token."
+        await send_error(send, 401, "unauthorized", message, headers=[(b"www-authenticate", b"Bearer")])
 
 
 def http_app(server: GatedToolServer, *, token: str, host: str) -> FastAPI:

@@ -120,19 +120,16 @@ class JITApprovalState:
         Raises:
             ValueError: ``call_id`` is empty or not a string.
         """
-        _non_empty("call_id", call_id)
-        with self._lock:
-            self.approved_call_ids.add(call_id)
+        self._approve(self.approved_call_ids, "call_id", call_id)
 
     def approve_session(self, tool_name: str) -> None:
-        """Approve all calls to a tool for the current session.
+        """Approve all calls to a tool for the current session; ValueError as :meth:`approve_once`."""
+        self._approve(self.session_approved_tools, "tool_name", tool_name)
 
-        Raises:
-            ValueError: ``tool_name`` is empty or not a string.
-        """
-        _non_empty("tool_name", tool_name)
+    def _approve(self, approved: set[str], name: str, value: str) -> None:
+        _non_empty(name, value)
         with self._lock:
-            self.session_approved_tools.add(tool_name)
+            approved.add(value)
 
     def is_call_approved(self, call_id: str, *, tool_name: str | None = None) -> bool:
         """Return True if this in-flight call ID has a live JIT/session approval.

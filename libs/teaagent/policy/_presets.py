@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from teaagent._canonical import payload_digest
+from teaagent._fields import json_fields
 from teaagent._files import UnusableFileError, atomic_write, read_json_file
 from teaagent.errors import ConfigError
 
@@ -110,14 +111,7 @@ class ApprovalPreset:
 
     def to_json(self) -> dict[str, Any]:
         """Return the preset as stored in the file."""
-        return {
-            "id": self.preset_id,
-            "tool": self.tool_pattern,
-            "payload_digest": self.payload_digest,
-            "created_at": self.created_at,
-            "origin_run_id": self.origin_run_id,
-            "expires_at": self.expires_at,
-        }
+        return json_fields(self, keys={"preset_id": "id", "tool_pattern": "tool"})
 
     @classmethod
     def from_json(cls, item: object) -> ApprovalPreset:

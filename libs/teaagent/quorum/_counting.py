@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from teaagent._fields import json_fields
 from teaagent._words import approvals_of, needed_from, plural
 from teaagent.errors import QuorumError, SignatureError, StatementError
 from teaagent.quorum._documents import (
@@ -131,22 +132,8 @@ class QuorumOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the outcome as a JSON-ready dict (for the relay's responses and the audit log)."""
-        return {
-            "state": self.state,
-            "request_id": self.request_id,
-            "origin": self.origin,
-            "tool_name": self.tool_name,
-            "payload_digest": self.payload_digest,
-            "required": self.required,
-            "peers": list(self.peers),
-            "signers": list(self.signers),
-            "denied_by": list(self.denied_by),
-            "denial_reasons": dict(self.denial_reasons),
-            "rejected": dict(self.rejected),
-            "rejected_denials": dict(self.rejected_denials),
-            "approvals": [dict(approval) for approval in self.approvals],
-            "dev_signers": list(self.dev_signers),
-        } | ({} if self.policy is None else {"policy": self.policy_view()})
+        view = {} if self.policy is None else {"policy": self.policy_view()}
+        return json_fields(self, leave_out=("policy",)) | view
 
     def policy_view(self) -> dict[str, Any]:
         """The version 2 policy and its terms' counts, JSON-ready (empty for version 1)."""
@@ -167,18 +154,15 @@ def _deniers(outcome: _Described) -> str:
     )
 
 
-def _describe_policy(outcome: _Described, policy: QuorumPolicy) -> str:
-    """A version 2 outcome: the state, then the rule and each term (``needs 1 more of security: ...``)."""
-    terms = policy.describe(outcome.signers, outcome.denied_by)
-    if outcome.state == "denied":
-        return f"denied by {_deniers(outcome)} ({terms})"
-    if outcome.state == "pending":
-        return f"waiting ({terms})"
-    if outcome.state == "withdrawn":
-        return f"withdrawn by its origin ({terms})"
+def _decided_by(outcome: _Described) -> str:
+    """The state as the phrase before its counts: ``approved by beta``, ``denied by gamma: no``..."""
     if outcome.state == "approved":
-        return f"approved by {', '.join(outcome.signers)} ({terms})"
-    return f"{outcome.state} ({terms})"
+        return f"approved by {', '.join(outcome.signers)}"
+    if outcome.state == "denied":
+        return f"denied by {_deniers(outcome)}"
+    if outcome.state == "withdrawn":
+        return "withdrawn by its origin"
+    return "waiting" if outcome.state == "pending" else outcome.state
 
 
 class _Described(Protocol):
@@ -203,18 +187,17 @@ def describe_outcome(outcome: _Described) -> str:
 
     Counts are worded by :mod:`teaagent._words`: ``1 approval of the 2 needed``, never ``1 of 2``.
     """
-    count = approvals_of(len(outcome.signers), outcome.required)
     policy = getattr(outcome, "policy", None)
     if isinstance(policy, QuorumPolicy):
-        return _describe_policy(outcome, policy)
-    if outcome.state == "approved":
-        return f"approved by {', '.join(outcome.signers)} ({count})"
+        # Version 2: the state, then the rule and each term (``needs 1 more of security: ...``).
+        return f"{_decided_by(outcome)} ({policy.describe(outcome.signers, outcome.denied_by)})"
+    count = approvals_of(len(outcome.signers), outcome.required)
     if outcome.state == "denied":
-        return f"denied by {_deniers(outcome)} ({needed_from(outcome.required, len(outcome.peers))} needed)"
-    if outcome.state == "expired":
-        return f"expired with {count}"
-    if outcome.state == "withdrawn":
-        return f"withdrawn by its origin with {count}"
+        return f"{_decided_by(outcome)} ({needed_from(outcome.required, len(outcome.peers))} needed)"
+    if outcome.state in ("expired", "withdrawn"):
+        return f"{_decided_by(outcome)} with {count}"
+    if outcome.state == "approved":
+        return f"{_decided_by(outcome)} ({count})"
     return f"waiting: {count} (asked of {plural(len(outcome.peers), 'peer')})"
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from teaagent._canonical import canonical
+from teaagent._words import moment
 from teaagent.errors import SignatureError
 from teaagent.signing import signature_to_wire
 from teaagent.trust import AGENT_ID_PATTERN, MAX_QUORUM_TIMEOUT_SECONDS
@@ -229,6 +230,22 @@ def wire_signature(signature: str) -> str:
     if is_dev_signature(signature):
         return signature
     return signature_to_wire(signature)
+
+
+def dated_ahead(
+    at: int, now: float, *, subject: str, verb: str = "is dated", beyond: str = "in the future"
+) -> str | None:
+    """Why a document dated ``at`` is too far in this node's future, as a clause; None when it is not.
+
+    PROTOCOL.md rule 4's skew: a peer's clock may run at most :data:`MAX_CLOCK_SKEW_SECONDS` ahead
+    of ours. The one bound for a statement's ``signed_at``, a withdrawal's ``withdrawn_at`` and a
+    request's ``created_at``. ``subject`` and ``verb`` begin the clause (``the withdrawal is
+    dated``, ``request 0f3c... was created at``), ``beyond`` ends it (``in the future``, ``ahead of
+    this node's clock``).
+    """
+    if at <= now + MAX_CLOCK_SKEW_SECONDS:
+        return None
+    return f"{subject} {verb} {moment(at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds {beyond}"
 
 
 def signing_time(signed_at: int | None) -> int:

@@ -24,6 +24,7 @@ from teaagent.quorum._documents import (
     REQUEST_ID_PATTERN,
     REQUEST_NAMESPACE,
     REQUEST_TYPE,
+    dated_ahead,
     is_agent_id,
     is_int,
     is_time,
@@ -41,6 +42,7 @@ __all__ = [
     "build_request",
     "request_policy",
     "request_problem",
+    "request_time_problem",
     "sign_request",
     "validate_request",
     "verify_request_signature",
@@ -128,6 +130,22 @@ def request_problem(request: object) -> str | None:
     if digest != expected:
         return "the request's payload_digest does not match its tool_name and arguments"
     return None
+
+
+def request_time_problem(request: Mapping[str, Any], now: float) -> str | None:
+    """Why a well-formed request is created too far in this node's future, as a clause; else None.
+
+    A request from the future would hold its place (and its keys) at a peer until then, so a peer
+    refuses one created beyond PROTOCOL.md rule 4's clock skew. Whether it is expired at ``now``
+    is :func:`~teaagent.quorum.is_expired`'s question, answered apart (another refusal).
+    """
+    return dated_ahead(
+        request["created_at"],
+        now,
+        subject=f"request {request['request_id']}",
+        verb="was created at",
+        beyond="ahead of this node's clock",
+    )
 
 
 def _policy_problem(request: Mapping[str, Any]) -> str | None:

@@ -23,6 +23,7 @@ from teaagent.quorum._documents import (
     DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
     copied,
+    dated_ahead,
     is_agent_id,
     is_int,
     is_time,
@@ -46,6 +47,7 @@ __all__ = [
     "sign_approval",
     "sign_denial",
     "signed_at_of",
+    "stated_kind",
     "verify_decision",
 ]
 
@@ -95,6 +97,15 @@ def decision_kind(statement: Mapping[str, Any]) -> DecisionKind:
     if kind is None:
         raise StatementMismatchError(f"the statement's type is neither {APPROVAL_TYPE} nor {DENIAL_TYPE}")
     return kind  # type: ignore[return-value]
+
+
+def stated_kind(statement: Mapping[str, Any]) -> DecisionKind:
+    """The kind a statement states, for words only: ``denial`` for a denial's type, else ``approval``.
+
+    Never a check: :func:`decision_kind` refuses any other type, and the rebuilt statement of the
+    kind said here is what a check compares.
+    """
+    return "denial" if statement.get("type") == DENIAL_TYPE else "approval"
 
 
 def rebuild_decision(
@@ -162,11 +173,9 @@ def check_signing_time(
             f"{subject} was signed at {moment(signed_at, now)}, after the request expired at "
             f"{moment(expires_at, now)}"
         )
-    if signed_at > now + MAX_CLOCK_SKEW_SECONDS:
-        raise StatementTimeError(
-            f"{subject} is dated {moment(signed_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} seconds "
-            "in the future"
-        )
+    ahead = dated_ahead(signed_at, now, subject=subject)
+    if ahead is not None:
+        raise StatementTimeError(ahead)
 
 
 def verify_decision(statement: Mapping[str, Any], signature: str, keys: Sequence[SignerKey]) -> SignerKey:

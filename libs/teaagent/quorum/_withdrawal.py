@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from teaagent.errors import QuorumError, SignatureError, StatementMismatchError
+from teaagent.errors import QuorumError, SignatureError, StatementMismatchError, StatementTimeError
 from teaagent.quorum._documents import (
     WITHDRAWAL_NAMESPACE,
     WITHDRAWAL_TYPE,
     copied,
+    dated_ahead,
     is_time,
     signing_time,
     statement_bytes,
@@ -21,7 +22,13 @@ from teaagent.quorum._statements import check_rebuilt
 from teaagent.signing import Signer, sshsig_sign
 from teaagent.trust import SignerKey
 
-__all__ = ["sign_withdrawal", "verify_withdrawal", "withdrawal_problem", "withdrawal_statement"]
+__all__ = [
+    "check_withdrawal_time",
+    "sign_withdrawal",
+    "verify_withdrawal",
+    "withdrawal_problem",
+    "withdrawal_statement",
+]
 
 
 def withdrawal_statement(request: Mapping[str, Any], withdrawn_at: int) -> dict[str, Any]:
@@ -96,6 +103,20 @@ def withdrawal_problem(request: Mapping[str, Any], statement: object) -> str | N
     except StatementMismatchError as exc:
         return exc.clause
     return None
+
+
+def check_withdrawal_time(withdrawn_at: int, now: float) -> None:
+    """Require a withdrawal not dated beyond the clock skew in this node's future (PROTOCOL.md rule 4).
+
+    A withdrawal may come after its request expired (the origin stopped waiting then), so its
+    time has no other bound.
+
+    Raises:
+        StatementTimeError: ``The withdrawal is dated <when>, more than 60 seconds in the future.``
+    """
+    ahead = dated_ahead(withdrawn_at, now, subject="the withdrawal")
+    if ahead is not None:
+        raise StatementTimeError(ahead)
 
 
 def verify_withdrawal(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from teaagent.audit import AuditLogger
-from teaagent.cost_tracker import RunLogWriter
+from teaagent.cost_tracker import RunLogWriter, Usage
 from teaagent.llm import LLMMessage, LLMResponse
 from teaagent.runner._types import FinalAnswer, RunResult, ToolRequest
 
@@ -58,14 +58,11 @@ def message_chars(message: LLMMessage) -> int:
 
 
 @dataclass
-class RunState:
-    """The counts and the conversation of one run so far."""
+class RunState(Usage):
+    """The counts and the conversation of one run so far: tokens and cost (:class:`Usage`), and the rest."""
 
     iterations: int = 0
     tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
     chars: int = 0
     audit_errors: int = 0
     writer: RunLogWriter | None = None
@@ -99,16 +96,14 @@ class RunState:
 
     def add_reply(self, response: LLMResponse) -> None:
         """Count a model reply's cost and tokens."""
-        self.cost += response.cost_cents
-        self.input_tokens += response.input_tokens
-        self.output_tokens += response.output_tokens
+        self.add_usage(response.input_tokens, response.output_tokens, response.cost_cents)
 
     def totals(self, iteration: int, response: LLMResponse) -> dict[str, Any]:
         """The ``cost_checkpoint`` record after ``response``: its cost and the run's totals."""
         return {
             "iteration": iteration,
             "call_cents": response.cost_cents,
-            "total_cents": self.cost,
+            "total_cents": self.cost_cents,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
         }
@@ -118,12 +113,18 @@ class RunState:
         return {
             "status": outcome.status,
             "error_message": outcome.error_message,
+            **self.counts(),
+            "cancelled": cancelled,
+        }
+
+    def counts(self) -> dict[str, Any]:
+        """What the run counted, as the ``run_end`` record and :class:`RunResult` both name it."""
+        return {
             "iterations": self.iterations,
             "tool_calls": self.tool_calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "cost_cents": self.cost,
-            "cancelled": cancelled,
+            "cost_cents": self.cost_cents,
         }
 
     def result(self, run_id: str, outcome: Outcome, metadata: dict[str, Any]) -> RunResult:
@@ -131,14 +132,10 @@ class RunState:
         return RunResult(
             run_id=run_id,
             final_answer=outcome.final_answer,
-            iterations=self.iterations,
-            tool_calls=self.tool_calls,
             status=outcome.status,
             metadata=metadata,
             error_message=outcome.error_message,
-            cost_cents=self.cost,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
+            **self.counts(),
         )
 
 

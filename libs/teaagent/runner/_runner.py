@@ -501,10 +501,14 @@ class AgentRunner:
         if self.provider is not None:
             try:
                 budget.check_cost_preflight(
-                    self.provider, self.model, state.chars, self.max_output_tokens, spent_cents=state.cost
+                    self.provider,
+                    self.model,
+                    state.chars,
+                    self.max_output_tokens,
+                    spent_cents=state.cost_cents,
                 )
             except CostCapError as exc:
-                refusal = {"iteration": iteration, "total_cents": state.cost, "refused": "preflight"}
+                refusal = {"iteration": iteration, "total_cents": state.cost_cents, "refused": "preflight"}
                 self._audit("cost_checkpoint", {**refusal, "reason": _sentence(exc)})
                 return Outcome(status="cost_exceeded", error_message=_sentence(exc))
         request = LLMRequest(
@@ -556,7 +560,7 @@ class AgentRunner:
         self._emit("model_response", reply)
         self._emit("cost", {**totals, "cap_cents": budget.max_estimated_cost_cents})
         try:
-            budget.check_cost(state.cost)
+            budget.check_cost(state.cost_cents)
         except CostCapError as exc:
             return Outcome(status="cost_exceeded", error_message=_sentence(exc))
         return response

@@ -10,9 +10,11 @@ import enum
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import PurePath
 from typing import Any, Literal, get_args
+
+from teaagent.policy._jit import PromptRequest
 
 __all__ = [
     "BYTES_KEY",
@@ -144,20 +146,15 @@ def _json_key(key: object, scrubber: _SecretScrubber) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApprovalRequest:
-    """A tool call waiting for a human's or the peers' approval.
+class ApprovalRequest(PromptRequest):
+    """A tool call waiting for a human's or the peers' approval: the policy's question, and the secret.
 
-    The constructor is keyword-only: the request carries the workspace secret, which must never
-    land in another field by position. The secret stays out of :func:`repr` and out of
-    :meth:`to_dict`.
+    The fields before ``workspace_secret`` are :class:`~teaagent.policy.PromptRequest`'s (the call,
+    its reason, its annotations, its run). The constructor is keyword-only: the request carries the
+    workspace secret, which must never land in another field by position. The secret stays out of
+    :func:`repr` and out of :meth:`to_dict`.
 
     Attributes:
-        call_id: The id of the call waiting for approval.
-        tool_name: The tool it calls.
-        arguments: The call's arguments.
-        reason: Why the call needs approval, in a sentence an operator reads.
-        annotations: The tool's behaviour flags (``read_only``, ``destructive``...).
-        run_id: The run the call belongs to, when it belongs to one.
         workspace_secret: The workspace's secret that binds an approval to this workspace; never
             serialised or printed.
 
@@ -165,12 +162,6 @@ class ApprovalRequest:
         TypeError: ``workspace_secret`` is neither bytes nor None.
     """
 
-    call_id: str
-    tool_name: str
-    arguments: dict[str, Any]
-    reason: str
-    annotations: dict[str, bool]
-    run_id: str | None
     workspace_secret: bytes | None = field(repr=False)
 
     def __post_init__(self) -> None:
@@ -193,15 +184,14 @@ class ApprovalRequest:
             ``{"call_id", "tool_name", "arguments", "reason", "annotations", "run_id"}``.
         """
         scrubber = _SecretScrubber(self.workspace_secret)
-        fields: dict[str, Any] = {
-            "call_id": self.call_id,
-            "tool_name": self.tool_name,
-            "arguments": self.arguments,
-            "reason": self.reason,
-            "annotations": self.annotations,
-            "run_id": self.run_id,
-        }
-        return {name: _json_safe(value, scrubber, set()) for name, value in fields.items()}
+        asked = (question.name for question in fields(PromptRequest))
+        return {name: _json_safe(getattr(self, name), scrubber, set()) for name in asked}
+
+    @classmethod
+    def asking(cls, question: PromptRequest) -> ApprovalRequest:
+        """The approval request of the policy's ``question``, with no workspace secret."""
+        asked = {field.name: getattr(question, field.name) for field in fields(PromptRequest)}
+        return cls(**asked, workspace_secret=None)
 
 
 @dataclass(frozen=True)

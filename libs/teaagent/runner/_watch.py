@@ -37,25 +37,6 @@ def watched_policy(policy: ApprovalPolicy, waiting: Waiting, emit: Emit) -> Appr
     )
 
 
-def _approval(
-    call_id: str,
-    tool_name: str,
-    arguments: Any,
-    reason: str,
-    run_id: str | None,
-    annotations: Mapping[str, Any],
-) -> ApprovalRequest:
-    return ApprovalRequest(
-        call_id=call_id,
-        tool_name=tool_name,
-        arguments=arguments,
-        reason=reason,
-        annotations=dict(annotations),
-        run_id=run_id,
-        workspace_secret=None,
-    )
-
-
 class _WatchedPrompter:
     def __init__(
         self, prompter: Callable[[PromptRequest], PromptAnswer], waiting: Waiting, emit: Emit
@@ -65,14 +46,7 @@ class _WatchedPrompter:
         self._emit = emit
 
     def __call__(self, request: PromptRequest, /) -> PromptAnswer:
-        approval = _approval(
-            request.call_id,
-            request.tool_name,
-            request.arguments,
-            request.reason,
-            request.run_id,
-            request.annotations,
-        )
+        approval = ApprovalRequest.asking(request)
         self._waiting(approval, "prompt", {})
         answer = self._prompter(request)
         if answer in (PromptAnswer.ONCE, PromptAnswer.SESSION):
@@ -98,9 +72,15 @@ class _WatchedQuorumGate:
     def obtain(self, request: dict[str, Any]) -> dict[str, Any]:
         call_id, tool_name = request["call_id"], request["tool_name"]
         config = self._config
-        approval = _approval(
-            call_id, tool_name, request["arguments"], request["reason"], request["run_id"] or None, {}
+        asked = PromptRequest(
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=request["arguments"],
+            reason=request["reason"],
+            annotations={},
+            run_id=request["run_id"] or None,
         )
+        approval = ApprovalRequest.asking(asked)
         self._waiting(
             approval,
             "quorum",

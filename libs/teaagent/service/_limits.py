@@ -7,6 +7,7 @@ and must neither buffer nor copy the body, nor hold an event stream back.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -15,14 +16,20 @@ from teaagent.service._errors import ApiError, ErrorTable
 __all__ = ["BodyLimitMiddleware", "send_error"]
 
 
-async def send_error(send: Send, status: int, code: str, message: str) -> None:
-    """Answer an ASGI call with an ``ErrorOut``, from a middleware (no route, no handler)."""
+async def send_error(
+    send: Send, status: int, code: str, message: str, *, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer an ASGI call with an ``ErrorOut``, from a middleware (no route, no handler).
+
+    ``headers`` go after the content type and length (``(b"www-authenticate", b"Bearer")``).
+    """
     body = json.dumps({"error": code, "message": message}).encode()
+    length = (b"content-length", str(len(body)).encode())
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "headers": [(b"content-type", b"application/json"), length, *headers],
         }
     )
     await send({"type": "http.response.body", "body": body})

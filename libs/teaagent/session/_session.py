@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from teaagent._files import FILE_ID_PATTERN, check_file_id
 from teaagent.session._focus import FocusStackManager
 from teaagent.session._time import parse_timestamp, utc_now
 
@@ -28,7 +28,7 @@ __all__ = [
 MESSAGE_ROLES: Final = ("user", "assistant", "system", "tool")
 MAX_TOOL_CALLS_PER_MESSAGE: Final = 1000  # far beyond any model's reply; a file claiming more is not one
 #: A session id names its file: letters, digits, ``_`` and ``-`` only, so no id reaches outside the folder.
-SESSION_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SESSION_ID_PATTERN: Final = FILE_ID_PATTERN
 MAX_LABEL_CHARS: Final = 500  # a title a list can show, as the agent HTTP API allows
 SESSION_FORMAT_VERSION: Final = 1
 
@@ -41,14 +41,8 @@ _SESSION_FIELDS: Final = frozenset(
 
 
 def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` after checking it can name a session file.
-
-    Raises:
-        ValueError: It is not 1 to 64 letters, digits, ``_`` or ``-``.
-    """
-    if not isinstance(session_id, str) or SESSION_ID_PATTERN.fullmatch(session_id) is None:
-        raise ValueError(f"session id {session_id!r} must be 1 to 64 letters, digits, '_' or '-'.")
-    return session_id
+    """Return ``session_id`` once it can name a session file (:func:`~teaagent._files.check_file_id`)."""
+    return check_file_id(session_id, "session id")
 
 
 @dataclass(frozen=True)

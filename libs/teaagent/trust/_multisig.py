@@ -19,6 +19,7 @@ from fnmatch import translate
 from typing import Any
 from urllib.parse import urlsplit
 
+from teaagent._fields import json_fields
 from teaagent._words import needed_from
 from teaagent.errors import SignatureError
 from teaagent.signing import parse_public_key
@@ -449,9 +450,4 @@ class PeerSignature:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a JSON-ready dict."""
-        return {
-            "peer_id": self.peer_id,
-            "signature": self.signature,
-            "timestamp": self.timestamp,
-            "ssh_key_id": self.ssh_key_id,
-        }
+        return json_fields(self)

@@ -16,7 +16,15 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from teaagent.cost_tracker import MAX_RECORD_BYTES, MODEL_CALL, RUN_END, RUN_LOG_SUFFIX, RUN_START, RUNS_DIR
+from teaagent.cost_tracker import (
+    MAX_RECORD_BYTES,
+    MODEL_CALL,
+    RUN_END,
+    RUN_LOG_SUFFIX,
+    RUN_START,
+    RUNS_DIR,
+    Usage,
+)
 
 __all__ = ["Totals", "UsageScan", "scan_usage"]
 
@@ -24,13 +32,10 @@ MAX_LOG_FILES: Final = 100_000  # runs of a workspace; past it the oldest names 
 
 
 @dataclass
-class Totals:
-    """Token counters of some model calls."""
+class Totals(Usage):
+    """Counters of some model calls: tokens and cost (:class:`Usage`), how many, when, which models."""
 
     requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_cents: float = 0.0
     seconds: float = 0.0  # the finished runs' time, start to end
     first: datetime | None = None
     last: datetime | None = None
@@ -38,9 +43,9 @@ class Totals:
 
     def add(self, record: dict[str, Any], at: datetime) -> None:
         self.requests += 1
-        self.input_tokens += int(record["input_tokens"])
-        self.output_tokens += int(record["output_tokens"])
-        self.cost_cents += float(record.get("cost_cents", 0.0))
+        self.add_usage(
+            int(record["input_tokens"]), int(record["output_tokens"]), float(record.get("cost_cents", 0.0))
+        )
         self.first = at if self.first is None or at < self.first else self.first
         self.last = at if self.last is None or at > self.last else self.last
         self.models.add(str(record["model"]))

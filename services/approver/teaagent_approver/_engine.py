@@ -47,14 +47,15 @@ from teaagent.errors import QuorumError, RelayError, SignatureError, StatementEr
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
     DENIAL_NAMESPACE,
-    DENIAL_TYPE,
     MAX_CLOCK_SKEW_SECONDS,
     Settlement,
     VerifiedRequest,
     canonical,
     check_rebuilt,
     decision_kind,
+    dev_signature_allowed,
     is_dev_signature,
+    stated_kind,
     statement_bytes,
     verify_decision,
     verify_request,
@@ -263,17 +264,20 @@ class Engine:
         statement, signature = decision.get("statement"), decision.get("signature")
         if not isinstance(statement, dict) or not isinstance(signature, str):
             return "the relay holds a decision of this node that is not a signed statement"
-        if is_dev_signature(signature) and self.allow_dev:
-            return None
         try:
-            kind: DecisionKind = "denial" if statement.get("type") == DENIAL_TYPE else "approval"
             rebuilt = self.statement_for(
                 request,
-                kind,
+                stated_kind(statement),
                 str(statement.get("reason", "")),
                 statement.get("signed_at"),  # type: ignore[arg-type]
             )
             check_rebuilt(statement, rebuilt)
+            if is_dev_signature(signature):
+                # Fail closed: only this node's own, where development signatures are allowed at all.
+                if dev_signature_allowed(signature, self.agent_id, allow_dev=self.allow_dev):
+                    return None
+                allowed = f"not dev:{self.agent_id}" if self.allow_dev else "not allowed here"
+                return f"the decision it holds for this node has a development signature, {allowed}"
             seen = (signature, statement_bytes(statement))
             if seen not in self._own_verified:  # the statement matched; its signature, once
                 verify_decision(statement, signature, self.own_keys)

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from teaagent.config import ApproverRule
 from teaagent.errors import SignatureError
-from teaagent.quorum import Settlement, VerifiedRequest
+from teaagent.quorum import Settlement, VerifiedRequest, stated_kind
 from teaagent.relay_client import InboxItem
 from teaagent.signing import parse_sshsig
 from teaagent_approver._ledger import Record
@@ -118,7 +118,7 @@ def _relay_decision_view(decision: dict[str, Any]) -> dict[str, Any] | None:
     signature = decision.get("signature")
     if not isinstance(statement, dict) or not isinstance(signature, str):
         return None
-    kind = "denial" if statement.get("type") == "teaagent.denial" else "approval"
+    kind = stated_kind(statement)
     try:
         key = parse_sshsig(signature).signer_fingerprint
     except (SignatureError, ValueError):

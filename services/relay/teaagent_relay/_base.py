@@ -33,15 +33,20 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from teaagent._reload import Trust, TrustReloader
-from teaagent._words import moment
 from teaagent.config import NodeConfig
-from teaagent.errors import QuorumError, SignatureError, StoreError
-from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, verify_withdrawal, wire_signature, withdrawal_problem
+from teaagent.errors import QuorumError, SignatureError, StatementTimeError, StoreError
+from teaagent.quorum import (
+    check_withdrawal_time,
+    is_dev_signature,
+    verify_withdrawal,
+    wire_signature,
+    withdrawal_problem,
+)
 from teaagent.store import REDIS_ERRORS, Store
 from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 from teaagent_relay._metrics import RelayMetrics
-from teaagent_relay._protocol import DEV_SIGNATURE_PREFIX, decision_bytes, sentence
+from teaagent_relay._protocol import decision_bytes, sentence
 from teaagent_relay._settings import Settings
 
 __all__ = ["MAX_WAIT_SECONDS", "RelayBase", "delivery", "envelope", "redis_failures", "whose_keys"]
@@ -155,15 +160,11 @@ class RelayBase:
         problem = withdrawal_problem(request, statement)
         if problem is not None:
             raise ApiError(422, "invalid", sentence(problem))
-        withdrawn_at = statement["withdrawn_at"]
-        if withdrawn_at > now + MAX_CLOCK_SKEW_SECONDS:
-            raise ApiError(
-                422,
-                "invalid",
-                f"The withdrawal is dated {moment(withdrawn_at, now)}, more than {MAX_CLOCK_SKEW_SECONDS} "
-                "seconds in the future.",
-            )
-        if not isinstance(signature, str) or signature.startswith(DEV_SIGNATURE_PREFIX):
+        try:
+            check_withdrawal_time(statement["withdrawn_at"], now)
+        except StatementTimeError as exc:
+            raise ApiError(422, "invalid", str(exc)) from exc
+        if not isinstance(signature, str) or is_dev_signature(signature):
             # A development signature stands for a signer's vote in experiments, never for an origin.
             raise ApiError(403, "bad_signature", f"The withdrawal is not signed with {whose}.")
         try:

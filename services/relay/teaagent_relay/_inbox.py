@@ -23,7 +23,7 @@ from teaagent._canonical import canonical
 from teaagent._reload import Trust
 from teaagent._words import moment
 from teaagent.errors import QuorumError, RequestNotFoundError
-from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS, request_problem, verify_settlement
+from teaagent.quorum import is_expired, request_problem, request_time_problem, verify_settlement
 from teaagent.relay_client._inbox_view import inbox_item_view
 from teaagent.store import DecisionResult, DecisionToCount, Intake, RequestState, StoredRequest
 from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
@@ -250,15 +250,10 @@ class Inbox(RelayBase):
         assert isinstance(origin, str)  # request_problem checked it
         request_id = request["request_id"]
         now = time.time()
-        if request["created_at"] > now + MAX_CLOCK_SKEW_SECONDS:
-            # A request from the future would keep its keys here until then (PROTOCOL.md rule 4's skew).
-            raise ApiError(
-                422,
-                "invalid",
-                f"Request {request_id} was created at {moment(request['created_at'], now)}, more than "
-                f"{MAX_CLOCK_SKEW_SECONDS} seconds ahead of this node's clock.",
-            )
-        if now > request["expires_at"]:
+        ahead = request_time_problem(request, now)
+        if ahead is not None:
+            raise ApiError(422, "invalid", sentence(ahead))
+        if is_expired(now, request["expires_at"]):
             # 422, as for the skew above: a well-formed document this node can no longer take (not
             # 410/409, which speak of the target resource's state; not 429, which would invite a
             # retry). Its own code, so an origin can tell it from a malformed one. Checked before
@@ -546,7 +541,7 @@ class Inbox(RelayBase):
         except ApiError:
             self.metrics.decisions.labels("own", "rejected").inc()
             raise
-        if now > request["expires_at"]:
+        if is_expired(now, request["expires_at"]):
             raise ApiError(
                 409,
                 "conflict",

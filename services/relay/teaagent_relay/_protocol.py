@@ -16,7 +16,6 @@ from teaagent.errors import SignatureError, StatementError
 from teaagent.quorum import (
     APPROVAL_NAMESPACE,
     DENIAL_NAMESPACE,
-    DEV_SIGNATURE_PREFIX,
     DecisionKind,
     check_signing_time,
     decision_kind,
@@ -31,7 +30,6 @@ from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 
 __all__ = [
-    "DEV_SIGNATURE_PREFIX",
     "DecisionKind",
     "check_request_signature",
     "check_statement",
