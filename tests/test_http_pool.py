@@ -320,3 +320,34 @@ def test_tls_a_server_signed_by_the_given_ca_is_reached_and_one_it_does_not_sign
     assert answers == [(200, b"ok")] * 2
     assert "certificate" in str(refused).lower()
     assert connections[0] == 0
+
+
+def test_the_environments_proxy_is_used_with_its_credentials_and_no_netrc_file_is_read(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # aiohttp's trust_env read the proxy, and ~/.netrc, in a thread on every call; the pool reads
+    # the proxy once, as httpx does, and no netrc file (httpx reads none either).
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine origin.invalid login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    for name in ("HTTP_PROXY", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    heads: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _number: int) -> None:
+        heads.append(await _read_call(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.read()
+
+    async def scenario(url: str, _connections: list[int]) -> list[tuple[int, bytes]]:
+        monkeypatch.setenv("http_proxy", url.replace("http://", "http://who:p%40ss@"))
+        return await posts("http://origin.invalid:8080", kind, 1)
+
+    answers, _connections = serve(proxy, scenario)
+    assert answers == [(200, b"ok")]
+    lines = heads[0].lower().split(b"\r\n")
+    assert lines[0] == b"post http://origin.invalid:8080/v1/x http/1.1"
+    assert b"proxy-authorization: basic d2hvonbac3m=" in lines  # who:p@ss
+    assert not [line for line in lines if line.startswith(b"authorization:")]
