@@ -204,10 +204,11 @@ class CommandBatches:
     or its own error (a script that failed, a NOSCRIPT), never another's. On a cluster, redis-py's
     cluster pipeline sends each command to the node of its key's slot.
 
-    ``client`` is this object's own, built with no retries: a batch whose connection failed
-    (closed, timed out) fails each of its callers once and is never sent again, since a script in
-    it may have run. A caller cancelled (or timed out by its own deadline) before its batch goes
-    out is left out of it; one cancelled after leaves the batch and the other callers alone.
+    ``client`` is this object's own, built with no retries on one server: a batch whose connection
+    failed (closed, timed out) fails each of its callers once and is never sent again, since a
+    script in it may have run. On a cluster it keeps the store's retries (see :func:`make_batches`).
+    A caller cancelled (or timed out by its own deadline) before its batch goes out is left out of
+    it; one cancelled after leaves the batch and the other callers alone.
     """
 
     def __init__(self, client: AsyncClient, *, max_batch: int = MAX_BATCH) -> None:
@@ -251,8 +252,15 @@ def make_batches(redis_url: str, options: StoreOptions, *, cluster: bool = False
     if os.environ.get(BATCHES_ENV, "1") == "0":
         _check_url(redis_url, cluster)
         return None
+    # On one server a pooled connection is checked before each use (redis-py reconnects one the
+    # server closed), so a batch needs no retry. A cluster client's node connections are not: the
+    # first batch to a restarted master would fail on its dead connection. There the batches keep
+    # the store's retries, as the store's own calls on a cluster always had: its steps are written
+    # to be run again (a request stored twice is one request, a delivery charged once, a signer
+    # counted once).
+    retries = options.retries if cluster else 0
     return CommandBatches(
-        make_async_client(redis_url, dataclasses.replace(options, retries=0), cluster=cluster)
+        make_async_client(redis_url, dataclasses.replace(options, retries=retries), cluster=cluster)
     )
 
 
