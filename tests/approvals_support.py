@@ -10,7 +10,9 @@ refusal is checked for its exit code and its one sentence on stderr (``one_sente
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from conftest import SSHKey
 from redis_fixture import delete_prefix, new_prefix
 from relay_support import (
@@ -29,6 +32,8 @@ from relay_support import (
     signer,
     write_cluster,
 )
+from starlette.applications import Starlette
+from starlette.routing import Route
 from web_support import ssh_keygen_sign
 
 from teaagent.approver_client import ApproverClient
@@ -222,3 +227,49 @@ def one_sentence(err: str) -> str:
 def sharing(prefix: str, marker: str) -> str:
     """A request id that starts with ``prefix`` then ``marker`` (an origin chooses its ids)."""
     return (prefix + marker + secrets.token_hex(16))[:32]
+
+
+# -- stand-ins: an approver that answers what the real one never does --------------------------------
+
+
+@contextlib.contextmanager
+def serving(port: int, *routes: Route) -> Iterator[list[str]]:
+    """An HTTP server on ``port`` with ``routes``, in a thread; yields the calls it received."""
+    calls: list[str] = []
+
+    async def record(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            calls.append(f"{scope['method']} {scope['path']}")
+        await app(scope, receive, send)
+
+    app = Starlette(routes=list(routes))
+    server = uvicorn.Server(
+        uvicorn.Config(record, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + DEADLINE
+    while not server.started:
+        assert thread.is_alive(), "the stand-in did not start"
+        assert time.monotonic() < deadline, "the stand-in did not start in time"
+        time.sleep(0.01)
+    try:
+        yield calls
+    finally:
+        server.should_exit = True
+        thread.join(timeout=DEADLINE)
+
+
+def item_json(request: dict[str, Any]) -> dict[str, Any]:
+    """The approver's ``Item`` of a pending request, as a stand-in serves it."""
+    return {
+        **{name: request[name] for name in ("request_id", "origin", "tool_name", "arguments", "reason")},
+        **{name: request[name] for name in ("payload_digest", "run_id", "call_id", "required_approvals")},
+        **{name: request[name] for name in ("peers", "created_at", "expires_at")},
+        "seconds_left": max(0, request["expires_at"] - int(time.time())),
+        "state": "pending",
+        "decision": None,
+        "rule": None,
+        "request": request,
+        "signature": sign_request(request, signer(request["origin"])),
+    }

@@ -8,52 +8,28 @@ are ``approvals_support``'s (no service of its runs here).
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
-from approvals_support import DEADLINE, Cluster, cli, config_with_approver_port, one_sentence
+from approvals_support import (
+    Cluster,
+    cli,
+    config_with_approver_port,
+    item_json,
+    one_sentence,
+    serving,
+)
 from approvals_support import fixture_cluster as fixture_cluster  # the module's fixture
-from relay_support import free_port, signer
-from starlette.applications import Starlette
+from relay_support import free_port
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from teaagent.config import load_config
-from teaagent.quorum import approval_statement, sign_request, statement_bytes
+from teaagent.quorum import approval_statement, statement_bytes
 
 # -- what only a stand-in can do: an approver that answers wrongly ------------------------------
-
-
-@contextlib.contextmanager
-def serving(port: int, *routes: Route) -> Iterator[list[str]]:
-    """An HTTP server on ``port`` with ``routes``, in a thread; yields the calls it received."""
-    calls: list[str] = []
-
-    async def record(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            calls.append(f"{scope['method']} {scope['path']}")
-        await app(scope, receive, send)
-
-    app = Starlette(routes=list(routes))
-    server = uvicorn.Server(
-        uvicorn.Config(record, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + DEADLINE
-    while not server.started:
-        assert thread.is_alive(), "the stand-in did not start"
-        assert time.monotonic() < deadline, "the stand-in did not start in time"
-        time.sleep(0.01)
-    try:
-        yield calls
-    finally:
-        server.should_exit = True
-        thread.join(timeout=DEADLINE)
 
 
 @contextlib.contextmanager
@@ -65,21 +41,6 @@ def stand_in(cluster: Cluster, *routes: Route) -> Iterator[tuple[str, list[str]]
     port = free_port()
     with serving(port, *routes) as calls:
         yield config_with_approver_port(cluster, port), calls
-
-
-def item_json(request: dict[str, Any]) -> dict[str, Any]:
-    """The approver's ``Item`` of a pending request, as a stand-in serves it."""
-    return {
-        **{name: request[name] for name in ("request_id", "origin", "tool_name", "arguments", "reason")},
-        **{name: request[name] for name in ("payload_digest", "run_id", "call_id", "required_approvals")},
-        **{name: request[name] for name in ("peers", "created_at", "expires_at")},
-        "seconds_left": max(0, request["expires_at"] - int(time.time())),
-        "state": "pending",
-        "decision": None,
-        "rule": None,
-        "request": request,
-        "signature": sign_request(request, signer(request["origin"])),
-    }
 
 
 def test_a_statement_to_sign_that_is_not_this_nodes_is_never_signed(
