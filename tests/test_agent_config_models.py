@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_config import write_private_key
+from config_support import write_private_key
 
 from teaagent.config import DEFAULT_AGENT_HOST, ModelSettings, load_config
 from teaagent.errors import ConfigError

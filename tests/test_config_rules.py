@@ -9,8 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
-from test_config import EXAMPLE, load
-from test_config import node_dir as node_dir  # the fixture: keys/alpha and the current directory
+from config_support import EXAMPLE, load
+from config_support import (
+    fixture_node_dir as fixture_node_dir,  # the fixture: keys/alpha and the current directory
+)
 
 from teaagent.errors import ConfigError
 from teaagent.trust import PolicyTerm, QuorumPolicy

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approvals_support import item_json, serving
 from relay_support import Node, signer, write_cluster
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from test_cli_approvals import item_json, serving
 from test_tui import Terminal, scripted
 
 from teaagent.approver_client import (

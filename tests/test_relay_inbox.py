@@ -28,7 +28,7 @@ from relay_support import (
     shell_request,
     signer,
 )
-from test_store_requests import decided_in_inbox
+from store_support import decided_in_inbox
 from words_support import AGO, AN_HOUR_AHEAD, moment_re
 
 from teaagent._tasks import cancel_and_wait
