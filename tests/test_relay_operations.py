@@ -172,21 +172,17 @@ def test_the_app_refuses_a_broken_configuration(tmp_path: Path, monkeypatch: pyt
 async def test_development_signatures_count_only_where_the_configuration_allows_them(
     tmp_path: Path, redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lax = write_cluster(
-        tmp_path / "lax",
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=f"{redis_prefix}:lax",
-        required=1,
-        allow_dev_signatures=True,
-    )["alpha"]
-    strict = write_cluster(
-        tmp_path / "strict",
-        ["alpha", "beta"],
-        redis_url=redis_url,
-        prefix=f"{redis_prefix}:strict",
-        required=1,
-    )["alpha"]
+    lax, strict = (
+        write_cluster(
+            tmp_path / name,
+            ["alpha", "beta"],
+            redis_url=redis_url,
+            prefix=f"{redis_prefix}:{name}",
+            required=1,
+            allow_dev_signatures=name == "lax",  # strict: the default, False
+        )["alpha"]
+        for name in ("lax", "strict")
+    )
     request = lax.request()
     statement = approval(request, "beta")["statement"]
     async with in_process(lax, deliver=False) as client:
