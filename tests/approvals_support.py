@@ -30,11 +30,10 @@ from relay_support import (
     RelayProcess,
     rule,
     signer,
-    write_cluster,
 )
 from starlette.applications import Starlette
 from starlette.routing import Route
-from web_support import ssh_keygen_sign
+from web_support import beta_with_operators, ssh_keygen_sign
 
 from teaagent.approver_client import ApproverClient
 from teaagent.cli._main import run
@@ -86,21 +85,12 @@ def fixture_cluster(
     """One cluster for the module (each test sends requests of its own), its keys under one prefix."""
     folder = tmp_path_factory.mktemp("approvals")
     prefix = new_prefix()
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_server,
-        prefix=prefix,
-        operators={"beta": ["ops-placeholder"]},
-        rules={"beta": RULES},
-    )
     operator = ssh_key_factory("ops-one")
     second = ssh_key_factory("ops-two")
     locked = ssh_key_factory("ops-locked", passphrase=PASSPHRASE)
     stranger = ssh_key_factory("stranger")
-    # beta's operators are keys of the real ssh-keygen (beta reads the file as [approver] operators).
-    (folder / "beta.operators").write_text(
-        "".join(f"beta {key.public_line}\n" for key in (operator, second, locked))
+    nodes = beta_with_operators(
+        folder, redis_server, prefix, [operator, second, locked], rules={"beta": RULES}
     )
     yield Cluster(nodes, operator, second, locked, stranger, nodes["beta"].approver_port)
     delete_prefix(redis_server, prefix)

@@ -644,3 +644,16 @@ def error(response: httpx.Response) -> tuple[int, str, str]:
     body = response.json()
     assert set(body) == {"error", "message"}, body
     return response.status_code, body["error"], body["message"]
+
+
+# -- an origin's own requests, as the relay API takes them ---------------------------------------
+
+
+async def submit(client: httpx.AsyncClient, node: Node, request: dict[str, Any]) -> httpx.Response:
+    """``POST /v1/requests``: ``node`` submits its own signed request to its relay."""
+    return await client.post("/v1/requests", json=node.signed(request), headers=node.headers)
+
+
+def decisions_path(request: dict[str, Any]) -> str:
+    """Where the peers' decisions on ``request`` are posted to its origin's relay."""
+    return f"/v1/requests/{request['request_id']}/decisions"

@@ -2,35 +2,25 @@
 
 What an operator does through the HTTP API (approve, deny, a signature made with ``ssh-keygen``),
 what is refused and with which ``ErrorOut`` code, what is never signed (an expired request, one
-whose origin signature does not verify), and what the audit log then holds.
+whose origin signature does not verify), and what the audit log then holds. Restarts and decisions
+left unfinished are in ``test_approver_restarts.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from approver_support import audit_records, beta_approver, deliver, metric, relay_item, ssh_sign
+from approver_support import fixture_beta_relay as fixture_beta_relay  # the fixture
+from approver_support import fixture_cluster as fixture_cluster  # the fixture
 from conftest import SSHKey
-from relay_support import (
-    APPROVE_ECHO,
-    DENY_RM,
-    MakeCluster,
-    Node,
-    approver_in_process,
-    error,
-    served,
-    signer,
-    until,
-)
+from relay_support import Node, error, signer, until
 from words_support import AGO, moment_re
 
 from teaagent._canonical import canonical
@@ -39,73 +29,7 @@ from teaagent.cli._main import run as cli
 from teaagent.quorum import sign_request
 from teaagent.signing import fingerprint
 from teaagent.store import connect
-from teaagent_approver import AUDIT_FILE_NAME, DECISION_EVENT
-
-WAIT = 20.0  # seconds a test waits for what takes well under one on an idle host
-
-APPROVE_ECHO_DENY_RM = DENY_RM + APPROVE_ECHO
-
-
-@pytest.fixture(name="cluster")
-def fixture_cluster(make_cluster: MakeCluster) -> dict[str, Node]:
-    """alpha asks beta and gamma (2 of 2); beta's rules deny ``rm *``, approve ``echo *``, ask the rest."""
-    return make_cluster("alpha", "beta", "gamma", star="alpha", rules={"beta": APPROVE_ECHO_DENY_RM})
-
-
-@pytest.fixture(name="beta_relay")
-def fixture_beta_relay(cluster: dict[str, Node]) -> Iterator[Node]:
-    """beta's relay on its port (delivering nowhere: alpha's relay does not run)."""
-    with served(cluster["beta"]):
-        yield cluster["beta"]
-
-
-@asynccontextmanager
-async def beta_approver(node: Node, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-    async with approver_in_process(node, **overrides) as client:
-        client.headers["Authorization"] = f"Bearer {node.token}"
-        yield client
-
-
-def deliver(alpha: Node, beta: Node, **fields: Any) -> dict[str, Any]:
-    """Post one of alpha's signed requests to beta's inbox, as alpha's relay would."""
-    request = alpha.request(**fields)
-    response = httpx.post(f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=10)
-    assert response.status_code == 201, response.text
-    return request
-
-
-def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
-    registry = client.app.state.metrics.registry  # type: ignore[attr-defined]
-    value = registry.get_sample_value(name, labels)
-    return 0.0 if value is None else float(value)
-
-
-def audit_records(node: Node) -> list[dict[str, Any]]:
-    path = node.data_dir / AUDIT_FILE_NAME
-    if not path.exists():
-        return []
-    events = [json.loads(line) for line in path.read_text().splitlines()]
-    return [event["payload"] for event in events if event["event_type"] == DECISION_EVENT]
-
-
-async def relay_item(beta: Node, request_id: str) -> dict[str, Any]:
-    async with httpx.AsyncClient() as client:
-        response = await client.get(f"{beta.url}/v1/inbox/{request_id}", headers=beta.headers)
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def ssh_sign(key_path: Path, data: bytes, folder: Path, namespace: str = "teaagent-approval") -> str:
-    """Sign ``data`` with the real ``ssh-keygen -Y sign``; return the armored signature."""
-    path = folder / f"statement-{time.monotonic_ns()}"
-    path.write_bytes(data)
-    subprocess.run(
-        ["ssh-keygen", "-q", "-Y", "sign", "-n", namespace, "-f", str(key_path), str(path)],
-        check=True,
-        capture_output=True,
-    )
-    return Path(f"{path}.sig").read_text()
-
+from teaagent_approver import AUDIT_FILE_NAME
 
 # -- an operator decides -----------------------------------------------------------------------
 
@@ -588,218 +512,3 @@ async def test_the_audit_log_verifies_and_holds_one_record_per_decision_with_its
     assert {record["key_fingerprint"] for record in records} == {fingerprint(signer("beta"))}
     assert cli(["audit", "verify", str(path)]) == 0
     assert "6" in capsys.readouterr().out
-
-
-# -- the notifier, the relay restarting, a decision another process left unfinished -------------
-
-
-@pytest.mark.anyio
-async def test_an_ask_item_is_notified_once_and_not_again_after_a_restart(make_cluster: MakeCluster) -> None:
-    from test_approver_notify import receiving
-
-    with receiving() as receiver:
-        notify = f'notify = {{ webhook_url = "{receiver.url("/hook")}", format = "json" }}\n'
-        cluster = make_cluster("alpha", "beta", rules={"beta": notify + APPROVE_ECHO_DENY_RM})
-        alpha, beta = cluster["alpha"], cluster["beta"]
-        with served(beta):
-            async with beta_approver(beta) as client:
-                asked = deliver(alpha, beta, arguments={"command": "make release"}, call_id="call-ask")
-                ruled = deliver(alpha, beta, arguments={"command": "echo hi"}, call_id="call-echo")
-                assert await until(lambda: receiver.hits_for(asked["request_id"]))
-                assert await until(
-                    lambda: metric(client, "teaagent_approver_forwards_total", result="ok") >= 1
-                )
-            async with beta_approver(beta) as client:  # a restart
-                assert await until(
-                    lambda: metric(client, "teaagent_approver_skipped_total", reason="ask") >= 1
-                )
-                notified_again = metric(client, "teaagent_approver_notifications_total")
-
-    [hit] = receiver.hits
-    assert hit.path == "/hook"
-    assert hit.body["request_id"] == asked["request_id"]
-    assert hit.body["arguments"] == {"command": "make release"}
-    assert receiver.hits_for(ruled["request_id"]) == []
-    assert notified_again == 0
-
-
-@pytest.mark.anyio
-async def test_decisions_reach_a_relay_that_restarted_between_two(cluster: dict[str, Node]) -> None:
-    alpha, beta = cluster["alpha"], cluster["beta"]
-    async with beta_approver(beta, engine=False) as client:
-        with served(beta):
-            first = deliver(alpha, beta, arguments={"command": "make one"}, call_id="call-1")["request_id"]
-            second = deliver(alpha, beta, arguments={"command": "make two"}, call_id="call-2")["request_id"]
-            one = await client.post(f"/v1/requests/{first}/approve", json={})
-        # The relay stopped, closing the approver's kept-alive connections; then it is back.
-        with served(beta):
-            two = await client.post(f"/v1/requests/{second}/approve", json={})
-            at_relay = await relay_item(beta, second)
-
-    assert one.json()["forwarded"] is True
-    assert two.status_code == 200, two.text
-    assert two.json()["forwarded"] is True
-    assert at_relay["state"] == "approved"
-
-
-async def record_left_by_another_process(
-    node: Node, redis_url: str, request: dict[str, Any], *, kind: str, reason: str, age: float
-) -> Any:
-    """A decision recorded (not signed, audited or sent) by an approver process that died ``age`` s ago."""
-    from teaagent.quorum import approval_statement, denial_statement
-    from teaagent_approver._ledger import Ledger, Record
-
-    signed_at = int(time.time() - age)
-    statement = (
-        approval_statement(request, node.name, signed_at)
-        if kind == "approval"
-        else denial_statement(request, node.name, signed_at, reason)
-    )
-    record = Record(
-        kind=kind,  # type: ignore[arg-type]
-        reason=reason,
-        by="operator",
-        key_fingerprint=fingerprint(signer(node.name)),
-        statement=statement,
-        signature=None,
-        instance="a-process-that-died",
-        recorded_at=time.time() - age,
-    )
-    store = connect(redis_url, prefix=node.redis_prefix)
-    try:
-        claim = await Ledger(store).claim(
-            request["origin"], request["request_id"], request["expires_at"], record
-        )
-    finally:
-        await store.aclose()
-    assert claim.won
-    return record
-
-
-@pytest.mark.anyio
-async def test_a_decision_another_process_recorded_is_finished_as_recorded_never_otherwise(
-    cluster: dict[str, Node], beta_relay: Node, redis_url: str
-) -> None:
-    alpha, beta = cluster["alpha"], beta_relay
-    # The rules approve "echo *"; an operator's denial was recorded first, by a process now dead.
-    request = deliver(alpha, beta, arguments={"command": "echo hi"})
-    record = await record_left_by_another_process(beta, redis_url, request, kind="denial", reason="no", age=0)
-    async with beta_approver(beta, takeover_seconds=1.5) as client:
-        # Left to its owner a moment (it might be alive and about to sign it), then finished here.
-        assert await until(lambda: metric(client, "teaagent_approver_skipped_total", reason="deferred") >= 1)
-        assert (await relay_item(beta, request["request_id"]))["state"] == "pending"
-        assert await until(lambda: metric(client, "teaagent_approver_forwards_total", result="ok") >= 1)
-        takeovers = metric(client, "teaagent_approver_takeovers_total")
-        signatures = metric(client, "teaagent_approver_signatures_total")
-        approve = await client.post(f"/v1/requests/{request['request_id']}/approve", json={})
-        shown = (await client.get(f"/v1/requests/{request['request_id']}")).json()
-
-    at_relay = await relay_item(beta, request["request_id"])
-    assert at_relay["state"] == "denied"
-    assert at_relay["decision"]["statement"] == record.statement
-    assert (takeovers, signatures) == (1, 1)
-    assert error(approve)[:2] == (409, "conflict")
-    assert shown["decision"] == {
-        "kind": "denial",
-        "reason": "no",
-        "by": "operator",
-        "key_fingerprint": fingerprint(signer("beta")),
-        "at": record.signed_at,
-    }
-    [audited] = audit_records(beta)
-    assert (audited["decision"], audited["by"], audited["recovered"]) == ("denial", "operator", True)
-
-
-def test_the_approvers_keys_sit_in_the_slot_of_the_inbox_item_they_decide() -> None:
-    from teaagent.store import Keys
-
-    request_id = "ab" * 16
-    keys = Keys("ta:beta")
-    mine, item = keys.approver_item("alpha", request_id), keys.inbox_item("alpha", request_id)
-    assert (mine.decision, mine.signature, mine.notified) == (
-        f"ta:beta:apr:{{alpha/{request_id}}}:decision",
-        f"ta:beta:apr:{{alpha/{request_id}}}:signature",
-        f"ta:beta:apr:{{alpha/{request_id}}}:notified",
-    )
-    assert mine.decision.split("{")[1].split("}")[0] == item.doc.split("{")[1].split("}")[0]
-    with pytest.raises(ValueError, match=r"^origin 'Alpha' is not a valid agent id$"):
-        keys.approver_item("Alpha", request_id)
-    with pytest.raises(ValueError, match=r"^request id 'x' is not 32 lowercase hex characters$"):
-        keys.approver_item("alpha", "x")
-
-
-@pytest.mark.anyio
-async def test_a_withdrawn_request_is_never_signed_and_listed_as_withdrawn(
-    cluster: dict[str, Node], beta_relay: Node, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from teaagent.quorum import sign_withdrawal
-
-    alpha, beta = cluster["alpha"], beta_relay
-    # beta's rules would approve it: withdrawn first, it is signed neither by them nor by an operator.
-    request = deliver(alpha, beta, arguments={"command": "echo withdrawn"})
-    request_id = request["request_id"]
-    withdrawal = sign_withdrawal(request, signer("alpha"))
-    response = httpx.post(f"{beta.url}/v1/inbox/{request_id}/withdrawal", json=withdrawal, timeout=10)
-    assert response.json()["state"] == "withdrawn"
-    async with beta_approver(beta, poll_seconds=0.2) as client:
-        engine = client.app.state.engine  # type: ignore[attr-defined]
-        item = await engine.relay.get_inbox_item(request_id, origin="alpha")
-        assert await engine.handle([item]) == 0
-        approved = await client.post(f"/v1/requests/{request_id}/approve", json={})
-        denied = await client.post(f"/v1/requests/{request_id}/deny", json={"reason": "no"})
-        pending = await client.get("/v1/requests")
-        shown = await client.get(f"/v1/requests/{request_id}")
-        signatures = metric(client, "teaagent_approver_signatures_total")
-        skipped = metric(client, "teaagent_approver_skipped_total", reason="withdrawn")
-    sentence = f"Request {request_id} was withdrawn by its origin alpha; this node signs nothing for it."
-    assert error(approved) == (409, "withdrawn", sentence)
-    assert error(denied) == (409, "withdrawn", sentence)
-    assert pending.json()["items"] == []
-    assert shown.json()["state"] == "withdrawn"
-    assert (signatures, skipped) == (0, 1)
-    assert audit_records(beta) == []
-    assert (await relay_item(beta, request_id))["decision"] is None
-
-
-@pytest.mark.anyio
-async def test_the_engine_meeting_an_operator_mid_decision_audits_that_decision_once(
-    cluster: dict[str, Node], beta_relay: Node
-) -> None:
-    # The operator's decision is claimed in the ledger and held before its signature is attached;
-    # meanwhile the engine sees the item (no rule matches it: asked) and finds that claim.
-    from teaagent_approver._engine import Proposal
-
-    alpha, beta = cluster["alpha"], beta_relay
-    async with beta_approver(beta, engine=False) as client:
-        engine = client.app.state.engine  # type: ignore[attr-defined]
-        request_id = deliver(alpha, beta, arguments={"command": "make release"})["request_id"]
-        [listed] = await engine.relay.list_inbox("pending", limit=10)
-        item = engine.receive(listed)
-        assert item.request.request_id == request_id
-        attach, held, release = engine.ledger.attach, asyncio.Event(), asyncio.Event()
-        calls = 0
-
-        async def held_attach(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            if calls == 1:  # the operator's: held until the engine has had its go
-                held.set()
-                await release.wait()
-            return await attach(*args, **kwargs)
-
-        engine.ledger.attach = held_attach
-        operator = asyncio.ensure_future(
-            engine.settle(item, Proposal(kind="approval", reason="looks fine", by="operator"))
-        )
-        await asyncio.wait_for(held.wait(), WAIT)
-        engines_go = asyncio.ensure_future(engine.rounds._asked_item(item))
-        # The engine's go, as far as it gets on its own: it ends, or it waits behind the operator
-        # for the request's lock (a second user of it).
-        ref = item.ref
-        assert await until(lambda: engines_go.done() or engine._busy.get(ref, (None, 0))[1] >= 2)
-        release.set()
-        outcome = await asyncio.wait_for(operator, WAIT)
-        await asyncio.wait_for(engines_go, WAIT)
-
-    assert outcome.won
-    assert [record["by"] for record in audit_records(beta)] == ["operator"]

@@ -11,7 +11,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,23 @@ class WebCluster:
             self.approver.start()
 
 
+def beta_with_operators(
+    folder: Path, redis_url: str, prefix: str, operators: Sequence[SSHKey], **options: Any
+) -> dict[str, Node]:
+    """alpha, beta and gamma written in ``folder``; beta's ``[approver] operators`` lists ``operators``."""
+    nodes = write_cluster(
+        folder,
+        ["alpha", "beta", "gamma"],
+        redis_url=redis_url,
+        prefix=prefix,
+        operators={"beta": ["ops-placeholder"]},
+        **options,
+    )
+    # beta's operators are keys of the real ssh-keygen (beta reads the file as [approver] operators).
+    (folder / "beta.operators").write_text("".join(f"beta {key.public_line}\n" for key in operators))
+    return nodes
+
+
 @pytest.fixture(scope="module", name="web_cluster")
 def fixture_web_cluster(
     tmp_path_factory: pytest.TempPathFactory, redis_server: str, ssh_key_factory: Callable[..., SSHKey]
@@ -99,16 +116,9 @@ def fixture_web_cluster(
     """beta's relay and approver for the module (each test sends requests of its own)."""
     folder = tmp_path_factory.mktemp("web")
     prefix = new_prefix()
-    nodes = write_cluster(
-        folder,
-        ["alpha", "beta", "gamma"],
-        redis_url=redis_server,
-        prefix=prefix,
-        operators={"beta": ["ops-placeholder"]},
-    )
     operator = ssh_key_factory("web-ops")
     stranger = ssh_key_factory("web-stranger")
-    (folder / "beta.operators").write_text(f"beta {operator.public_line}\n")
+    nodes = beta_with_operators(folder, redis_server, prefix, [operator])
     logs = folder / "logs"
     logs.mkdir()
     beta = nodes["beta"]
