@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -263,3 +264,14 @@ def item_json(request: dict[str, Any]) -> dict[str, Any]:
         "request": request,
         "signature": sign_request(request, signer(request["origin"])),
     }
+
+
+def readable(descriptor: int, seconds: float) -> bool:
+    """Whether ``descriptor`` (a pty) has something to read within ``seconds``.
+
+    ``select.poll``, not ``select.select``: a test worker that has run many modules can hold a
+    descriptor numbered past select's limit of 1024 ("filedescriptor out of range in select()").
+    """
+    poller = select.poll()
+    poller.register(descriptor, select.POLLIN)
+    return bool(poller.poll(max(0, int(seconds * 1000))))

@@ -12,7 +12,6 @@ import pty
 import queue
 import re
 import secrets
-import select
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from approvals_support import DEADLINE, STOP_SECONDS, Approver, Cluster, sharing
+from approvals_support import DEADLINE, STOP_SECONDS, Approver, Cluster, readable, sharing
 from approvals_support import fixture_approver as fixture_approver  # the module's fixture
 from approvals_support import fixture_approver_processes as fixture_approver_processes  # the module's fixture
 from approvals_support import fixture_cluster as fixture_cluster  # the module's fixture
@@ -219,8 +218,7 @@ def test_watch_on_a_terminal_shows_a_live_table_and_takes_keystrokes(
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError(f"{text!r} not on the terminal: {ANSI.sub(b'', seen)[-3000:]!r}")
-                ready, _, _ = select.select([terminal], [], [], min(left, 0.5))
-                if ready:
+                if readable(terminal, min(left, 0.5)):
                     seen += os.read(terminal, 65536)
 
         wait_for(request["request_id"])  # the table's row
@@ -238,8 +236,7 @@ def test_watch_on_a_terminal_shows_a_live_table_and_takes_keystrokes(
                 break
             if time.monotonic() > deadline + STOP_SECONDS:
                 raise AssertionError(f"the watch did not exit after q: {ANSI.sub(b'', seen)[-1000:]!r}")
-            ready, _, _ = select.select([terminal], [], [], 0.2)
-            if ready:
+            if readable(terminal, 0.2):
                 with contextlib.suppress(OSError):  # EIO once the child closed its side
                     seen += os.read(terminal, 65536)
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
-import select
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from approvals_support import DEADLINE, PASSPHRASE, Approver, Cluster, approve_with_key, cli, one_sentence
+from approvals_support import (
+    DEADLINE,
+    PASSPHRASE,
+    Approver,
+    Cluster,
+    approve_with_key,
+    cli,
+    one_sentence,
+    readable,
+)
 from approvals_support import fixture_approver as fixture_approver  # the module's fixture
 from approvals_support import fixture_approver_processes as fixture_approver_processes  # the module's fixture
 from approvals_support import fixture_cluster as fixture_cluster  # the module's fixture
@@ -84,8 +92,7 @@ def _read_until(descriptor: int, wanted: bytes, deadline: float) -> bytes:
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError(f"{wanted!r} not seen; got {seen!r}")
-        ready, _, _ = select.select([descriptor], [], [], left)
-        if ready:
+        if readable(descriptor, left):
             try:
                 chunk = os.read(descriptor, 4096)
             except OSError:  # the child closed the terminal
