@@ -302,3 +302,37 @@ async def test_a_settlement_that_overtakes_its_request_is_retried_until_the_peer
     assert between == "pending"
     assert final == "settled"
     assert dead == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("peers", "settled_to"), [(("beta", "gamma"), []), (("beta", "gamma", "delta"), ["delta"])]
+)
+async def test_the_settlement_reads_the_request_only_when_a_peer_is_left_to_tell(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch, peers: tuple[str, ...], settled_to: list[str]
+) -> None:
+    # 2 approvals of 2 peers: both decided, nobody is told, and the store is not read for it (issue 29).
+    # Of 3 peers, delta is told: the settlement reads the request to build its certificate.
+    nodes = make_cluster("alpha", *peers, required=2, peers_of={"alpha": list(peers)})
+    alpha = nodes["alpha"]
+    async with in_process(alpha, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        request = alpha.request()
+        request_id = request["request_id"]
+        await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        await relay.count(request_id, **approval(request, "beta"))
+        reads: list[str] = []
+        read = relay.store.requests.get
+
+        async def counted(request_id: str) -> Any:
+            reads.append(request_id)
+            return await read(request_id)
+
+        monkeypatch.setattr(relay.store.requests, "get", counted)
+        receipt = await relay.count(request_id, **approval(request, "gamma"))
+        batch = await relay.deliveries.claim("test", 10, 0)
+
+    assert receipt["state"] == "approved"
+    assert reads == ([request_id] if settled_to else [])
+    settlements = [d.target for d in batch if json.loads(d.payload)["path"].endswith("/settled")]
+    assert settlements == settled_to
