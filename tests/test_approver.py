@@ -26,7 +26,8 @@ from words_support import AGO, moment_re
 from teaagent._canonical import canonical
 from teaagent.audit import verify_log
 from teaagent.cli._main import run as cli
-from teaagent.quorum import sign_request
+from teaagent.errors import StatementTimeError
+from teaagent.quorum import check_signing_time, sign_request
 from teaagent.signing import fingerprint
 from teaagent.store import connect
 from teaagent_approver import AUDIT_FILE_NAME
@@ -259,12 +260,73 @@ async def test_a_statement_dated_outside_its_requests_life_is_422_with_dates_a_p
     expected = {  # dates with how far they are from now, never Unix seconds
         "late": f"The statement was signed at {moment_re(expires + 1)}, after the request expired at "
         f"{moment_re(expires)}\\.",
-        "early": f"The statement is dated {moment_re(created - 61, AGO)}, more than 60 seconds before the "
-        f"request was created at {moment_re(created, AGO)}\\.",
+        # Rule 4's words are the quorum's (check_signing_time), as the relay says them.
+        "early": f"The statement was signed at {moment_re(created - 61, AGO)}, more than 60 seconds before "
+        f"the request was created at {moment_re(created, AGO)}\\.",
         "ahead": f"The statement is dated {moment_re(created + 90)}, more than 60 seconds in the future\\.",
     }
     for name, pattern in expected.items():
         assert re.fullmatch(pattern, refused[name][2]), refused[name][2]
+    assert audit_records(beta) == []
+
+
+def rule_4(signed_at: int, request: dict[str, Any], now: float) -> str:
+    """What ``teaagent.quorum.check_signing_time`` says of ``signed_at`` at ``now``."""
+    try:
+        check_signing_time(signed_at, request, now)
+    except StatementTimeError:
+        return "refused"
+    return "taken"
+
+
+@pytest.mark.anyio
+async def test_the_approver_refuses_a_signing_time_exactly_where_the_quorum_rule_does(
+    cluster: dict[str, Node], beta_relay: Node, tmp_path: Path
+) -> None:
+    # Rule 4 is written once, in teaagent.quorum: a decision dated at each bound and one second
+    # outside it is refused by the approver exactly when check_signing_time refuses it. Each probe
+    # names another tool than its request's, so one that passes the time (and signature) check is
+    # 409 changed and nothing is decided: a request serves every probe.
+    alpha, beta = cluster["alpha"], beta_relay
+    start = int(time.time())
+    # Created 90 s ago, expiring in 30 s: its lower bound and its expiry are the first bounds met.
+    ask = {"command": "make release"}  # neither rule decides it
+    old = deliver(alpha, beta, arguments=ask, now=start - 90, call_id="call-old")
+    # Created now, expiring in 120 s: the clock skew (now + 60) is met before the expiry.
+    fresh = deliver(alpha, beta, arguments=ask, call_id="call-fresh")
+    created, expires = old["created_at"], old["expires_at"]
+    cases: list[tuple[str, dict[str, Any], Callable[[], int], str]] = [
+        ("before creation - 60", old, lambda: created - 61, "refused"),
+        ("at creation - 60", old, lambda: created - 60, "taken"),
+        ("at expiry", old, lambda: expires, "taken"),
+        ("after expiry", old, lambda: expires + 1, "refused"),
+        ("at now + 60", fresh, lambda: int(time.time()) + 60, "taken"),
+        ("after now + 60", fresh, lambda: int(time.time()) + 61, "refused"),
+    ]
+    seen = {}
+    async with beta_approver(beta) as client:
+        for name, request, dated, expected in cases:
+            path = f"/v1/requests/{request['request_id']}"
+            body = (await client.get(f"{path}/statement")).json()
+            for _ in range(5):  # again when the clock's second turned during the call
+                signed_at = dated()
+                statement = {**body["statement"], "signed_at": signed_at}
+                armored = ssh_sign(beta.folder / "keys" / "beta", canonical(statement), tmp_path)
+                before = time.time()
+                response = await client.post(
+                    f"{path}/decision",
+                    json={"statement": statement, "signature": armored, "expect_tool_name": "fs.read"},
+                )
+                rule = {rule_4(signed_at, request, at) for at in (before, time.time())}
+                if len(rule) == 1:
+                    break
+            status, code, message = error(response)
+            assert (status, code) in {(409, "changed"), (422, "invalid")}, message
+            seen[name] = ("taken" if status == 409 else "refused", *rule, expected)
+        after = (await client.get(f"/v1/requests/{old['request_id']}")).json()
+
+    assert seen == {name: (expected,) * 3 for name, _, _, expected in cases}
+    assert (after["state"], after["decision"]) == ("pending", None)
     assert audit_records(beta) == []
 
 

@@ -13,9 +13,9 @@ from test_cli_tools import write_node
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ApprovalDeniedError, ConfigError
 from teaagent.llm import ScriptedAdapter
-from teaagent.policy import JITApprovalState, PermissionMode
+from teaagent.policy import JITApprovalState, PermissionMode, PromptAnswer, PromptRequest
 from teaagent.runner import RunResult
-from teaagent.runner._node import for_node, node_audit_path, node_gate
+from teaagent.runner._node import GateOptions, for_node, node_audit_path, node_gate, node_registry
 
 
 class RefusingGate:
@@ -109,3 +109,36 @@ def test_an_audit_log_that_cannot_be_written_fails_closed_unless_told(node: Node
     runner = for_node(node, run_id="r" * 32, adapter=_script(), audit_must_write=False)
     runner.audit.close()
     assert runner.audit.disk_error is not None
+
+
+def test_for_node_gives_each_gate_keyword_to_the_gate_and_the_others_to_the_runner(node: NodeConfig) -> None:
+    # GateOptions is where node_gate's keywords are written, once; for_node takes them beside the
+    # runner's and hands each to its own side (a gate keyword given to AgentRunner is a TypeError).
+    audit_dir = node_audit_path(node).parent
+    audit_dir.parent.mkdir(parents=True, exist_ok=True)
+    audit_dir.write_text("a file where the folder should be")  # only audit_must_write=False opens it
+    jit, registry, quorum_gate = JITApprovalState(), node_registry(node), RefusingGate()
+
+    def prompter(request: PromptRequest, /) -> PromptAnswer:
+        return PromptAnswer.DENY
+
+    gate: GateOptions = {
+        "run_id": "g" * 32,
+        "prompter": prompter,
+        "quorum_gate": quorum_gate,
+        "mode": "read-only",
+        "registry": registry,
+        "policy_changes": {"jit_state": jit},
+        "audit_must_write": False,
+    }
+    assert set(gate) == set(GateOptions.__annotations__)  # every one of them, whatever is added
+    runner = for_node(node, **gate, adapter=_script(), label="the label", stream=True)
+    runner.audit.close()
+
+    assert (runner.run_id, runner.audit.run_id, runner.registry) == ("g" * 32, "g" * 32, registry)
+    assert runner.policy.permission_mode is PermissionMode.READ_ONLY
+    assert runner.policy.jit_state is jit
+    assert runner.policy.prompter is not None  # the runner watches them: not the very objects
+    assert runner.policy.quorum_gate is not None
+    assert runner.audit.disk_error is not None
+    assert (runner.label, runner.stream, runner.root) == ("the label", True, node.workspace)

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Required, TypedDict, cast
 
 from teaagent.audit import AuditLogger
 from teaagent.config import NodeConfig
@@ -28,10 +29,21 @@ from teaagent.tools import (
 )
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from teaagent.budget import RunBudget
+    from teaagent.llm import LLMAdapter
     from teaagent.relay_client import RequestStatus, WaitProgress
+    from teaagent.runner._ask import AskCallback
+    from teaagent.runner._events import EventSink
+    from teaagent.runner._types import Validator
+    from teaagent.session import ChatSession, SessionStore
 
 __all__ = [
     "AUDIT_DIR_NAME",
+    "GateOptions",
+    "NodeRunOptions",
+    "RunnerOptions",
     "for_node",
     "gated_runner",
     "node_audit_path",
@@ -263,21 +275,10 @@ def open_audit(path: Path, run_id: str, *, must_write: bool = True) -> AuditLogg
     return audit
 
 
-def node_gate(
-    node: NodeConfig,
-    *,
-    run_id: str,
-    prompter: Prompter | None = None,
-    quorum_gate: QuorumGate | None = None,
-    mode: PermissionMode | str | None = None,
-    registry: ToolRegistry | None = None,
-    policy_changes: Mapping[str, Any] | None = None,
-    audit_must_write: bool = True,
-) -> ToolGate:
-    """Return the gate of one run of the node: its tools, its policy and its audit log.
+class GateOptions(TypedDict, total=False):
+    """The keywords of :func:`node_gate` beside the node; :func:`for_node` takes them too.
 
-    Args:
-        node: The node configuration.
+    Attributes:
         run_id: The run the calls belong to.
         prompter: Who to ask about calls the mode leaves to a person; None denies them.
         quorum_gate: How to obtain quorum certificates (:func:`node_quorum_gate`); None denies
@@ -286,68 +287,113 @@ def node_gate(
         registry: The tools, when not :func:`node_registry`'s (made once by a long-lived caller).
         policy_changes: Fields of :class:`~teaagent.policy.ApprovalPolicy` to set on the node's
             policy (the TUI's session approvals, for one).
-        audit_must_write: See :func:`open_audit`.
+        audit_must_write: See :func:`open_audit` (True when left out).
+    """
+
+    run_id: Required[str]
+    prompter: Prompter | None
+    quorum_gate: QuorumGate | None
+    mode: PermissionMode | str | None
+    registry: ToolRegistry | None
+    policy_changes: Mapping[str, Any] | None
+    audit_must_write: bool
+
+
+def node_gate(node: NodeConfig, **options: Unpack[GateOptions]) -> ToolGate:
+    """Return the gate of one run of the node: its tools, its policy and its audit log.
+
+    Args:
+        node: The node configuration.
+        options: See :class:`GateOptions` (``run_id`` is required).
 
     Raises:
         ConfigError: The tools, the policy or the audit log cannot be made (see :func:`node_registry`,
             :func:`node_policy`, :func:`open_audit`).
     """
+    run_id, registry, changes = options["run_id"], options.get("registry"), options.get("policy_changes")
     tools = node_registry(node) if registry is None else registry
-    policy = node_policy(node, prompter=prompter, quorum_gate=quorum_gate, mode=mode)
-    if policy_changes:
-        policy = dataclasses.replace(policy, **policy_changes)
-    audit = open_audit(node_audit_path(node), run_id, must_write=audit_must_write)
+    policy = node_policy(
+        node,
+        prompter=options.get("prompter"),
+        quorum_gate=options.get("quorum_gate"),
+        mode=options.get("mode"),
+    )
+    if changes:
+        policy = dataclasses.replace(policy, **changes)
+    audit = open_audit(node_audit_path(node), run_id, must_write=options.get("audit_must_write", True))
     return ToolGate(registry=tools, policy=policy, audit=audit, run_id=run_id)
 
 
-def gated_runner(gate: ToolGate, **options: Any) -> AgentRunner:
+class RunnerOptions(TypedDict, total=False):
+    """The keywords of :class:`~teaagent.runner.AgentRunner` that :func:`gated_runner` passes on.
+
+    All of them but what the gate gives (``registry``, ``policy``, ``audit``, ``run_id``) and
+    ``root``; each means what it means there. mypy checks them against ``AgentRunner`` where
+    :func:`gated_runner` passes them on.
+    """
+
+    adapter: Required[LLMAdapter]
+    budget: RunBudget | None
+    provider: str | None
+    model: str | None
+    system_prompt: str
+    max_output_tokens: int
+    temperature: float
+    event_sink: EventSink | Iterable[EventSink] | None
+    ask: AskCallback | None
+    session_store: SessionStore | None
+    session: ChatSession | None
+    label: str
+    stream: bool
+    run_log: bool
+    validator: Validator | None
+
+
+class NodeRunOptions(GateOptions, RunnerOptions, total=False):
+    """The keywords of :func:`for_node`: :class:`GateOptions` and :class:`RunnerOptions`."""
+
+
+_GATE_KEYS: Final = frozenset(GateOptions.__annotations__)
+
+
+def gated_runner(
+    gate: ToolGate, *, root: str | os.PathLike[str] | None = None, **options: Unpack[RunnerOptions]
+) -> AgentRunner:
     """Return the runner of ``gate``'s tools, policy, audit log and run; its audit log closed if it fails.
 
     Args:
         gate: What :func:`node_gate` made (or a node-less caller's own gate).
-        options: The other arguments of :class:`~teaagent.runner.AgentRunner` (adapter, budget...).
+        root: The workspace root of the run log (see :class:`~teaagent.runner.AgentRunner`).
+        options: The other arguments of :class:`~teaagent.runner.AgentRunner` (:class:`RunnerOptions`:
+            ``adapter``, ``budget``...).
     """
     try:
         return AgentRunner(
-            registry=gate.registry, policy=gate.policy, audit=gate.audit, run_id=gate.run_id, **options
+            registry=gate.registry,
+            policy=gate.policy,
+            audit=gate.audit,
+            run_id=gate.run_id,
+            root=root,
+            **options,
         )
     except BaseException:
         gate.audit.close()
         raise
 
 
-def for_node(
-    node: NodeConfig,
-    *,
-    run_id: str,
-    prompter: Prompter | None = None,
-    quorum_gate: QuorumGate | None = None,
-    mode: PermissionMode | str | None = None,
-    registry: ToolRegistry | None = None,
-    policy_changes: Mapping[str, Any] | None = None,
-    audit_must_write: bool = True,
-    **options: Any,
-) -> AgentRunner:
+def for_node(node: NodeConfig, **options: Unpack[NodeRunOptions]) -> AgentRunner:
     """Return the runner of one run of the node, in its workspace, through its gate (:func:`node_gate`).
 
     Args:
         node: The node configuration.
-        run_id: The run's id.
-        prompter, quorum_gate, mode, registry, policy_changes, audit_must_write: See :func:`node_gate`.
-        options: The other arguments of :class:`~teaagent.runner.AgentRunner`: ``adapter``,
-            ``budget``, ``provider``, ``model``, ``event_sink``, ``ask``, ``session``...
+        options: The gate's keywords (:class:`GateOptions`: ``run_id``, ``quorum_gate``...) and
+            the runner's (:class:`RunnerOptions`: ``adapter``, ``budget``, ``event_sink``...).
 
     Raises:
         ConfigError: See :func:`node_gate`.
     """
-    gate = node_gate(
-        node,
-        run_id=run_id,
-        prompter=prompter,
-        quorum_gate=quorum_gate,
-        mode=mode,
-        registry=registry,
-        policy_changes=policy_changes,
-        audit_must_write=audit_must_write,
+    gate = {key: value for key, value in options.items() if key in _GATE_KEYS}
+    runner = {key: value for key, value in options.items() if key not in _GATE_KEYS}
+    return gated_runner(
+        node_gate(node, **cast(GateOptions, gate)), root=node.workspace, **cast(RunnerOptions, runner)
     )
-    return gated_runner(gate, root=node.workspace, **options)
