@@ -1,7 +1,9 @@
 """The tests' one port picker: loopback ports no test process of this machine hands out twice.
 
 ``free_port`` gives a port below the kernel's ephemeral range, from a slice of this xdist
-worker's own, reserved (a held ``flock``) for as long as the test process lives;
+worker's own, reserved for as long as the test process lives: a held ``flock`` on its block of
+``BLOCK`` ports, so that a worker handing out thousands of ports holds a few dozen descriptors
+(one per port passed 1,024 in a long run, and ``select`` fails past that);
 ``refusing_port`` holds one that refuses every connection (a peer that is down).
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 _HANDED_OUT: set[int] = set()
 _LOWEST_PORT = 10_000
+BLOCK = 50  # ports reserved together, on one lock file: blocks start at _LOWEST_PORT + k * BLOCK
 
 
 def _port_slice() -> range | None:
@@ -41,15 +44,26 @@ def _port_slice() -> range | None:
     return range(start, start + size)
 
 
-_RESERVED: list[int] = []  # open lock files, one per reserved port, held until the process exits
+_RESERVED: dict[int, int] = {}  # block's first port -> its open lock file, held until the process exits
 _RESERVATIONS = Path(tempfile.gettempdir()) / f"teaagent-test-ports-{os.getuid()}"
 
 
+def _block(port: int) -> int:
+    """The first port of ``port``'s block (blocks of ``BLOCK``, from ``_LOWEST_PORT``)."""
+    return port - (port - _LOWEST_PORT) % BLOCK
+
+
 def _reserve(port: int) -> bool:
-    """Reserve ``port`` among this machine's test processes until this one exits (a held ``flock``)."""
+    """Reserve ``port``'s block among this machine's test processes until this one exits (a held ``flock``).
+
+    True when this process holds the block (it may hand out every port of it), False when another does.
+    """
+    start = _block(port)
+    if start in _RESERVED:
+        return True
     try:
         _RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
-        handle = os.open(_RESERVATIONS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+        handle = os.open(_RESERVATIONS / f"block-{start}", os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
         return True  # no place to reserve in: the bind probe alone decides
     try:
@@ -57,7 +71,7 @@ def _reserve(port: int) -> bool:
     except OSError:
         os.close(handle)
         return False
-    _RESERVED.append(handle)
+    _RESERVED[start] = handle
     return True
 
 
@@ -65,11 +79,12 @@ def free_port() -> int:
     """A loopback port nothing listens on, never handed out twice in this process (see _port_slice)."""
     ports = _port_slice()
     if ports is not None:
-        # Each test process starts at a place of its own in its slice and reserves every port it
-        # hands out for its whole life (_reserve): test runs of other checkouts on this machine
-        # use the same slices, and a port one probed free may be listened on by another a moment
-        # later, answering in place of this run's service.
+        # Each test process starts at a place of its own in its slice and reserves the block of
+        # every port it hands out for its whole life (_reserve): test runs of other checkouts on
+        # this machine use the same slices, and a port one probed free may be listened on by
+        # another a moment later, answering in place of this run's service.
         first = os.getpid() * 7919 % len(ports)
+        first = max(0, first - (ports[first] - _LOWEST_PORT) % BLOCK)  # a block's start: its ports in a row
         for port in (*ports[first:], *ports[:first]):
             if port in _HANDED_OUT:
                 continue

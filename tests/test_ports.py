@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from port_support import _reserve, free_port, refusing_port
+from port_support import BLOCK, _reserve, free_port, refusing_port
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
@@ -66,3 +66,19 @@ def test_a_port_another_test_process_handed_out_is_never_handed_out_here_while_i
     finally:
         child.communicate("", timeout=30)
     assert _reserve(theirs[0])  # let go when it exits
+
+
+def test_a_test_process_handing_out_a_thousand_ports_holds_a_few_dozen_descriptors() -> None:
+    # One lock per port reached 1,024 descriptors in a long run, and select() fails past that.
+    code = (
+        "import os, port_support; before = len(os.listdir('/proc/self/fd')); "
+        "ports = [port_support.free_port() for _ in range(1000)]; "
+        "print(len(set(ports)), len(os.listdir('/proc/self/fd')) - before)"
+    )
+    answer = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=60
+    )
+    distinct, held = (int(word) for word in answer.stdout.split())
+
+    assert distinct == 1000
+    assert held <= 1000 // BLOCK + 2  # one per block of ports, and a spare where a block was taken
