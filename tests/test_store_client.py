@@ -28,7 +28,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from relay_support import until
 
 from teaagent.store import StoreOptions
-from teaagent.store._connection import CommandBatches, make_async_client, make_batches
+from teaagent.store._connection import CommandBatches, make_async_client, make_batches, make_sync_client
 
 BLOCK_SECONDS = 10  # a blocking read's own timeout: far past the client's, on any host
 
@@ -519,3 +519,33 @@ def test_batches_can_be_switched_off_for_the_benchs_before_variant(monkeypatch: 
     assert batches is not None
     assert batches.client.connection_pool.connection_kwargs["retry"].get_retries() == 0  # never resent
     asyncio.run(batches.aclose())
+
+
+def test_closing_a_client_closes_its_connections_on_the_server(redis_url: str) -> None:
+    # A client built on a pool passed in left its connections open on aclose(): each relay or
+    # approver app a process started and stopped kept one to the server until the process ended.
+    admin = redis.Redis.from_url(redis_url)
+    name = f"teaagent-close-{time.monotonic_ns()}"
+
+    def ours() -> int:
+        return sum(1 for entry in admin.client_list() if entry.get("name") == name)
+
+    async def scenario() -> tuple[int, int]:
+        client = make_async_client(redis_url, StoreOptions(max_connections=4))
+        await asyncio.gather(*(client.execute_command("CLIENT", "SETNAME", name) for _ in range(3)))
+        opened = ours()
+        await client.aclose()
+        return opened, ours()
+
+    sync = make_sync_client(redis_url, StoreOptions(max_connections=4))
+    try:
+        opened, left = run(scenario)
+        sync.execute_command("CLIENT", "SETNAME", name)
+        sync_opened = ours()
+        sync.close()
+        sync_left = ours()
+    finally:
+        admin.close()
+
+    assert (opened >= 1, left) == (True, 0)
+    assert (sync_opened, sync_left) == (1, 0)

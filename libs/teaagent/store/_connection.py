@@ -162,7 +162,7 @@ def make_async_client(redis_url: str, options: StoreOptions, *, cluster: bool = 
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         redis_url, **_connections(options), timeout=POOL_WAIT_TIMEOUT, retry=retry
     )
-    return redis.asyncio.Redis(connection_pool=pool)
+    return redis.asyncio.Redis.from_pool(pool)  # closed with the client (aclose disconnects it)
 
 
 def make_sync_client(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> SyncClient:
@@ -191,7 +191,7 @@ def make_sync_client(redis_url: str, options: StoreOptions, *, cluster: bool = F
     pool = redis.BlockingConnectionPool.from_url(
         redis_url, **_connections(options), timeout=POOL_WAIT_TIMEOUT, retry=retry
     )
-    return redis.Redis(connection_pool=pool)
+    return redis.Redis.from_pool(pool)  # closed with the client
 
 
 class CommandBatches:

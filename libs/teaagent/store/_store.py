@@ -186,13 +186,11 @@ class SyncStore:
     def close(self) -> None:
         """Close the rate limiter's connection, the client and its connection pool."""
         self.rate_limiter.close()
-        self.client.close()
-        # redis-py leaves a pool it was handed open (each node's, on a cluster): disconnect it, or
-        # its sockets outlive the store.
+        self.client.close()  # one server's pool is the client's own (``from_pool``): closed with it
+        # A cluster client leaves each node's pool open: disconnect them, or their sockets outlive
+        # the store.
         if isinstance(self.client, redis.cluster.RedisCluster):
             _disconnect_nodes(self.client)
-        else:
-            self.client.connection_pool.disconnect()
 
     def __enter__(self) -> SyncStore:
         return self
