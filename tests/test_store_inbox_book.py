@@ -18,6 +18,7 @@ from store_support import (
     events,
     new_id,
     outcome_events,
+    round_trips,
 )
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError
@@ -86,6 +87,34 @@ async def commands_sent(store: Store) -> tuple[int, int]:
     return stats.get("cmdstat_get", {}).get("calls", 0), stats["total_commands_processed"]
 
 
+def test_reading_inbox_items_is_one_script_call_each_in_one_round_trip(
+    in_store: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(store: Store) -> None:
+        pending, decided, missing = new_id(), new_id(), new_id()
+        for request_id in (pending, decided):
+            await store.inbox.accept("alpha", request_id, DOC, expires_at=EXPIRES, now=NOW)
+        await store.inbox.record_decision(
+            "alpha", decided, kind="approval", signer="beta", decision=APPROVAL, now=NOW
+        )
+        refs = [("alpha", pending), ("alpha", decided), ("alpha", missing)]
+        await store.client.script_flush()  # a restarted server: the reads load their script again
+        assert [item and item.state for item in await store.inbox.get_many(refs)] == [
+            "pending",
+            "approved",
+            None,
+        ]
+        with round_trips(monkeypatch) as trips:
+            items = await store.inbox.get_many(refs)
+        # One read_request call per item (its document, outcome and decisions at one instant).
+        assert trips == [3]
+        assert items == [await store.inbox.get(origin, request_id) for origin, request_id in refs]
+        assert items[1] is not None
+        assert items[1].approvals == {"beta": APPROVAL}
+
+    in_store(scenario)
+
+
 def test_a_pending_item_behind_ten_thousand_decided_ones_is_listed_reading_one_document(
     in_store: Run,
 ) -> None:
@@ -98,9 +127,10 @@ def test_a_pending_item_behind_ten_thousand_decided_ones_is_listed_reading_one_d
         gets_after, commands_after = await commands_sent(store)
         assert [(item.origin, item.request_id) for item in pending] == [("alpha", waiting)]
         # The bound: the pending set holds no decided item, so limit=1 reads one document, whatever
-        # sorts before it: 2 purges, 1 range, GET and 2 HGETALL, and one INFO.
+        # sorts before it: 2 purges, 1 range, the read_request call (EVALSHA, and in it GET and 2
+        # HGETALL), and one INFO.
         assert gets_after - gets_before == 1
-        assert commands_after - commands_before <= 7
+        assert commands_after - commands_before <= 8
         # Every state: the pending one first, then the rest in order of expiry.
         everything = await store.inbox.list_requests(state=None, limit=3, now=NOW)
         assert [item.request_id for item in everything] == [waiting, *sorted(decided)[:2]]

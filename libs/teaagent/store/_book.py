@@ -28,7 +28,7 @@ from teaagent.store._connection import (
     describe_redis_error,
 )
 from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, RequestKeys
-from teaagent.store._reads import read_request, read_wait_start
+from teaagent.store._reads import read_request, read_wait_start, request_read
 from teaagent.store._refs import MAX_EVENTS, Acceptance, Ref, check_decision, check_document, now_seconds
 from teaagent.store._results import (
     AcceptResult,
@@ -234,28 +234,10 @@ class Book:
         Raises:
             StoreError: Redis is unreachable or failed (the whole pipeline).
         """
-
-        async def send(chosen: list[tuple[Ref, list[Any]]]) -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for ref, args in chosen:
-                    pipe.execute_command(
-                        *self._scripts.command("record_decision", _record_keys(ref.keys), args)
-                    )
-                return list(await pipe.execute(raise_on_error=False))
-
         try:
-            replies = await send(calls)
-            lost = [
-                index
-                for index, reply in enumerate(replies)
-                if isinstance(reply, redis.exceptions.NoScriptError)
-            ]
-            if lost:
-                # A restarted, flushed or promoted node lost the script: those calls did not run.
-                # Load it where they run (their nodes, on a cluster) and send them again.
-                await self._scripts.load("record_decision", [calls[index][0].keys.outcome for index in lost])
-                for index, reply in zip(lost, await send([calls[index] for index in lost]), strict=True):
-                    replies[index] = reply
+            replies = await self._scripts.run_many(
+                "record_decision", [(_record_keys(ref.keys), args) for ref, args in calls]
+            )
         except REDIS_ERRORS as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
         await self._unlist_pending(
@@ -313,17 +295,26 @@ class Book:
         return dataclasses.replace(stored, deliveries=states)
 
     async def _get_many(self, refs: list[Ref]) -> list[StoredRequest | None]:
-        """:meth:`_get` for many refs in one pipeline, in order; no transaction holds the batch."""
+        """:meth:`_get` for many refs in one pipeline of ``read_request`` calls, in order: each item
+        is read at one instant, but no transaction holds the batch.
+
+        Raises:
+            redis.exceptions.RedisError: the server failed (callers convert it).
+        """
         if not refs:
             return []
-        async with self._client.pipeline(transaction=False) as pipe:
-            for ref in refs:
-                _read_request(pipe, ref.keys)
-            replies = await pipe.execute()
-        return [
-            stored_request(ref.request_id, ref.origin, *replies[3 * index : 3 * index + 3])
-            for index, ref in enumerate(refs)
-        ]
+        replies = await self._scripts.run_many(
+            "read_request", [([ref.keys.doc, ref.keys.outcome, ref.keys.decisions], []) for ref in refs]
+        )
+        found: list[StoredRequest | None] = []
+        for ref, reply in zip(refs, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            read = request_read(reply)
+            found.append(
+                stored_request(ref.request_id, ref.origin, read.document, read.outcome, read.decisions)
+            )
+        return found
 
     async def _wait(
         self,
@@ -466,13 +457,6 @@ class Book:
         ones not stored."""
         stored = await self._get_many([self._ref(name) for name in names])
         return [(name, item) for name, item in zip(names, stored, strict=True) if item is not None]
-
-
-def _read_request(pipe: Any, keys: RequestKeys) -> None:
-    """Queue the three reads of one request on ``pipe``: its document, outcome and decisions."""
-    pipe.get(keys.doc)
-    pipe.hgetall(keys.outcome)
-    pipe.hgetall(keys.decisions)
 
 
 def _name(member: Any) -> str:
