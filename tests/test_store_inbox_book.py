@@ -81,6 +81,10 @@ def test_inbox_items_are_kept_per_origin_and_settled_by_this_nodes_decision(in_s
     in_store(scenario)
 
 
+async def hgetall_calls(store: Store) -> int:
+    return int((await store.client.info("commandstats")).get("cmdstat_hgetall", {}).get("calls", 0))
+
+
 async def commands_sent(store: Store) -> tuple[int, int]:
     """Documents read (GET calls) and commands processed so far, by the server's own count."""
     stats = await store.client.info("all")
@@ -104,10 +108,13 @@ def test_reading_inbox_items_is_one_script_call_each_in_one_round_trip(
             "approved",
             None,
         ]
+        hgetall_before = await hgetall_calls(store)
         with round_trips(monkeypatch) as trips:
             items = await store.inbox.get_many(refs)
-        # One read_request call per item (its document, outcome and decisions at one instant).
+        # One read_request call per item (its document, outcome and decisions at one instant); in
+        # it, the pending item's decisions are not read (it has none), the missing one's nothing.
         assert trips == [3]
+        assert await hgetall_calls(store) - hgetall_before == 1 + 2
         assert items == [await store.inbox.get(origin, request_id) for origin, request_id in refs]
         assert items[1] is not None
         assert items[1].approvals == {"beta": APPROVAL}
