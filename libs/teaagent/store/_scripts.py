@@ -30,6 +30,7 @@ LOAD_ATTEMPTS = 3
 SCRIPT_NAMES = (
     "accept_request",
     "record_decision",
+    "record_unlist",
     "ratelimit",
     "enqueue",
     "promote_due",
@@ -51,14 +52,15 @@ SCRIPT_NAMES = (
 
 # A composite script runs other scripts, in one call. Its source is each part's own file as a local
 # function of (KEYS, ARGV), then its own file, which calls them: the parts are never written twice.
-# receive_request and submit_request run on one server only (their keys have several hash tags);
-# the others' keys share one, as every script's.
+# receive_request, submit_request and record_unlist run on one server only (their keys have several
+# hash tags); the others' keys share one, as every script's.
 COMPOSITES: dict[str, tuple[str, ...]] = {
     "receive_request": ("hold", "ratelimit", "accept_request", "enqueue", "mark_queued"),
     "submit_request": ("accept_request", "enqueue"),
     "withdraw": ("close_pending",),
     "settle_elsewhere": ("close_pending",),
     "charge_once": ("ratelimit",),
+    "record_unlist": ("record_decision",),
 }
 
 
