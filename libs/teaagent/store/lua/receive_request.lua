@@ -51,8 +51,9 @@ end
 -- The index entries first, as the steps write them; NX: a ref keeps its first score.
 for _, key in ipairs({KEYS[4], KEYS[5]}) do
   redis.call('ZADD', key, 'NX', ARGV[2], member)
-  redis.call('PEXPIRE', key, ARGV[3], 'NX')
-  redis.call('PEXPIRE', key, ARGV[3], 'GT')
+  if redis.call('PTTL', key) < tonumber(ARGV[3]) then  -- the TTL only grows (-1: it had none)
+    redis.call('PEXPIRE', key, ARGV[3])
+  end
 end
 local accepted = accept_request({doc_key, outcome_key, KEYS[3]}, {unpack(ARGV, 7, 13)})
 local state, entry_id = accepted[2], ''
