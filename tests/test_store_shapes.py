@@ -267,6 +267,20 @@ def test_receive_on_one_server_is_one_round_trip(in_store: Run, monkeypatch: pyt
     assert in_store(scenario) == [1]
 
 
+def test_receive_on_one_server_looks_for_the_item_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> tuple[int, bool]:
+        before = await store.client.info("commandstats")
+        request_id = new_id()
+        await received(store, "script", request_id)
+        after = await store.client.info("commandstats")
+        stored = await store.inbox.get("alpha", request_id)
+        looks = after["cmdstat_exists"]["calls"] - before.get("cmdstat_exists", {}).get("calls", 0)
+        return looks, stored is not None and stored.queued
+
+    # Whether it is stored already: the mark that follows the item's accept needs no look of its own.
+    assert in_store(scenario) == (1, True)
+
+
 def test_receive_loads_its_script_when_the_server_lost_it(in_store: Run) -> None:
     async def scenario(store: Store) -> tuple[bool, bool]:
         await store.client.script_flush()  # a restarted or flushed server

@@ -55,7 +55,7 @@ SCRIPT_NAMES = (
 # receive_request, submit_request and record_unlist run on one server only (their keys have several
 # hash tags); the others' keys share one, as every script's.
 COMPOSITES: dict[str, tuple[str, ...]] = {
-    "receive_request": ("hold", "ratelimit", "accept_request", "enqueue", "mark_queued"),
+    "receive_request": ("hold", "ratelimit", "accept_request", "enqueue"),
     "submit_request": ("accept_request", "enqueue"),
     "withdraw": ("close_pending",),
     "settle_elsewhere": ("close_pending",),
