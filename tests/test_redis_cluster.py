@@ -171,6 +171,8 @@ async def test_the_store_runs_every_operation_on_a_cluster_and_spreads_requests_
             )
             seen["inbox_pending"] = await store.inbox.list_requests(state="pending")
             seen["inbox_item"] = await store.inbox.get(origin, request_id)
+            seen["received"] = received
+            seen["inbox_items"] = await store.inbox.get_many(received)  # items on every master, one pipeline
 
             queue = store.deliveries
             for index, request_id in enumerate(own[:5]):
@@ -208,6 +210,8 @@ async def test_the_store_runs_every_operation_on_a_cluster_and_spreads_requests_
     assert len(seen["inbox_pending"]) == 11
     assert seen["inbox_item"].state == "approved"
     assert seen["inbox_item"].queued
+    assert [(item.origin, item.request_id) for item in seen["inbox_items"]] == seen["received"]
+    assert [item.state for item in seen["inbox_items"]] == ["approved"] + ["pending"] * 11
     assert seen["retried"].action == "retry"
     assert [delivery.target for _at, delivery in seen["scheduled"]] == ["peer-0"]
     assert seen["removed"] == 2

@@ -18,6 +18,7 @@ from store_support import (
     events,
     new_id,
     outcome_events,
+    round_trips,
 )
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError
@@ -80,10 +81,45 @@ def test_inbox_items_are_kept_per_origin_and_settled_by_this_nodes_decision(in_s
     in_store(scenario)
 
 
+async def hgetall_calls(store: Store) -> int:
+    return int((await store.client.info("commandstats")).get("cmdstat_hgetall", {}).get("calls", 0))
+
+
 async def commands_sent(store: Store) -> tuple[int, int]:
     """Documents read (GET calls) and commands processed so far, by the server's own count."""
     stats = await store.client.info("all")
     return stats.get("cmdstat_get", {}).get("calls", 0), stats["total_commands_processed"]
+
+
+def test_reading_inbox_items_is_one_script_call_each_in_one_round_trip(
+    in_store: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(store: Store) -> None:
+        pending, decided, missing = new_id(), new_id(), new_id()
+        for request_id in (pending, decided):
+            await store.inbox.accept("alpha", request_id, DOC, expires_at=EXPIRES, now=NOW)
+        await store.inbox.record_decision(
+            "alpha", decided, kind="approval", signer="beta", decision=APPROVAL, now=NOW
+        )
+        refs = [("alpha", pending), ("alpha", decided), ("alpha", missing)]
+        await store.client.script_flush()  # a restarted server: the reads load their script again
+        assert [item and item.state for item in await store.inbox.get_many(refs)] == [
+            "pending",
+            "approved",
+            None,
+        ]
+        hgetall_before = await hgetall_calls(store)
+        with round_trips(monkeypatch) as trips:
+            items = await store.inbox.get_many(refs)
+        # One read_request call per item (its document, outcome and decisions at one instant); in
+        # it, the pending item's decisions are not read (it has none), the missing one's nothing.
+        assert trips == [3]
+        assert await hgetall_calls(store) - hgetall_before == 1 + 2
+        assert items == [await store.inbox.get(origin, request_id) for origin, request_id in refs]
+        assert items[1] is not None
+        assert items[1].approvals == {"beta": APPROVAL}
+
+    in_store(scenario)
 
 
 def test_a_pending_item_behind_ten_thousand_decided_ones_is_listed_reading_one_document(
@@ -98,9 +134,10 @@ def test_a_pending_item_behind_ten_thousand_decided_ones_is_listed_reading_one_d
         gets_after, commands_after = await commands_sent(store)
         assert [(item.origin, item.request_id) for item in pending] == [("alpha", waiting)]
         # The bound: the pending set holds no decided item, so limit=1 reads one document, whatever
-        # sorts before it: 2 purges, 1 range, GET and 2 HGETALL, and one INFO.
+        # sorts before it: 2 purges, 1 range, the read_request call (EVALSHA, and in it GET and 2
+        # HGETALL), and one INFO.
         assert gets_after - gets_before == 1
-        assert commands_after - commands_before <= 7
+        assert commands_after - commands_before <= 8
         # Every state: the pending one first, then the rest in order of expiry.
         everything = await store.inbox.list_requests(state=None, limit=3, now=NOW)
         assert [item.request_id for item in everything] == [waiting, *sorted(decided)[:2]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from store_support import APPROVAL, DOC, EXPIRES, NOW, PATHS, Run, new_id, round_trips
+from store_support import APPROVAL, DOC, EXPIRES, NOW, PATHS, Run, accepted, new_id, round_trips
 
 from teaagent.errors import RequestConflictError, StoreError
 from teaagent.store import MAX_PENDING_PER_ORIGIN, DecisionToCount, Intake, Store
@@ -267,6 +267,20 @@ def test_receive_on_one_server_is_one_round_trip(in_store: Run, monkeypatch: pyt
     assert in_store(scenario) == [1]
 
 
+def test_receive_on_one_server_looks_for_the_item_once(in_store: Run) -> None:
+    async def scenario(store: Store) -> tuple[int, bool]:
+        before = await store.client.info("commandstats")
+        request_id = new_id()
+        await received(store, "script", request_id)
+        after = await store.client.info("commandstats")
+        stored = await store.inbox.get("alpha", request_id)
+        looks = after["cmdstat_exists"]["calls"] - before.get("cmdstat_exists", {}).get("calls", 0)
+        return looks, stored is not None and stored.queued
+
+    # Whether it is stored already: the mark that follows the item's accept needs no look of its own.
+    assert in_store(scenario) == (1, True)
+
+
 def test_receive_loads_its_script_when_the_server_lost_it(in_store: Run) -> None:
     async def scenario(store: Store) -> tuple[bool, bool]:
         await store.client.script_flush()  # a restarted or flushed server
@@ -393,3 +407,50 @@ def test_submit_on_one_server_is_one_round_trip_and_loads_its_script_when_the_se
 
     # One EVALSHA: the index, the request and both deliveries.
     assert in_store(scenario) == [1]
+
+
+# Recording a decision: a settled request leaves the pending and held sets ------------------------
+
+
+@PATHS
+def test_a_lone_decision_that_settles_an_item_takes_it_out_of_the_sets_in_its_own_call_on_one_server(
+    in_store: Run, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(store: Store) -> list[list[int]]:
+        items = [new_id() for _ in range(6)]
+        for request_id in items:
+            await received(store, path, request_id)
+
+        async def decided(request_ids: list[str]) -> list[int]:
+            batch = [("alpha", DecisionToCount(r, "approval", "beta", APPROVAL, NOW)) for r in request_ids]
+            with round_trips(monkeypatch) as trips:
+                results = await store.inbox.record_decisions(batch)
+            assert [(result.state, result.decided) for result in results] == [("approved", True)] * len(batch)
+            return trips
+
+        await decided(items[:1])  # the scripts loaded, a connection open
+        await decided(items[1:3])
+        # Alone; in a batch (the sets after, in one command for all); the single call's method.
+        seen = [await decided(items[3:4]), await decided(items[4:6])]
+        with round_trips(monkeypatch) as trips:
+            late = await store.inbox.record_decision(
+                "alpha", items[0], kind="denial", signer="beta", decision=APPROVAL, now=NOW
+            )
+            assert (late.state, late.counted, late.decided) == ("approved", False, False)
+        seen.append(trips)
+        assert await held(store) == []
+        assert await store.client.zcard(store.keys.inbox_pending()) == 0
+        assert await store.inbox.list_requests(state="pending", now=NOW) == []
+        # A request of this node's own, 2 of 3: the first approval leaves it pending and listed.
+        store.requests._shape = ONE_SERVER if path == "script" else CLUSTER
+        request_id = await accepted(store)
+        for signer, pending in (("beta", 1), ("gamma", 0)):
+            await store.requests.record_decision(
+                request_id, kind="approval", signer=signer, decision=APPROVAL, now=NOW
+            )
+            assert await store.client.zcard(store.keys.request_pending()) == pending
+        return seen
+
+    # One call: on one server the script alone; on a cluster the sets after, in one more round trip.
+    alone = [1] if path == "script" else [1, 2]
+    assert in_store(scenario) == [alone, [2, 2], [1]]

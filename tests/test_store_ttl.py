@@ -6,8 +6,9 @@ import secrets
 import time
 
 import pytest
+from store_support import Run
 
-from teaagent.store import REQUEST_RETENTION_SECONDS, Intake, open_store
+from teaagent.store import REQUEST_RETENTION_SECONDS, Intake, Store, open_store
 from teaagent.tools import ToolRateLimit
 
 
@@ -58,3 +59,49 @@ async def test_every_key_of_a_full_scenario_has_a_ttl_bounded_by_expiry_plus_ret
     ceiling_ms = (expires_at - now + REQUEST_RETENTION_SECONDS + 1) * 1000
     for key, ttl in ttls.items():
         assert 0 < ttl <= ceiling_ms, key
+
+
+async def script_calls(store: Store) -> dict[str, int]:
+    """Calls of each command so far, by the server's own count (commands run by scripts included)."""
+    stats = await store.client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+
+
+def test_a_queue_stream_keeps_its_group_and_a_ttl_that_only_grows_one_pexpire_as_it_grows(
+    in_store: Run,
+) -> None:
+    async def scenario(store: Store) -> None:
+        queue, stream = store.queue("ttl"), store.keys.queue("ttl").stream
+        far = int(time.time()) + 600
+
+        async def ttl_after(expires_at: int) -> int:
+            await queue.enqueue("peer", secrets.token_hex(16), b"{}", expires_at)
+            return int(await store.client.pttl(stream))
+
+        before = await script_calls(store)
+        made = await ttl_after(far)  # the stream made: its group with it
+        assert await ttl_after(far - 300) > made - 1000  # a shorter TTL leaves the longer one
+        assert await ttl_after(far + 300) > made + 200_000  # a longer one extends it
+        assert await ttl_after(far + 400) > made + 300_000
+        await store.client.persist(stream)  # a stream left without a TTL is given one
+        assert 0 < await ttl_after(far) <= made + 1000
+        after = await script_calls(store)
+        counted = ("pexpire", "xgroup|create", "xlen")
+        calls = {name: after.get(name, 0) - before.get(name, 0) for name in counted}
+        # One PEXPIRE where the TTL grows (made, longer, longer, persisted), none where it would
+        # shrink; the group once, with the stream; no length to check of a stream not made yet.
+        assert calls == {"pexpire": 4, "xgroup|create": 1, "xlen": 4}
+        assert len(await queue.claim("w1", 10, 0)) == 5  # the group had every entry
+
+        await store.client.delete(stream)  # expired: the next entry makes it and its group again
+        await ttl_after(far)
+        assert len(await queue.claim("w1", 10, 0)) == 1
+        # A claim on a queue never written makes its stream and group, with a TTL; the next one
+        # finds both (BUSYGROUP) and sets no TTL.
+        assert await store.queue("idle").claim("w1", 1, 0) == []
+        assert await store.client.pttl(store.keys.queue("idle").stream) > 0
+        before = await script_calls(store)
+        assert await store.queue("idle").claim("w1", 1, 0) == []
+        assert (await script_calls(store)).get("pexpire", 0) == before.get("pexpire", 0)
+
+    in_store(scenario)

@@ -28,7 +28,7 @@ from teaagent.store._connection import (
     describe_redis_error,
 )
 from teaagent.store._keys import REQUEST_RETENTION_SECONDS, Keys, RequestKeys
-from teaagent.store._reads import read_request, read_wait_start
+from teaagent.store._reads import read_request, read_wait_start, request_read
 from teaagent.store._refs import MAX_EVENTS, Acceptance, Ref, check_decision, check_document, now_seconds
 from teaagent.store._results import (
     AcceptResult,
@@ -148,17 +148,32 @@ class Book:
             marked = await self._scripts.run("mark_queued", [ref.keys.outcome], [entry_id])
         return bool(marked)
 
+    def _recording(self, calls: list[tuple[Ref, list[Any]]]) -> tuple[str, list[tuple[list[str], list[Any]]]]:
+        """The script, and its calls' keys and arguments, that record each ``(ref, args)``
+        (``record_decision``'s ARGV); the script is ``record_unlist`` when the calls take what they
+        settle out of the pending set (and its origin's held set) themselves.
+
+        A lone call on one server does (no step after it). A batch unlists what it settled after,
+        in one command for all of it (:meth:`_unlist_pending`), cheaper than a ZREM in each call;
+        so does every call on a cluster, where the sets are on other nodes.
+        """
+        if len(calls) > 1 or not self._shape.spans_tags:
+            return "record_decision", [(_record_keys(ref.keys), args) for ref, args in calls]
+        return "record_unlist", [
+            ([*_record_keys(ref.keys), self._pending_key, *self._held([ref.member])], [ref.member, *args])
+            for ref, args in calls
+        ]
+
     async def _record(
         self, ref: Ref, *, kind: str, signer: str, decision: bytes, now: int | None, policy: str = ""
     ) -> DecisionResult:
+        script, [(keys, args)] = self._recording(
+            [(ref, _record_args(kind, signer, decision, now_seconds(now), policy))]
+        )
         with converting(self._url):
-            reply = await self._scripts.run(
-                "record_decision",
-                _record_keys(ref.keys),
-                _record_args(kind, signer, decision, now_seconds(now), policy),
-            )
+            reply = await self._scripts.run(script, keys, args)
         result = decision_result(reply, ref.label)
-        if result.decided:
+        if result.decided and script == "record_decision":
             await self._unlist_pending([ref.member])
         return result
 
@@ -197,10 +212,11 @@ class Book:
 
     async def _unlist_pending(self, members: list[str]) -> None:
         """Remove settled requests from the pending set, and from their origin's held set in an
-        inbox: a step after the script, not inside it.
+        inbox: a step after the script, not inside it (but for a decision on one server:
+        ``record_unlist``).
 
-        The sets have no hash tag of a request, so no request's script may touch them (Redis
-        Cluster). Never raises: the outcome is settled and stored by then, and a member left
+        The sets have no hash tag of a request, so on a Redis Cluster no request's script may
+        touch them. Never raises: the outcome is settled and stored by then, and a member left
         behind (by a failure here or a crash before it) is skipped and removed by the next pending
         listing; in a held set it counts until that listing, or until its request expires.
         """
@@ -224,43 +240,26 @@ class Book:
             )
 
     async def _record_many(self, calls: list[tuple[Ref, list[Any]]]) -> list[Any]:
-        """Send ``record_decision`` once per ``(ref, args)`` in one pipeline; return the raw replies.
+        """Record each ``(ref, args)`` (``record_decision``'s ARGV) in one pipeline; return the raw replies.
 
         No transaction: each script call is atomic on its own and they touch different requests'
         keys (on a cluster, the client splits the pipeline by node). A reply is the exception
         Redis answered for that call alone (``raise_on_error=False``). The requests the batch
-        settled then leave the pending set, in one more command.
+        settled leave the pending set in one more command (a lone call on one server: in its own
+        script, :meth:`_recording`).
 
         Raises:
             StoreError: Redis is unreachable or failed (the whole pipeline).
         """
-
-        async def send(chosen: list[tuple[Ref, list[Any]]]) -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for ref, args in chosen:
-                    pipe.execute_command(
-                        *self._scripts.command("record_decision", _record_keys(ref.keys), args)
-                    )
-                return list(await pipe.execute(raise_on_error=False))
-
+        script, script_calls = self._recording(calls)
         try:
-            replies = await send(calls)
-            lost = [
-                index
-                for index, reply in enumerate(replies)
-                if isinstance(reply, redis.exceptions.NoScriptError)
-            ]
-            if lost:
-                # A restarted, flushed or promoted node lost the script: those calls did not run.
-                # Load it where they run (their nodes, on a cluster) and send them again.
-                await self._scripts.load("record_decision", [calls[index][0].keys.outcome for index in lost])
-                for index, reply in zip(lost, await send([calls[index] for index in lost]), strict=True):
-                    replies[index] = reply
+            replies = await self._scripts.run_many(script, script_calls)
         except REDIS_ERRORS as exc:
             raise StoreError(describe_redis_error(self._url, exc)) from exc
-        await self._unlist_pending(
-            [ref.member for (ref, _args), reply in zip(calls, replies, strict=True) if settled(reply)]
-        )
+        if script == "record_decision":
+            await self._unlist_pending(
+                [ref.member for (ref, _args), reply in zip(calls, replies, strict=True) if settled(reply)]
+            )
         return replies
 
     async def _record_batch(
@@ -313,17 +312,26 @@ class Book:
         return dataclasses.replace(stored, deliveries=states)
 
     async def _get_many(self, refs: list[Ref]) -> list[StoredRequest | None]:
-        """:meth:`_get` for many refs in one pipeline, in order; no transaction holds the batch."""
+        """:meth:`_get` for many refs in one pipeline of ``read_request`` calls, in order: each item
+        is read at one instant, but no transaction holds the batch.
+
+        Raises:
+            redis.exceptions.RedisError: the server failed (callers convert it).
+        """
         if not refs:
             return []
-        async with self._client.pipeline(transaction=False) as pipe:
-            for ref in refs:
-                _read_request(pipe, ref.keys)
-            replies = await pipe.execute()
-        return [
-            stored_request(ref.request_id, ref.origin, *replies[3 * index : 3 * index + 3])
-            for index, ref in enumerate(refs)
-        ]
+        replies = await self._scripts.run_many(
+            "read_request", [([ref.keys.doc, ref.keys.outcome, ref.keys.decisions], []) for ref in refs]
+        )
+        found: list[StoredRequest | None] = []
+        for ref, reply in zip(refs, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            read = request_read(reply)
+            found.append(
+                stored_request(ref.request_id, ref.origin, read.document, read.outcome, read.decisions)
+            )
+        return found
 
     async def _wait(
         self,
@@ -466,13 +474,6 @@ class Book:
         ones not stored."""
         stored = await self._get_many([self._ref(name) for name in names])
         return [(name, item) for name, item in zip(names, stored, strict=True) if item is not None]
-
-
-def _read_request(pipe: Any, keys: RequestKeys) -> None:
-    """Queue the three reads of one request on ``pipe``: its document, outcome and decisions."""
-    pipe.get(keys.doc)
-    pipe.hgetall(keys.outcome)
-    pipe.hgetall(keys.decisions)
 
 
 def _name(member: Any) -> str:

@@ -205,10 +205,9 @@ class InboxBook(Book):
     async def get_many(self, refs: Sequence[tuple[str, str]]) -> list[StoredRequest | None]:
         """:meth:`get` for many ``(origin, request_id)`` in one round trip (a pipeline, in order).
 
-        Each item's document, outcome and decisions are read together, but no transaction holds
-        the batch (on a cluster, the client splits the pipeline by node): a decision recorded
-        meanwhile may show in one item's outcome and not in its decisions. The document never
-        changes, which is what the relay's own-decision path reads it for.
+        Each item is one ``read_request`` call, its document, outcome and decisions read at one
+        instant; no transaction holds the batch (on a cluster, the client splits the pipeline by
+        node), so two items may be read at two instants.
 
         Raises:
             StoreError: Redis is unreachable or failed.

@@ -45,7 +45,7 @@ class InboxNews:
     async def read(self, again: Sequence[tuple[str, str]] = ()) -> list[StoredRequest]:
         """The pending requests of the next page of the queue, then those of ``again`` (origin, id).
 
-        Costs one XRANGE and one pipeline of three reads per request, whatever the inbox holds.
+        Costs one XRANGE and one pipeline of one script call per request, whatever the inbox holds.
         An entry the relay did not write (no origin in its payload) is passed over.
 
         Raises:

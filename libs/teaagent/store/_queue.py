@@ -245,20 +245,10 @@ class DeliveryQueue:
         if not entries:
             return []
         commands = [self._enqueue_command(*entry, now) for entry in entries]
-        stream = self._keys.stream
-
-        async def send(chosen: list[list[Any]]) -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for args in chosen:
-                    pipe.execute_command(*self._scripts.command("enqueue", [stream], args))
-                return list(await pipe.execute(raise_on_error=False))
-
         with converting(self._url):
-            replies = await send(commands)
-            if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
-                # A restarted or flushed server lost the script: none of the calls ran. Load, resend.
-                await self._scripts.load("enqueue", [stream])
-                replies = await send(commands)
+            replies = await self._scripts.run_many(
+                "enqueue", [([self._keys.stream], args) for args in commands]
+            )
         answers: list[str | StoreError] = []
         for reply in replies:
             if isinstance(reply, redis.exceptions.RedisError):

@@ -12,7 +12,7 @@ from typing import Any
 from teaagent.store._keys import RequestKeys
 from teaagent.store._scripts import AsyncScripts
 
-__all__ = ["RequestRead", "WaitStart", "read_request", "read_wait_start"]
+__all__ = ["RequestRead", "WaitStart", "read_request", "read_wait_start", "request_read"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,12 @@ async def read_request(scripts: AsyncScripts, keys: RequestKeys, *, deliveries: 
         redis.exceptions.RedisError: the server failed (callers convert it).
     """
     names = [keys.doc, keys.outcome, keys.decisions] + ([keys.deliveries] if deliveries else [])
-    document, outcome, decisions, *delivered = await scripts.run("read_request", names, [])
+    return request_read(await scripts.run("read_request", names, []))
+
+
+def request_read(reply: list[Any]) -> RequestRead:
+    """The reply of one ``read_request`` call as a :class:`RequestRead`."""
+    document, outcome, decisions, *delivered = reply
     return RequestRead(
         document=document,
         outcome=_mapping(outcome),

@@ -30,6 +30,7 @@ LOAD_ATTEMPTS = 3
 SCRIPT_NAMES = (
     "accept_request",
     "record_decision",
+    "record_unlist",
     "ratelimit",
     "enqueue",
     "promote_due",
@@ -51,14 +52,15 @@ SCRIPT_NAMES = (
 
 # A composite script runs other scripts, in one call. Its source is each part's own file as a local
 # function of (KEYS, ARGV), then its own file, which calls them: the parts are never written twice.
-# receive_request and submit_request run on one server only (their keys have several hash tags);
-# the others' keys share one, as every script's.
+# receive_request, submit_request and record_unlist run on one server only (their keys have several
+# hash tags); the others' keys share one, as every script's.
 COMPOSITES: dict[str, tuple[str, ...]] = {
-    "receive_request": ("hold", "ratelimit", "accept_request", "enqueue", "mark_queued"),
+    "receive_request": ("hold", "ratelimit", "accept_request", "enqueue"),
     "submit_request": ("accept_request", "enqueue"),
     "withdraw": ("close_pending",),
     "settle_elsewhere": ("close_pending",),
     "charge_once": ("ratelimit",),
+    "record_unlist": ("record_decision",),
 }
 
 
@@ -118,6 +120,35 @@ class AsyncScripts:
             except redis.exceptions.NoScriptError:
                 await _load(self._runner, name, keys)
         return await self._execute(*command)
+
+    async def run_many(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Run script ``name`` once per ``(keys, args)`` in one pipeline (no transaction), in order.
+
+        Each reply is the call's own, or the error Redis answered for that call alone. Calls that
+        met a NOSCRIPT (they did not run) are sent again once the script is loaded where they run.
+
+        Raises:
+            redis.exceptions.RedisError: the server failed (the whole pipeline; callers convert it).
+            redis.exceptions.RedisClusterException: no node of the cluster answered.
+        """
+
+        async def send(chosen: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for keys, args in chosen:
+                    pipe.execute_command(*self.command(name, keys, args))
+                return list(await pipe.execute(raise_on_error=False))
+
+        replies = await send(calls)
+        lost = [
+            index for index, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)
+        ]
+        if lost:
+            # A restarted, flushed or promoted node lost the script: load it where those calls run
+            # (their nodes, on a cluster) and send them again.
+            await self.load(name, [key for index in lost for key in calls[index][0][:1]])
+            for index, reply in zip(lost, await send([calls[index] for index in lost]), strict=True):
+                replies[index] = reply
+        return replies
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The EVALSHA command of one call, for a pipeline: ``pipe.execute_command(*command)``.

@@ -66,6 +66,8 @@ def _list_entries(pipe: Any, book: Parts, one: Acceptance) -> None:
 class OneServer:
     """Every key on one node: an operation's steps share one round trip, or are one script."""
 
+    spans_tags = True  # a script may touch keys of several hash tags
+
     async def accept(self, book: Parts, one: Acceptance) -> tuple[bytes, bytes]:
         # Both in one pipeline, in that order (Redis runs a connection's commands in order, and
         # its append-only file keeps them so): one round trip, and the server syncs both at once.
@@ -148,6 +150,8 @@ class OneServer:
 
 class Cluster:
     """Keys of other hash tags on other nodes: each step its own call, in the one-server script's order."""
+
+    spans_tags = False  # a script touches keys of one hash tag only
 
     async def accept(self, book: Parts, one: Acceptance) -> tuple[bytes, bytes]:
         # The index is on another slot: it is written first, then the request.

@@ -12,10 +12,12 @@ one hash tag, the inbox item's own):
   both send that one, so the relay never sees two (an ECDSA key signs differently each time).
 - ``notified``: set once the request was handed to the notifier.
 
-Each command is one round trip's worth; concurrent callers share pipelines
-(:class:`teaagent._batch.Coalescer`), so the engine's batch of decisions costs two round trips,
-not two per decision. Every key lives until the request's ``expires_at`` plus
-``REQUEST_RETENTION_SECONDS``, as the inbox item does.
+Recording a decision and storing a signature are one command each, ``SET ... NX GET`` (Redis 7.0
+and later, as the store's ``PEXPIRE ... NX``): written when it answers nothing, else it answers the
+value that stands. A decision that lost the race costs one more read, of the signature. Concurrent
+callers share pipelines (:class:`teaagent._batch.Coalescer`), so the engine's batch of decisions
+costs two round trips, not two per decision. Every key lives until the request's ``expires_at``
+plus ``REQUEST_RETENTION_SECONDS``, as the inbox item does.
 """
 
 from __future__ import annotations
@@ -229,33 +231,55 @@ class Ledger:
 
         def queue(pipe: _Pipe, keys: ApproverKeys, index: int) -> None:
             call = calls[index]
-            pipe.set(keys.decision, call.record.to_bytes(), nx=True, ex=_ttl(call.expires_at, now))
-            # Read after the SET, in the same pipeline: the record that stands, ours or not.
-            pipe.get(keys.decision)
-            pipe.get(keys.signature)
+            # One command: None when ours is written, else the record that stands.
+            pipe.set(keys.decision, call.record.to_bytes(), nx=True, ex=_ttl(call.expires_at, now), get=True)
 
-        replies = await self._pipelined([(call.origin, call.request_id) for call in calls], queue)
-        claims: list[Claim | Exception] = []
-        for call, (written, stored, signature) in zip(calls, replies, strict=True):
+        refs = [(call.origin, call.request_id) for call in calls]
+        found: list[Record | Exception] = []
+        for call, (stored,) in zip(calls, await self._pipelined(refs, queue), strict=True):
             try:
-                record = call.record if written else Record.from_bytes(stored)
+                found.append(call.record if stored is None else Record.from_bytes(stored))
             except ValueError as exc:
-                claims.append(exc)
-                continue
-            claims.append(Claim(record, bool(written), record.signature or _text(signature)))
-        return claims
+                found.append(exc)
+        # A record just written has no signature of the node key yet (that is stored after it); one
+        # that stood before ours may have, unless it carries its own: those are read, in one more trip.
+        unsigned = [
+            index
+            for index, (call, record) in enumerate(zip(calls, found, strict=True))
+            if isinstance(record, Record) and record is not call.record and record.signature is None
+        ]
+        signatures: dict[int, str | None] = {}
+        if unsigned:
+
+            def read(pipe: _Pipe, keys: ApproverKeys, _index: int) -> None:
+                pipe.get(keys.signature)
+
+            replies = await self._pipelined([refs[index] for index in unsigned], read)
+            signatures = {
+                index: _text(signature) for index, (signature,) in zip(unsigned, replies, strict=True)
+            }
+        return [
+            record
+            if isinstance(record, Exception)
+            else Claim(record, record is call.record, record.signature or signatures.get(index))
+            for index, (call, record) in enumerate(zip(calls, found, strict=True))
+        ]
 
     async def _attach_many(self, calls: list[_AttachCall]) -> list[str | Exception]:
         now = time.time()
 
         def queue(pipe: _Pipe, keys: ApproverKeys, index: int) -> None:
-            pipe.set(keys.signature, calls[index].signature, nx=True, ex=_ttl(calls[index].expires_at, now))
-            pipe.get(keys.signature)
+            # One command: None when ours is stored, else the signature that stands.
+            pipe.set(
+                keys.signature,
+                calls[index].signature,
+                nx=True,
+                ex=_ttl(calls[index].expires_at, now),
+                get=True,
+            )
 
         replies = await self._pipelined([(call.origin, call.request_id) for call in calls], queue)
-        return [
-            _text(stored) or call.signature for call, (_written, stored) in zip(calls, replies, strict=True)
-        ]
+        return [_text(stored) or call.signature for call, (stored,) in zip(calls, replies, strict=True)]
 
     async def read(self, refs: Sequence[tuple[str, str]]) -> list[tuple[Record | None, str | None]]:
         """Return the recorded decision and the standing signature of each ``(origin, request_id)``.

@@ -10,12 +10,18 @@
 local stream, group = KEYS[1], ARGV[1]
 local ttl_ms, max_length = tonumber(ARGV[2]), tonumber(ARGV[3])
 
-if redis.call('XLEN', stream) >= max_length then
+-- -2: no stream yet (XADD makes it, and it needs the group); -1: one without a TTL.
+local ttl = redis.call('PTTL', stream)
+if ttl ~= -2 and redis.call('XLEN', stream) >= max_length then
   return ''
 end
 local id = redis.call('XADD', stream, '*', unpack(ARGV, 4))
--- The group may exist already (BUSYGROUP); its start id 0 hands every entry to it either way.
-redis.pcall('XGROUP', 'CREATE', stream, group, '0')
-redis.call('PEXPIRE', stream, ttl_ms, 'NX')
-redis.call('PEXPIRE', stream, ttl_ms, 'GT')
+if ttl == -2 then
+  -- Made by this XADD: the group, whose start id 0 hands it this entry. A stream that exists has
+  -- its group, made with it (here or by promote_due); pcall all the same (BUSYGROUP is fine).
+  redis.pcall('XGROUP', 'CREATE', stream, group, '0')
+end
+if ttl < ttl_ms then  -- the TTL only grows; a stream without one is given one
+  redis.call('PEXPIRE', stream, ttl_ms)
+end
 return id

@@ -1,9 +1,10 @@
 -- hold: count a peer's new request against what its origin may hold pending in this inbox.
 --
 -- One sorted set per origin holds the refs of its pending requests, scored by expires_at. A ref
--- leaves it when its request is decided or withdrawn (the store removes it after the settling
--- script, as it removes the ref from the pending set), and when the request expires: the refs
--- of expired requests are trimmed here first, so an expiry frees room even if nobody settles it.
+-- leaves it when its request is decided or withdrawn (the store removes it in or after the
+-- settling script, as it removes the ref from the pending set), and when the request expires:
+-- the refs of expired requests are trimmed here first, so an expiry frees room even if nobody
+-- settles it.
 --
 -- KEYS[1] held        ZSET    the origin's pending refs, by expires_at
 -- ARGV[1] member      the request's ref, <origin>/<request_id>
@@ -26,6 +27,9 @@ if held >= tonumber(ARGV[4]) then
   return -held
 end
 redis.call('ZADD', held_key, ARGV[2], member)
-redis.call('PEXPIRE', held_key, ARGV[5], 'NX')
-redis.call('PEXPIRE', held_key, ARGV[5], 'GT')
+-- The TTL only grows: a set made by this ZADD (none held: no key) is given one, else a longer one.
+local ttl_ms = tonumber(ARGV[5])
+if held == 0 or redis.call('PTTL', held_key) < ttl_ms then
+  redis.call('PEXPIRE', held_key, ttl_ms)
+end
 return held + 1

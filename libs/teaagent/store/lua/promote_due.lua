@@ -20,9 +20,11 @@ for _, member in ipairs(due) do
   redis.call('ZREM', schedule, member)
 end
 -- A consumer needs the group before it can block on the stream; MKSTREAM creates an empty stream.
--- BUSYGROUP (the usual answer) is fine; NX leaves a longer TTL set by enqueue alone.
-redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-redis.call('PEXPIRE', stream, idle_ttl_ms, 'NX')
+-- BUSYGROUP (the usual answer: the stream and its group are there, with the TTL of whoever made
+-- them) is fine. Made here, the stream is given a TTL; NX leaves a longer one set by enqueue alone.
+if redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM').ok then
+  redis.call('PEXPIRE', stream, idle_ttl_ms, 'NX')
+end
 local next_due = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
 if #next_due == 0 then
   return {#due, -1}

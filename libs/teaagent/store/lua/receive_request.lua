@@ -3,9 +3,9 @@
 -- The relay's five steps for a new request, in their order and with their conditions, inside one
 -- script: count it against its origin's share of the inbox (hold), charge the origin's window
 -- (ratelimit), list and store the request (the index entries, then accept_request), queue it for
--- the approver (enqueue) and mark it queued (mark_queued). The five are the very scripts the steps
--- run, defined above this text as local functions of (KEYS, ARGV) (teaagent.store._scripts builds
--- the source). On a Redis Cluster their keys have several hash tags, so the store runs them one by
+-- the approver (enqueue) and mark it queued (mark_queued). The first four are the very scripts the
+-- steps run, defined above this text as local functions of (KEYS, ARGV) (teaagent.store._scripts
+-- builds the source); the mark is mark_queued's HSET, written here. On a Redis Cluster their keys have several hash tags, so the store runs them one by
 -- one there instead.
 --
 -- A request already stored is charged nothing and written nothing ("stored"): the relay reads it
@@ -51,15 +51,17 @@ end
 -- The index entries first, as the steps write them; NX: a ref keeps its first score.
 for _, key in ipairs({KEYS[4], KEYS[5]}) do
   redis.call('ZADD', key, 'NX', ARGV[2], member)
-  redis.call('PEXPIRE', key, ARGV[3], 'NX')
-  redis.call('PEXPIRE', key, ARGV[3], 'GT')
+  if redis.call('PTTL', key) < tonumber(ARGV[3]) then  -- the TTL only grows (-1: it had none)
+    redis.call('PEXPIRE', key, ARGV[3])
+  end
 end
 local accepted = accept_request({doc_key, outcome_key, KEYS[3]}, {unpack(ARGV, 7, 13)})
 local state, entry_id = accepted[2], ''
 if state == 'pending' then
   entry_id = enqueue({KEYS[7]}, {unpack(ARGV, 16)})
   if entry_id ~= '' then
-    mark_queued({outcome_key}, {entry_id})
+    -- mark_queued's step; its look is not needed: accept_request has just written the outcome.
+    redis.call('HSET', outcome_key, 'queued', entry_id)
   end
 else
   -- Accepted already expired: never pending, and never held.

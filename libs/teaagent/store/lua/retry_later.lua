@@ -49,8 +49,9 @@ if action == 'retry' then
   -- and the fields are UTF-8 text (enqueue refuses anything else), which JSON carries losslessly.
   table.insert(out, 1, entry_id)
   redis.call('ZADD', schedule, not_before, cjson.encode(out))
-  redis.call('PEXPIRE', schedule, ttl_ms, 'NX')
-  redis.call('PEXPIRE', schedule, ttl_ms, 'GT')
+  if redis.call('PTTL', schedule) < ttl_ms then  -- the TTL only grows (-1: it had none)
+    redis.call('PEXPIRE', schedule, ttl_ms)
+  end
   return 'retry'
 end
 out[#out + 1] = 'entry_id'
@@ -58,6 +59,7 @@ out[#out + 1] = entry_id
 out[#out + 1] = 'dead_at'
 out[#out + 1] = now_ms
 redis.call('XADD', dead, 'MAXLEN', '~', max_dead, '*', unpack(out))
-redis.call('PEXPIRE', dead, ttl_ms, 'NX')
-redis.call('PEXPIRE', dead, ttl_ms, 'GT')
+if redis.call('PTTL', dead) < ttl_ms then  -- the TTL only grows (-1: it had none)
+  redis.call('PEXPIRE', dead, ttl_ms)
+end
 return 'dead'

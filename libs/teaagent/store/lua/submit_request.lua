@@ -29,8 +29,9 @@ local member = ARGV[1]
 -- The index entries first, as the steps write them; NX: a refused document never moves its entry.
 for _, key in ipairs({KEYS[4], KEYS[5]}) do
   redis.call('ZADD', key, 'NX', ARGV[2], member)
-  redis.call('PEXPIRE', key, ARGV[3], 'NX')
-  redis.call('PEXPIRE', key, ARGV[3], 'GT')
+  if redis.call('PTTL', key) < tonumber(ARGV[3]) then  -- the TTL only grows (-1: it had none)
+    redis.call('PEXPIRE', key, ARGV[3])
+  end
 end
 local accepted = accept_request({KEYS[1], KEYS[2], KEYS[3]}, {unpack(ARGV, 4, 10)})
 local status, state = accepted[1], accepted[2]
