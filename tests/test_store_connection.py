@@ -18,6 +18,7 @@ from teaagent.store import (
     open_store,
     redact_url,
 )
+from teaagent.store import _store as store_module
 
 FAST_FAIL = StoreOptions(connect_timeout=0.5, socket_timeout=0.5, retries=1)
 
@@ -198,3 +199,28 @@ async def test_long_polls_waiting_in_redis_leave_the_commands_their_connections(
             return answered_while_blocked, len(found.document)
 
     assert await scenario() == (True, 2)
+
+
+@pytest.mark.anyio
+async def test_a_server_older_than_redis_7_is_refused_in_one_sentence(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every server here is recent: the minimum is raised past it, so that the real one is "too old".
+    async with open_store(redis_url, prefix=redis_prefix) as store:
+        info = await store.client.info("server")
+    monkeypatch.setattr(store_module, "MIN_REDIS_VERSION", (99, 0))
+    with pytest.raises(StoreError) as refused:
+        async with open_store(redis_url, prefix=redis_prefix):
+            pytest.fail("the block ran on a server refused as too old")
+    assert str(refused.value) == (
+        f"Redis at {redact_url(redis_url)} is version {info['redis_version']}; teaagent needs Redis 99.0 "
+        "or later (or Valkey 7.2 or later)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"), [("7.2.4", (7, 2, 4)), ("6.2.14", (6, 2, 14)), ("8.0.0-rc1", (8, 0, 0)), ("x", ())]
+)
+def test_a_servers_version_is_read_by_its_numbers(text: str, parsed: tuple[int, ...]) -> None:
+    assert store_module._version(text) == parsed
+    assert (store_module._version(text) >= store_module.MIN_REDIS_VERSION) == (parsed >= (7, 0))

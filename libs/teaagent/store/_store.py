@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -53,6 +54,20 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STARTUP_RETRY_SECONDS: Final = 0.5  # between PINGs of a store that does not answer yet
+
+
+MIN_REDIS_VERSION: Final = (7, 0)  # PEXPIRE ... NX and SET ... NX GET (Store.check_server)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"7.2.4"`` as ``(7, 2, 4)``; the numeric parts only (``"8.0.0-rc1"`` is ``(8, 0, 0)``)."""
+    parts: list[int] = []
+    for part in text.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
 
 
 class Store:
@@ -136,6 +151,33 @@ class Store:
             else:
                 await self.client.ping()
         return time.perf_counter() - started
+
+    async def check_server(self) -> None:
+        """Refuse a server older than ``MIN_REDIS_VERSION`` (every primary of a cluster), in one sentence.
+
+        The store's scripts use ``PEXPIRE ... NX`` and the approver's ledger ``SET ... NX GET``,
+        both of Redis 7.0 (Valkey reports the Redis version it is compatible with, 7.2 and on): on
+        an older server every call would fail with a bare ``syntax error``.
+
+        Raises:
+            StoreError: Redis is unreachable or failed, or is older than ``MIN_REDIS_VERSION``.
+        """
+        with converting(self._raw_url):
+            if isinstance(self.client, redis.asyncio.cluster.RedisCluster):
+                found = await self.client.info(
+                    "server", target_nodes=redis.asyncio.cluster.RedisCluster.PRIMARIES
+                )
+            else:
+                found = await self.client.info("server")
+        sections = [found] if "redis_version" in found else list(found.values())
+        for section in sections:
+            version = str(section.get("redis_version", "0"))
+            if _version(version) < MIN_REDIS_VERSION:
+                needed = ".".join(map(str, MIN_REDIS_VERSION))
+                raise StoreError(
+                    f"Redis at {self.url} is version {version}; teaagent needs Redis "
+                    f"{needed} or later (or Valkey 7.2 or later)."
+                )
 
     async def aclose(self) -> None:
         """Close the clients and their connection pools."""
@@ -277,6 +319,7 @@ async def open_store(
         store = connect(url, prefix=prefix, options=options, cluster=cluster)
         async with contextlib.aclosing(store):
             await store.ping()
+            await store.check_server()
             yield store
 
 
@@ -356,6 +399,7 @@ async def open_node_store(
         store = connect(url, prefix=key_prefix, options=options, cluster=config.redis_cluster)
         async with contextlib.aclosing(store):
             await _answering(store, config, who, wait=wait)
+            await store.check_server()
             yield store
 
 
