@@ -17,7 +17,8 @@ from agent_support import AgentNode, AgentProcess, write_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 
-pytestmark = pytest.mark.slow
+# A minute on a quiet two-core host; several on a loaded one: the suite's 120 s would cut it short.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 EXAMPLES = 20  # per operation and mode: about 1,300 calls in all
 DEAD_LOOPBACK = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, nothing leaves the host

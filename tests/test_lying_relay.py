@@ -54,7 +54,7 @@ from teaagent.errors import RelayError
 from teaagent.quorum import approval_statement, statement_bytes, verify_decision
 from teaagent.tui._inbox import approver_client, inbox_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # real services, on a loaded host
 
 RULES = APPROVE_ECHO
 RM = {"command": "rm -rf /"}

@@ -30,7 +30,7 @@ from relay_support import Node, free_port, rule
 
 from teaagent.audit import verify_log_or_raise
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a whole cluster per test, on a loaded host
 
 READY = 20.0
 MERGE_RULES = rule("github.merge_*", "approve")

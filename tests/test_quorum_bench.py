@@ -16,6 +16,7 @@ ISSUE_KEYS = {"p50_ms_c1", "p99_ms_c1", "throughput_c16", "throughput_c64", "flo
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # the whole bench, its variants and floors: minutes on a loaded host
 def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -59,6 +60,7 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
 
 
 @pytest.mark.slow  # two clusters of processes, 3 and 5 nodes, each against its floor
+@pytest.mark.timeout(600)
 def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

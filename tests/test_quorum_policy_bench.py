@@ -66,6 +66,7 @@ def test_the_variants_figures_are_its_latency_against_its_own_floor() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # the whole bench, its variants and floors: minutes on a loaded host
 def test_bench_quorum_runs_the_two_group_variant_in_the_same_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["bench", "quorum", "--json", "--seconds", "0.2"]) == 0
     figures = json.loads(capsys.readouterr().out)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the README end to end, on a loaded host
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
