@@ -84,17 +84,6 @@ def _withdrawal_path(request_id: str) -> str:
     return f"/v1/inbox/{request_id}/withdrawal"
 
 
-def _every_peer_decided(request: dict[str, Any], result: DecisionResult) -> bool:
-    """Whether every peer the request names has a decision counted: then no settlement goes out.
-
-    The script counts each signer once, on one side (rule 6), and only peers the request names
-    sign it, so the counts reaching their number means none is left to tell; the settlement's
-    store read is skipped (issue 29: one read less per quorum decided by all its peers).
-    """
-    named = set(request["peers"]) - {request["origin"]}
-    return result.approvals + result.denials >= len(named)
-
-
 def _settled_path(request_id: str) -> str:
     return f"/v1/inbox/{request_id}/settled"
 
@@ -373,22 +362,26 @@ class OwnRequests(RelayBase):
         self.metrics.decisions.labels("peer", "counted" if result.counted else "duplicate").inc()
         if result.decided:
             self.metrics.outcomes.labels(result.state).inc()
-            if not _every_peer_decided(request, result):
-                await self._send_settlement(known)
+            await self._send_settlement(known, result)
         return self._receipt(request, signer, kind, result)
 
-    async def _send_settlement(self, known: KnownRequest) -> None:
+    async def _send_settlement(self, known: KnownRequest, result: DecisionResult) -> None:
         """Queue the evidence of an own request's outcome for the relays of the peers that did not
         decide it (approved or denied).
 
-        Sent once, by the call that settled the outcome; a crash before it costs the peers only
-        time (their items expire). The certificate is the one the origin's agent receives.
+        Sent once, by the call that settled the outcome (``result``); a crash before it costs the
+        peers only time (their items expire). The certificate is the one the origin's agent
+        receives. When every peer the request names has decided, nobody is left to tell and
+        nothing is read: the script counts each signer once, on one side (rule 6), and only those
+        peers sign it, so ``result``'s counts reaching their number say so.
 
         Raises:
             StoreError: Redis failed.
         """
         request = known.request
         request_id = request["request_id"]
+        if result.approvals + result.denials >= len(set(request["peers"]) - {request["origin"]}):
+            return
         stored = await self.store.requests.get(request_id)
         if stored is None or stored.state not in ("approved", "denied"):
             return
