@@ -4,7 +4,8 @@ The keys' hash tags were written for Redis Cluster (``teaagent.store._keys``); h
 The store's every operation runs on it and the keys of different requests land on more than one
 master; the agent's tool limits and the relay's per-origin limit count there; a failover promotes
 a node that has none of the scripts, and each call loads its script on the node that runs it; and
-three relay processes reach a quorum through a ``kill -9`` and restart of the origin's relay. No
+three relay processes reach a quorum through a ``kill -9`` and restart of the origin's relay; after a
+``kill -9`` and restart of a master, each client's first call there is answered. No
 node of the cluster ever answers CROSSSLOT (``INFO errorstats``), and no client refuses a command
 for its keys' slots (that would be a ``StoreError``, and the operation would fail).
 """
@@ -524,3 +525,69 @@ def test_a_relay_on_a_cluster_holds_each_origin_to_its_share_of_the_inbox(
     assert from_gamma.status_code == 201
     assert after.status_code == 201
     assert redis_cluster.error_counts("CROSSSLOT") == crossslot
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_after_a_master_restarts_each_client_answers_its_first_call_there(tmp_path: Path) -> None:
+    """A ``kill -9`` and restart leaves dead connections in each client's pool for that master.
+
+    redis-py's cluster pipeline retries a node's failure only when it raises it; the store reads
+    each call's own reply (``raise_on_error=False``), so each of its pipelines sends a command
+    whose node failed again (``send_pipeline``). Three stores, each with clients of its own, meet
+    the restarted master first with one kind of pipeline each: a script call in a batch (a rate
+    limit), a script run in a pipeline of its own (a decision), a read of a queue's sizes.
+    """
+    cluster = RedisCluster(tmp_path / "cluster", replicas=0, persistent=True).start()
+    prefix = f"ta-restart-{uuid.uuid4().hex[:8]}"
+    keys = Keys(prefix)
+    limit = ToolRateLimit(max_calls=5, window_seconds=60)
+    try:
+        master = cluster.masters()[1]
+        with owners(cluster) as port_of:
+            request_id = next(
+                rid
+                for rid in (new_id() for _ in range(60))
+                if port_of(keys.request(rid).outcome) == master.port
+            )
+            scope = next(
+                s for s in (f"peer-{n}" for n in range(60)) if port_of(keys.ratelimit(s)) == master.port
+            )
+            queue = next(
+                q
+                for q in (f"q{a}{b}" for a in "abcdefgh" for b in "abcdefgh")
+                if port_of(keys.queue(q).stream) == master.port
+            )
+
+        async def scenario(stack: contextlib.AsyncExitStack) -> dict[str, Any]:
+            stores = [
+                await stack.enter_async_context(open_store(cluster.url, prefix=prefix, cluster=True))
+                for _ in range(3)
+            ]
+            limits, decisions, queues = stores
+            now = int(time.time())
+            # Each store's clients hold a connection to the master before it dies.
+            before = (await limits.rate_limiter.hit(scope, limit)).remaining
+            await decisions.requests.accept(
+                request_id, DOC, required_approvals=2, peers=2, expires_at=now + 300, now=now
+            )
+            await queues.queue(queue).enqueue("beta", request_id, b"{}", now + 300, now=now)
+            sizes = await queues.queue(queue).stats()
+            await asyncio.to_thread(cluster.kill, master)
+            await asyncio.to_thread(cluster.restart, master)
+            return {
+                "limit": (before, (await limits.rate_limiter.hit(scope, limit)).remaining),
+                "decision": await decisions.requests.record_decision(
+                    request_id, kind="approval", signer="beta", decision=b"b", now=now
+                ),
+                "sizes": (sizes.length, (await queues.queue(queue).stats()).length),
+            }
+
+        async with contextlib.AsyncExitStack() as stack:
+            seen = await scenario(stack)
+    finally:
+        cluster.stop()
+    assert seen["limit"] == (4, 3)  # the window's first call survived the restart (append-only file)
+    assert seen["decision"].state == "pending"
+    assert seen["decision"].approvals == 1
+    assert seen["sizes"] == (1, 1)

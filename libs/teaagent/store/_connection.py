@@ -11,11 +11,12 @@ reads) go out together: :class:`CommandBatches` gathers them into one redis-py p
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -48,6 +49,7 @@ __all__ = [
     "make_batches",
     "make_sync_client",
     "redact_url",
+    "send_pipeline",
 ]
 
 EMBEDDED_URL = "embedded"  # the node configuration's word for "start a private server in data_dir"
@@ -230,14 +232,46 @@ class CommandBatches:
         return await self._batches.call(command)
 
     async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        async with self.client.pipeline(transaction=False) as pipe:
-            for command in commands:
-                pipe.execute_command(*command)
-            return list(await pipe.execute(raise_on_error=False))
+        return await send_pipeline(self.client, commands)
 
     async def aclose(self) -> None:
         """Close the batches' client and its connections."""
         await self.client.aclose()
+
+
+async def send_pipeline(client: AsyncClient, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` in one redis-py pipeline (no transaction); return each one's reply or error.
+
+    Each reply is parsed as ``client.execute_command`` would parse it, and an error is the one
+    Redis answered for that command alone (``raise_on_error=False``: a NOSCRIPT or a script's
+    refusal fails its own command, not the others). On a cluster, a command whose node failed
+    (``RedisCluster.ERRORS_ALLOW_RETRY``: a connection closed under it, a timeout) is sent again
+    on its own with ``client.execute_command``, which retries with the client's backoff and
+    refreshes the cluster's layout. redis-py's cluster pipeline retries such a failure only when
+    it raises it (``raise_on_error=True``); left as a reply, the first pipeline to a restarted
+    master would fail on the dead connection its node's pool still held. On one server the pool
+    checks a connection before handing it out, and nothing is sent twice.
+
+    Raises:
+        redis.exceptions.RedisError: the whole pipeline failed (no reply was read).
+        redis.exceptions.RedisClusterException: no node of the cluster answered.
+    """
+    async with client.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = list(await pipe.execute(raise_on_error=False))
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        failed = [
+            index
+            for index, reply in enumerate(replies)
+            if isinstance(reply, redis.asyncio.cluster.RedisCluster.ERRORS_ALLOW_RETRY)
+        ]
+        again = await asyncio.gather(
+            *(client.execute_command(*commands[index]) for index in failed), return_exceptions=True
+        )
+        for index, reply in zip(failed, again, strict=True):
+            replies[index] = reply
+    return replies
 
 
 def make_batches(redis_url: str, options: StoreOptions, *, cluster: bool = False) -> CommandBatches | None:
@@ -255,7 +289,8 @@ def make_batches(redis_url: str, options: StoreOptions, *, cluster: bool = False
     # On one server a pooled connection is checked before each use (redis-py reconnects one the
     # server closed), so a batch needs no retry. A cluster client's node connections are not: the
     # first batch to a restarted master would fail on its dead connection. There the batches keep
-    # the store's retries, as the store's own calls on a cluster always had: its steps are written
+    # the store's retries (``send_pipeline`` sends a command whose node failed again), as the
+    # store's own calls on a cluster always had: its steps are written
     # to be run again (a request stored twice is one request, a delivery charged once, a signer
     # counted once).
     retries = options.retries if cluster else 0

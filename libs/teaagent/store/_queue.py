@@ -12,7 +12,13 @@ from typing import Any, Literal
 import redis.exceptions
 
 from teaagent.errors import StoreError
-from teaagent.store._connection import AsyncClient, StoreOptions, converting, describe_redis_error
+from teaagent.store._connection import (
+    AsyncClient,
+    StoreOptions,
+    converting,
+    describe_redis_error,
+    send_pipeline,
+)
 from teaagent.store._keys import MAX_DOCUMENT_BYTES, REQUEST_ID_PATTERN, REQUEST_RETENTION_SECONDS, QueueKeys
 from teaagent.store._scripts import AsyncScripts
 
@@ -550,18 +556,21 @@ class DeliveryQueue:
             StoreError: Redis is unreachable or failed.
         """
         with converting(self._url):
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.xlen(self._keys.stream)
-                pipe.xpending(self._keys.stream, self._group)
-                pipe.zcard(self._keys.schedule)
-                pipe.xlen(self._keys.dead)
-                length, pending, scheduled, dead = await pipe.execute(raise_on_error=False)
-            for reply in (length, scheduled, dead):
+            length, pending, scheduled, dead = await send_pipeline(
+                self._client,
+                [
+                    ("XLEN", self._keys.stream),
+                    ("XPENDING", self._keys.stream, self._group),
+                    ("ZCARD", self._keys.schedule),
+                    ("XLEN", self._keys.dead),
+                ],
+            )
+            if isinstance(pending, redis.exceptions.ResponseError) and "NOGROUP" in str(pending):
+                pending = {}  # no group yet: nothing claimed
+            for reply in (length, pending, scheduled, dead):
                 if isinstance(reply, Exception):
                     raise reply
-        in_flight = (
-            pending.get("pending", 0) if isinstance(pending, dict) else 0
-        )  # NOGROUP: nothing claimed yet
+        in_flight = pending.get("pending", 0)
         return QueueStats(
             length=int(length), pending=int(in_flight), scheduled=int(scheduled), dead=int(dead)
         )

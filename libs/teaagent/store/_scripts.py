@@ -19,7 +19,7 @@ from typing import Any
 import redis.asyncio.cluster
 import redis.exceptions
 
-from teaagent.store._connection import AsyncClient, CommandBatches
+from teaagent.store._connection import AsyncClient, CommandBatches, send_pipeline
 
 __all__ = ["COMPOSITES", "LOAD_ATTEMPTS", "SCRIPT_NAMES", "AsyncScripts", "script_sha", "script_source"]
 
@@ -133,10 +133,8 @@ class AsyncScripts:
         """
 
         async def send(chosen: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for keys, args in chosen:
-                    pipe.execute_command(*self.command(name, keys, args))
-                return list(await pipe.execute(raise_on_error=False))
+            commands = [self.command(name, keys, args) for keys, args in chosen]
+            return await send_pipeline(self._client, commands)
 
         replies = await send(calls)
         lost = [
