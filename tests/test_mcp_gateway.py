@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -223,6 +224,12 @@ def test_a_high_risk_call_is_held_until_the_quorum_approves(cluster: dict[str, A
             with anyio.fail_after(30):
                 while not any("(beta)" in line for line in progress):
                     await anyio.sleep(0.05)
+            # beta's approval came within PROGRESS_EVERY_SECONDS of the "sent" notification; it
+            # is told when that time is up, not with the first reminder (at 30 s left of 60).
+            [told] = [line for line in progress if "(beta)" in line][:1]
+            left = re.search(r"; (\d+)s left", told)
+            assert left is not None, told
+            assert int(left.group(1)) > 30, told
             assert not merges.exists()  # held: nothing was forwarded yet
             listed = json.loads(await anyio.to_thread.run_sync(approvals, gamma, "list", "--json"))
             [item] = [entry for entry in listed if entry["tool_name"] == "github.merge_pr"]

@@ -31,7 +31,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -68,7 +68,7 @@ META_HIGH_RISK: Final = "teaagent/high_risk"  # a tool's _meta: a call needs the
 META_SECURITY_TIER: Final = "teaagent/security_tier"
 META_ERROR: Final = "teaagent/error"  # an error result's _meta: "refused", "denied" or "failed"
 MAX_CALL_THREADS: Final = 64  # calls in flight at once; each holds a thread while it waits for a quorum
-PROGRESS_EVERY_SECONDS: Final = 2.0  # changes closer together than this are one notification
+PROGRESS_EVERY_SECONDS: Final = 2.0  # changes closer together than this are one notification, sent at its end
 PROGRESS_SEND_SECONDS: Final = (
     10.0  # how long one notification may take to go out; a client that stopped reading
 )
@@ -120,6 +120,10 @@ class _Call:
     started: float = field(default_factory=time.monotonic)
     last_report: float = 0.0
     progress: float = 0.0
+    # A change within PROGRESS_EVERY_SECONDS of the last notification, sent when that time is up.
+    held: WaitProgress | None = None
+    ended: bool = False  # the call's result is being returned: no notification after it
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the worker thread's and the loop's
 
 
 _current: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("teaagent_mcp_call", default=None)
@@ -221,6 +225,7 @@ class GatedToolServer:
         self._calls = 0
         self._count_lock = threading.Lock()
         self._active: set[_Call] = set()
+        self._held_sends: set[asyncio.Task[None]] = set()  # a held change's notification, pending
         self._questions: dict[str, _Question] = {}
         # The loop's own executor and run_coroutine_threadsafe: two thread hops per call, at about
         # half the cost of anyio's to_thread and from_thread on a loaded machine.
@@ -316,6 +321,8 @@ class GatedToolServer:
             call.stop.set()
             raise
         finally:
+            with call.lock:
+                call.ended = True
             self._active.discard(call)
 
     def _run(self, call: _Call, name: str, arguments: dict[str, Any], call_id: str) -> types.CallToolResult:
@@ -422,28 +429,56 @@ class GatedToolServer:
     # -- quorum progress ----------------------------------------------------------------------
 
     def report_wait(self, call: _Call, progress: WaitProgress) -> None:
-        """Send the client one progress notification for its call's quorum wait.
+        """Send the client one progress notification for its call's quorum wait (its worker thread).
 
         The message is the wait as every surface words it (``describe_wait``): the request id's
         prefix, the count, who received it, the time left and the command a peer's operator runs.
-        The gate calls this when the request is sent, on each change and at the reminder marks; a
-        burst of changes within :data:`PROGRESS_EVERY_SECONDS` is one notification, the decision
-        excepted.
+        The gate calls this when the request is sent, on each change and at the reminder marks. A
+        change within :data:`PROGRESS_EVERY_SECONDS` of the last notification is held and sent
+        when that time is up, the latest of a burst only: a burst is one notification, and no
+        change waits for the next reminder mark (minutes away on a long wait). The decision is
+        sent at once.
         """
-        from teaagent.relay_client import describe_wait
-
         now = time.monotonic()
-        if progress.why == "changed" and now - call.last_report < PROGRESS_EVERY_SECONDS:
-            return
-        call.last_report = now
-        waited = now - call.started
-        # MCP wants progress to grow with every report: seconds waited do, the count may not.
-        call.progress = max(waited, call.progress + 0.001)
-        message = describe_wait(progress)
-        total = float(self.node.quorum.timeout_seconds)
-        sent = call.ctx.session.report_progress(call.progress, max(total, call.progress), message)
+        with call.lock:
+            if progress.why == "changed" and now - call.last_report < PROGRESS_EVERY_SECONDS:
+                if call.held is None:
+                    delay = call.last_report + PROGRESS_EVERY_SECONDS - now
+                    call.loop.call_soon_threadsafe(self._send_held_later, call, delay)
+                call.held = progress
+                return
+            call.held = None
+            sent = self._notification(call, progress, now)
         # Bounded: a client that stopped reading must not hold the quorum's wait.
         asyncio.run_coroutine_threadsafe(sent, call.loop).result(timeout=PROGRESS_SEND_SECONDS)
+
+    def _notification(self, call: _Call, progress: WaitProgress, now: float) -> Coroutine[Any, Any, None]:
+        """The notification of ``progress`` (under ``call.lock``: its value must grow with each one)."""
+        from teaagent.relay_client import describe_wait
+
+        call.last_report = now
+        # MCP wants progress to grow with every report: seconds waited do, the count may not.
+        call.progress = max(now - call.started, call.progress + 0.001)
+        total = max(float(self.node.quorum.timeout_seconds), call.progress)
+        return call.ctx.session.report_progress(call.progress, total, describe_wait(progress))
+
+    def _send_held_later(self, call: _Call, delay: float) -> None:
+        """On the call's loop: send its held change once ``delay`` seconds have passed."""
+        task = call.loop.create_task(self._send_held(call, delay))
+        self._held_sends.add(task)
+        task.add_done_callback(self._held_sends.discard)
+
+    async def _send_held(self, call: _Call, delay: float) -> None:
+        await asyncio.sleep(max(0.0, delay))
+        with call.lock:
+            held, call.held = call.held, None
+            if held is None or call.ended:  # sent with a later report, or the call is over
+                return
+            sent = self._notification(call, held, time.monotonic())
+        try:
+            await asyncio.wait_for(sent, PROGRESS_SEND_SECONDS)
+        except Exception as exc:  # a client gone or not reading: the call's own wait goes on
+            logger.info("a progress notification for %s was not sent: %r", call.tool_name, exc)
 
 
 class _CallQuorumGate:
