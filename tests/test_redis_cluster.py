@@ -536,7 +536,7 @@ async def test_after_a_master_restarts_each_client_answers_its_first_call_there(
     each call's own reply (``raise_on_error=False``), so each of its pipelines sends a command
     whose node failed again (``send_pipeline``). Three stores, each with clients of its own, meet
     the restarted master first with one kind of pipeline each: a script call in a batch (a rate
-    limit), a script run in a pipeline of its own (a decision), a read of a queue's sizes.
+    limit), scripts run in a pipeline of their own (a batch of decisions), a read of a queue's sizes.
     """
     cluster = RedisCluster(tmp_path / "cluster", replicas=0, persistent=True).start()
     prefix = f"ta-restart-{uuid.uuid4().hex[:8]}"
@@ -569,7 +569,10 @@ async def test_after_a_master_restarts_each_client_answers_its_first_call_there(
             # Each store's clients hold a connection to the master before it dies.
             before = (await limits.rate_limiter.hit(scope, limit)).remaining
             await decisions.requests.accept(
-                request_id, DOC, required_approvals=2, peers=2, expires_at=now + 300, now=now
+                request_id, DOC, required_approvals=3, peers=3, expires_at=now + 300, now=now
+            )
+            await decisions.requests.record_decisions(
+                [DecisionToCount(request_id, "approval", "gamma", b"g", now)]
             )
             await queues.queue(queue).enqueue("beta", request_id, b"{}", now + 300, now=now)
             sizes = await queues.queue(queue).stats()
@@ -577,8 +580,8 @@ async def test_after_a_master_restarts_each_client_answers_its_first_call_there(
             await asyncio.to_thread(cluster.restart, master)
             return {
                 "limit": (before, (await limits.rate_limiter.hit(scope, limit)).remaining),
-                "decision": await decisions.requests.record_decision(
-                    request_id, kind="approval", signer="beta", decision=b"b", now=now
+                "decision": await decisions.requests.record_decisions(
+                    [DecisionToCount(request_id, "approval", "beta", b"b", now)]
                 ),
                 "sizes": (sizes.length, (await queues.queue(queue).stats()).length),
             }
@@ -588,6 +591,8 @@ async def test_after_a_master_restarts_each_client_answers_its_first_call_there(
     finally:
         cluster.stop()
     assert seen["limit"] == (4, 3)  # the window's first call survived the restart (append-only file)
-    assert seen["decision"].state == "pending"
-    assert seen["decision"].approvals == 1
+    [decision] = seen["decision"]
+    assert isinstance(decision, DecisionResult), decision
+    assert decision.state == "pending"
+    assert decision.approvals == 2
     assert seen["sizes"] == (1, 1)
