@@ -371,16 +371,17 @@ class OwnRequests(RelayBase):
 
         Sent once, by the call that settled the outcome (``result``); a crash before it costs the
         peers only time (their items expire). The certificate is the one the origin's agent
-        receives. When every peer the request names has decided, nobody is left to tell and
-        nothing is read: the script counts each signer once, on one side (rule 6), and only those
-        peers sign it, so ``result``'s counts reaching their number say so.
+        receives. When every peer it would be sent to (``known.peers``) has decided, nobody is
+        left to tell and nothing is read: the script counts each signer once, on one side (rule 6),
+        and only those peers' decisions verify here, so ``result``'s counts reaching their number
+        say so.
 
         Raises:
             StoreError: Redis failed.
         """
         request = known.request
         request_id = request["request_id"]
-        if result.approvals + result.denials >= len(set(request["peers"]) - {request["origin"]}):
+        if result.approvals + result.denials >= len(known.peers):
             return
         stored = await self.store.requests.get(request_id)
         if stored is None or stored.state not in ("approved", "denied"):
