@@ -57,19 +57,25 @@ async def race(stores: list[Store]) -> None:
     assert await ledgers[0].read([("alpha", request_id)]) == [(winner.record, standing[0])]
 
 
-def test_the_first_record_and_the_first_signature_stand_whoever_races(
-    redis_url: str, redis_prefix: str
-) -> None:
+def races(url: str, prefix: str, rounds: int, *, cluster: bool = False) -> None:
+    """``rounds`` races (:func:`race`) between two stores of their own on ``url``."""
+
     async def scenario() -> None:
-        stores = [connect(redis_url, prefix=redis_prefix) for _ in range(2)]
+        stores = [connect(url, prefix=prefix, cluster=cluster) for _ in range(2)]
         try:
-            for _ in range(20):
+            for _ in range(rounds):
                 await race(stores)
         finally:
             for store in stores:
                 await store.aclose()
 
     asyncio.run(scenario())
+
+
+def test_the_first_record_and_the_first_signature_stand_whoever_races(
+    redis_url: str, redis_prefix: str
+) -> None:
+    races(redis_url, redis_prefix, 20)
 
 
 def test_a_claim_and_an_attach_are_one_command_each_and_a_batch_one_round_trip(
@@ -132,13 +138,4 @@ def test_a_stored_record_that_cannot_be_read_fails_its_own_claim_alone(in_store:
 def test_the_ledger_races_the_same_on_a_redis_cluster(
     redis_cluster: RedisCluster, cluster_prefix: str
 ) -> None:
-    async def scenario() -> None:
-        stores = [connect(redis_cluster.url, prefix=cluster_prefix, cluster=True) for _ in range(2)]
-        try:
-            for _ in range(10):
-                await race(stores)
-        finally:
-            for store in stores:
-                await store.aclose()
-
-    asyncio.run(scenario())
+    races(redis_cluster.url, cluster_prefix, 10, cluster=True)
