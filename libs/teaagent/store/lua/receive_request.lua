@@ -5,8 +5,8 @@
 -- (ratelimit), list and store the request (the index entries, then accept_request), queue it for
 -- the approver (enqueue) and mark it queued (mark_queued). The first four are the very scripts the
 -- steps run, defined above this text as local functions of (KEYS, ARGV) (teaagent.store._scripts
--- builds the source); the mark is mark_queued's HSET, written here. On a Redis Cluster their keys have several hash tags, so the store runs them one by
--- one there instead.
+-- builds the source); the mark is mark_queued's HSET, written here. On a Redis Cluster their keys
+-- have several hash tags, so the store runs them one by one there instead.
 --
 -- A request already stored is charged nothing and written nothing ("stored"): the relay reads it
 -- and answers a repeat. An origin that already holds its cap of pending requests is charged
