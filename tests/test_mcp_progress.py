@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import SSHKey
+from test_mcp_serve import node as node  # the node.toml of a node without quorum
 
 from teaagent.config import load_config
 from teaagent.mcp_server import _gated
@@ -29,16 +29,9 @@ PEERS = ("beta", "gamma", "delta")
 
 
 @pytest.fixture
-def server(tmp_path: Path, ssh_key_factory: Callable[..., SSHKey]) -> Iterator[_gated.GatedToolServer]:
-    key = ssh_key_factory("alpha")
-    (tmp_path / "workspace").mkdir()
-    path = tmp_path / "node.toml"
-    path.write_text(
-        f'agent_id = "alpha"\nprivate_key = "{key.private_path}"\nredis_url = "redis://127.0.0.1:1/0"\n'
-        'relay_url = "http://127.0.0.1:1"\ntoken = "mcp-test-token-0123456789abcdef"\n'
-    )
-    node = load_config(path)
-    built = _gated.GatedToolServer(node, node_registry(node), name="test", run_prefix="test")
+def server(node: Path) -> Iterator[_gated.GatedToolServer]:
+    config = load_config(node)
+    built = _gated.GatedToolServer(config, node_registry(config), name="test", run_prefix="test")
     yield built
     built.close()
 
