@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
+from teaagent_bench._processes import process_context_switches
 from teaagent_bench.quorum import CONCURRENCIES
 from teaagent_bench.quorum._counting import _Counters, _trips
 from teaagent_bench.quorum._floor import FLOOR_CLIENT_HOPS
@@ -43,6 +46,15 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
         else:
             assert figures[f"redis_reads_{suffix}_omitted"].startswith("not measurable: ")
         assert figures[f"cluster_cpu_ms_per_quorum_{suffix}"] >= 0
+        # By role: every service and the Redis server worked, and the services left the CPU.
+        for role in ("origin_relay", "peer_relay", "peer_approver", "redis"):
+            assert figures[f"{role}_cpu_ms_per_quorum_{suffix}"] > 0, role
+        assert figures[f"context_switches_per_quorum_{suffix}"] >= 1  # every hop wakes a service
+        assert (
+            0
+            <= figures[f"preemptions_per_quorum_{suffix}"]
+            <= figures[f"context_switches_per_quorum_{suffix}"]
+        )
     # One caller has one quorum in flight: its rate is about one over its latency (a short run
     # counts a quorum begun before the window, hence the slack).
     assert figures["throughput_c1"] * figures["p50_ms_c1"] / 1000 <= 3
@@ -78,6 +90,17 @@ def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
         assert figures[f"n{nodes}_floor_throughput_ratio_c64"] > 0
         assert figures[f"n{nodes}_cluster_cpu_ms_per_quorum_c64"] > 0
     assert figures["n3_cpu_growth_over_peers"] == 1.0
+    assert figures["n3_peer_cpu_growth"] == 1.0
+    assert figures["n5_peer_cpu_growth"] == pytest.approx(
+        (figures["n5_peer_relay_cpu_ms_per_quorum_c64"] + figures["n5_peer_approver_cpu_ms_per_quorum_c64"])
+        / (figures["n3_peer_relay_cpu_ms_per_quorum_c64"] + figures["n3_peer_approver_cpu_ms_per_quorum_c64"])
+    )
+    for nodes in (3, 5):
+        assert figures[f"n{nodes}_redis_cpu_ms_per_quorum_c64"] > 0
+        assert (
+            figures[f"n{nodes}_context_switches_per_quorum_c64"]
+            >= figures[f"n{nodes}_preemptions_per_quorum_c64"]
+        )
     # Twice the peers: about twice the hops and the writes of each quorum.
     assert figures["n5_http_hops_c64"] > figures["n3_http_hops_c64"]
     assert figures["n5_redis_writes_c64"] > figures["n3_redis_writes_c64"]
@@ -110,3 +133,47 @@ def test_the_table_prints_a_figure_left_out_with_its_reason_and_judges_the_rest(
     assert any(line.startswith("redis_reads_c64_omitted") and line.endswith(reason) for line in lines)
     assert not any(line.startswith("redis_reads_c64 ") for line in lines)  # no 0.0 in its place
     assert "floor_ratio" not in missed
+
+
+def test_counts_of_a_window_per_quorum_cover_every_count() -> None:
+    before = _Counters(
+        hops=1.0,
+        server_seconds={"alpha": 1.0},
+        writes=2.0,
+        reads=3.0,
+        cpu={"alpha-relay": 1.0},
+        waits={"alpha-relay": 10.0},
+        preemptions={"alpha-relay": 4.0},
+        redis_cpu=0.5,
+    )
+    after = _Counters(
+        hops=21.0,
+        server_seconds={"alpha": 3.0},
+        writes=42.0,
+        reads=13.0,
+        cpu={"alpha-relay": 1.2},
+        waits={"alpha-relay": 50.0},
+        preemptions={"alpha-relay": 24.0},
+        redis_cpu=0.7,
+    )
+    per = after.minus(before).per(10, idle_cpu_per_s=0.25)
+    assert per == _Counters(
+        hops=2.0,
+        server_seconds={"alpha": 0.2},
+        writes=4.0,
+        reads=1.0,
+        cpu={"alpha-relay": pytest.approx(0.02)},
+        idle_cpu_per_s=0.25,
+        waits={"alpha-relay": 4.0},
+        preemptions={"alpha-relay": 2.0},
+        redis_cpu=pytest.approx(0.02),
+    )
+
+
+def test_a_process_context_switches_count_its_waits() -> None:
+    waited, preempted = process_context_switches(os.getpid())
+    for _ in range(5):
+        time.sleep(0.001)  # each sleep leaves the CPU: a voluntary switch
+    waited_after, preempted_after = process_context_switches(os.getpid())
+    assert waited_after - waited >= 5
+    assert preempted_after >= preempted

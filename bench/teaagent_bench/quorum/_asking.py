@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import time
 from collections.abc import Mapping
@@ -118,14 +119,7 @@ def _policy_run(
     before = _counters(nodes, client, processes, before=True)
     run = asyncio.run(_ask(1, seconds, nodes["alpha"], signer, config, POLICY_TOOL))
     delta = _counters(nodes, client, processes, before=False).minus(before)
-    per = _Counters(
-        hops=delta.hops / run.quorums,
-        server_seconds={k: v / run.quorums for k, v in delta.server_seconds.items()},
-        writes=delta.writes / run.quorums,
-        reads=max(0.0, delta.reads) / run.quorums,
-        cpu={k: v / run.quorums for k, v in delta.cpu.items()},
-    )
-    return run, per
+    return run, dataclasses.replace(delta, reads=max(0.0, delta.reads)).per(run.quorums)
 
 
 def _real_path(
@@ -164,17 +158,8 @@ def _real_path(
         for concurrency in concurrencies:
             before = _counters(nodes, client, processes, before=True)
             runs[concurrency] = asyncio.run(_ask(concurrency, seconds, nodes["alpha"], keys["alpha"], config))
-            after = _counters(nodes, client, processes, before=False)
-            delta = after.minus(before)
-            quorums = runs[concurrency].quorums
-            counted[concurrency] = _Counters(
-                hops=delta.hops / quorums,
-                server_seconds={k: v / quorums for k, v in delta.server_seconds.items()},
-                writes=delta.writes / quorums,
-                reads=delta.reads / quorums,  # below zero: not measurable (_trips)
-                cpu={k: v / quorums for k, v in delta.cpu.items()},
-                idle_cpu_per_s=idle_per_s,
-            )
+            delta = _counters(nodes, client, processes, before=False).minus(before)
+            counted[concurrency] = delta.per(runs[concurrency].quorums, idle_per_s)
     finally:
         cluster.stop_services()
     return runs, counted, policy_result

@@ -1,10 +1,11 @@
-"""What one quorum does, counted in the same run: HTTP hops, Redis round trips, CPU of each service."""
+"""What one quorum does, counted in the same run: HTTP hops, Redis round trips, CPU and context
+switches of each service, the Redis server's CPU."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import httpx
@@ -12,7 +13,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from teaagent.testing import ClusterNode
-from teaagent_bench._processes import process_cpu_seconds
+from teaagent_bench._processes import process_context_switches, process_cpu_seconds
 
 _SKIPPED_ROUTES: Final = frozenset({"/metrics", "/health"})
 _LONG_POLLS: Final = frozenset({"/v1/requests/{request_id}/outcome", "/v1/inbox"})
@@ -27,15 +28,49 @@ class _Counters:
     reads: float
     cpu: dict[str, float]  # per process label: CPU seconds
     idle_cpu_per_s: float = 0.0  # all services' CPU seconds per second with no quorum running
+    waits: dict[str, float] = field(default_factory=dict)  # per label: voluntary context switches
+    preemptions: dict[str, float] = field(default_factory=dict)  # per label: involuntary ones
+    redis_cpu: float = 0.0  # the Redis server's CPU seconds (its own INFO cpu)
 
     def minus(self, other: _Counters) -> _Counters:
         return _Counters(
             hops=self.hops - other.hops,
-            server_seconds={k: v - other.server_seconds.get(k, 0.0) for k, v in self.server_seconds.items()},
+            server_seconds=_less(self.server_seconds, other.server_seconds),
             writes=self.writes - other.writes,
             reads=self.reads - other.reads,
-            cpu={k: v - other.cpu.get(k, 0.0) for k, v in self.cpu.items()},
+            cpu=_less(self.cpu, other.cpu),
+            waits=_less(self.waits, other.waits),
+            preemptions=_less(self.preemptions, other.preemptions),
+            redis_cpu=self.redis_cpu - other.redis_cpu,
         )
+
+    def per(self, quorums: int, idle_cpu_per_s: float = 0.0) -> _Counters:
+        """These counts (of a run's window) per quorum of the run's ``quorums``."""
+        return _Counters(
+            hops=self.hops / quorums,
+            server_seconds=_each(self.server_seconds, quorums),
+            writes=self.writes / quorums,
+            reads=self.reads / quorums,  # below zero: not measurable (_trips)
+            cpu=_each(self.cpu, quorums),
+            idle_cpu_per_s=idle_cpu_per_s,
+            waits=_each(self.waits, quorums),
+            preemptions=_each(self.preemptions, quorums),
+            redis_cpu=self.redis_cpu / quorums,
+        )
+
+
+def _less(counts: Mapping[str, float], earlier: Mapping[str, float]) -> dict[str, float]:
+    return {key: value - earlier.get(key, 0.0) for key, value in counts.items()}
+
+
+def _each(counts: Mapping[str, float], quorums: int) -> dict[str, float]:
+    return {key: value / quorums for key, value in counts.items()}
+
+
+def _redis_cpu_seconds(client: redis.Redis) -> float:
+    """The CPU time (user and system) the Redis server reports for itself (``INFO cpu``)."""
+    info: dict[str, Any] = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _relay_counters(url: str) -> tuple[float, float]:
@@ -82,14 +117,19 @@ def _counters(
 
     scraped = relays() if before else {}
     writes, reads = _redis_counters(client)
+    redis_cpu = _redis_cpu_seconds(client)
     if not before:
         scraped = relays()
+    switches = {label: process_context_switches(process.pid) for label, process in processes.items()}
     return _Counters(
         hops=sum(hops for hops, _seconds in scraped.values()),
         server_seconds={name: seconds for name, (_hops, seconds) in scraped.items()},
         writes=writes,
         reads=reads,
         cpu={label: process_cpu_seconds(process.pid) for label, process in processes.items()},
+        waits={label: float(waited) for label, (waited, _preempted) in switches.items()},
+        preemptions={label: float(preempted) for label, (_waited, preempted) in switches.items()},
+        redis_cpu=redis_cpu,
     )
 
 

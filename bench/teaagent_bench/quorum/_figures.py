@@ -52,7 +52,12 @@ cluster does. ``floor_ratio = p50_ms_c1 / floor_p50_ms_c1`` (target <= 3) and
 
 ``cluster_cpu_ms_per_quorum_cN``: the CPU time (user and system) of the five services per quorum
 at N callers; ``profile_cpu_ms_<node>_<service>`` splits it at one caller (it includes each
-service's idle loops, which weigh more the fewer quorums a second there are).
+service's idle loops, which weigh more the fewer quorums a second there are). By role at each
+concurrency: ``origin_relay_cpu_ms_per_quorum_cN``, ``peer_relay_...`` and ``peer_approver_...``
+(the mean of a peer's), the Redis server's own ``redis_cpu_ms_per_quorum_cN`` (its ``INFO cpu``;
+not in the cluster's), and the services' context switches per quorum
+(``context_switches_per_quorum_cN``, of them ``preemptions_per_quorum_cN``, from
+``/proc/<pid>/task/*/status``): each is a thread leaving the CPU, to wait or preempted.
 
 ``profile_*``: one quorum at concurrency 1, where its time goes: the raw cost of its signatures
 (``profile_sign_ms``), its 12 verifications (``profile_verify_ms``), its Redis round trips
@@ -227,6 +232,7 @@ def bench_quorum(
         else:
             figures[f"redis_reads_{suffix}"] = per.reads
         figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
+        figures |= {f"{name}_{suffix}": value for name, value in _split_by_role(per, size).items()}
         # The same less what the services spent idle meanwhile (their polls, per second of the run).
         figures[f"cluster_busy_cpu_ms_per_quorum_{suffix}"] = (
             sum(per.cpu.values()) - per.idle_cpu_per_s / max(run.throughput, 1e-9)
@@ -253,6 +259,30 @@ def bench_quorum(
     for label, spent in one.cpu.items():
         figures[f"profile_cpu_ms_{label.replace('-', '_')}"] = spent * 1000
     return figures
+
+
+def _split_by_role(per: _Counters, size: _Size) -> dict[str, float]:
+    """Where one quorum's CPU went, by role, and how often the services left the CPU for it.
+
+    ``origin_relay_cpu_ms_per_quorum``, a peer's relay (``peer_relay_``) and approver
+    (``peer_approver_``, each the mean over the peers), the Redis server's own
+    (``redis_cpu_ms_per_quorum``, from its ``INFO cpu``: not in ``cluster_cpu``); the services'
+    context switches (``context_switches_per_quorum``: every time one of their threads left the
+    CPU, waiting or preempted) and of them the preemptions (``preemptions_per_quorum``: the
+    scheduler took the CPU from a thread that could still run, as it does more often the more
+    processes share the cores).
+    """
+    peers = size.peers
+    return {
+        "origin_relay_cpu_ms_per_quorum": per.cpu["alpha-relay"] * 1000,
+        "peer_relay_cpu_ms_per_quorum": sum(per.cpu[f"{peer}-relay"] for peer in peers) / len(peers) * 1000,
+        "peer_approver_cpu_ms_per_quorum": (
+            sum(per.cpu[f"{peer}-approver"] for peer in peers) / len(peers) * 1000
+        ),
+        "redis_cpu_ms_per_quorum": per.redis_cpu * 1000,
+        "context_switches_per_quorum": sum(per.waits.values()) + sum(per.preemptions.values()),
+        "preemptions_per_quorum": sum(per.preemptions.values()),
+    }
 
 
 # -- variants: other HTTP clients (http-lib), Redis calls unbatched (issue 29) ---------------------
@@ -307,7 +337,12 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
     peers) and over the growth in nodes (``n<N>_cpu_growth_over_nodes``); the same of the CPU
     less what the services spend idle (``busy_``: each service's polls and housekeeping, measured
     with the cluster idle, ``n<N>_cluster_idle_cpu_ms_per_s``, cost more per quorum the fewer
-    quorums a second a larger cluster completes on the same cores).
+    quorums a second a larger cluster completes on the same cores). Where it grows, for each size
+    at 64 callers: the origin's relay, a peer's relay and approver, the Redis server (each
+    ``n<N>_<role>_cpu_ms_per_quorum_c64``), the services' context switches and preemptions per
+    quorum, and a peer's own CPU per quorum (relay and approver) against the smallest size's
+    (``n<N>_peer_cpu_growth``: 1 when a peer's work for one quorum does not depend on how many
+    peers there are).
 
     Raises:
         ValueError: ``seconds`` is not positive, or a size is not one of ``SIZES``.
@@ -328,9 +363,17 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
             "floor_throughput_c64",
             "http_hops_c64",
             "redis_writes_c64",
+            "origin_relay_cpu_ms_per_quorum_c64",
+            "peer_relay_cpu_ms_per_quorum_c64",
+            "peer_approver_cpu_ms_per_quorum_c64",
+            "redis_cpu_ms_per_quorum_c64",
+            "context_switches_per_quorum_c64",
+            "preemptions_per_quorum_c64",
         ):
             figures[f"n{nodes}_{key}"] = measured[key]
     smallest = min(sizes)
+    for nodes in sizes:  # a peer's own work for one quorum, against the smallest cluster's peer
+        figures[f"n{nodes}_peer_cpu_growth"] = _peer_cpu(figures, nodes) / _peer_cpu(figures, smallest)
     for kind in ("", "busy_"):
         base = figures[f"n{smallest}_cluster_{kind}cpu_ms_per_quorum_c64"]
         for nodes in sizes:
@@ -338,3 +381,11 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
             figures[f"n{nodes}_{kind}cpu_growth_over_peers"] = growth / ((nodes - 1) / (smallest - 1))
             figures[f"n{nodes}_{kind}cpu_growth_over_nodes"] = growth / (nodes / smallest)
     return figures
+
+
+def _peer_cpu(figures: Mapping[str, float], nodes: int) -> float:
+    """A peer's CPU milliseconds per quorum at 64 callers in the cluster of ``nodes``: relay and approver."""
+    return (
+        figures[f"n{nodes}_peer_relay_cpu_ms_per_quorum_c64"]
+        + figures[f"n{nodes}_peer_approver_cpu_ms_per_quorum_c64"]
+    )
