@@ -96,6 +96,7 @@ def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
         / (figures["n3_peer_relay_cpu_ms_per_quorum_c64"] + figures["n3_peer_approver_cpu_ms_per_quorum_c64"])
     )
     for nodes in (3, 5):
+        assert figures[f"n{nodes}_redis_round_trips_c64"] > 0
         assert figures[f"n{nodes}_redis_cpu_ms_per_quorum_c64"] > 0
         assert (
             figures[f"n{nodes}_context_switches_per_quorum_c64"]

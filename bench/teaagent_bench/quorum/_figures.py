@@ -338,7 +338,9 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
     less what the services spend idle (``busy_``: each service's polls and housekeeping, measured
     with the cluster idle, ``n<N>_cluster_idle_cpu_ms_per_s``, cost more per quorum the fewer
     quorums a second a larger cluster completes on the same cores). Where it grows, for each size
-    at 64 callers: the origin's relay, a peer's relay and approver, the Redis server (each
+    at 64 callers: the Redis round trips of one quorum (``n<N>_redis_round_trips_c64``: the fewer
+    calls a moment brings, the fewer share one), the origin's relay, a peer's relay and approver,
+    the Redis server (each
     ``n<N>_<role>_cpu_ms_per_quorum_c64``), the services' context switches and preemptions per
     quorum, and a peer's own CPU per quorum (relay and approver) against the smallest size's
     (``n<N>_peer_cpu_growth``: 1 when a peer's work for one quorum does not depend on how many
@@ -363,6 +365,7 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
             "floor_throughput_c64",
             "http_hops_c64",
             "redis_writes_c64",
+            "redis_round_trips_c64",
             "origin_relay_cpu_ms_per_quorum_c64",
             "peer_relay_cpu_ms_per_quorum_c64",
             "peer_approver_cpu_ms_per_quorum_c64",
