@@ -13,6 +13,7 @@ import pytest
 
 from teaagent.errors import StoreError
 from teaagent.store import Delivery, DeliveryQueue, Store, backoff_delay
+from teaagent.store._queue import HOUSEKEEPING_EVERY_SECONDS
 
 T = TypeVar("T")
 PAYLOAD = '{"request":{"tool_name":"shell.run","arguments":{"command":"echo é \\" ☃"}}}'.encode()
@@ -97,6 +98,69 @@ def test_claim_blocks_until_an_entry_arrives(in_store: Run) -> None:
         claimed = await queue.claim("w1", 10, 2000)
         await producer
         assert [delivery.target for delivery in claimed] == ["beta"]
+
+    in_store(scenario)
+
+
+async def command_calls(store: Store, *names: str) -> dict[str, int]:
+    """Calls of each of ``names`` so far, by the server's count (commands run by scripts included)."""
+    stats = await store.client.info("commandstats")
+    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names}
+
+
+def test_claims_in_a_row_are_one_round_trip_each_the_housekeeping_once_a_second(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        queue = store.queue("deliveries")  # min_idle_seconds 60: its housekeeping every second
+        await queue.enqueue("beta", new_id(), PAYLOAD, int(time.time()) + 60)
+        counted = ("zrangebyscore", "xautoclaim", "xreadgroup")  # promote_due's, the takeover, the read
+        before = await command_calls(store, *counted)
+        begun = time.monotonic()
+        assert len(await queue.claim("w1", 10, 0)) == 1
+        for _ in range(4):
+            assert await queue.claim("w1", 10, 0) == []
+        after = await command_calls(store, *counted)
+        if time.monotonic() - begun < HOUSEKEEPING_EVERY_SECONDS:  # a stalled host may see two
+            assert {name: after[name] - before[name] for name in counted} == {
+                "zrangebyscore": 1,
+                "xautoclaim": 1,
+                "xreadgroup": 5,
+            }
+        await asyncio.sleep(HOUSEKEEPING_EVERY_SECONDS)
+        assert await queue.claim("w1", 10, 0) == []
+        again = await command_calls(store, *counted)
+        assert again["zrangebyscore"] > after["zrangebyscore"]  # its time came: the housekeeping ran
+        assert again["xautoclaim"] > after["xautoclaim"]
+
+    in_store(scenario)
+
+
+def test_a_claim_makes_the_stream_and_its_group_again_at_once_after_they_expired(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        queue, stream = store.queue("deliveries"), store.keys.queue("deliveries").stream
+        assert await queue.claim("w1", 1, 0) == []  # makes the stream and its group
+        await store.client.delete(stream)  # its TTL ran out
+        assert await queue.claim("w1", 1, 0) == []  # NOGROUP: nothing to read, and no error
+        assert await queue.claim("w1", 1, 0) == []  # the next claim makes them again, not a second later
+        assert len(await store.client.xinfo_groups(stream)) == 1
+
+    in_store(scenario)
+
+
+def test_a_retry_another_process_scheduled_is_claimed_at_its_next_housekeeping(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        failing = store.queue("deliveries", rng=Lowest())  # one relay process's worker
+        claiming = store.queue("deliveries")  # another's, on the same queue: it knows of no retry
+        await failing.enqueue("beta", new_id(), PAYLOAD, int(time.time()) + 60)
+        delivery = await one(failing)
+        assert await claiming.claim("w2", 1, 0) == []  # its housekeeping ran: nothing was scheduled
+        result = await failing.retry_later(delivery, "beta answered 503")
+        assert result.action == "retry"
+        assert result.not_before is not None  # due in 0.25 s
+        deadline = time.monotonic() + 30
+        while not (claimed := await claiming.claim("w2", 1, 100)):
+            assert time.monotonic() < deadline, "the retry was never claimed"
+        assert time.time() >= result.not_before  # never before it was due
+        assert (claimed[0].payload, claimed[0].attempts) == (PAYLOAD, 1)
 
     in_store(scenario)
 

@@ -45,6 +45,9 @@ MAX_ERROR_CHARS = 500  # an error is one sentence, not a traceback
 MAX_TARGET_CHARS = 256  # a peer's agent id or a URL, not a document
 # A consumer silent this long is gone: a live one reads at least every few seconds (a blocking claim).
 CONSUMER_RETENTION_SECONDS = 3600.0
+# How often a claim also promotes due retries and takes over idle entries when nothing says it must
+# sooner (at most a quarter of min_idle_seconds): the rest of the time it is one round trip.
+HOUSEKEEPING_EVERY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,9 @@ class DeliveryQueue:
         self._retry_cap = retry_cap_seconds
         self._max_length = max_length
         self._rng = rng
+        self._housekeeping_every = min(HOUSEKEEPING_EVERY_SECONDS, min_idle_seconds / 4)
+        self._housekeeping_at = 0.0  # time.monotonic() of the next claim's housekeeping; 0: the next
+        self._next_due_ms = -1  # the earliest retry known to be scheduled, ms; -1: none known
 
     @property
     def name(self) -> str:
@@ -332,6 +338,13 @@ class DeliveryQueue:
         blocking (XREADGROUP BLOCK, never past the next scheduled retry). Entries whose request
         has expired are dead-lettered instead of returned.
 
+        The first two steps (the housekeeping) are not repeated on every claim: a claim runs them
+        when a retry this queue scheduled, or the earliest the last housekeeping found, is due, when
+        the stream's group must be made again, and otherwise every ``HOUSEKEEPING_EVERY_SECONDS``
+        (at most a quarter of ``min_idle_seconds``). So a worker that claims one delivery at a time
+        makes one round trip a claim, not three, and a retry another process scheduled or an entry
+        a dead consumer left is taken at most that much later.
+
         Raises:
             StoreError: Redis is unreachable or failed.
             ValueError: an empty consumer name, ``count`` out of range, or a negative ``block_ms``.
@@ -344,26 +357,17 @@ class DeliveryQueue:
             raise ValueError(f"block_ms must be >= 0, not {block_ms}")
         at = time.time() if now is None else now
         now_ms = int(at * 1000)
-        idle_ttl_ms = REQUEST_RETENTION_SECONDS * 1000
         stream = self._keys.stream
+        entries: list[tuple[Any, dict[bytes, bytes]]] = []
         with converting(self._url):
-            _promoted, next_due = await self._scripts.run(
-                "promote_due", [stream, self._keys.schedule], [self._group, now_ms, count, idle_ttl_ms]
-            )
-            reclaimed = await self._client.xautoclaim(
-                stream, self._group, consumer, self._min_idle_ms, start_id="0-0", count=count
-            )
-            entries = list(reclaimed[1]) if len(reclaimed) > 1 else []
-            deleted = reclaimed[2] if len(reclaimed) > 2 else []
-            if deleted:
-                # Pending ids whose entries are gone (acked elsewhere and deleted): clear them.
-                await self._client.xack(stream, self._group, *deleted)
+            if self._housekeeping_due(now_ms):
+                entries = await self._housekeep(consumer, count, now_ms)
             if len(entries) < count:
                 block: int | None = None
                 if not entries:
                     wait_ms = min(block_ms, int(self._options.max_block_seconds * 1000))
-                    if next_due >= 0:
-                        wait_ms = min(wait_ms, max(0, int(next_due) - now_ms))
+                    if self._next_due_ms >= 0:
+                        wait_ms = min(wait_ms, max(0, self._next_due_ms - now_ms))
                     block = wait_ms if wait_ms >= 1 else None  # BLOCK 0 would wait forever
                 try:
                     reply = await (self._blocking if block else self._client).xreadgroup(
@@ -372,7 +376,8 @@ class DeliveryQueue:
                 except redis.exceptions.ResponseError as exc:
                     if "NOGROUP" not in str(exc):
                         raise
-                    reply = None  # the stream expired under us; the next claim recreates it
+                    reply = None  # the stream expired under us; the next claim makes it again
+                    self._housekeeping_at = 0.0
                 entries.extend(_entries(reply))
         deliveries: list[Delivery] = []
         for entry_id, fields in entries:
@@ -430,6 +435,33 @@ class DeliveryQueue:
             acked = await self._scripts.run("ack", [self._keys.stream], [self._group, delivery.entry_id])
         return bool(acked)
 
+    def _housekeeping_due(self, now_ms: int) -> bool:
+        return time.monotonic() >= self._housekeeping_at or 0 <= self._next_due_ms <= now_ms
+
+    async def _housekeep(
+        self, consumer: str, count: int, now_ms: int
+    ) -> list[tuple[Any, dict[bytes, bytes]]]:
+        """Promote the due retries (making the stream's group if need be) and take over idle entries.
+
+        Returns the entries taken over for ``consumer``; notes when the next retry is due.
+        """
+        self._housekeeping_at = time.monotonic() + self._housekeeping_every
+        stream = self._keys.stream
+        _promoted, next_due = await self._scripts.run(
+            "promote_due",
+            [stream, self._keys.schedule],
+            [self._group, now_ms, count, REQUEST_RETENTION_SECONDS * 1000],
+        )
+        self._next_due_ms = int(next_due)
+        reclaimed = await self._client.xautoclaim(
+            stream, self._group, consumer, self._min_idle_ms, start_id="0-0", count=count
+        )
+        deleted = reclaimed[2] if len(reclaimed) > 2 else []
+        if deleted:
+            # Pending ids whose entries are gone (acked elsewhere and deleted): clear them.
+            await self._client.xack(stream, self._group, *deleted)
+        return list(reclaimed[1]) if len(reclaimed) > 1 else []
+
     async def retry_later(self, delivery: Delivery, error: str, *, now: float | None = None) -> RetryResult:
         """Record a failed attempt: schedule the next one after a backoff, or dead-letter the entry.
 
@@ -473,6 +505,9 @@ class DeliveryQueue:
                 ],
             )  # fmt: skip
         taken = done.decode() if isinstance(done, bytes) else str(done)
+        if taken == "retry" and not_before is not None:  # this queue's next claim promotes it when due
+            due_ms = int(not_before * 1000)
+            self._next_due_ms = due_ms if self._next_due_ms < 0 else min(self._next_due_ms, due_ms)
         if taken == "gone":
             return RetryResult(action="gone", attempts=delivery.attempts, not_before=None)
         return RetryResult(
