@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import secrets
 import time
@@ -13,6 +14,7 @@ import pytest
 
 from teaagent.errors import StoreError
 from teaagent.store import Delivery, DeliveryQueue, Store, backoff_delay
+from teaagent.store._inbox_news import InboxNews
 from teaagent.store._queue import HOUSEKEEPING_EVERY_SECONDS
 
 T = TypeVar("T")
@@ -410,5 +412,25 @@ def test_queues_of_different_names_are_separate(in_store: Run) -> None:
         assert await store.deliveries.claim("w1", 10, 0) == []
         assert [delivery.target for delivery in await store.inbox_queue.claim("w1", 10, 0)] == ["approver"]
         assert store.inbox_queue.name == "inbox"
+
+    in_store(scenario)
+
+
+def test_news_a_wait_brought_is_read_without_another_round_trip(in_store: Run) -> None:
+    async def scenario(store: Store) -> None:
+        news = InboxNews(store)
+        assert await news.read() == []  # an empty inbox: caught up
+        assert news.caught_up
+        payload = json.dumps({"origin": "alpha"}).encode()
+        entry_id = await store.inbox_queue.enqueue("approver", new_id(), payload, int(time.time()) + 60)
+        before = await command_calls(store, "xread", "xrange")
+        assert await news.wait(30) is True  # the entry is there already: at once
+        assert await news.read() == []  # (no such request stored: nothing pending to show)
+        after = await command_calls(store, "xread", "xrange")
+        assert {name: after[name] - before[name] for name in after} == {"xread": 1, "xrange": 0}
+        assert news.cursor == entry_id  # past it: the next wait waits for what comes after
+        assert await news.wait(0.05) is False
+        await news.read()  # nothing brought: the page is read
+        assert (await command_calls(store, "xrange"))["xrange"] == after["xrange"] + 1
 
     in_store(scenario)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from teaagent.store._connection import converting
+from teaagent.store._queue import Delivery
 from teaagent.store._results import StoredRequest
 
 if TYPE_CHECKING:
@@ -38,20 +38,21 @@ class InboxNews:
             raise ValueError(f"page must be at least 1, not {page}")
         self._store = store
         self._page = page
-        self._stream = store.keys.queue(store.inbox_queue.name).stream
         self.cursor = "0-0"
         self.caught_up = False  # True once a read found less than a page: the cursor is at the end
+        self._arrived: list[Delivery] = []  # what the last wait brought, read by the next read
 
     async def read(self, again: Sequence[tuple[str, str]] = ()) -> list[StoredRequest]:
         """The pending requests of the next page of the queue, then those of ``again`` (origin, id).
 
-        Costs one XRANGE and one pipeline of one script call per request, whatever the inbox holds.
-        An entry the relay did not write (no origin in its payload) is passed over.
+        Costs one XRANGE (none when the last :meth:`wait` brought the page) and one pipeline of
+        one script call per request, whatever the inbox holds. An entry the relay did not write (no
+        origin in its payload) is passed over.
 
         Raises:
             StoreError: Redis is unreachable or failed.
         """
-        entries = await self._store.inbox_queue.entries(
+        entries = self._arrived or await self._store.inbox_queue.entries(
             self._page, after=None if self.cursor == "0-0" else self.cursor
         )
         refs: dict[tuple[str, str], None] = {}
@@ -64,11 +65,16 @@ class InboxNews:
         # Past these entries only once they are read: a failed read leaves them news.
         if entries:
             self.cursor = entries[-1].entry_id
+        self._arrived = []
         self.caught_up = len(entries) < self._page
         return [item for item in stored if item is not None and item.state == "pending"]
 
     async def wait(self, seconds: float) -> bool:
         """Block until the relay queues a request past the cursor, or ``seconds`` pass; True on news.
+
+        The news itself (a page of entries past the cursor, read by the same XREAD) is kept for the
+        next :meth:`read`, which then sends no XRANGE: an approver woken by one request makes one
+        round trip to learn of it, not two.
 
         Raises:
             StoreError: Redis is unreachable or failed.
@@ -76,9 +82,9 @@ class InboxNews:
         deadline = time.monotonic() + seconds
         while (remaining := deadline - time.monotonic()) > 0:
             block = max(1, int(min(remaining, WAKE_BLOCK_SECONDS) * 1000))
-            with converting(self._store.url):
-                reply = await self._store.blocking.xread({self._stream: self.cursor}, count=1, block=block)
-            if reply:  # an entry past the cursor (a timeout answers none)
+            arrived = await self._store.inbox_queue.wait_after(self.cursor, self._page, block)
+            if arrived:  # entries past the cursor (a timeout answers none)
+                self._arrived = arrived
                 return True
         return False
 

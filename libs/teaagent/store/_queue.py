@@ -151,7 +151,7 @@ def _delivery(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Delivery:
 
 
 def _entries(reply: Any) -> list[tuple[Any, dict[bytes, bytes]]]:
-    """Flatten an XREADGROUP reply (RESP2 list or RESP3 mapping) into ``[(id, fields)]``."""
+    """Flatten an XREAD or XREADGROUP reply (RESP2 list or RESP3 mapping) into ``[(id, fields)]``."""
     if not reply:
         return []
     streams = reply.items() if isinstance(reply, dict) else reply
@@ -404,6 +404,24 @@ class DeliveryQueue:
                 self._keys.stream, min="-" if after is None else f"({after}", count=count
             )
         return [_delivery(entry_id, fields) for entry_id, fields in reply]
+
+    async def wait_after(self, after: str, count: int, block_ms: int) -> list[Delivery]:
+        """Wait up to ``block_ms`` for entries after entry ``after`` ("0-0": any); up to ``count`` of them.
+
+        A plain XREAD (BLOCK, on the store's blocking pool): nothing is claimed, and entries
+        already there are returned at once.
+
+        Raises:
+            StoreError: Redis is unreachable or failed.
+            ValueError: ``count`` or ``block_ms`` is out of range.
+        """
+        if not 1 <= count <= MAX_CLAIM * 10:
+            raise ValueError(f"count must be between 1 and {MAX_CLAIM * 10}, not {count}")
+        if block_ms < 1:
+            raise ValueError(f"block_ms must be >= 1, not {block_ms}")  # BLOCK 0 would wait forever
+        with converting(self._url):
+            reply = await self._blocking.xread({self._keys.stream: after}, count=count, block=block_ms)
+        return [_delivery(entry_id, fields) for entry_id, fields in _entries(reply)]
 
     async def remove(self, entry_ids: list[str]) -> int:
         """Delete entries whose work was done elsewhere (acknowledged too, if a consumer held them).

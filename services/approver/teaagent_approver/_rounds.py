@@ -83,7 +83,10 @@ class RuleRounds:
                 await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
 
     async def round(self) -> int:
-        """One round: :meth:`look` at what is new; with nothing done and nothing left, wait for news.
+        """One round: :meth:`look` at what is new; with nothing left to read, wait for news.
+
+        The wait's XREAD brings the news itself (``InboxNews.wait``), and answers at once when
+        requests came while this look acted: the next look needs no read of its own.
 
         Returns:
             How many items were acted on (recorded, finished or sent).
@@ -93,7 +96,7 @@ class RuleRounds:
             StoreError: Redis failed.
         """
         acted = await self.look()
-        if not acted and self.news.caught_up:
+        if self.news.caught_up:
             await self.news.wait(self._idle_seconds())
         return acted
 
