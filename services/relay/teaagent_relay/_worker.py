@@ -269,10 +269,13 @@ class DeliveryWorker:
             )
             return
         if 200 <= status < 300:
-            await self.relay.deliveries.ack(delivery)
+            if own:  # acked, then noted: sent together, in that order, in one batch of the store's
+                await asyncio.gather(
+                    self.relay.deliveries.ack(delivery), self._note(delivery, "delivered", None)
+                )
+            else:
+                await self.relay.deliveries.ack(delivery)
             metrics.deliveries.labels("ok").inc()
-            if own:
-                await self._note(delivery, "delivered", None)
             return
         try:
             error = f"{delivery.target}'s relay at {url} answered {status} {_refusal(status, answer)}"
