@@ -41,6 +41,7 @@ RETRY_CAP_SECONDS = 30.0  # never wait longer than this between two attempts
 MAX_QUEUE_LENGTH = 100_000  # backpressure: a queue this long means its consumers are gone
 MAX_DEAD_LETTERS = 10_000  # history kept for operators; older dead letters are trimmed
 MAX_CLAIM = 100  # entries one claim may take; a worker handles them before its min-idle runs out
+MAX_PAGE = MAX_CLAIM * 10  # entries one read may return without claiming them (entries, wait_after)
 MAX_ERROR_CHARS = 500  # an error is one sentence, not a traceback
 MAX_TARGET_CHARS = 256  # a peer's agent id or a URL, not a document
 # A consumer silent this long is gone: a live one reads at least every few seconds (a blocking claim).
@@ -159,6 +160,12 @@ def _entries(reply: Any) -> list[tuple[Any, dict[bytes, bytes]]]:
     for _stream, entries in streams:
         out.extend((entry_id, fields) for entry_id, fields in entries if fields is not None)
     return out
+
+
+def _check_page(count: int) -> None:
+    """A page of entries read without claiming them is 1 to ``MAX_PAGE`` long (ValueError if not)."""
+    if not 1 <= count <= MAX_PAGE:
+        raise ValueError(f"count must be between 1 and {MAX_PAGE}, not {count}")
 
 
 class DeliveryQueue:
@@ -397,8 +404,7 @@ class DeliveryQueue:
             StoreError: Redis is unreachable or failed.
             ValueError: ``count`` is out of range.
         """
-        if not 1 <= count <= MAX_CLAIM * 10:
-            raise ValueError(f"count must be between 1 and {MAX_CLAIM * 10}, not {count}")
+        _check_page(count)
         with converting(self._url):
             reply: Any = await self._client.xrange(
                 self._keys.stream, min="-" if after is None else f"({after}", count=count
@@ -415,8 +421,7 @@ class DeliveryQueue:
             StoreError: Redis is unreachable or failed.
             ValueError: ``count`` or ``block_ms`` is out of range.
         """
-        if not 1 <= count <= MAX_CLAIM * 10:
-            raise ValueError(f"count must be between 1 and {MAX_CLAIM * 10}, not {count}")
+        _check_page(count)
         if block_ms < 1:
             raise ValueError(f"block_ms must be >= 1, not {block_ms}")  # BLOCK 0 would wait forever
         with converting(self._url):
