@@ -70,6 +70,15 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
     for key in ("p50_ms_c1", "throughput_c64", "cluster_cpu_ms_per_quorum_c64", "floor_ratio"):
         assert figures[f"http_httpx_{key}"] > 0, key
     assert figures["cluster_idle_cpu_ms_per_s"] >= 0
+    # The version 2 variant (two groups, all_of), in the same run, against its own floor. Each of its
+    # quorums went through the cluster as the plain ones do: the agent's submission and long-poll, a
+    # delivery to each peer, each approver's listing and decision.
+    assert 0 < figures["policy_p50_ms_c1"] <= figures["policy_p99_ms_c1"]
+    assert figures["policy_floor_ratio"] == pytest.approx(
+        figures["policy_p50_ms_c1"] / figures["policy_floor_p50_ms_c1"]
+    )
+    assert figures["policy_http_hops_c1"] >= 8
+    assert figures["policy_redis_writes_c1"] >= 1
 
 
 @pytest.mark.slow  # two clusters of processes, 3 and 5 nodes, each against its floor

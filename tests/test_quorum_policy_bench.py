@@ -1,14 +1,16 @@
-"""``teaagent bench quorum``'s version 2 variant: a two-group ``all_of`` rule beside the plain 2 of 3."""
+"""``teaagent bench quorum``'s version 2 variant: a two-group ``all_of`` rule beside the plain 2 of 3.
+
+Its figures in a whole run of the bench are checked with the others', in one run
+(``tests/test_quorum_bench.py``).
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from teaagent.cli._bench import TARGETS
-from teaagent.cli._main import run
 from teaagent.config import load_config
 from teaagent.quorum import build_request, request_policy
 from teaagent.signing import SSHPrivateKey
@@ -63,19 +65,3 @@ def test_the_variants_figures_are_its_latency_against_its_own_floor() -> None:
     assert figures["policy_floor_ratio"] == pytest.approx(2.0)
     assert figures["policy_http_hops_c1"] == 10.0
     assert ("policy_floor_ratio", "<=", 3.0) in TARGETS["quorum"]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)  # the whole bench, its variants and floors: minutes on a loaded host
-def test_bench_quorum_runs_the_two_group_variant_in_the_same_run(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["bench", "quorum", "--json", "--seconds", "0.2"]) == 0
-    figures = json.loads(capsys.readouterr().out)
-    assert 0 < figures["policy_p50_ms_c1"] <= figures["policy_p99_ms_c1"]
-    assert figures["policy_floor_ratio"] == pytest.approx(
-        figures["policy_p50_ms_c1"] / figures["policy_floor_p50_ms_c1"]
-    )
-    # Every quorum of the variant went through the cluster as the plain ones do: the agent's
-    # submission and long-poll, a delivery to each peer, each approver's listing and decision.
-    assert figures["policy_http_hops_c1"] >= 8
-    assert figures["policy_redis_writes_c1"] >= 1
-    assert "p50_ms_c1" in figures  # beside the plain 2 of 3, in the same run
