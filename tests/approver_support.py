@@ -14,6 +14,7 @@ import httpx
 import pytest
 from relay_support import APPROVE_ECHO, DENY_RM, MakeCluster, Node, approver_in_process, served
 
+from teaagent._http import client_verify
 from teaagent_approver import AUDIT_FILE_NAME, DECISION_EVENT
 
 WAIT = 20.0  # seconds a test waits for what takes well under one on an idle host
@@ -44,7 +45,9 @@ async def beta_approver(node: Node, **overrides: Any) -> AsyncIterator[httpx.Asy
 def deliver(alpha: Node, beta: Node, **fields: Any) -> dict[str, Any]:
     """Post one of alpha's signed requests to beta's inbox, as alpha's relay would."""
     request = alpha.request(**fields)
-    response = httpx.post(f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=10)
+    response = httpx.post(
+        f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=10, verify=client_verify()
+    )
     assert response.status_code == 201, response.text
     return request
 
@@ -64,7 +67,7 @@ def audit_records(node: Node) -> list[dict[str, Any]]:
 
 
 async def relay_item(beta: Node, request_id: str) -> dict[str, Any]:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=client_verify()) as client:
         response = await client.get(f"{beta.url}/v1/inbox/{request_id}", headers=beta.headers)
     assert response.status_code == 200, response.text
     return dict(response.json())

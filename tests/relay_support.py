@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from port_support import free_port
 from port_support import refusing_port as refusing_port  # the relay tests import it from here too
 
+from teaagent._http import client_verify
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import build_request, sign_approval, sign_denial, sign_request
 from teaagent.relay_client import InboxItem, RelayClient, RelayQuorumGate
@@ -235,7 +236,7 @@ def long_polls(node: Node, kind: str) -> float:
     Counting blocked XREADs on a shared Redis instead would also see, and then lose, a long-poll an
     earlier test left behind (a killed call's outcome wait goes on to its end).
     """
-    text = httpx.get(f"{node.url}/metrics", headers=node.headers, timeout=10).text
+    text = httpx.get(f"{node.url}/metrics", headers=node.headers, timeout=10, verify=client_verify()).text
     pattern = rf'^teaagent_relay_long_polls_waiting\{{kind="{kind}"\}} (\S+)$'
     found = re.search(pattern, text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
@@ -390,7 +391,10 @@ class ServiceProcess:
         self.args = list(args)
         self.log_path = log_folder / f"{label.replace(' ', '-')}-{port}-{int(time.time() * 1000)}.log"
         self.process: subprocess.Popen[bytes] | None = None
-        self.verify: Any = True  # what the /health probe verifies: an ssl context for HTTPS
+        # What the /health probe verifies: an ssl context for HTTPS. httpx builds a context for each
+        # client it makes, each httpx.get included (the CA bundle read: ~20 ms of CPU a probe, while
+        # the service starts); the library's one default context is built once a process.
+        self.verify: Any = client_verify()
 
     @property
     def url(self) -> str:

@@ -48,6 +48,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from teaagent._http import client_verify
 from teaagent.cli._main import run as run_cli
 from teaagent.config import load_config
 from teaagent.errors import RelayError
@@ -174,14 +175,18 @@ async def approver_behind(beta: Node, liar: LyingRelay) -> AsyncIterator[httpx.A
 
 def deliver(alpha: Node, beta: Node, arguments: dict[str, Any]) -> dict[str, Any]:
     request = alpha.request(arguments=arguments)
-    response = httpx.post(f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=10)
+    response = httpx.post(
+        f"{beta.url}/v1/inbox", json=alpha.signed(request), timeout=10, verify=client_verify()
+    )
     assert response.status_code == 201, response.text
     return request
 
 
 def truth(beta: Node, request_id: str) -> Item:
     """beta's real relay's item, read around the liar."""
-    response = httpx.get(f"{beta.url}/v1/inbox/{request_id}", headers=beta.headers, timeout=10)
+    response = httpx.get(
+        f"{beta.url}/v1/inbox/{request_id}", headers=beta.headers, timeout=10, verify=client_verify()
+    )
     assert response.status_code == 200, response.text
     return dict(response.json())
 
