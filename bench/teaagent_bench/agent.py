@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import httpx
 
+from teaagent._http import client_verify
 from teaagent_bench import python_code
 from teaagent_bench._node import write_node
 from teaagent_bench._processes import free_port, stop
@@ -103,7 +104,7 @@ def _process(command: list[str], env: dict[str, str], url: str, log: Path) -> It
             if process.poll() is not None:
                 raise RuntimeError(f"{command[3:5]} exited: {log.read_text()[-1000:]}")
             try:
-                httpx.get(f"{url}/health", timeout=1.0)
+                httpx.get(f"{url}/health", timeout=1.0, verify=client_verify())  # one SSL context a process
                 break
             except httpx.HTTPError:
                 if time.monotonic() > deadline:
