@@ -13,6 +13,7 @@ import httpx
 import pytest
 from relay_support import shell_request
 
+from teaagent._http import client_verify
 from teaagent.cli._init import PORTS_PER_NODE, required_for
 from teaagent.cli._main import run
 from teaagent.config import load_config
@@ -280,7 +281,7 @@ def _wait_healthy(url: str) -> None:
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/health", timeout=0.5).status_code == 200:
+            if httpx.get(f"{url}/health", timeout=0.5, verify=client_verify()).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -31,6 +31,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from relay_support import APPROVE_ECHO, DENY_RM, Node, free_port
 
+from teaagent._http import client_verify
 from teaagent.audit import verify_log_or_raise
 
 pytestmark = pytest.mark.slow
@@ -90,7 +91,7 @@ def http_server(alpha: Node) -> Iterator[str]:
         while True:
             assert process.poll() is None, log.read_text()
             try:
-                httpx.get(url, timeout=0.5)
+                httpx.get(url, timeout=0.5, verify=client_verify())
                 break
             except httpx.HTTPError:
                 assert time.monotonic() < deadline, log.read_text()

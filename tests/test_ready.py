@@ -17,6 +17,7 @@ import pytest
 from redis_fixture import RestartableRedis
 from relay_support import MakeCluster, Served, ServedApp, wait_until, write_cluster
 
+from teaagent._http import client_verify
 from teaagent.errors import StoreError
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,7 @@ def fixture_own_redis() -> Iterator[RestartableRedis]:
 
 
 def ready(url: str) -> tuple[int, dict[str, Any]]:
-    response = httpx.get(f"{url}/ready", timeout=10)
+    response = httpx.get(f"{url}/ready", timeout=10, verify=client_verify())
     return response.status_code, response.json()
 
 

@@ -36,6 +36,7 @@ from relay_support import (
     wait_until,
 )
 
+from teaagent._http import client_verify
 from teaagent.policy import MultiSigQuorumConfig
 from teaagent.quorum import approval_statement, sign_approval, sign_withdrawal
 
@@ -71,7 +72,7 @@ def write_private_key(folder: Path, name: str) -> Path:
 
 
 def metric(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    text = httpx.get(f"{url}/metrics", timeout=10, verify=client_verify()).text
     found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
 

@@ -31,6 +31,7 @@ import uvicorn
 from fastapi import FastAPI
 from relay_support import MakeCluster, RelayProcess, free_port, long_polls, wait_until
 
+from teaagent._http import client_verify
 from teaagent._tasks import cancel_and_wait
 from teaagent.cli._serve import GC_OLDER_THRESHOLD, GC_YOUNG_THRESHOLD, _Server, serve_app
 
@@ -256,7 +257,7 @@ def _get_until_served(url: str, process: subprocess.Popen[bytes] | None = None) 
     def attempt() -> httpx.Response | None:
         assert process is None or process.poll() is None, "the service exited"
         with contextlib.suppress(httpx.TransportError):
-            return httpx.get(url, timeout=WAIT)
+            return httpx.get(url, timeout=WAIT, verify=client_verify())
         return None
 
     response = wait_until(attempt, timeout=WAIT)

@@ -9,6 +9,8 @@ import httpx
 import pytest
 from relay_support import ServiceProcess, free_port, write_cluster
 
+from teaagent._http import client_verify
+
 pytestmark = pytest.mark.slow
 
 CALLS = 3
@@ -35,7 +37,7 @@ def _serve_and_call(tmp_path: Path, redis_url: str, redis_prefix: str, kind: str
     service.ready_timeout = 30.0  # an agent service starts in seconds on a loaded host
     with service:  # waiting for it to answer is the first call
         for _ in range(CALLS - 1):
-            assert httpx.get(f"{service.url}/health", timeout=5).status_code == 200
+            assert httpx.get(f"{service.url}/health", timeout=5, verify=client_verify()).status_code == 200
     return service.log_path.read_text()
 
 

@@ -22,6 +22,7 @@ from pydantic_settings import SettingsConfigDict
 from relay_support import ServedApp
 from starlette.middleware.base import BaseHTTPMiddleware
 
+from teaagent._http import client_verify
 from teaagent.errors import ConfigError, RequestNotFoundError, StoreError
 from teaagent.service import (
     UNAUTHORIZED,
@@ -114,6 +115,7 @@ def url() -> Iterator[str]:
 
 
 def call(method: str, url: str, **kwargs: Any) -> httpx.Response:
+    kwargs.setdefault("verify", client_verify())
     return httpx.request(method, url, timeout=10, **kwargs)
 
 
