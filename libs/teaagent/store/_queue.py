@@ -195,9 +195,12 @@ class DeliveryQueue:
         max_length: int = MAX_QUEUE_LENGTH,
         rng: random.Random | None = None,
         blocking: AsyncClient | None = None,
+        housekeeping_seconds: float = HOUSEKEEPING_EVERY_SECONDS,
     ) -> None:
         if min_idle_seconds <= 0 or (max_attempts is not None and max_attempts < 1) or max_length < 1:
             raise ValueError("min_idle_seconds must be positive, max_attempts and max_length at least 1")
+        if housekeeping_seconds <= 0:
+            raise ValueError(f"housekeeping_seconds must be positive, not {housekeeping_seconds}")
         self._client = client
         self._blocking = blocking or client  # the claim's XREADGROUP BLOCK waits on its own pool
         self._scripts = scripts
@@ -211,7 +214,7 @@ class DeliveryQueue:
         self._retry_cap = retry_cap_seconds
         self._max_length = max_length
         self._rng = rng
-        self._housekeeping_every = min(HOUSEKEEPING_EVERY_SECONDS, min_idle_seconds / 4)
+        self._housekeeping_every = min(housekeeping_seconds, min_idle_seconds / 4)
         self._housekeeping_at = 0.0  # time.monotonic() of the next claim's housekeeping; 0: the next
         self._next_due_ms = -1  # the earliest retry known to be scheduled, ms; -1: none known
 
@@ -347,10 +350,11 @@ class DeliveryQueue:
 
         The first two steps (the housekeeping) are not repeated on every claim: a claim runs them
         when a retry this queue scheduled, or the earliest the last housekeeping found, is due, when
-        the stream's group must be made again, and otherwise every ``HOUSEKEEPING_EVERY_SECONDS``
-        (at most a quarter of ``min_idle_seconds``). So a worker that claims one delivery at a time
-        makes one round trip a claim, not three, and a retry another process scheduled or an entry
-        a dead consumer left is taken at most that much later.
+        the stream's group must be made again, and otherwise every ``housekeeping_seconds``
+        (``HOUSEKEEPING_EVERY_SECONDS`` unless given; at most a quarter of ``min_idle_seconds``).
+        So a worker that claims one delivery at a time makes one round trip a claim, not three,
+        and a retry another process scheduled or an entry a dead consumer left is taken at most
+        that much later.
 
         Raises:
             StoreError: Redis is unreachable or failed.
