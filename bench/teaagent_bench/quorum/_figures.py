@@ -340,11 +340,10 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
     quorums a second a larger cluster completes on the same cores). Where it grows, for each size
     at 64 callers: the Redis round trips of one quorum (``n<N>_redis_round_trips_c64``: the fewer
     calls a moment brings, the fewer share one), the origin's relay, a peer's relay and approver,
-    the Redis server (each
-    ``n<N>_<role>_cpu_ms_per_quorum_c64``), the services' context switches and preemptions per
-    quorum, and a peer's own CPU per quorum (relay and approver) against the smallest size's
-    (``n<N>_peer_cpu_growth``: 1 when a peer's work for one quorum does not depend on how many
-    peers there are).
+    the Redis server (each ``n<N>_<role>_cpu_ms_per_quorum_c64``), the services' context switches
+    and preemptions per quorum, and a peer's own CPU per quorum (relay and approver) against the
+    smallest size's (``n<N>_peer_cpu_growth``: 1 when a peer's work for one quorum does not depend
+    on how many peers there are).
 
     Raises:
         ValueError: ``seconds`` is not positive, or a size is not one of ``SIZES``.
