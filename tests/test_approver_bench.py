@@ -40,3 +40,25 @@ def test_bench_approver_reports_both_rates_and_their_ratio(capsys: pytest.Captur
     # 20 polls a second).
     assert 0 <= figures["observer_cpu_share"] < 0.15
     assert {key for key, _op, _target in TARGETS["approver"]} <= set(figures)
+
+
+def test_bench_inbox_scale_times_the_approvers_look_by_its_own_clock() -> None:
+    from teaagent_bench.approver import bench_inbox_scale
+
+    figures = bench_inbox_scale((3, 30))
+    names = ("approvals_list", "inbox_page", "approver_round")
+    assert set(figures) == {
+        *(f"{name}_{what}_{size}" for name in names for what in ("ms", "redis_commands") for size in (3, 30)),
+        *(f"relay_intake_ms_{size}" for size in (3, 30)),
+        *(f"inbox_scale_ratio_{name}" for name in names),
+    }
+    for size in (3, 30):
+        # Each median is of real durations: the look's from the approver's histogram, the intake's
+        # from the bench's clock around its POST.
+        assert figures[f"approver_round_ms_{size}"] > 0
+        assert figures[f"relay_intake_ms_{size}"] > 0
+        assert figures[f"approver_round_redis_commands_{size}"] > 0
+    for name in names:
+        assert figures[f"inbox_scale_ratio_{name}"] == pytest.approx(
+            figures[f"{name}_ms_30"] / figures[f"{name}_ms_3"]
+        )

@@ -148,6 +148,14 @@ def asks(rounds: Any) -> int:
     return len(rounds._asked)
 
 
+def looks(approver: Any) -> tuple[float, float]:
+    """The approver's timed looks so far: its ``look_seconds`` histogram's count and sum."""
+    registry = approver.app.state.engine.metrics.registry
+    return tuple(  # type: ignore[return-value]
+        registry.get_sample_value(f"teaagent_approver_look_seconds_{part}") for part in ("count", "sum")
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_round_costs_the_same_with_ten_or_ten_thousand_pending(
@@ -157,6 +165,7 @@ async def test_a_round_costs_the_same_with_ten_or_ten_thousand_pending(
     requests = [alpha.request(call_id=f"call-{index}") for index in range(max(SIZES) + len(SIZES))]
     counted: dict[int, int] = {}
     asked: dict[int, int] = {}
+    timings: dict[int, tuple[float, bool, bool]] = {}
     store = connect(redis_url, prefix=beta.redis_prefix)
     try:
         with served(beta, deliver=False):
@@ -173,14 +182,21 @@ async def test_a_round_costs_the_same_with_ten_or_ten_thousand_pending(
                             break
                     before_asked = asks(rounds)
                     await receive(store, alpha, [requests[size + SIZES.index(size)]])
+                    timed = looks(approver)
                     before = await commands(redis_url)
                     await rounds.look()
                     counted[size] = await commands(redis_url) - before - 1  # less the INFO
                     asked[size] = asks(rounds) - before_asked
+                    # The look is timed once (what bench quorum --peers reads), and a look that
+                    # finds nothing new is not timed.
+                    after = looks(approver)
+                    await rounds.look()
+                    timings[size] = (after[0] - timed[0], after[1] > timed[1], looks(approver) == after)
     finally:
         await store.aclose()
 
     assert asked == {size: 1 for size in SIZES}  # the new request was looked at, and only it
+    assert timings == {size: (1.0, True, True) for size in SIZES}
     # The queue's page (XRANGE), the item's three reads, the ledger's reads of it, the EVALSHAs
     # of what the store reads in scripts: the same whatever the inbox holds.
     assert counted[10] == counted[10_000], counted

@@ -24,6 +24,7 @@ import re
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,6 +45,7 @@ DEADLINE_SECONDS: Final = 120.0  # the approver must have decided everything by 
 POLL_SECONDS: Final = 0.05  # how often the bench reads the approver's counters (each read is a /metrics)
 _FORWARDS_OK = re.compile(r'^teaagent_approver_forwards_total\{result="ok"\} (\S+)$', re.MULTILINE)
 _ASKED = re.compile(r'^teaagent_approver_skipped_total\{reason="ask"\} (\S+)$', re.MULTILINE)
+_LOOKS = re.compile(r"^teaagent_approver_look_seconds_(count|sum) (\S+)$", re.MULTILINE)
 
 
 def _beta(folder: Path, raw: dict[str, Ed25519PrivateKey], max_pending: int, rule_tool: str) -> LocalCluster:
@@ -79,10 +81,24 @@ def _forwarded(client: httpx.Client, url: str) -> int:
     return int(float(match.group(1))) if match else 0
 
 
-def _asked(client: httpx.Client, url: str) -> int:
-    """The items the approver's rounds have left to an operator so far (its /metrics reads no Redis)."""
-    match = _ASKED.search(client.get(f"{url}/metrics").text)
-    return int(float(match.group(1))) if match else 0
+@dataclass(frozen=True)
+class _Watched:
+    """What the approver's ``/metrics`` says so far (it reads no Redis to say it)."""
+
+    asked: int  # items its rounds left to an operator
+    looks: int  # looks at the inbox that found something (``look_seconds`` histogram's count)
+    look_seconds: float  # their time, by the approver's own clock (the histogram's sum)
+
+
+def _watched(client: httpx.Client, url: str) -> _Watched:
+    text = client.get(f"{url}/metrics").text
+    asked = _ASKED.search(text)
+    looks = {name: float(value) for name, value in _LOOKS.findall(text)}
+    return _Watched(
+        asked=int(float(asked.group(1))) if asked else 0,
+        looks=int(looks.get("count", 0.0)),
+        look_seconds=looks.get("sum", 0.0),
+    )
 
 
 def _audited(path: Path) -> int:
@@ -201,37 +217,57 @@ def _median_call(
     return statistics.median(times) * 1000, commands / INBOX_SAMPLES
 
 
-def _asked_past(client: httpx.Client, url: str, count: int, what: str) -> None:
-    """Wait until the approver has left more than ``count`` items to an operator."""
+def _asked_past(client: httpx.Client, url: str, count: int, what: str, *, looks: int = -1) -> _Watched:
+    """Wait until the approver has left more than ``count`` items to an operator and timed more than
+    ``looks`` looks (its counter moves inside a look, the histogram at the look's end); what it says then."""
     deadline = time.monotonic() + DEADLINE_SECONDS
-    while _asked(client, url) <= count:
+    while True:
+        seen = _watched(client, url)
+        if seen.asked > count and seen.looks > looks:
+            return seen
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} not within {DEADLINE_SECONDS:g} s")
         time.sleep(POLL_SECONDS)
 
 
+@dataclass(frozen=True)
+class _RoundCosts:
+    look_ms: float  # median, by the approver's own clock
+    intake_ms: float  # median of the relay's POST /v1/inbox, by the bench's clock
+    commands: float  # mean Redis commands per request: intake, look and the wait for news
+
+
 def _round_costs(
     client: httpx.Client, url: str, approver_url: str, items: list[tuple[str, bytes]], redis_client: Any
-) -> tuple[float, float]:
+) -> _RoundCosts:
     """One request at a time posted to the relay until the approver's round has looked at it.
 
-    The median milliseconds from the post to the approver's ``skipped{reason="ask"}`` counter
-    moving, and the Redis commands per request meanwhile (the relay's intake, the approver's round
-    and its wait for news), less the two INFO calls that count them.
+    Per request: the time of the approver's look that found it (its ``look_seconds`` histogram,
+    the sum's growth over the count's), the time of the relay's ``POST`` that took it in, and the
+    Redis commands meanwhile (the relay's intake, the approver's look and its wait for news), less
+    the two INFO calls that count them. The bench's own polls of ``/metrics`` every
+    ``POLL_SECONDS`` decide only when it reads, not what it reads.
     """
-    times = []
+    looks, intakes = [], []
     commands = 0
     for path, body in items:
-        asked = _asked(client, approver_url)
+        before_seen = _watched(client, approver_url)
         before = redis_client.info("stats")["total_commands_processed"]
         begun = time.perf_counter()
         client.post(
             f"{url}{path}", content=body, headers={"Content-Type": "application/json"}
         ).raise_for_status()
-        _asked_past(client, approver_url, asked, "the approver's round")
-        times.append(time.perf_counter() - begun)
+        intakes.append(time.perf_counter() - begun)
+        seen = _asked_past(
+            client, approver_url, before_seen.asked, "the approver's round", looks=before_seen.looks
+        )
         commands += redis_client.info("stats")["total_commands_processed"] - before - 1
-    return statistics.median(times) * 1000, commands / len(items)
+        looks.append((seen.look_seconds - before_seen.look_seconds) / (seen.looks - before_seen.looks))
+    return _RoundCosts(
+        look_ms=statistics.median(looks) * 1000,
+        intake_ms=statistics.median(intakes) * 1000,
+        commands=commands / len(items),
+    )
 
 
 def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
@@ -243,12 +279,15 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
     ``INBOX_SAMPLES`` calls: ``approvals_list_ms_<size>`` (the approver's ``GET /v1/requests?limit=10``,
     what ``teaagent approvals list --limit 10`` calls), ``inbox_page_ms_<size>`` (the relay's
     ``GET /v1/inbox?limit=10``), each with its Redis commands per call
-    (``..._redis_commands_<size>``); ``approver_round_ms_<size>`` and
-    ``approver_round_redis_commands_<size>``: one more request posted to the relay until the
-    approver's round has looked at it (its ``skipped{reason="ask"}`` counter), the relay's intake
-    included, over ``INBOX_SAMPLES`` requests (median time, mean commands; the approver has read
-    the whole inbox first). And the ratios of the largest size to the smallest
-    (``inbox_scale_ratio_*``: 1 when the cost does not grow with the inbox).
+    (``..._redis_commands_<size>``). Then, the approver having read the whole inbox, one more
+    request at a time is posted to the relay until the approver's round has looked at it, over
+    ``INBOX_SAMPLES`` requests: ``approver_round_ms_<size>``, the median time of the look that
+    found it by the approver's own clock (its ``look_seconds`` histogram: the bench's polls of
+    ``/metrics`` decide when it reads, not what it reads); ``relay_intake_ms_<size>``, the median
+    time of the relay's ``POST`` that took it in; ``approver_round_redis_commands_<size>``, the mean
+    Redis commands per request of both and of the approver's wait for news. And the ratios of the
+    largest size to the smallest (``inbox_scale_ratio_*``: 1 when the cost does not grow with the
+    inbox).
 
     Raises:
         TeaAgentError: A service did not start.
@@ -288,9 +327,10 @@ def bench_inbox_scale(sizes: tuple[int, ...] = INBOX_SIZES) -> dict[str, float]:
                         figures[f"{name}_ms_{size}"] = ms
                         figures[f"{name}_redis_commands_{size}"] = commands
                     extra = _requests(INBOX_SAMPLES, keys, start=max(sizes) + INBOX_SAMPLES * size)
-                    ms, commands = _round_costs(client, url, approver_url, extra, store)
-                    figures[f"approver_round_ms_{size}"] = ms
-                    figures[f"approver_round_redis_commands_{size}"] = commands
+                    costs = _round_costs(client, url, approver_url, extra, store)
+                    figures[f"approver_round_ms_{size}"] = costs.look_ms
+                    figures[f"relay_intake_ms_{size}"] = costs.intake_ms
+                    figures[f"approver_round_redis_commands_{size}"] = costs.commands
                 finally:
                     cluster.stop_service("beta-approver")
         finally:

@@ -4,8 +4,8 @@ counts its calls.
 A registry per application (not the process-wide default) lets tests and benchmarks run several
 services in one process without their collectors clashing. Every service counts its HTTP calls
 (by route template, method and status), times them, and counts its refusals by ``ErrorOut``
-code; its own counters it adds with :meth:`ServiceMetrics.counter` and :meth:`ServiceMetrics.gauge`,
-named ``teaagent_<service>_<name>``.
+code; its own counters it adds with :meth:`ServiceMetrics.counter`, :meth:`ServiceMetrics.gauge` and
+:meth:`ServiceMetrics.histogram`, named ``teaagent_<service>_<name>``.
 """
 
 from __future__ import annotations
@@ -99,6 +99,14 @@ class ServiceMetrics:
     def gauge(self, name: str, documentation: str, *labels: str) -> Gauge:
         """Add a gauge ``teaagent_<service>_<name>`` to this registry."""
         return Gauge(f"{self.prefix}{name}", documentation, labels, registry=self.registry)
+
+    def histogram(
+        self, name: str, documentation: str, *labels: str, buckets: Sequence[float] = LATENCY_BUCKETS
+    ) -> Histogram:
+        """Add a histogram ``teaagent_<service>_<name>`` to this registry (seconds, by default buckets)."""
+        return Histogram(
+            f"{self.prefix}{name}", documentation, labels, buckets=buckets, registry=self.registry
+        )
 
     def trust_metrics(self) -> tuple[Counter, Gauge]:
         """Add the counter of trust reloads and the gauge of the trust in use (``teaagent._reload``),

@@ -47,6 +47,11 @@ class ApproverMetrics(ServiceMetrics):
         self.notifications = self.counter(
             "notifications", "Requests handed to the notifier (once per request)."
         )
+        self.looks = self.histogram(
+            "look_seconds",
+            "Looks of the rules at the inbox that found something to look at: from reading what is new "
+            "(or due again) to the last item handled, its Redis and relay calls included.",
+        )
         self.engine_errors = self.counter(
             "engine_errors",
             "Rounds of the engine that failed: relay or redis unreachable, or other (see the log).",

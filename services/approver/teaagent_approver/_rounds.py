@@ -106,6 +106,7 @@ class RuleRounds:
         What is new: the requests the relay queued for the approver since the last look (a page
         of them, ``InboxNews``), and those due for another look (deferred, refused, or whose
         relay failed); never the whole pending inbox, so a look costs the same whatever it holds.
+        A look that found something is timed (``teaagent_approver_look_seconds``).
 
         Returns:
             How many items were acted on.
@@ -119,14 +120,19 @@ class RuleRounds:
         for ref in due:
             del self._due[ref]
         stored = await self.news.read(due)
-        at = time.time()
-        items = []
-        for one in stored:
+        acted = 0
+        if stored:
+            at = time.time()
+            items = []
+            for one in stored:
+                try:
+                    items.append(InboxItem.from_json(inbox_item_view(one, at)))
+                except (ValueError, KeyError, TypeError) as exc:
+                    logger.warning("inbox item %s of %s is not readable: %s", one.request_id, one.origin, exc)
             try:
-                items.append(InboxItem.from_json(inbox_item_view(one, at)))
-            except (ValueError, KeyError, TypeError) as exc:
-                logger.warning("inbox item %s of %s is not readable: %s", one.request_id, one.origin, exc)
-        acted = await self.handle(items)
+                acted = await self.handle(items)
+            finally:  # a look that failed took its time too
+                self._engine.metrics.looks.observe(time.monotonic() - now)
         self._prune()
         return acted
 
