@@ -10,15 +10,19 @@ the app's one router, and in its OpenAPI schema.
 
 from __future__ import annotations
 
+import logging
+import socket
 from typing import Any
 
 import httpx
 import pytest
 from relay_support import (
     Node,
+    Served,
     approval,
     fixture_nodes,  # noqa: F401 - the nodes fixture
     in_process,
+    wait_until,
 )
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -237,3 +241,24 @@ def test_every_hot_route_is_a_route_of_the_one_router_and_in_the_openapi_schema(
         documented = route.endpoint.documented  # type: ignore[attr-defined]
         assert isinstance(documented, APIRoute)
         assert (documented.path, documented.methods) == (spec.path, {spec.method})
+
+
+@pytest.mark.parametrize("hot", [True, False], ids=["hot route", "documented route"])
+def test_a_client_gone_before_its_body_was_read_is_499_on_both_paths_and_logged_as_no_bug(
+    nodes: dict[str, Node], hot: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    beta = nodes["beta"]
+    with caplog.at_level(logging.DEBUG, logger="teaagent.relay"), Served(beta, deliver=False) as relay:
+        relay.app.hot_routes = hot
+        with socket.create_connection(("127.0.0.1", beta.port), timeout=10) as raw:
+            raw.sendall(
+                b"POST /v1/inbox/decisions HTTP/1.1\r\nHost: beta\r\nContent-Type: application/json\r\n"
+                + f"Authorization: Bearer {beta.token}\r\nContent-Length: 200\r\n\r\n".encode()
+                + b'{"decisions": [{"statement"'
+            )  # then gone, as an approver that timed out: the body never ends
+        # The documented route's body is read by FastAPI before its route is known: "unmatched".
+        route = "/v1/inbox/decisions" if hot else "unmatched"
+        counted = f'teaagent_relay_http_requests_total{{method="POST",route="{route}",status="499"}} 1.0'
+        assert wait_until(lambda: counted in httpx.get(f"{beta.url}/metrics", timeout=10).text, timeout=20)
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+    assert any("went away before its body was read" in record.getMessage() for record in caplog.records)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from teaagent.service._auth import UNAUTHORIZED, Authorized, bearer_token, check_token, require_token
 from teaagent.service._bounded_route import BoundedJSONRoute, refuse_deep
 from teaagent.service._errors import (
+    CLIENT_CLOSED,
     CODES_BY_STATUS,
     ApiError,
     ErrorOut,
@@ -49,6 +50,7 @@ from teaagent.service._settings import ServiceSettings, StoreSettings
 
 __all__ = [
     "CHECK_SECONDS",
+    "CLIENT_CLOSED",
     "CODES_BY_STATUS",
     "LATENCY_BUCKETS",
     "METRICS_RESPONSES",

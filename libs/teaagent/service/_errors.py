@@ -4,8 +4,9 @@ A service names its codes in an :class:`ErrorTable` (the status each refusal of 
 answered with, and the library errors it answers with a status of their own); its routes raise
 :class:`ApiError` with a status, a code and a sentence. :func:`install_error_handlers` makes
 every other failure an ``ErrorOut`` too: a body that is not JSON 400, one of the wrong shape
-422, an unknown path 404, a wrong method 405, a library error its table names, and anything else
-500 ``internal`` (logged: it is a bug), never a traceback.
+422, an unknown path 404, a wrong method 405, a library error its table names, a client that closed
+the connection before its body was read 499 ``disconnected`` (answered to nobody, counted), and
+anything else 500 ``internal`` (logged: it is a bug), never a traceback.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 __all__ = [
+    "CLIENT_CLOSED",
     "CODES_BY_STATUS",
     "MAX_DETAIL_CHARS",
     "ApiError",
@@ -34,6 +37,10 @@ __all__ = [
     "started",
     "validation_message",
 ]
+
+#: The status of a call whose client closed the connection before its body was read (nginx's "client
+#: closed request"): counted in the metrics as such, answered to nobody.
+CLIENT_CLOSED: Final = 499
 
 #: The codes of the framework's refusals that the relay and the approver share (a table's default).
 CODES_BY_STATUS: Final[Mapping[int, str]] = {
@@ -104,6 +111,13 @@ class ErrorTable:
         """Return the ``ErrorOut`` response of an exception a route raised (logged when it is a bug)."""
         if isinstance(exc, ApiError):
             return error_response(exc.status_code, exc.code, exc.message, dict(exc.headers or {}))
+        if isinstance(exc, ClientDisconnect) or isinstance(exc.__cause__, ClientDisconnect):
+            # The caller went away (it timed out, or stopped) before its body was read: no bug of
+            # this service's, and nobody to answer. FastAPI's own read says so as a 400 from it.
+            self.logger.debug("the client of %s %s went away before its body was read", method, path)
+            return error_response(
+                CLIENT_CLOSED, "disconnected", "The client closed the connection before its request was read."
+            )
         if isinstance(exc, StarletteHTTPException):
             status = exc.status_code
             detail = exc.detail if isinstance(exc.detail, str) else "The request was refused."

@@ -14,6 +14,8 @@ code              status  meaning
 ``locked``        423     another process holds the workspace (``teaagent.mcp_server``)
 ``timeout``       504     a model did not answer within the time the call allowed
 ``run``           502     the model failed (its provider refused, or went away)
+``disconnected``  499     the client closed the connection before its body was read (answered to
+                          nobody; counted in the metrics, not logged as a failure)
 ``internal``      500     a bug; the message says no more than that
 ================  ======  ====================================================================
 

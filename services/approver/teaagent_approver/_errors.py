@@ -20,6 +20,8 @@ code                    status  meaning
 ``too_large``           413     the body is larger than ``MAX_BODY_BYTES`` (the sentence names it)
 ``reload_failed``       422     ``POST /v1/reload``: the files do not load; the old trust is kept
 ``unavailable``         503     the relay or Redis is down (or the service is starting)
+``disconnected``        499     the client closed the connection before its body was read (answered
+                                to nobody; counted in the metrics, not logged as a failure)
 ``internal``            500     a bug; the message says no more than that
 ======================  ======  ===============================================================
 """

@@ -19,6 +19,8 @@ code                    status  meaning
 ``rate_limited``        429     the origin's window is full; ``Retry-After`` says when to retry
 ``origin_full``         429     the origin already holds its cap of pending requests in this inbox
 ``unavailable``         503     Redis is unreachable
+``disconnected``        499     the client closed the connection before its body was read (answered
+                                to nobody; counted in the metrics, not logged as a failure)
 ``internal``            500     a bug; the message says no more than that
 ======================  ======  ===============================================================
 
