@@ -9,16 +9,20 @@ pending item by the first matching ``[[approver.rules]]`` entry; ``ask`` (or no 
 to an operator and hands it to the notifier once. Each item goes through :meth:`Engine.receive`
 first, as a listed one did: the store is the relay's, and no more trusted than its answers. With
 nothing new, the round waits for the relay to queue a request (``XREAD BLOCK`` on the inbox
-queue's stream) or for an item's next look to come due.
+queue's stream) or for an item's next look to come due. While a backlog lasts, :meth:`RuleRounds.run`
+reads and handles the next page beside the last one (``LOOKS_AT_ONCE``): the approver verifies and
+signs while the relay takes the last page's decisions, instead of waiting for its answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Final
 
+from teaagent._tasks import cancel_and_wait
 from teaagent.errors import RelayError, StoreError
 from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS
 from teaagent.relay_client import InboxItem
@@ -29,6 +33,9 @@ from teaagent_approver._errors import ApiError
 from teaagent_approver._items import Received, item_view, matching_rule
 from teaagent_approver._ledger import DecisionKind
 from teaagent_approver._proposals import Outcome, Proposal
+
+if TYPE_CHECKING:
+    from teaagent.store import StoredRequest
 
 if TYPE_CHECKING:
     from teaagent_approver._engine import Engine
@@ -42,6 +49,9 @@ RETRY_START_SECONDS: Final = 0.25  # the first wait after the relay or Redis fai
 RETRY_CAP_SECONDS: Final = 5.0
 REFUSED_RETRY_SECONDS: Final = 5.0  # how soon to look again at an item refused as the relay handed it
 MAX_REMEMBERED: Final = 100_000  # inbox items whose disposition is kept in memory
+# Looks that run() keeps handling at once while a backlog lasts: the next page is read, verified and
+# signed while the relay takes the last page's decisions, instead of the approver waiting for them.
+LOOKS_AT_ONCE: Final = 2
 
 
 class RuleRounds:
@@ -54,33 +64,64 @@ class RuleRounds:
         self._due: dict[tuple[str, str], float] = {}  # ref -> monotonic time of its next look
         self._asked: dict[tuple[str, str], int] = {}  # ask items already looked at -> expires_at
         self._failures: dict[tuple[str, str], int] = {}  # ref -> relay failures in a row
+        # Items decided at once across every look in flight (signatures, relay calls).
+        self._gate = asyncio.Semaphore(engine.settings.concurrency)
         # Why the last finished round failed, None once one succeeds (for /ready).
         self.last_round_error: str | None = None
 
     async def run(self) -> None:
-        """Apply the rules to the inbox until cancelled; survive the relay and Redis going away."""
+        """Apply the rules to the inbox until cancelled; survive the relay and Redis going away.
+
+        As :meth:`round` after :meth:`round`, except that while a backlog lasts the next page is
+        read and handled beside the last one (up to ``LOOKS_AT_ONCE`` looks at once); caught up,
+        every look ends before the wait for news. A look's failure is raised by the round that
+        finds it ended.
+        """
         failures = 0
-        while True:
-            try:
-                await self.round()
-                failures = 0
-                self.last_round_error = None
-            except asyncio.CancelledError:
-                raise
-            except (RelayError, StoreError) as exc:
-                failures += 1
-                kind = "relay" if isinstance(exc, RelayError) else "redis"
-                self.last_round_error = f"its last round failed on its {kind}: {exc}"
-                self._engine.metrics.engine_errors.labels(kind).inc()
-                log = logger.warning if failures == 1 else logger.debug  # once per outage
-                log("approver of %s waits for its %s: %s", self._engine.agent_id, kind, exc)
-                await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
-            except Exception as exc:
-                failures += 1
-                self.last_round_error = f"its last round failed: {exc!r}"
-                self._engine.metrics.engine_errors.labels("other").inc()
-                logger.exception("approver of %s failed a round", self._engine.agent_id)
-                await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+        looks: set[asyncio.Task[int]] = set()  # looks still handling what they read
+        try:
+            while True:
+                try:
+                    await self._overlapped_round(looks)
+                    failures = 0
+                    self.last_round_error = None
+                except asyncio.CancelledError:
+                    raise
+                except (RelayError, StoreError) as exc:
+                    failures += 1
+                    kind = "relay" if isinstance(exc, RelayError) else "redis"
+                    self.last_round_error = f"its last round failed on its {kind}: {exc}"
+                    self._engine.metrics.engine_errors.labels(kind).inc()
+                    log = logger.warning if failures == 1 else logger.debug  # once per outage
+                    log("approver of %s waits for its %s: %s", self._engine.agent_id, kind, exc)
+                    await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+                except Exception as exc:
+                    failures += 1
+                    self.last_round_error = f"its last round failed: {exc!r}"
+                    self._engine.metrics.engine_errors.labels("other").inc()
+                    logger.exception("approver of %s failed a round", self._engine.agent_id)
+                    await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
+        finally:
+            for look in looks:
+                with contextlib.suppress(Exception):  # its failure no longer matters: stopping
+                    await cancel_and_wait(look)
+
+    async def _overlapped_round(self, looks: set[asyncio.Task[int]]) -> None:
+        """One round of :meth:`run`: read a page once a look in flight leaves room, and handle it
+        in a task of its own; caught up, let every look end, then wait for news."""
+        await _settle(looks, room=LOOKS_AT_ONCE - 1)
+        started = time.monotonic()
+        stored = await self._read()
+        if stored:
+            looks.add(
+                asyncio.get_running_loop().create_task(
+                    self._handle_read(stored, started), name="teaagent-approver-look"
+                )
+            )
+        self._prune()
+        if self.news.caught_up:
+            await _settle(looks, room=0)
+            await self.news.wait(self._idle_seconds())
 
     async def round(self) -> int:
         """One round: :meth:`look` at what is new; with nothing left to read, wait for news.
@@ -115,26 +156,38 @@ class RuleRounds:
             RelayError: The relay refused or did not take a decision.
             StoreError: Redis failed.
         """
+        started = time.monotonic()
+        stored = await self._read()
+        acted = await self._handle_read(stored, started) if stored else 0
+        self._prune()
+        return acted
+
+    async def _read(self) -> list[StoredRequest]:
+        """The next page of news and the items due for another look (which stay due if Redis fails)."""
         now = time.monotonic()
         due = [ref for ref, until in self._due.items() if until <= now]
         for ref in due:
             del self._due[ref]
-        stored = await self.news.read(due)
-        acted = 0
-        if stored:
-            at = time.time()
-            items = []
-            for one in stored:
-                try:
-                    items.append(InboxItem.from_json(inbox_item_view(one, at)))
-                except (ValueError, KeyError, TypeError) as exc:
-                    logger.warning("inbox item %s of %s is not readable: %s", one.request_id, one.origin, exc)
+        try:
+            return await self.news.read(due)
+        except BaseException:
+            for ref in due:
+                self._due.setdefault(ref, now)
+            raise
+
+    async def _handle_read(self, stored: list[StoredRequest], started: float) -> int:
+        """Handle what a look read, as the relay would hand it over; time the look."""
+        at = time.time()
+        items = []
+        for one in stored:
             try:
-                acted = await self.handle(items)
-            finally:  # a look that failed took its time too
-                self._engine.metrics.looks.observe(time.monotonic() - now)
-        self._prune()
-        return acted
+                items.append(InboxItem.from_json(inbox_item_view(one, at)))
+            except (ValueError, KeyError, TypeError) as exc:
+                logger.warning("inbox item %s of %s is not readable: %s", one.request_id, one.origin, exc)
+        try:
+            return await self.handle(items)
+        finally:  # a look that failed took its time too
+            self._engine.metrics.looks.observe(time.monotonic() - started)
 
     async def handle(self, items: list[InboxItem]) -> int:
         """Decide each listed item the rules decide, at most ``concurrency`` at once.
@@ -160,10 +213,9 @@ class RuleRounds:
                 self._remember((item.origin, item.request_id), _hinted_expiry(item), REFUSED_RETRY_SECONDS)
         if not todo:
             return 0
-        gate = asyncio.Semaphore(self._engine.settings.concurrency)
 
         async def one(item: Received) -> int:
-            async with gate:
+            async with self._gate:
                 return await self._by_rule(item)
 
         results = await asyncio.gather(*(one(item) for item in todo), return_exceptions=True)
@@ -311,3 +363,18 @@ def _hinted_expiry(item: InboxItem) -> int:
 
 def _expiry(value: tuple[float, int] | int) -> int:
     return value[1] if isinstance(value, tuple) else value
+
+
+async def _settle(looks: set[asyncio.Task[int]], *, room: int) -> None:
+    """Drop the ``looks`` that ended, raising the first failure among them, until at most ``room``
+    still run (every failure is retrieved, so none is reported as never retrieved)."""
+    while True:
+        ended = {look for look in looks if look.done()}
+        looks -= ended
+        failures = [look.exception() for look in ended if not look.cancelled()]
+        failure = next((exc for exc in failures if exc is not None), None)
+        if failure is not None:
+            raise failure
+        if len(looks) <= room:
+            return
+        await asyncio.wait(looks, return_when=asyncio.FIRST_COMPLETED)

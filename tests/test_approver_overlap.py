@@ -1,0 +1,92 @@
+"""While beta's relay takes one page of decisions, beta's approver reads and signs the next.
+
+The engine's loop (``RuleRounds.run``) keeps up to ``LOOKS_AT_ONCE`` (two) looks at once while a backlog
+lasts. Here beta's relay, on a real socket, holds every decision the approver posts until the
+test releases them: with the looks overlapped, the approver signs the second page of its inbox
+while the first page's decisions are still held; one look at a time, it would sign only the
+first page's and wait. Released, every decision reaches the relay once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from approver_support import WAIT
+from relay_support import APPROVE_ECHO, MakeCluster, ServedApp, approver_in_process, until
+
+from teaagent._http import client_verify
+from teaagent.store._inbox_news import NEWS_PAGE
+
+SECOND_PAGE = NEWS_PAGE // 2
+REQUESTS = NEWS_PAGE + SECOND_PAGE
+
+
+class HeldDecisions:
+    """An ASGI app in front of a relay's: the approver's decision posts wait until ``release`` is set."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.release = threading.Event()
+        self.held = 0  # decision posts that arrived while held
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and path.endswith(("/decision", "/decisions"))
+        ):
+            if not self.release.is_set():
+                self.held += 1
+            while not self.release.is_set():
+                await asyncio.sleep(0.01)
+        await self.app(scope, receive, send)
+
+
+def sample(approver: Any, name: str, **labels: str) -> float:
+    registry = approver.app.state.engine.metrics.registry
+    return registry.get_sample_value(f"teaagent_approver_{name}", labels) or 0.0
+
+
+@pytest.mark.anyio
+async def test_the_approver_signs_the_next_page_while_the_relay_holds_the_last(
+    make_cluster: MakeCluster,
+) -> None:
+    from teaagent_relay import create_app
+
+    nodes = make_cluster("alpha", "beta", star="alpha", rules={"beta": APPROVE_ECHO})
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    relay = HeldDecisions(create_app(beta.settings(deliver=False, inbox_rate_limit=10_000)))
+    with ServedApp(relay, port=beta.port, name="beta's holding relay"):
+        async with httpx.AsyncClient(timeout=10, verify=client_verify()) as client:
+            for index in range(REQUESTS):  # the whole backlog before the approver starts
+                request = alpha.request(call_id=f"call-{index}", arguments={"command": f"echo {index}"})
+                response = await client.post(f"{beta.url}/v1/inbox", json=alpha.signed(request))
+                assert response.status_code == 201, response.text
+        async with approver_in_process(beta) as approver:
+            # Both pages signed, and posts of both pages held, while no decision has been let through.
+            signed_both = await until(
+                lambda: sample(approver, "signatures_total") >= REQUESTS and relay.held >= 1, timeout=WAIT
+            )
+            held_then = relay.held
+            # Not after the held posts timed out and were put off: then one look at a time gets there too.
+            put_off = sample(approver, "forwards_total", result="retry")
+            forwarded_then = sample(approver, "forwards_total", result="ok")
+            relay.release.set()
+            delivered = await until(
+                lambda: sample(approver, "forwards_total", result="ok") >= REQUESTS, timeout=WAIT
+            )
+            decided = sample(approver, "decisions_total", by="rule", kind="approval")
+            looks = sample(approver, "look_seconds_count")
+
+    assert signed_both, sample(approver, "signatures_total")
+    assert forwarded_then == 0
+    assert put_off == 0
+    assert held_then >= 1  # what the poster sent waited at the relay (it keeps two posts out at once)
+    assert delivered
+    assert decided == REQUESTS  # each request decided once
+    assert looks == 2
