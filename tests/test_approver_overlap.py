@@ -4,21 +4,27 @@ The engine's loop (``RuleRounds.run``) keeps up to ``LOOKS_AT_ONCE`` (two) looks
 lasts. Here beta's relay, on a real socket, holds every decision the approver posts until the
 test releases them: with the looks overlapped, the approver signs the second page of its inbox
 while the first page's decisions are still held; one look at a time, it would sign only the
-first page's and wait. Released, every decision reaches the relay once.
+first page's and wait. Released, every decision reaches the relay once. And a look whose read
+fails (Redis down) keeps the items it was to look at again due, for the next look.
 """
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from approver_support import WAIT
-from relay_support import APPROVE_ECHO, MakeCluster, ServedApp, approver_in_process, until
+from redis_fixture import RestartableRedis
+from relay_support import APPROVE_ECHO, MakeCluster, ServedApp, approver_in_process, until, write_cluster
 
 from teaagent._http import client_verify
+from teaagent.errors import StoreError
 from teaagent.store._inbox_news import NEWS_PAGE
 
 SECOND_PAGE = NEWS_PAGE // 2
@@ -90,3 +96,27 @@ async def test_the_approver_signs_the_next_page_while_the_relay_holds_the_last(
     assert delivered
     assert decided == REQUESTS  # each request decided once
     assert looks == 2
+
+
+@pytest.mark.anyio
+async def test_a_look_whose_read_fails_keeps_the_items_due_for_another_look(
+    tmp_path: Path, redis_prefix: str
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        redis_server = RestartableRedis(Path(folder))
+        redis_server.start()
+        try:
+            url = redis_server.url
+            nodes = write_cluster(tmp_path, ["alpha", "beta"], redis_url=url, prefix=redis_prefix)
+            beta = nodes["beta"]
+            async with approver_in_process(beta, engine=False) as approver:
+                rounds = approver.app.state.engine.rounds
+                ref = ("alpha", "a" * 32)
+                rounds._remember(ref, int(time.time()) + 600, 0.0)  # due for another look now
+                redis_server.stop()
+                with pytest.raises(StoreError):
+                    await rounds.look()
+                still_due = ref in rounds._due
+        finally:
+            redis_server.stop()
+    assert still_due  # looked at again once Redis is back, not forgotten
