@@ -113,7 +113,7 @@ class ErrorTable:
             return error_response(exc.status_code, exc.code, exc.message, dict(exc.headers or {}))
         if isinstance(exc, ClientDisconnect) or isinstance(exc.__cause__, ClientDisconnect):
             # The caller went away (it timed out, or stopped) before its body was read: no bug of
-            # this service's, and nobody to answer. FastAPI's own read says so as a 400 from it.
+            # this service's, and nobody to answer. FastAPI's own read of a body raises a 400 from it.
             self.logger.debug("the client of %s %s went away before its body was read", method, path)
             return error_response(
                 CLIENT_CLOSED, "disconnected", "The client closed the connection before its request was read."

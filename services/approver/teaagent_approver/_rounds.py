@@ -103,6 +103,8 @@ class RuleRounds:
                     await asyncio.sleep(min(RETRY_CAP_SECONDS, RETRY_START_SECONDS * 2 ** (failures - 1)))
         finally:
             for look in looks:
+                look.cancel()
+            for look in looks:
                 with contextlib.suppress(Exception):  # its failure no longer matters: stopping
                     await cancel_and_wait(look)
 
