@@ -74,7 +74,7 @@ async def test_the_approver_signs_the_next_page_while_the_relay_holds_the_last(
                 response = await client.post(f"{beta.url}/v1/inbox", json=alpha.signed(request))
                 assert response.status_code == 201, response.text
         async with approver_in_process(beta) as approver:
-            # Both pages signed, and posts of both pages held, while no decision has been let through.
+            # Both pages signed while the relay holds what the poster sent and has let nothing through.
             signed_both = await until(
                 lambda: sample(approver, "signatures_total") >= REQUESTS and relay.held >= 1, timeout=WAIT
             )
