@@ -85,7 +85,7 @@ def test_the_relay_is_not_ready_when_its_delivery_worker_died(make_cluster: Make
         assert ready(relay.url)[0] == 200
         task = relay.app.state.delivery_task
         # Cancelled until it has stopped: on Python 3.11 one cancel() can be lost inside redis-py's
-        # wait_for (CPython gh-86296), and the worker then claims on, as it should.
+        # wait_for (CPython gh-86296), and the worker then claims on as if never cancelled.
         asyncio.run_coroutine_threadsafe(cancel_and_wait(task), task.get_loop()).result(timeout=20)
         document = becomes(relay.url, 503)
         assert states(document) == {"store": "ok", "worker": "failing"}
