@@ -308,11 +308,11 @@ async def test_the_approver_refuses_a_signing_time_exactly_where_the_quorum_rule
         for name, request, dated, expected in cases:
             path = f"/v1/requests/{request['request_id']}"
             body = (await client.get(f"{path}/statement")).json()
-            for _ in range(5):  # again when the clock's second turned during the call
+            for _ in range(5):  # again when the clock's second turned between the dating and the answer
+                before = time.time()  # before the dating: ssh-keygen's signing may see the second turn
                 signed_at = dated()
                 statement = {**body["statement"], "signed_at": signed_at}
                 armored = ssh_sign(beta.folder / "keys" / "beta", canonical(statement), tmp_path)
-                before = time.time()
                 response = await client.post(
                     f"{path}/decision",
                     json={"statement": statement, "signature": armored, "expect_tool_name": "fs.read"},
