@@ -2,7 +2,8 @@
 
 For every operation, generated inputs (valid and invalid) never get a 5xx, and every refusal is an
 ``ErrorOut``. Models that the generated bodies add point at a closed loopback port, so that no run,
-doctor or side question ever sends a byte off this machine.
+doctor or side question ever sends a byte off this machine; a call that reaches such a model gets
+the documented 502 ``run`` (the model failed), the one 5xx allowed here.
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ def error_out(response: Any) -> None:
     assert body["message"]
 
 
+def dead_model(response: Any) -> bool:
+    """The documented 502 ``run`` of a model that this test pointed at its dead port (an input that
+    made such a model the current one, then asked it something): the model failed, not the service."""
+    if response.status_code != 502:
+        return False
+    error_out(response)
+    body = json.loads(response.content)
+    return bool(body["error"] == "run" and DEAD_LOOPBACK.removesuffix("/v1") in body["message"])
+
+
 def operations(agent: AgentNode) -> list[Any]:
     schema = schemathesis.openapi.from_url(f"{agent.url}/openapi.json", headers=agent.headers)
     return [result.ok() for result in schema.get_all_operations()]
@@ -63,6 +74,8 @@ def test_no_input_gets_a_5xx_and_every_refusal_is_an_error_out(agent: AgentNode,
                 case.body["base_url"] = DEAD_LOOPBACK
             response = case.call(headers=agent.headers, timeout=60)
             where = (case.method, case.path, response.status_code, response.text[:300])
+            if dead_model(response):
+                return
             assert response.status_code < 500, where
             if response.status_code >= 400:
                 error_out(response)
