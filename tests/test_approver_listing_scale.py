@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio
+from approver_support import metric
 from relay_support import MakeCluster, Node, approver_in_process, served
 
 from teaagent._canonical import canonical
@@ -150,10 +151,8 @@ def asks(rounds: Any) -> int:
 
 def looks(approver: Any) -> tuple[float, float]:
     """The approver's timed looks so far: its ``look_seconds`` histogram's count and sum."""
-    registry = approver.app.state.engine.metrics.registry
-    return tuple(  # type: ignore[return-value]
-        registry.get_sample_value(f"teaagent_approver_look_seconds_{part}") for part in ("count", "sum")
-    )
+    name = "teaagent_approver_look_seconds"
+    return metric(approver, f"{name}_count"), metric(approver, f"{name}_sum")
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from approver_support import WAIT
+from approver_support import WAIT, metric
 from redis_fixture import RestartableRedis
 from relay_support import APPROVE_ECHO, MakeCluster, ServedApp, approver_in_process, until, write_cluster
 
@@ -29,6 +29,7 @@ from teaagent.store._inbox_news import NEWS_PAGE
 
 SECOND_PAGE = NEWS_PAGE // 2
 REQUESTS = NEWS_PAGE + SECOND_PAGE
+SIGNED, FORWARDED = "teaagent_approver_signatures_total", "teaagent_approver_forwards_total"
 
 
 class HeldDecisions:
@@ -53,11 +54,6 @@ class HeldDecisions:
         await self.app(scope, receive, send)
 
 
-def sample(approver: Any, name: str, **labels: str) -> float:
-    registry = approver.app.state.engine.metrics.registry
-    return registry.get_sample_value(f"teaagent_approver_{name}", labels) or 0.0
-
-
 @pytest.mark.anyio
 async def test_the_approver_signs_the_next_page_while_the_relay_holds_the_last(
     make_cluster: MakeCluster,
@@ -76,20 +72,22 @@ async def test_the_approver_signs_the_next_page_while_the_relay_holds_the_last(
         async with approver_in_process(beta) as approver:
             # Both pages signed while the relay holds what the poster sent and has let nothing through.
             signed_both = await until(
-                lambda: sample(approver, "signatures_total") >= REQUESTS and relay.held >= 1, timeout=WAIT
+                lambda: metric(approver, SIGNED) >= REQUESTS and relay.held >= 1,
+                timeout=WAIT,
             )
             held_then = relay.held
             # Not after the held posts timed out and were put off: then one look at a time gets there too.
-            put_off = sample(approver, "forwards_total", result="retry")
-            forwarded_then = sample(approver, "forwards_total", result="ok")
+            put_off = metric(approver, FORWARDED, result="retry")
+            forwarded_then = metric(approver, FORWARDED, result="ok")
             relay.release.set()
             delivered = await until(
-                lambda: sample(approver, "forwards_total", result="ok") >= REQUESTS, timeout=WAIT
+                lambda: metric(approver, FORWARDED, result="ok") >= REQUESTS,
+                timeout=WAIT,
             )
-            decided = sample(approver, "decisions_total", by="rule", kind="approval")
-            looks = sample(approver, "look_seconds_count")
+            decided = metric(approver, "teaagent_approver_decisions_total", by="rule", kind="approval")
+            looks = metric(approver, "teaagent_approver_look_seconds_count")
 
-    assert signed_both, sample(approver, "signatures_total")
+    assert signed_both, metric(approver, SIGNED)
     assert forwarded_then == 0
     assert put_off == 0
     assert held_then >= 1  # what the poster sent waited at the relay (it keeps two posts out at once)
