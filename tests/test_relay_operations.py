@@ -78,7 +78,7 @@ async def test_the_long_poll_is_capped(nodes: dict[str, Node]) -> None:
 @pytest.mark.anyio
 async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> None:
     alpha = nodes["alpha"]
-    async with in_process(alpha, deliver=False) as client:
+    async with in_process(alpha, deliver=False, settlement_grace_seconds=0) as client:
         request = alpha.request()
         await submit(client, alpha, request)
         await client.post(decisions_path(request), json=approval(request, "beta"))
@@ -102,7 +102,7 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         'teaagent_relay_http_requests_total{method="POST",route="/v1/requests/{request_id}/decisions",'
         'status="200"} 3.0',
         # The request for each of the 3 peers, then its settlement (the certificate) for delta, the
-        # one peer that did not decide it.
+        # one peer that did not decide it (no grace: queued with the deciding count).
         'teaagent_relay_queue_entries{kind="length",queue="deliveries"} 4.0',
         # Refusals by their ErrorOut code: mallory is no peer, a call without the token, no such path.
         'teaagent_relay_refusals_total{code="forbidden"} 1.0',

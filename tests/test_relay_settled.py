@@ -261,7 +261,10 @@ async def test_a_settlement_that_overtakes_its_request_is_retried_until_the_peer
     alpha, gamma = nodes["alpha"], nodes["gamma"]
     async with (
         in_process(gamma, deliver=False) as gamma_client,
-        in_process(alpha, deliver=False, delivery_retry_base_seconds=0.05) as alpha_client,
+        # No grace: the settlement is queued with the count, beside the request's delivery.
+        in_process(
+            alpha, deliver=False, delivery_retry_base_seconds=0.05, settlement_grace_seconds=0
+        ) as alpha_client,
     ):
         relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
         request = alpha.request()
@@ -315,7 +318,7 @@ async def test_the_settlement_reads_the_request_only_when_a_peer_is_left_to_tell
     # Of 3 peers, delta is told: the settlement reads the request to build its certificate.
     nodes = make_cluster("alpha", *peers, required=2, peers_of={"alpha": list(peers)})
     alpha = nodes["alpha"]
-    async with in_process(alpha, deliver=False) as client:
+    async with in_process(alpha, deliver=False, settlement_grace_seconds=0) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
         request = alpha.request()
         request_id = request["request_id"]
@@ -336,3 +339,54 @@ async def test_the_settlement_reads_the_request_only_when_a_peer_is_left_to_tell
     assert reads == ([request_id] if settled_to else [])
     settlements = [d.target for d in batch if json.loads(d.payload)["path"].endswith("/settled")]
     assert settlements == settled_to
+
+
+def _settlements(batch: list[Any]) -> list[str]:
+    return sorted(d.target for d in batch if json.loads(d.payload)["path"].endswith("/settled"))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("late", "settled_to"), [(None, ["delta"]), ("approval", []), ("denial", [])])
+async def test_the_settlement_waits_its_grace_and_spares_a_peer_whose_decision_came_in_it(
+    make_cluster: MakeCluster, late: str | None, settled_to: list[str]
+) -> None:
+    # 2 of beta, gamma and delta: beta and gamma decide it. delta's decision, on its way, arrives in
+    # the grace (or never): verified, it counts for nothing, and delta is not sent the evidence it
+    # would verify only to learn what it did. A stopping relay queues the settlement at once.
+    nodes = make_cluster("alpha", "beta", "gamma", "delta", required=2)
+    alpha = nodes["alpha"]
+    request = alpha.request()
+    request_id = request["request_id"]
+    async with in_process(alpha, deliver=False, settlement_grace_seconds=60) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        await relay.count(request_id, **approval(request, "beta"))
+        receipt = await relay.count(request_id, **approval(request, "gamma"))
+        assert receipt["state"] == "approved"
+        if late is not None:
+            decided = approval(request, "delta") if late == "approval" else denial(request, "delta")
+            assert (await relay.count(request_id, **decided))["counted"] is False
+        assert _settlements(await relay.deliveries.claim("test", 10, 0)) == []  # in its grace
+    async with in_process(alpha, deliver=False) as client:  # stopped: queued then
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        assert _settlements(await relay.deliveries.claim("test", 10, 0)) == settled_to
+
+
+@pytest.mark.anyio
+async def test_a_settlement_goes_to_the_silent_peers_once_its_grace_is_over(
+    make_cluster: MakeCluster,
+) -> None:
+    nodes = make_cluster("alpha", "beta", "gamma", "delta", required=2)
+    alpha = nodes["alpha"]
+    request = alpha.request()
+    request_id = request["request_id"]
+    async with in_process(alpha, deliver=False, settlement_grace_seconds=0.2) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+        await relay.count(request_id, **approval(request, "beta"))
+        await relay.count(request_id, **approval(request, "gamma"))
+        found: list[str] = []
+        deadline = time.monotonic() + WAIT
+        while not found and time.monotonic() < deadline:
+            found = _settlements(await relay.deliveries.claim("test", 10, 1000))
+        assert found == ["delta"]

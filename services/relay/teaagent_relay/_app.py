@@ -80,6 +80,7 @@ def _lifespan(
             finally:
                 app.state.relay = None
                 app.state.delivery_task = None
+                await relay.close_settlements()  # queued while the store is open
                 if task is not None:
                     await cancel_and_wait(task)
 

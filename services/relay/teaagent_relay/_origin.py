@@ -10,6 +10,7 @@ signed by this node's key, to every peer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -20,7 +21,8 @@ from typing import Any, Final
 
 from teaagent._canonical import canonical
 from teaagent._reload import Trust
-from teaagent.errors import RequestConflictError, RequestNotFoundError
+from teaagent._tasks import cancel_and_wait
+from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
 from teaagent.quorum import build_certificate, is_expired, request_policy, request_problem
 from teaagent.store import DecisionResult, StoredRequest
 from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
@@ -43,6 +45,8 @@ MAX_KNOWN_REQUESTS: Final = 10_000  # parsed own requests kept in memory; a deci
 # One block of an outcome long-poll: a stopping relay answers its long-polls within it (serve_app
 # gives the requests in flight 5 s), at the price of one more round trip a second per waiter.
 OUTCOME_WAKE_SECONDS: Final = 1.0
+# A stopping relay queues the settlements still in their grace at once; it waits this long for them.
+SETTLEMENT_FLUSH_SECONDS: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,12 @@ class OwnRequests(RelayBase):
         self._known: OrderedDict[str, KnownRequest] = OrderedDict()
         self.reloader.subscribe(lambda _trust: self._known.clear())  # counted peers follow the trust
         self.writer = DecisionWriter(self.store)
+        self._grace = settings.settlement_grace_seconds
+        # Own requests decided here whose settlement waits out its grace -> the peers whose late
+        # decision this process verified meanwhile (they are not told: they decided).
+        self._late: dict[str, set[str]] = {}
+        self._graces: set[asyncio.Task[None]] = set()
+        self._flush = asyncio.Event()  # set by a stopping relay: every settlement goes out now
 
     def _counting(self, request: dict[str, Any], trust: Trust | None = None) -> tuple[tuple[str, ...], int]:
         """Who counts for a request here and how many must approve (as ``evaluate`` counts it)."""
@@ -363,26 +373,84 @@ class OwnRequests(RelayBase):
         if result.decided:
             self.metrics.outcomes.labels(result.state).inc()
             await self._send_settlement(known, result)
+        elif request_id in self._late:
+            self._late[request_id].add(signer)  # verified above: it decided, so it needs no evidence
         return self._receipt(request, signer, kind, result)
 
     async def _send_settlement(self, known: KnownRequest, result: DecisionResult) -> None:
         """Queue the evidence of an own request's outcome for the relays of the peers that did not
-        decide it (approved or denied).
+        decide it (approved or denied), once its grace is over.
 
         Sent once, by the call that settled the outcome (``result``); a crash before it costs the
-        peers only time (their items expire). The certificate is the one the origin's agent
-        receives. When every peer it would be sent to (``known.peers``) has decided, nobody is
-        left to tell and nothing is read: the script counts each signer once, on one side (rule 6),
-        and only those peers' decisions verify here, so ``result``'s counts reaching their number
-        say so.
+        peers only time (their items expire). When every peer it would be sent to
+        (``known.peers``) has decided, nobody is left to tell and nothing is read: the script
+        counts each signer once, on one side (rule 6), and only those peers' decisions verify
+        here, so ``result``'s counts reaching their number say so.
+
+        Otherwise the evidence waits ``settlement_grace_seconds`` in a task of its own (a stopping
+        relay sends it at once): the decisions of the other peers, often on their way already
+        (an automatic approver answers in milliseconds), count for nothing once the outcome is
+        decided, but each one this process verifies in the grace spares its peer the evidence,
+        which it would verify signature by signature only to learn what it already acted on. A
+        peer that decided is told nothing, as when it decided before the outcome.
+
+        Raises:
+            StoreError: Redis failed (no grace: a settlement sent at once).
+        """
+        if result.approvals + result.denials >= len(known.peers):
+            return
+        if self._grace <= 0:
+            await self._settle_peers(known, set())
+            return
+        request_id = known.request["request_id"]
+        if request_id in self._late:
+            return  # one is waiting already
+        self._late[request_id] = set()
+        task = asyncio.get_running_loop().create_task(
+            self._settle_later(known), name=f"teaagent-relay-settlement-{request_id}"
+        )
+        self._graces.add(task)
+        task.add_done_callback(self._graces.discard)
+
+    async def _settle_later(self, known: KnownRequest) -> None:
+        """:meth:`_settle_peers` once the grace is over, or the relay stops; failures are logged."""
+        request_id = known.request["request_id"]
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._flush.wait(), self._grace)
+            await self._settle_peers(known, self._late.get(request_id, set()))
+        except StoreError as exc:
+            logger.warning("the settlement of request %s was not queued: %s", request_id, exc)
+        except Exception:
+            logger.exception("the settlement of request %s was not queued", request_id)
+        finally:
+            self._late.pop(request_id, None)
+
+    async def close_settlements(self) -> None:
+        """Queue every settlement still in its grace now and wait for them (a stopping relay).
+
+        Waits at most ``SETTLEMENT_FLUSH_SECONDS``; those not queued by then are given up (their
+        peers' items expire, as after a crash).
+        """
+        self._flush.set()
+        waiting = set(self._graces)
+        if not waiting:
+            return
+        _done, late = await asyncio.wait(waiting, timeout=SETTLEMENT_FLUSH_SECONDS)
+        for task in late:
+            await cancel_and_wait(task)
+
+    async def _settle_peers(self, known: KnownRequest, decided_late: set[str]) -> None:
+        """Queue the settlement for the peers whose decision is neither in the evidence nor in
+        ``decided_late``.
+
+        The certificate is the one the origin's agent receives.
 
         Raises:
             StoreError: Redis failed.
         """
         request = known.request
         request_id = request["request_id"]
-        if result.approvals + result.denials >= len(known.peers):
-            return
         stored = await self.store.requests.get(request_id)
         if stored is None or stored.state not in ("approved", "denied"):
             return
@@ -395,7 +463,7 @@ class OwnRequests(RelayBase):
         payload = delivery(_settled_path(request_id), body)
         # Only to the peers whose decision is not in the evidence: the others decided already (and
         # a node never counts its own signature as a peer's, so it could not verify its own part).
-        decided = set(status["signers"]) | set(status["denied_by"])
+        decided = set(status["signers"]) | set(status["denied_by"]) | decided_late
         await asyncio.gather(
             *(
                 self.deliveries.enqueue(peer, request_id, payload, request["expires_at"])

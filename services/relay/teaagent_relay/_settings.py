@@ -22,6 +22,11 @@ DEFAULT_INBOX_RATE_LIMIT: Final = (
 )
 DEFAULT_INBOX_RATE_WINDOW_SECONDS: Final = 60.0
 
+# Peers' decisions already on their way when a request is decided arrive within this: the evidence
+# then goes only to the peers still silent (automatic approvers answer in milliseconds; people are
+# not waiting on a second).
+SETTLEMENT_GRACE_SECONDS: Final = 1.0
+
 MAX_BODY_BYTES: Final = 64 * 1024  # a signed tool call or decision, not a file upload
 
 
@@ -48,6 +53,9 @@ class Settings(StoreSettings):
             timeout, which is derived from it.
         delivery_retry_base_seconds: The first retry's backoff; it doubles per failure.
         delivery_retry_cap_seconds: The longest backoff between two attempts.
+        settlement_grace_seconds: How long, once one of this node's requests is decided here, the
+            relay waits for the decisions of its other peers already on their way before it sends
+            the evidence to those still silent (``teaagent_relay._origin``); 0 sends it at once.
     """
 
     model_config = SettingsConfigDict(env_prefix="TEAAGENT_RELAY_")
@@ -59,3 +67,4 @@ class Settings(StoreSettings):
     delivery_min_idle_seconds: float = Field(default=60.0, ge=1.0, le=3600)
     delivery_retry_base_seconds: float = Field(default=0.5, gt=0, le=60)
     delivery_retry_cap_seconds: float = Field(default=30.0, gt=0, le=3600)
+    settlement_grace_seconds: float = Field(default=SETTLEMENT_GRACE_SECONDS, ge=0, le=60)
