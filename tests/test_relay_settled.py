@@ -345,6 +345,16 @@ def _settlements(batch: list[Any]) -> list[str]:
     return sorted(d.target for d in batch if json.loads(d.payload)["path"].endswith("/settled"))
 
 
+async def _approved_by_beta_and_gamma(client: httpx.AsyncClient, alpha: Node, request: dict[str, Any]) -> Any:
+    """alpha's relay (in ``client``) takes ``request`` and counts beta's and gamma's approvals: approved."""
+    relay = client.app.state.relay  # type: ignore[attr-defined]
+    await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+    await relay.count(request["request_id"], **approval(request, "beta"))
+    receipt = await relay.count(request["request_id"], **approval(request, "gamma"))
+    assert receipt["state"] == "approved"
+    return relay
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(("late", "settled_to"), [(None, ["delta"]), ("approval", []), ("denial", [])])
 async def test_the_settlement_waits_its_grace_and_spares_a_peer_whose_decision_came_in_it(
@@ -353,16 +363,11 @@ async def test_the_settlement_waits_its_grace_and_spares_a_peer_whose_decision_c
     # 2 of beta, gamma and delta: beta and gamma decide it. delta's decision, on its way, arrives in
     # the grace (or never): verified, it counts for nothing, and delta is not sent the evidence it
     # would verify only to learn what it did. A stopping relay queues the settlement at once.
-    nodes = make_cluster("alpha", "beta", "gamma", "delta", required=2)
-    alpha = nodes["alpha"]
+    alpha = make_cluster("alpha", "beta", "gamma", "delta", required=2)["alpha"]
     request = alpha.request()
     request_id = request["request_id"]
     async with in_process(alpha, deliver=False, settlement_grace_seconds=60) as client:
-        relay = client.app.state.relay  # type: ignore[attr-defined]
-        await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
-        await relay.count(request_id, **approval(request, "beta"))
-        receipt = await relay.count(request_id, **approval(request, "gamma"))
-        assert receipt["state"] == "approved"
+        relay = await _approved_by_beta_and_gamma(client, alpha, request)
         if late is not None:
             decided = approval(request, "delta") if late == "approval" else denial(request, "delta")
             assert (await relay.count(request_id, **decided))["counted"] is False
@@ -376,15 +381,9 @@ async def test_the_settlement_waits_its_grace_and_spares_a_peer_whose_decision_c
 async def test_a_settlement_goes_to_the_silent_peers_once_its_grace_is_over(
     make_cluster: MakeCluster,
 ) -> None:
-    nodes = make_cluster("alpha", "beta", "gamma", "delta", required=2)
-    alpha = nodes["alpha"]
-    request = alpha.request()
-    request_id = request["request_id"]
+    alpha = make_cluster("alpha", "beta", "gamma", "delta", required=2)["alpha"]
     async with in_process(alpha, deliver=False, settlement_grace_seconds=0.2) as client:
-        relay = client.app.state.relay  # type: ignore[attr-defined]
-        await client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
-        await relay.count(request_id, **approval(request, "beta"))
-        await relay.count(request_id, **approval(request, "gamma"))
+        relay = await _approved_by_beta_and_gamma(client, alpha, alpha.request())
         found: list[str] = []
         deadline = time.monotonic() + WAIT
         while not found and time.monotonic() < deadline:
