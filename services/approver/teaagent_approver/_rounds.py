@@ -36,8 +36,6 @@ from teaagent_approver._proposals import Outcome, Proposal
 
 if TYPE_CHECKING:
     from teaagent.store import StoredRequest
-
-if TYPE_CHECKING:
     from teaagent_approver._engine import Engine
 
 __all__ = ["RuleRounds"]
