@@ -307,6 +307,10 @@ async def test_a_settlement_that_overtakes_its_request_is_retried_until_the_peer
     assert dead == []
 
 
+def _settlements(batch: list[Any]) -> list[str]:
+    return sorted(d.target for d in batch if json.loads(d.payload)["path"].endswith("/settled"))
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("peers", "settled_to"), [(("beta", "gamma"), []), (("beta", "gamma", "delta"), ["delta"])]
@@ -337,12 +341,7 @@ async def test_the_settlement_reads_the_request_only_when_a_peer_is_left_to_tell
 
     assert receipt["state"] == "approved"
     assert reads == ([request_id] if settled_to else [])
-    settlements = [d.target for d in batch if json.loads(d.payload)["path"].endswith("/settled")]
-    assert settlements == settled_to
-
-
-def _settlements(batch: list[Any]) -> list[str]:
-    return sorted(d.target for d in batch if json.loads(d.payload)["path"].endswith("/settled"))
+    assert _settlements(batch) == settled_to
 
 
 async def _approved_by_beta_and_gamma(client: httpx.AsyncClient, alpha: Node, request: dict[str, Any]) -> Any:
