@@ -403,8 +403,6 @@ class OwnRequests(RelayBase):
             await self._settle_peers(known, set())
             return
         request_id = known.request["request_id"]
-        if request_id in self._late:
-            return  # one is waiting already
         self._late[request_id] = set()
         task = asyncio.get_running_loop().create_task(
             self._settle_later(known), name=f"teaagent-relay-settlement-{request_id}"
