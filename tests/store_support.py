@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+import redis.asyncio
 
 from teaagent.store import REQUEST_RETENTION_SECONDS, Store, StoreOptions
 from teaagent.store._scripts import script_source
@@ -78,6 +79,18 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 PATHS = pytest.mark.parametrize("path", ["script", "steps"])  # one server's script, or a cluster's steps
+
+
+async def documents_read(redis_url: str, call: Callable[[], Awaitable[T]]) -> tuple[int, T]:
+    """The stored documents Redis served (its own count of GET calls) while ``call`` ran, and its answer."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        before = (await client.info("commandstats")).get("cmdstat_get", {}).get("calls", 0)
+        answer = await call()
+        after = (await client.info("commandstats")).get("cmdstat_get", {}).get("calls", 0)
+    finally:
+        await client.aclose()
+    return after - before, answer
 
 
 async def decided_in_inbox(

@@ -23,6 +23,7 @@ import pytest
 import redis.asyncio
 from approver_support import metric
 from relay_support import MakeCluster, Node, approver_in_process, served
+from store_support import documents_read
 
 from teaagent._canonical import canonical
 from teaagent.store import Store, connect
@@ -64,18 +65,6 @@ async def fill_inbox(beta: Node, redis_url: str, requests: list[dict[str, Any]],
             await accept(store, alpha, requests[start : start + 200])
     finally:
         await store.aclose()
-
-
-async def documents_read(redis_url: str, call: Any) -> tuple[int, httpx.Response]:
-    """The stored documents Redis served (GET calls) while ``call`` ran, and its answer."""
-    client = redis.asyncio.Redis.from_url(redis_url)
-    try:
-        before = (await client.info("commandstats")).get("cmdstat_get", {}).get("calls", 0)
-        response = await call()
-        after = (await client.info("commandstats")).get("cmdstat_get", {}).get("calls", 0)
-    finally:
-        await client.aclose()
-    return after - before, response
 
 
 @pytest.mark.anyio

@@ -27,7 +27,7 @@ from relay_support import (
     shell_request,
     signer,
 )
-from store_support import decided_in_inbox
+from store_support import decided_in_inbox, documents_read
 from words_support import AGO, AN_HOUR_AHEAD, moment_re
 
 from teaagent.errors import StoreError
@@ -638,3 +638,100 @@ async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, 
     )
     assert error(unknown) == (404, "not_found", f"No request {'b' * 32} from alpha is in this node's inbox.")
     assert item.json()["state"] == "pending"
+
+
+# -- a decision on a request this relay took in -------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_decision_on_a_request_this_relay_took_in_reads_no_stored_request(
+    nodes: dict[str, Node], redis_url: str
+) -> None:
+    """The approver's decision comes back moments after the request came in: the relay checks it
+    against the request it verified then, and reads only when it did not take the request in
+    itself (here, a relay started again on the same store)."""
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        kept, earlier = await received(client, alpha), await received(client, alpha)
+        path = f"/v1/inbox/{kept['request_id']}/decision"
+        reads, first = await documents_read(
+            redis_url, lambda: client.post(path, json=approval(kept, "beta"), headers=beta.headers)
+        )
+    async with in_process(beta, deliver=False) as client:
+        path = f"/v1/inbox/{earlier['request_id']}/decision"
+        reads_after_start, second = await documents_read(
+            redis_url, lambda: client.post(path, json=approval(earlier, "beta"), headers=beta.headers)
+        )
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        queued = await relay.deliveries.claim("test", 10, 0)
+
+    assert (first.status_code, first.json()["counted"]) == (200, True)
+    assert reads == 0
+    assert (second.status_code, second.json()["counted"]) == (200, True)
+    assert reads_after_start == 1
+    assert sorted(entry.request_id for entry in queued) == sorted([kept["request_id"], earlier["request_id"]])
+
+
+@pytest.mark.anyio
+async def test_a_kept_request_closed_or_gone_behind_this_relays_back_is_refused_as_after_a_read(
+    nodes: dict[str, Node],
+) -> None:
+    """Another process withdrew one kept request and removed another from the store: the
+    decision on each is refused with what a read would have found, and nothing is queued."""
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        withdrawn, gone = await received(client, alpha), await received(client, alpha)
+        await relay.store.inbox.withdraw("alpha", withdrawn["request_id"], withdrawal=b'{"withdrawn": 1}')
+        keys = relay.store.keys.inbox_item("alpha", gone["request_id"])
+        await relay.store.client.delete(keys.doc, keys.outcome, keys.decisions, keys.events)
+        answers = [
+            await client.post(
+                f"/v1/inbox/{request['request_id']}/decision",
+                json=approval(request, "beta"),
+                headers=beta.headers,
+            )
+            for request in (withdrawn, gone)
+        ]
+        queued = await relay.deliveries.entries()
+
+    assert error(answers[0]) == (
+        409,
+        "withdrawn",
+        f"Request {withdrawn['request_id']} was withdrawn by its origin alpha; no decision on it counts "
+        "any more.",
+    )
+    assert error(answers[1]) == (
+        404,
+        "not_found",
+        f"No request {gone['request_id']} from alpha is in this node's inbox.",
+    )
+    assert queued == []
+
+
+@pytest.mark.anyio
+async def test_a_decision_is_checked_against_the_stored_request_never_a_clashing_one(
+    nodes: dict[str, Node],
+) -> None:
+    """A second document under a stored request's id is refused, and a decision over it stays
+    refused: what the relay keeps for decisions is what the store took in."""
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        stored = await received(client, alpha)
+        clash = dict(stored, expires_at=stored["expires_at"] + 60)  # a statement field: not its digest
+        refused = await client.post("/v1/inbox", json=alpha.signed(clash))
+        path = f"/v1/inbox/{stored['request_id']}/decision"
+        over_clash = await client.post(path, json=approval(clash, "beta"), headers=beta.headers)
+        over_stored = await client.post(path, json=approval(stored, "beta"), headers=beta.headers)
+
+    assert error(refused) == (
+        409,
+        "conflict",
+        f"Request {stored['request_id']} from alpha is already stored with a different document.",
+    )
+    assert error(over_clash) == (
+        422,
+        "invalid",
+        f"The statement's expires_at does not match request {stored['request_id']}.",
+    )
+    assert (over_stored.status_code, over_stored.json()["counted"]) == (200, True)

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import time
+from collections import OrderedDict
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
@@ -45,6 +46,9 @@ logger = logging.getLogger("teaagent.relay")
 APPROVER_TARGET: Final = "approver"  # the inbox queue's only consumer
 INBOX_WAKE_SECONDS: Final = 1.0  # one block of an inbox long-poll, under the store's socket timeout
 INBOX_SWEEP_BATCH: Final = 500  # inbox queue entries looked at per sweep; the next sweep goes on from there
+# Requests this process verified and stored lately, kept for its approver's decisions on them: an
+# automatic decision comes back within moments, and then needs no read of the stored request.
+KEPT_REQUESTS: Final = 2048
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,22 @@ class Inbox(RelayBase):
         self._enqueues: Coalescer[tuple[str, str, bytes, int], str] = Coalescer(
             self._enqueue_deliveries, "teaagent-relay-enqueues", wrap=store_error
         )
+        # (origin, request id) -> the request as this process verified it and the store took it in.
+        self._kept: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+
+    def _keep(self, origin: str, request: dict[str, Any]) -> None:
+        """Keep ``request`` of ``origin``, whose signature this process verified and which the
+        store holds, for :meth:`decide`; the oldest goes when ``KEPT_REQUESTS`` are kept."""
+        self._kept[(origin, request["request_id"])] = request
+        self._kept.move_to_end((origin, request["request_id"]))
+        while len(self._kept) > KEPT_REQUESTS:
+            self._kept.popitem(last=False)
+
+    def _verified_kept(self, origin: str, request_id: str) -> dict[str, Any] | None:
+        """The request :meth:`_keep` kept, while ``origin`` is still a configured peer; else None."""
+        if origin not in self.config.peers:
+            return None
+        return self._kept.get((origin, request_id))
 
     def _peer_origin(self, document: dict[str, Any], what: str) -> tuple[str, Trust]:
         """The configured peer a received ``document`` names as its origin, and the trust that says so.
@@ -330,6 +350,7 @@ class Inbox(RelayBase):
             )
         accepted = got.accepted
         assert accepted is not None  # allowed: stored
+        self._keep(origin, request)
         return await self._received(
             origin, request, created=accepted.created, state=accepted.state, queued=got.entry_id is not None
         )
@@ -514,10 +535,14 @@ class Inbox(RelayBase):
             StoreError: Redis failed.
         """
         origin = _origin_of(statement, "statement")
-        stored = await self._find_inbox(request_id, origin)  # one coalesced read, origin given
-        if stored.state in _CLOSED:
-            raise _closed(stored.state, request_id, origin)
-        request, _signature = envelope(stored.document)
+        # A request this process took in is used as it verified it: no read. Its state is the
+        # record's answer below (withdrawn or settled since, or gone: refused as after a read).
+        request = self._verified_kept(origin, request_id)
+        if request is None:
+            stored = await self._find_inbox(request_id, origin)  # one coalesced read, origin given
+            if stored.state in _CLOSED:
+                raise _closed(stored.state, request_id, origin)
+            request, _signature = envelope(stored.document)
         signer = statement.get("signer")
         if signer != self.agent_id:
             self.metrics.decisions.labels("own", "rejected").inc()
@@ -550,11 +575,15 @@ class Inbox(RelayBase):
             )
         data = decision_bytes(rebuilt, wire)
         # Recorded first, queued only once it is this node's decision: a contrary one never leaves.
-        result = await self._inbox_writes.call(
-            (origin, DecisionToCount(request_id, kind, signer, data, int(now)))
-        )
+        try:
+            result = await self._inbox_writes.call(
+                (origin, DecisionToCount(request_id, kind, signer, data, int(now)))
+            )
+        except RequestNotFoundError:
+            self._kept.pop((origin, request_id), None)
+            raise _not_in_inbox(request_id, origin) from None
         if result.state in _CLOSED and not result.counted:
-            raise _closed(result.state, request_id, origin)  # withdrawn or settled since the read above
+            raise _closed(result.state, request_id, origin)  # withdrawn or settled since it was read or kept
         if not result.counted:
             self._refuse_another(await self.store.inbox.get(origin, request_id), signer, data, request_id)
         self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()
