@@ -27,7 +27,7 @@ from relay_support import (
     shell_request,
     signer,
 )
-from store_support import decided_in_inbox, documents_read
+from store_support import decided_in_inbox, documents_read, round_trips
 from words_support import AGO, AN_HOUR_AHEAD, moment_re
 
 from teaagent.errors import StoreError
@@ -521,6 +521,7 @@ async def test_a_decision_recorded_but_never_queued_is_sent_by_the_inbox_sweep(
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
+        relay.store.inbox._shape = CLUSTER  # on one server the record and the queueing are one script
         request = await received(client, alpha)
 
         async def crash(*args: Any, **kwargs: Any) -> list[str]:
@@ -645,18 +646,23 @@ async def test_this_nodes_decision_must_be_signed_by_this_node(nodes: dict[str, 
 
 @pytest.mark.anyio
 async def test_a_decision_on_a_request_this_relay_took_in_reads_no_stored_request(
-    nodes: dict[str, Node], redis_url: str
+    nodes: dict[str, Node], redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The approver's decision comes back moments after the request came in: the relay checks it
     against the request it verified then, and reads only when it did not take the request in
-    itself (here, a relay started again on the same store)."""
+    itself (here, a relay started again on the same store). Recorded and queued for the origin,
+    it is then one round trip to Redis."""
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         kept, earlier = await received(client, alpha), await received(client, alpha)
         path = f"/v1/inbox/{kept['request_id']}/decision"
-        reads, first = await documents_read(
-            redis_url, lambda: client.post(path, json=approval(kept, "beta"), headers=beta.headers)
-        )
+
+        async def decide() -> tuple[httpx.Response, list[int]]:
+            with round_trips(monkeypatch) as trips:
+                answer = await client.post(path, json=approval(kept, "beta"), headers=beta.headers)
+            return answer, trips
+
+        reads, (first, trips) = await documents_read(redis_url, decide)
     async with in_process(beta, deliver=False) as client:
         path = f"/v1/inbox/{earlier['request_id']}/decision"
         reads_after_start, second = await documents_read(
@@ -667,6 +673,7 @@ async def test_a_decision_on_a_request_this_relay_took_in_reads_no_stored_reques
 
     assert (first.status_code, first.json()["counted"]) == (200, True)
     assert reads == 0
+    assert trips == [1]  # one EVALSHA: record_send
     assert (second.status_code, second.json()["counted"]) == (200, True)
     assert reads_after_start == 1
     assert sorted(entry.request_id for entry in queued) == sorted([kept["request_id"], earlier["request_id"]])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from store_support import APPROVAL, DOC, EXPIRES, NOW, PATHS, Run, accepted, new_id, round_trips
 
-from teaagent.errors import RequestConflictError, StoreError
+from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
 from teaagent.store import MAX_PENDING_PER_ORIGIN, DecisionToCount, Intake, Store
 from teaagent.store._shapes import CLUSTER, ONE_SERVER
 from teaagent.tools import ToolRateLimit
@@ -454,3 +454,79 @@ def test_a_lone_decision_that_settles_an_item_takes_it_out_of_the_sets_in_its_ow
     # One call: on one server the script alone; on a cluster the sets after, in one more round trip.
     alone = [1] if path == "script" else [1, 2]
     assert in_store(scenario) == [alone, [2, 2], [1]]
+
+
+# This node's own decision, recorded and queued for the origin -------------------------------------
+
+
+TO_ALPHA = b'{"path": "/v1/requests/.../decisions"}'
+
+
+def own_decisions(*items: tuple[str, str]) -> list[tuple[str, DecisionToCount, tuple[str, bytes, int]]]:
+    """This node's (beta's) decisions, ``(kind, request id)`` each, with their delivery to alpha."""
+    return [
+        ("alpha", DecisionToCount(request_id, kind, "beta", APPROVAL, NOW), ("alpha", TO_ALPHA, EXPIRES))  # type: ignore[arg-type]
+        for kind, request_id in items
+    ]
+
+
+@PATHS
+def test_this_nodes_decision_is_queued_for_its_origin_only_when_it_counted(
+    in_store: Run, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(store: Store) -> list[int]:
+        first, second, withdrawn = new_id(), new_id(), new_id()
+        for request_id in (first, second, withdrawn):
+            await received(store, path, request_id)
+        await store.inbox.withdraw("alpha", withdrawn, withdrawal=b'{"withdrawn": 1}', now=NOW)
+        queue = store.queue("deliveries")
+        await store.inbox.record_and_queue(own_decisions(("approval", new_id())), queue)  # scripts loaded
+        with round_trips(monkeypatch) as trips:
+            answers = await store.inbox.record_and_queue(
+                own_decisions(("approval", first), ("denial", second)), queue
+            )
+        repeats = await store.inbox.record_and_queue(
+            own_decisions(
+                ("approval", first), ("denial", first), ("approval", withdrawn), ("approval", new_id())
+            ),
+            queue,
+        )
+        counted = [(answer.result.state, answer.result.counted, bool(answer.entry_id)) for answer in answers]
+        assert counted == [("approved", True, True), ("denied", True, True)]
+        assert [(answer.result.state, answer.result.counted, answer.entry_id) for answer in repeats[:3]] == [
+            ("approved", False, None),  # the same decision again: its caller queues a repeat
+            ("approved", False, None),  # a contrary one never leaves
+            ("withdrawn", False, None),
+        ]
+        assert isinstance(repeats[3], RequestNotFoundError)
+        assert await delivery_entries(store) == [
+            (b"alpha", first.encode(), TO_ALPHA),
+            (b"alpha", second.encode(), TO_ALPHA),
+        ]
+        assert await held(store) == []  # both settled here: out of the origin's held set
+        assert await store.inbox.list_requests(state="pending", now=NOW) == []
+        return trips
+
+    # On one server a record_send each, one round trip; on a cluster the records, the sets after
+    # them, then the deliveries.
+    assert in_store(scenario) == ([2] if path == "script" else [2, 2, 2])
+
+
+@PATHS
+def test_a_decision_that_finds_the_queue_full_is_recorded_and_its_caller_told(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        await received(store, path, request_id)
+        queue = store.queue("deliveries", max_length=1)
+        await queue.enqueue("gamma", new_id(), b"{}", EXPIRES)
+        [answer] = await store.inbox.record_and_queue(own_decisions(("approval", request_id)), queue)
+        assert isinstance(answer, StoreError)
+        assert "already holds 1 entries" in str(answer)
+        stored = await store.inbox.get("alpha", request_id)
+        assert stored is not None
+        assert stored.state == "approved"
+        assert len(await delivery_entries(store)) == 1
+
+    in_store(scenario)

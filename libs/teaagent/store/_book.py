@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
@@ -34,6 +34,7 @@ from teaagent.store._results import (
     AcceptResult,
     DecisionResult,
     DecisionToCount,
+    QueuedDecision,
     RequestState,
     SettleResult,
     StoredRequest,
@@ -46,7 +47,10 @@ from teaagent.store._results import (
     stored_request,
 )
 from teaagent.store._scripts import AsyncScripts
-from teaagent.store._shapes import Shape, shape_of
+from teaagent.store._shapes import Outgoing, Shape, shape_of
+
+if TYPE_CHECKING:
+    from teaagent.store._queue import DeliveryQueue
 
 __all__ = ["Answer", "Book"]
 
@@ -68,6 +72,28 @@ def _record_args(kind: str, signer: str, decision: bytes, now: int, policy: str)
 
 def _record_keys(keys: RequestKeys) -> list[str]:
     return [keys.outcome, keys.decisions, keys.events]
+
+
+def _checked(
+    decisions: Sequence[tuple[DecisionToCount, Callable[[], Ref]]],
+) -> tuple[list[Any], list[int], list[tuple[Ref, list[Any]]]]:
+    """Each ``(decision, its ref)`` checked: the answers so far (the error of each refused one), the
+    answer slot of each call to send, and each call's ref and ``record_decision`` ARGV."""
+    answers: list[Any] = []
+    calls: list[tuple[Ref, list[Any]]] = []
+    sent: list[int] = []
+    for item, where in decisions:
+        try:
+            check_decision(item.kind, item.signer, item.decision)
+            ref = where()
+        except (ValueError, TypeError) as exc:
+            answers.append(exc)
+            continue
+        sent.append(len(answers))
+        answers.append(StoreError("not sent"))  # replaced by the caller
+        args = _record_args(item.kind, item.signer, item.decision, now_seconds(item.now), item.policy)
+        calls.append((ref, args))
+    return answers, sent, calls
 
 
 class Book:
@@ -159,10 +185,11 @@ class Book:
         """
         if len(calls) > 1 or not self._shape.spans_tags:
             return "record_decision", [(_record_keys(ref.keys), args) for ref, args in calls]
-        return "record_unlist", [
-            ([*_record_keys(ref.keys), self._pending_key, *self._held([ref.member])], [ref.member, *args])
-            for ref, args in calls
-        ]
+        return "record_unlist", [(self._unlisting_keys(ref), [ref.member, *args]) for ref, args in calls]
+
+    def _unlisting_keys(self, ref: Ref) -> list[str]:
+        """``record_unlist``'s keys for ``ref``: its counting keys, the pending set, its held sets."""
+        return [*_record_keys(ref.keys), self._pending_key, *self._held([ref.member])]
 
     async def _record(
         self, ref: Ref, *, kind: str, signer: str, decision: bytes, now: int | None, policy: str = ""
@@ -272,31 +299,58 @@ class Book:
         Raises:
             StoreError: Redis is unreachable or failed (the whole pipeline).
         """
-        answers: list[Answer] = []
-        calls: list[tuple[Ref, list[Any]]] = []
-        sent: list[int] = []  # the answer slot of each call
-        for item, where in decisions:
-            try:
-                check_decision(item.kind, item.signer, item.decision)
-                ref = where()
-            except (ValueError, TypeError) as exc:
-                answers.append(exc)
-                continue
-            sent.append(len(answers))
-            answers.append(StoreError("not sent"))  # replaced below
-            args = _record_args(item.kind, item.signer, item.decision, now_seconds(item.now), item.policy)
-            calls.append((ref, args))
+        answers, sent, calls = _checked(decisions)
         if not calls:
             return answers
         for slot, (ref, _args), reply in zip(sent, calls, await self._record_many(calls), strict=True):
-            if isinstance(reply, redis.exceptions.RedisError):
-                answers[slot] = StoreError(describe_redis_error(self._url, reply))
-                continue
-            try:
-                answers[slot] = decision_result(reply, ref.label)
-            except RequestNotFoundError as exc:
-                answers[slot] = exc
+            answers[slot] = self._answer(reply, ref)
         return answers
+
+    async def _record_queue_batch(
+        self,
+        decisions: Sequence[tuple[DecisionToCount, Callable[[], Ref], Outgoing]],
+        queue: DeliveryQueue,
+    ) -> list[QueuedDecision | Exception]:
+        """:meth:`_record_batch`, and each decision a call counted queued on ``queue``: its
+        ``(target, payload, expires_at)``, under its request's id.
+
+        On one server each is one ``record_send`` call, all in one pipeline; on a cluster the
+        records, then the counted ones' entries, each in one pipeline. The answer for each is a
+        :class:`QueuedDecision`, or the error recording it alone would have raised; a full queue
+        is a ``StoreError`` (the decision is recorded: a repeat of it is queued by its caller).
+
+        Raises:
+            StoreError: Redis is unreachable or failed (the whole pipeline).
+            ValueError: an entry the queue would refuse (nothing is sent then).
+        """
+        answers: list[QueuedDecision | Exception]
+        answers, sent, calls = _checked([(item, where) for item, where, _outgoing in decisions])
+        if not calls:
+            return answers
+        entries = []
+        for slot in sent:
+            item, _where, (target, payload, expires_at) = decisions[slot]
+            entries.append((target, item.request_id, payload, expires_at))
+            queue.entry(*entries[-1])  # refused before anything is sent, on either shape
+        replies = await self._shape.record_send(self, calls, queue, entries)
+        for slot, (ref, _args), (reply, entry_id) in zip(sent, calls, replies, strict=True):
+            answer = self._answer(reply, ref)
+            if not isinstance(answer, DecisionResult):
+                answers[slot] = answer  # the error recording it alone would have raised
+            elif isinstance(entry_id, StoreError):
+                answers[slot] = entry_id  # recorded; the queue was full
+            else:
+                answers[slot] = QueuedDecision(answer, entry_id)
+        return answers
+
+    def _answer(self, reply: Any, ref: Ref) -> Answer:
+        """One recorded decision's answer from its script's ``reply`` (a Redis error for it alone)."""
+        if isinstance(reply, redis.exceptions.RedisError):
+            return StoreError(describe_redis_error(self._url, reply))
+        try:
+            return decision_result(reply, ref.label)
+        except RequestNotFoundError as exc:
+            return exc
 
     async def _get(self, ref: Ref, *, deliveries: bool = False) -> StoredRequest | None:
         with converting(self._url):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from teaagent.store._book import Answer, Book
 from teaagent.store._connection import converting
@@ -15,11 +16,16 @@ from teaagent.store._results import (
     DecisionResult,
     DecisionToCount,
     Intake,
+    QueuedDecision,
     ReceiveResult,
     SettleResult,
     StoredRequest,
     WithdrawResult,
 )
+from teaagent.store._shapes import Outgoing
+
+if TYPE_CHECKING:
+    from teaagent.store._queue import DeliveryQueue
 
 __all__ = ["InboxBook"]
 
@@ -216,6 +222,31 @@ class InboxBook(Book):
         items = [self._at(origin, request_id) for origin, request_id in refs]
         with converting(self._url):
             return await self._get_many(items)
+
+    async def record_and_queue(
+        self, decisions: Sequence[tuple[str, DecisionToCount, Outgoing]], queue: DeliveryQueue
+    ) -> list[QueuedDecision | Exception]:
+        """This node's own decisions, each ``(origin, decision, (target, payload, expires_at))``:
+        recorded as :meth:`record_decisions` records them, and each one a call counted queued on
+        ``queue`` for ``target`` (its request's origin), in one round trip on one server (one
+        ``record_send`` script each: no crash between the record and the queueing).
+
+        A decision that did not count (a repeat, a contrary one, a closed request) is not queued:
+        its caller decides whether a repeat goes again. The answer for each is a
+        :class:`QueuedDecision`, or the error recording it alone would have raised, or the
+        ``StoreError`` of a full queue (the decision is recorded, not queued).
+
+        Raises:
+            StoreError: Redis is unreachable or failed (recording and queueing again is harmless).
+            ValueError: an entry the queue refuses (nothing is sent then).
+        """
+        return await self._record_queue_batch(
+            [
+                (item, functools.partial(self._at, origin, item.request_id), outgoing)
+                for origin, item, outgoing in decisions
+            ],
+            queue,
+        )
 
     async def record_decisions(self, decisions: Sequence[tuple[str, DecisionToCount]]) -> list[Answer]:
         """:meth:`record_decision` for many ``(origin, decision)`` in one round trip, pipelined.

@@ -29,6 +29,7 @@ __all__ = [
     "DeliveryState",
     "DeliveryStateName",
     "Intake",
+    "QueuedDecision",
     "ReceiveResult",
     "RequestState",
     "SettleResult",
@@ -160,6 +161,15 @@ class DecisionToCount:
     now: int | None = None  # Unix seconds; None is the current time
     # A version 2 request's policy as the script reads it (QuorumPolicy.script_form); "" for version 1.
     policy: str = ""
+
+
+@dataclass(frozen=True)
+class QueuedDecision:
+    """This node's own decision on a received request, recorded, and queued for the request's origin
+    when that call counted it (``InboxBook.record_and_queue``)."""
+
+    result: DecisionResult
+    entry_id: str | None  # the delivery's queue entry; None when the call did not count it
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ SCRIPT_NAMES = (
     "accept_request",
     "record_decision",
     "record_unlist",
+    "record_send",
     "ratelimit",
     "enqueue",
     "promote_due",
@@ -52,8 +53,8 @@ SCRIPT_NAMES = (
 
 # A composite script runs other scripts, in one call. Its source is each part's own file as a local
 # function of (KEYS, ARGV), then its own file, which calls them: the parts are never written twice.
-# receive_request, submit_request and record_unlist run on one server only (their keys have several
-# hash tags); the others' keys share one, as every script's.
+# receive_request, submit_request, record_unlist and record_send run on one server only (their keys
+# have several hash tags); the others' keys share one, as every script's.
 COMPOSITES: dict[str, tuple[str, ...]] = {
     "receive_request": ("hold", "ratelimit", "accept_request", "enqueue"),
     "submit_request": ("accept_request", "enqueue"),
@@ -61,6 +62,7 @@ COMPOSITES: dict[str, tuple[str, ...]] = {
     "settle_elsewhere": ("close_pending",),
     "charge_once": ("ratelimit",),
     "record_unlist": ("record_decision",),
+    "record_send": ("record_unlist", "enqueue"),
 }
 
 

@@ -32,9 +32,27 @@ from teaagent.store._scripts import AsyncScripts
 if TYPE_CHECKING:
     from teaagent.store._queue import DeliveryQueue
 
-__all__ = ["CLUSTER", "ONE_SERVER", "Cluster", "Deliveries", "OneServer", "Parts", "Shape", "shape_of"]
+__all__ = [
+    "CLUSTER",
+    "ONE_SERVER",
+    "Cluster",
+    "Deliveries",
+    "OneServer",
+    "Outgoing",
+    "Parts",
+    "Sent",
+    "Shape",
+    "shape_of",
+]
 
 Deliveries = Sequence[tuple[str, bytes]]  # (target, payload): a peer and the body its relay is sent
+# A recorded decision's delivery: (target, payload, expires_at), its request's origin, the body its
+# relay is sent, the request's expiry.
+Outgoing = tuple[str, bytes, int]
+# What record_send answers for each call: its record_decision reply (or the Redis error of that call
+# alone), and the entry id of its queued delivery, None when it was not queued, or the StoreError
+# of a full queue.
+Sent = tuple[Any, "str | StoreError | None"]
 
 
 class Parts(Protocol):
@@ -52,6 +70,10 @@ class Parts(Protocol):
     async def _exists(self, ref: Ref) -> bool: ...
 
     async def _mark_queued(self, ref: Ref, entry_id: str) -> bool: ...
+
+    def _unlisting_keys(self, ref: Ref) -> list[str]: ...
+
+    async def _record_many(self, calls: list[tuple[Ref, list[Any]]]) -> list[Any]: ...
 
 
 def _list_entries(pipe: Any, book: Parts, one: Acceptance) -> None:
@@ -147,6 +169,33 @@ class OneServer:
         queued = queue.entry_id(entry_id) if accepted.state == "pending" else None
         return received(limiter.decision(remaining), accepted, queued)
 
+    async def record_send(
+        self,
+        book: Parts,
+        calls: list[tuple[Ref, list[Any]]],
+        queue: DeliveryQueue,
+        entries: Sequence[tuple[str, str, bytes, int]],
+    ) -> list[Sent]:
+        """One script per decision (``record_send.lua``), all in one pipeline: recorded, and queued
+        when counted, in one round trip, and no crash between the record and the queueing."""
+        script_calls = []
+        for (ref, args), entry in zip(calls, entries, strict=True):
+            enqueue = queue.entry(*entry)
+            unlist = [ref.member, *args]
+            script_calls.append(
+                ([*book._unlisting_keys(ref), queue.stream], [len(unlist), *unlist, *enqueue])
+            )
+        with converting(book._url):
+            replies = await book._scripts.run_many("record_send", script_calls)
+        sent: list[Sent] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                sent.append((reply, None))
+                continue
+            *recorded, entry_id = reply
+            sent.append((recorded, None if entry_id == 0 else _entry(queue, entry_id)))
+        return sent
+
 
 class Cluster:
     """Keys of other hash tags on other nodes: each step its own call, in the one-server script's order."""
@@ -204,6 +253,33 @@ class Cluster:
             entry_id = await intake.queue.enqueue(intake.target, request_id, payload, one.expires_at, now=now)
             await book._mark_queued(one.ref, entry_id)
         return received(decision, accepted, entry_id)
+
+    async def record_send(
+        self,
+        book: Parts,
+        calls: list[tuple[Ref, list[Any]]],
+        queue: DeliveryQueue,
+        entries: Sequence[tuple[str, str, bytes, int]],
+    ) -> list[Sent]:
+        """The records in one pipeline (``Book._record_many``), then the counted ones' deliveries in
+        another (the queue has another hash tag), in their order."""
+        replies = await book._record_many(calls)
+        counted = [
+            index
+            for index, reply in enumerate(replies)
+            if not isinstance(reply, Exception) and reply[0] != b"unknown" and int(reply[3]) == 1
+        ]
+        queued = await queue.enqueue_many([entries[index] for index in counted]) if counted else []
+        entry_ids: dict[int, str | StoreError] = dict(zip(counted, queued, strict=True))
+        return [(reply, entry_ids.get(index)) for index, reply in enumerate(replies)]
+
+
+def _entry(queue: DeliveryQueue, entry_id: Any) -> str | StoreError:
+    """The queue's entry id from an ``enqueue`` reply, or the StoreError of a full queue."""
+    try:
+        return queue.entry_id(entry_id)
+    except StoreError as exc:
+        return exc
 
 
 Shape = OneServer | Cluster  # what a book runs its accept, submit and receive with

@@ -26,7 +26,7 @@ from teaagent._words import moment
 from teaagent.errors import QuorumError, RequestNotFoundError
 from teaagent.quorum import is_expired, request_problem, request_time_problem, verify_settlement
 from teaagent.relay_client._inbox_view import inbox_item_view
-from teaagent.store import DecisionResult, DecisionToCount, Intake, RequestState, StoredRequest
+from teaagent.store import DecisionToCount, Intake, QueuedDecision, RequestState, StoredRequest
 from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
 from teaagent_relay._errors import ApiError
 from teaagent_relay._protocol import (
@@ -49,6 +49,8 @@ INBOX_SWEEP_BATCH: Final = 500  # inbox queue entries looked at per sweep; the n
 # Requests this process verified and stored lately, kept for its approver's decisions on them: an
 # automatic decision comes back within moments, and then needs no read of the stored request.
 KEPT_REQUESTS: Final = 2048
+# A decision's delivery to its request's origin: the queue entry's target, payload and expiry.
+_Outgoing = tuple[str, bytes, int]
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,16 @@ def _closed(state: str, request_id: str, origin: str) -> ApiError:
     )
 
 
+def _decision_entry(
+    origin: str, request: dict[str, Any], statement: dict[str, Any], wire: str
+) -> tuple[str, str, bytes, int]:
+    """The delivery of this node's decision on ``request`` to its origin's relay: the queue entry's
+    target, request id, payload and expiry."""
+    body = {"statement": statement, "signature": wire}
+    path = f"/v1/requests/{request['request_id']}/decisions"
+    return origin, request["request_id"], delivery(path, body), request["expires_at"]
+
+
 def _not_in_inbox(request_id: str, origin: str) -> ApiError:
     return ApiError(404, "not_found", f"No request {request_id} from {origin} is in this node's inbox.")
 
@@ -103,15 +115,14 @@ class Inbox(RelayBase):
         self.inbox_limit = RateLimit(settings.inbox_rate_limit, settings.inbox_rate_window_seconds)
         self.inbox_max_pending = settings.inbox_max_pending
         self._sweep_cursor: str | None = None  # where the next inbox sweep goes on
-        # This node's own decisions (its approver's, many at once): the reads, the records and the
-        # queued deliveries of concurrent calls each share one round trip.
+        # This node's own decisions (its approver's, many at once): the reads, the records (each
+        # with its delivery to the origin) and the queued repeats of concurrent calls each share
+        # one round trip.
         self._inbox_reads: Coalescer[tuple[str, str], StoredRequest | None] = Coalescer(
             self._read_inbox, "teaagent-relay-inbox-reads", wrap=store_error
         )
-        self._inbox_writes: Coalescer[tuple[str, DecisionToCount], DecisionResult] = Coalescer(
-            self.store.inbox.record_decisions,
-            "teaagent-relay-own-decisions",
-            wrap=store_error,
+        self._inbox_writes: Coalescer[tuple[str, DecisionToCount, _Outgoing], QueuedDecision] = Coalescer(
+            self._record_and_queue, "teaagent-relay-own-decisions", wrap=store_error
         )
         self._enqueues: Coalescer[tuple[str, str, bytes, int], str] = Coalescer(
             self._enqueue_deliveries, "teaagent-relay-enqueues", wrap=store_error
@@ -501,6 +512,12 @@ class Inbox(RelayBase):
         found = iter(await self.store.inbox.get_many(valid))
         return [answer if isinstance(answer, Exception) else next(found) for answer in answers]
 
+    async def _record_and_queue(
+        self, decisions: list[tuple[str, DecisionToCount, _Outgoing]]
+    ) -> list[QueuedDecision | Exception]:
+        """``InboxBook.record_and_queue`` of each decision, on the deliveries queue: one round trip."""
+        return list(await self.store.inbox.record_and_queue(decisions, self.deliveries))
+
     async def _enqueue_deliveries(self, entries: list[tuple[str, str, bytes, int]]) -> list[str | Exception]:
         """``DeliveryQueue.enqueue`` of each entry, one pipeline (the coalescer's send)."""
         return list(await self.deliveries.enqueue_many(entries))
@@ -574,22 +591,29 @@ class Inbox(RelayBase):
                 "longer count.",
             )
         data = decision_bytes(rebuilt, wire)
-        # Recorded first, queued only once it is this node's decision: a contrary one never leaves.
+        # Recorded, and queued for the origin only when it counted as this node's decision: a
+        # contrary one never leaves. One step on one server; two on a cluster.
+        target, _request_id, payload, expires_at = _decision_entry(origin, request, rebuilt, wire)
         try:
-            result = await self._inbox_writes.call(
-                (origin, DecisionToCount(request_id, kind, signer, data, int(now)))
+            queued = await self._inbox_writes.call(
+                (
+                    origin,
+                    DecisionToCount(request_id, kind, signer, data, int(now)),
+                    (target, payload, expires_at),
+                )
             )
         except RequestNotFoundError:
             self._kept.pop((origin, request_id), None)
             raise _not_in_inbox(request_id, origin) from None
+        result = queued.result
         if result.state in _CLOSED and not result.counted:
             raise _closed(result.state, request_id, origin)  # withdrawn or settled since it was read or kept
         if not result.counted:
             self._refuse_another(await self.store.inbox.get(origin, request_id), signer, data, request_id)
+            # The same decision again: queued once more, as the inbox sweep queues it, for a relay
+            # that died between recording and queueing on a cluster (the origin counts a signer once).
+            await self._send_decision(origin, request, rebuilt, wire)
         self.metrics.decisions.labels("own", "counted" if result.counted else "duplicate").inc()
-        # Queued for a repeat as well, and again by the inbox sweep: a relay that died between
-        # recording and queueing still sends the decision (the origin counts a signer once).
-        await self._send_decision(origin, request, rebuilt, wire)
         return {
             "request_id": request["request_id"],
             "origin": origin,
@@ -603,11 +627,7 @@ class Inbox(RelayBase):
     async def _send_decision(
         self, origin: str, request: dict[str, Any], statement: dict[str, Any], wire: str
     ) -> None:
-        body = {"statement": statement, "signature": wire}
-        path = f"/v1/requests/{request['request_id']}/decisions"
-        await self._enqueues.call(
-            (origin, request["request_id"], delivery(path, body), request["expires_at"])
-        )
+        await self._enqueues.call(_decision_entry(origin, request, statement, wire))
 
     @staticmethod
     def _refuse_another(stored: StoredRequest | None, signer: str, data: bytes, request_id: str) -> None:
