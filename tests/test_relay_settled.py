@@ -371,9 +371,15 @@ async def test_the_settlement_waits_its_grace_and_spares_a_peer_whose_decision_c
             decided = approval(request, "delta") if late == "approval" else denial(request, "delta")
             assert (await relay.count(request_id, **decided))["counted"] is False
         assert _settlements(await relay.deliveries.claim("test", 10, 0)) == []  # in its grace
+    registry = relay.metrics.registry
+    counted = {
+        result: registry.get_sample_value("teaagent_relay_settlements_total", {"result": result})
+        for result in ("queued", "spared")
+    }
     async with in_process(alpha, deliver=False) as client:  # stopped: queued then
         relay = client.app.state.relay  # type: ignore[attr-defined]
         assert _settlements(await relay.deliveries.claim("test", 10, 0)) == settled_to
+    assert counted == {"queued": len(settled_to), "spared": 1 - len(settled_to)}
 
 
 @pytest.mark.anyio

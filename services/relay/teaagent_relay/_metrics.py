@@ -37,6 +37,13 @@ class RelayMetrics(ServiceMetrics):
             "source",
             "result",
         )
+        self.settlements = self.counter(
+            "settlements",
+            "Peers of an own request decided here whose decision is not in the evidence of its outcome, "
+            "once the settlement's grace is over: queued (sent the evidence: they had not decided) or "
+            "spared (their decision came in the grace, so they are not sent it).",
+            "result",
+        )
         self.outcomes = self.counter(
             "outcomes",
             "Own requests decided, by outcome (counted once, by the call that decided it).",

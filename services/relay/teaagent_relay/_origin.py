@@ -461,14 +461,13 @@ class OwnRequests(RelayBase):
         payload = delivery(_settled_path(request_id), body)
         # Only to the peers whose decision is not in the evidence: the others decided already (and
         # a node never counts its own signature as a peer's, so it could not verify its own part).
-        decided = set(status["signers"]) | set(status["denied_by"]) | decided_late
+        in_evidence = set(status["signers"]) | set(status["denied_by"])
+        silent = [peer for peer in known.peers if peer not in in_evidence and peer not in decided_late]
         await asyncio.gather(
-            *(
-                self.deliveries.enqueue(peer, request_id, payload, request["expires_at"])
-                for peer in known.peers
-                if peer not in decided
-            )
+            *(self.deliveries.enqueue(peer, request_id, payload, request["expires_at"]) for peer in silent)
         )
+        self.metrics.settlements.labels("queued").inc(len(silent))
+        self.metrics.settlements.labels("spared").inc(len(decided_late & set(known.peers) - in_evidence))
 
     @staticmethod
     def _receipt(request: dict[str, Any], signer: str, kind: str, result: DecisionResult) -> dict[str, Any]:
