@@ -530,3 +530,23 @@ def test_a_decision_that_finds_the_queue_full_is_recorded_and_its_caller_told(
         assert len(await delivery_entries(store)) == 1
 
     in_store(scenario)
+
+
+@PATHS
+def test_a_decision_whose_delivery_the_queue_would_refuse_is_not_recorded_either(
+    in_store: Run, path: str
+) -> None:
+    async def scenario(store: Store) -> None:
+        request_id = new_id()
+        await received(store, path, request_id)
+        bad = [
+            ("alpha", DecisionToCount(request_id, "approval", "beta", APPROVAL, NOW), ("", TO_ALPHA, EXPIRES))
+        ]
+        with pytest.raises(ValueError, match="target must be"):
+            await store.inbox.record_and_queue(bad, store.queue("deliveries"))  # type: ignore[arg-type]
+        stored = await store.inbox.get("alpha", request_id)
+        assert stored is not None
+        assert stored.state == "pending"
+        assert await delivery_entries(store) == []
+
+    in_store(scenario)

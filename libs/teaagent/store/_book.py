@@ -331,7 +331,6 @@ class Book:
         for slot in sent:
             item, _where, (target, payload, expires_at) = decisions[slot]
             entries.append((target, item.request_id, payload, expires_at))
-            queue.entry(*entries[-1])  # refused before anything is sent, on either shape
         replies = await self._shape.record_send(self, calls, queue, entries)
         for slot, (ref, _args), (reply, entry_id) in zip(sent, calls, replies, strict=True):
             answer = self._answer(reply, ref)

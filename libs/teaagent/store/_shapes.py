@@ -4,15 +4,17 @@ A request's keys share one hash tag; a book's index and pending set, an origin's
 rate-limit window and a queue each have another (``teaagent.store._keys``). On one server every
 key is on one node, so the steps of one operation may share a round trip or one script: storing
 a request is its index entries and ``accept_request`` in one pipeline, submitting one is
-``submit_request.lua``, receiving one is ``receive_request.lua``. On a cluster the steps whose keys
+``submit_request.lua``, receiving one is ``receive_request.lua``, and this node's decision on one
+it received, recorded and queued for the origin, is ``record_send.lua``. On a cluster the steps whose keys
 have other hash tags go one by one, in the scripts' order, and a step left undone by a crash is
 completed by the caller's repeat. A book picks its shape once, when it is built (``shape_of``).
 
-Each shape, ``OneServer`` and ``Cluster``, runs the three operations whose steps touch keys of more
+Each shape, ``OneServer`` and ``Cluster``, runs the four operations whose steps touch keys of more
 than one hash tag: ``accept`` (the index entries, then ``accept_request``: its ``{status, state}``;
-Redis errors raised as they are, for the caller to convert), ``submit`` (``RequestBook.submit``)
-and ``receive`` (``InboxBook.receive``: look, hold in the origin's ``held_key``, charge, accept,
-queue, mark).
+Redis errors raised as they are, for the caller to convert), ``submit`` (``RequestBook.submit``),
+``receive`` (``InboxBook.receive``: look, hold in the origin's ``held_key``, charge, accept,
+queue, mark) and ``record_send`` (``InboxBook.record_and_queue``: record, unlist once settled,
+queue when counted).
 """
 
 from __future__ import annotations
@@ -262,12 +264,15 @@ class Cluster:
         entries: Sequence[tuple[str, str, bytes, int]],
     ) -> list[Sent]:
         """The records in one pipeline (``Book._record_many``), then the counted ones' deliveries in
-        another (the queue has another hash tag), in their order."""
+        another (the queue has another hash tag), in their order. An entry the queue refuses is
+        refused before anything is sent, as on one server."""
+        for entry in entries:
+            queue.entry(*entry)  # ValueError, TypeError: nothing sent
         replies = await book._record_many(calls)
         counted = [
             index
             for index, reply in enumerate(replies)
-            if not isinstance(reply, Exception) and reply[0] != b"unknown" and int(reply[3]) == 1
+            if not isinstance(reply, Exception) and int(reply[3]) == 1  # counted (an unknown one is not)
         ]
         queued = await queue.enqueue_many([entries[index] for index in counted]) if counted else []
         entry_ids: dict[int, str | StoreError] = dict(zip(counted, queued, strict=True))
@@ -282,7 +287,7 @@ def _entry(queue: DeliveryQueue, entry_id: Any) -> str | StoreError:
         return exc
 
 
-Shape = OneServer | Cluster  # what a book runs its accept, submit and receive with
+Shape = OneServer | Cluster  # what a book runs its accept, submit, receive and record_send with
 
 ONE_SERVER = OneServer()
 CLUSTER = Cluster()
