@@ -474,19 +474,23 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
-        decided, waiting = await received(client, alpha), await received(client, alpha)
+        decided, withdrawn, waiting = [await received(client, alpha) for _ in range(3)]
         await approve_here(client, beta, decided)
+        await relay.store.inbox.withdraw("alpha", withdrawn["request_id"], withdrawal=b'{"withdrawn": 1}')
         queue = relay.store.inbox_queue
         before = [entry.request_id for entry in await queue.entries()]
         swept = await relay.sweep_inbox_queue()
         after = [entry.request_id for entry in await queue.entries()]
         expired = await relay.sweep_inbox_queue(now=waiting["expires_at"] + 1)
         stats = await queue.stats()
+        sent = [entry.request_id for entry in await relay.deliveries.entries()]
 
-    assert before == [decided["request_id"], waiting["request_id"]]
-    assert (swept, after) == (1, [waiting["request_id"]])  # the decided one no longer waits
+    # The decided one left with its decision; the sweep takes out what else waits for nobody.
+    assert before == [withdrawn["request_id"], waiting["request_id"]]
+    assert (swept, after) == (1, [waiting["request_id"]])  # the withdrawn one no longer waits
     assert expired == 1  # nor does one past its expiry
     assert (stats.length, stats.pending) == (0, 0)
+    assert sent == [decided["request_id"]]  # its decision went once: no sweep sends it again
 
 
 @pytest.mark.usefixtures("one_entry_per_sweep")
@@ -497,8 +501,8 @@ async def test_requests_waiting_at_the_head_of_the_inbox_queue_do_not_hide_the_o
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
         relay = client.app.state.relay  # type: ignore[attr-defined]
-        waiting, decided = await received(client, alpha), await received(client, alpha)
-        await approve_here(client, beta, decided)
+        waiting, withdrawn = await received(client, alpha), await received(client, alpha)
+        await relay.store.inbox.withdraw("alpha", withdrawn["request_id"], withdrawal=b'{"withdrawn": 1}')
         sweeps = [await relay.sweep_inbox_queue() for _ in range(3)]
         left = [entry.request_id for entry in await relay.store.inbox_queue.entries()]
 

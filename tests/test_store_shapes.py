@@ -470,26 +470,32 @@ def own_decisions(*items: tuple[str, str]) -> list[tuple[str, DecisionToCount, t
     ]
 
 
+async def approver_entries(store: Store) -> list[bytes]:
+    """The request ids of the approver's queue (the inbox queue), in order."""
+    return [fields[b"request_id"] for fields in await inbox_queue_entries(store)]
+
+
 @PATHS
 def test_this_nodes_decision_is_queued_for_its_origin_only_when_it_counted(
     in_store: Run, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario(store: Store) -> list[int]:
-        first, second, withdrawn = new_id(), new_id(), new_id()
-        for request_id in (first, second, withdrawn):
+        first, second, withdrawn, waiting = new_id(), new_id(), new_id(), new_id()
+        for request_id in (first, second, withdrawn, waiting):
             await received(store, path, request_id)
         await store.inbox.withdraw("alpha", withdrawn, withdrawal=b'{"withdrawn": 1}', now=NOW)
-        queue = store.queue("deliveries")
-        await store.inbox.record_and_queue(own_decisions(("approval", new_id())), queue)  # scripts loaded
+        queue, inbox = store.queue("deliveries"), store.inbox_queue
+        await store.inbox.record_and_queue(own_decisions(("approval", new_id())), queue, inbox)  # loaded
         with round_trips(monkeypatch) as trips:
             answers = await store.inbox.record_and_queue(
-                own_decisions(("approval", first), ("denial", second)), queue
+                own_decisions(("approval", first), ("denial", second)), queue, inbox
             )
         repeats = await store.inbox.record_and_queue(
             own_decisions(
                 ("approval", first), ("denial", first), ("approval", withdrawn), ("approval", new_id())
             ),
             queue,
+            inbox,
         )
         counted = [(answer.result.state, answer.result.counted, bool(answer.entry_id)) for answer in answers]
         assert counted == [("approved", True, True), ("denied", True, True)]
@@ -503,13 +509,17 @@ def test_this_nodes_decision_is_queued_for_its_origin_only_when_it_counted(
             (b"alpha", first.encode(), TO_ALPHA),
             (b"alpha", second.encode(), TO_ALPHA),
         ]
-        assert await held(store) == []  # both settled here: out of the origin's held set
-        assert await store.inbox.list_requests(state="pending", now=NOW) == []
+        assert await held(store) == [f"alpha/{waiting}"]  # the others settled: out of its held set
+        assert [item.request_id for item in await store.inbox.list_requests(state="pending", now=NOW)] == [
+            waiting
+        ]
+        # Decided and queued for alpha: out of the approver's queue (the withdrawn one is the sweep's).
+        assert await approver_entries(store) == [withdrawn.encode(), waiting.encode()]
         return trips
 
     # On one server a record_send each, one round trip; on a cluster the records, the sets after
-    # them, then the deliveries.
-    assert in_store(scenario) == ([2] if path == "script" else [2, 2, 2])
+    # them, the deliveries, then the approver's entries (where they are, then out: XACK, XDEL).
+    assert in_store(scenario) == ([2] if path == "script" else [2, 2, 2, 2, 4])
 
 
 @PATHS
@@ -521,13 +531,17 @@ def test_a_decision_that_finds_the_queue_full_is_recorded_and_its_caller_told(
         await received(store, path, request_id)
         queue = store.queue("deliveries", max_length=1)
         await queue.enqueue("gamma", new_id(), b"{}", EXPIRES)
-        [answer] = await store.inbox.record_and_queue(own_decisions(("approval", request_id)), queue)
+        [answer] = await store.inbox.record_and_queue(
+            own_decisions(("approval", request_id)), queue, store.inbox_queue
+        )
         assert isinstance(answer, StoreError)
         assert "already holds 1 entries" in str(answer)
         stored = await store.inbox.get("alpha", request_id)
         assert stored is not None
         assert stored.state == "approved"
         assert len(await delivery_entries(store)) == 1
+        # Not queued: its entry stays for the inbox sweep, which sends the decision again.
+        assert await approver_entries(store) == [request_id.encode()]
 
     in_store(scenario)
 
@@ -543,7 +557,7 @@ def test_a_decision_whose_delivery_the_queue_would_refuse_is_not_recorded_either
             ("alpha", DecisionToCount(request_id, "approval", "beta", APPROVAL, NOW), ("", TO_ALPHA, EXPIRES))
         ]
         with pytest.raises(ValueError, match="target must be"):
-            await store.inbox.record_and_queue(bad, store.queue("deliveries"))  # type: ignore[arg-type]
+            await store.inbox.record_and_queue(bad, store.queue("deliveries"), store.inbox_queue)  # type: ignore[arg-type]
         stored = await store.inbox.get("alpha", request_id)
         assert stored is not None
         assert stored.state == "pending"

@@ -310,12 +310,15 @@ class Book:
         self,
         decisions: Sequence[tuple[DecisionToCount, Callable[[], Ref], Outgoing]],
         queue: DeliveryQueue,
+        inbox: DeliveryQueue,
     ) -> list[QueuedDecision | Exception]:
         """:meth:`_record_batch`, and each decision a call counted queued on ``queue``: its
-        ``(target, payload, expires_at)``, under its request's id.
+        ``(target, payload, expires_at)``, under its request's id; each item it settled and queued
+        then leaves the approver's queue, ``inbox``.
 
         On one server each is one ``record_send`` call, all in one pipeline; on a cluster the
-        records, then the counted ones' entries, each in one pipeline. The answer for each is a
+        records, then the counted ones' entries, each in one pipeline, then the settled items'
+        approver entries. The answer for each is a
         :class:`QueuedDecision`, or the error recording it alone would have raised; a full queue
         is a ``StoreError`` (the decision is recorded: a repeat of it is queued by its caller).
 
@@ -331,7 +334,7 @@ class Book:
         for slot in sent:
             item, _where, (target, payload, expires_at) = decisions[slot]
             entries.append((target, item.request_id, payload, expires_at))
-        replies = await self._shape.record_send(self, calls, queue, entries)
+        replies = await self._shape.record_send(self, calls, queue, entries, inbox)
         for slot, (ref, _args), (reply, entry_id) in zip(sent, calls, replies, strict=True):
             answer = self._answer(reply, ref)
             if not isinstance(answer, DecisionResult):

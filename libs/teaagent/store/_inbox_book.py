@@ -224,12 +224,17 @@ class InboxBook(Book):
             return await self._get_many(items)
 
     async def record_and_queue(
-        self, decisions: Sequence[tuple[str, DecisionToCount, Outgoing]], queue: DeliveryQueue
+        self,
+        decisions: Sequence[tuple[str, DecisionToCount, Outgoing]],
+        queue: DeliveryQueue,
+        inbox: DeliveryQueue,
     ) -> list[QueuedDecision | Exception]:
         """This node's own decisions, each ``(origin, decision, (target, payload, expires_at))``:
         recorded as :meth:`record_decisions` records them, and each one a call counted queued on
         ``queue`` for ``target`` (its request's origin), in one round trip on one server (one
-        ``record_send`` script each: no crash between the record and the queueing).
+        ``record_send`` script each: no crash between the record and the queueing). An item a call
+        settled and queued leaves the approver's queue, ``inbox`` (``Store.inbox_queue``): it
+        waits for nobody any more.
 
         A decision that did not count (a repeat, a contrary one, a closed request) is not queued:
         its caller decides whether a repeat goes again. The answer for each is a
@@ -246,6 +251,7 @@ class InboxBook(Book):
                 for origin, item, outgoing in decisions
             ],
             queue,
+            inbox,
         )
 
     async def record_decisions(self, decisions: Sequence[tuple[str, DecisionToCount]]) -> list[Answer]:

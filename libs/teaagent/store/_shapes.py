@@ -19,6 +19,7 @@ queue when counted).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -46,6 +47,8 @@ __all__ = [
     "Shape",
     "shape_of",
 ]
+
+logger = logging.getLogger(__name__)
 
 Deliveries = Sequence[tuple[str, bytes]]  # (target, payload): a peer and the body its relay is sent
 # A recorded decision's delivery: (target, payload, expires_at), its request's origin, the body its
@@ -177,16 +180,17 @@ class OneServer:
         calls: list[tuple[Ref, list[Any]]],
         queue: DeliveryQueue,
         entries: Sequence[tuple[str, str, bytes, int]],
+        inbox: DeliveryQueue,
     ) -> list[Sent]:
-        """One script per decision (``record_send.lua``), all in one pipeline: recorded, and queued
-        when counted, in one round trip, and no crash between the record and the queueing."""
+        """One script per decision (``record_send.lua``), all in one pipeline: recorded, queued
+        when counted and out of the approver's queue (``inbox``) once queued, in one round trip, and
+        no crash between the steps."""
         script_calls = []
         for (ref, args), entry in zip(calls, entries, strict=True):
             enqueue = queue.entry(*entry)
             unlist = [ref.member, *args]
-            script_calls.append(
-                ([*book._unlisting_keys(ref), queue.stream], [len(unlist), *unlist, *enqueue])
-            )
+            keys = [*book._unlisting_keys(ref), queue.stream, inbox.stream]
+            script_calls.append((keys, [len(unlist), *unlist, *enqueue]))
         with converting(book._url):
             replies = await book._scripts.run_many("record_send", script_calls)
         sent: list[Sent] = []
@@ -262,10 +266,13 @@ class Cluster:
         calls: list[tuple[Ref, list[Any]]],
         queue: DeliveryQueue,
         entries: Sequence[tuple[str, str, bytes, int]],
+        inbox: DeliveryQueue,
     ) -> list[Sent]:
         """The records in one pipeline (``Book._record_many``), then the counted ones' deliveries in
-        another (the queue has another hash tag), in their order. An entry the queue refuses is
-        refused before anything is sent, as on one server."""
+        another (the queue has another hash tag), in their order; then the settled and queued
+        items' entries leave the approver's queue (``inbox``), best effort: the inbox sweep
+        removes what a failure or a crash left (sending the decision again first). An entry the
+        queue refuses is refused before anything is sent, as on one server."""
         for entry in entries:
             queue.entry(*entry)  # ValueError, TypeError: nothing sent
         replies = await book._record_many(calls)
@@ -276,7 +283,29 @@ class Cluster:
         ]
         queued = await queue.enqueue_many([entries[index] for index in counted]) if counted else []
         entry_ids: dict[int, str | StoreError] = dict(zip(counted, queued, strict=True))
+        settled = [
+            calls[index][0]
+            for index, entry_id in entry_ids.items()
+            if isinstance(entry_id, str) and int(replies[index][4]) == 1
+        ]
+        await _leave_inbox(book, settled, inbox)
         return [(reply, entry_ids.get(index)) for index, reply in enumerate(replies)]
+
+
+async def _leave_inbox(book: Parts, refs: list[Ref], inbox: DeliveryQueue) -> None:
+    """Take the approver's queue entries of ``refs`` (their outcome's ``queued`` field) out of
+    ``inbox``; never raises: the inbox sweep removes what is left."""
+    if not refs:
+        return
+    try:
+        with converting(book._url):
+            async with book._client.pipeline(transaction=False) as pipe:
+                for ref in refs:
+                    pipe.hget(ref.keys.outcome, "queued")
+                queued = await pipe.execute()
+        await inbox.remove([entry.decode() for entry in queued if entry])
+    except StoreError as exc:
+        logger.warning("decided inbox items stay in the approver's queue until its sweep: %s", exc)
 
 
 def _entry(queue: DeliveryQueue, entry_id: Any) -> str | StoreError:

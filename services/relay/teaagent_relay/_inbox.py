@@ -415,9 +415,12 @@ class Inbox(RelayBase):
         """Remove the inbox queue's entries whose request no longer waits for this node's approver.
 
         The queue holds one entry per received request for the approver. Approvers that decide
-        through ``POST /v1/inbox/{id}/decision`` never claim it, and a request may expire
-        undecided, so without this the stream would only grow (and, full, refuse new requests).
-        The decision of a request decided here is queued for its origin once more first.
+        through ``POST /v1/inbox/{id}/decision`` never claim it. This node's decision takes its
+        item's entry out once it is queued for the origin (``InboxBook.record_and_queue``); a
+        request may also be withdrawn, settled at its origin or expire undecided, so without this
+        the stream would only grow (and, full, refuse new requests). An entry whose request was
+        decided here is one whose decision may not have been queued (a full queue, a crash between
+        the two steps on a cluster): the decision is queued for its origin once more first.
         Looks at ``INBOX_SWEEP_BATCH`` entries per call, each call after the last one's (then from
         the oldest again), so requests still waiting at the head never hide the ones behind them;
         removes those decided, expired or gone.
@@ -515,8 +518,10 @@ class Inbox(RelayBase):
     async def _record_and_queue(
         self, decisions: list[tuple[str, DecisionToCount, _Outgoing]]
     ) -> list[QueuedDecision | Exception]:
-        """``InboxBook.record_and_queue`` of each decision, on the deliveries queue: one round trip."""
-        return list(await self.store.inbox.record_and_queue(decisions, self.deliveries))
+        """``InboxBook.record_and_queue`` of each decision, on the deliveries queue (each settled
+        item then leaves the approver's queue): one round trip."""
+        inbox = self.store.inbox_queue
+        return list(await self.store.inbox.record_and_queue(decisions, self.deliveries, inbox))
 
     async def _enqueue_deliveries(self, entries: list[tuple[str, str, bytes, int]]) -> list[str | Exception]:
         """``DeliveryQueue.enqueue`` of each entry, one pipeline (the coalescer's send)."""
