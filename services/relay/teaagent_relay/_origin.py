@@ -467,7 +467,8 @@ class OwnRequests(RelayBase):
             *(self.deliveries.enqueue(peer, request_id, payload, request["expires_at"]) for peer in silent)
         )
         self.metrics.settlements.labels("queued").inc(len(silent))
-        self.metrics.settlements.labels("spared").inc(len(decided_late & set(known.peers) - in_evidence))
+        spared = (decided_late & set(known.peers)) - in_evidence
+        self.metrics.settlements.labels("spared").inc(len(spared))
 
     @staticmethod
     def _receipt(request: dict[str, Any], signer: str, kind: str, result: DecisionResult) -> dict[str, Any]:
