@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from approver_support import WAIT
 from relay_support import (
     MakeCluster,
     Node,
@@ -469,7 +470,7 @@ async def approve_here(client: httpx.AsyncClient, node: Node, request: dict[str,
 
 @pytest.mark.anyio
 async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approver(
-    nodes: dict[str, Node],
+    nodes: dict[str, Node], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     alpha, beta = nodes["alpha"], nodes["beta"]
     async with in_process(beta, deliver=False) as client:
@@ -479,7 +480,9 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
         await relay.store.inbox.withdraw("alpha", withdrawn["request_id"], withdrawal=b'{"withdrawn": 1}')
         queue = relay.store.inbox_queue
         before = [entry.request_id for entry in await queue.entries()]
-        swept = await relay.sweep_inbox_queue()
+        await relay.store.inbox.get_many([("alpha", waiting["request_id"])])  # its script loaded
+        with round_trips(monkeypatch) as trips:
+            swept = await relay.sweep_inbox_queue()
         after = [entry.request_id for entry in await queue.entries()]
         expired = await relay.sweep_inbox_queue(now=waiting["expires_at"] + 1)
         stats = await queue.stats()
@@ -488,6 +491,7 @@ async def test_the_inbox_queue_keeps_only_requests_still_waiting_for_the_approve
     # The decided one left with its decision; the sweep takes out what else waits for nobody.
     assert before == [withdrawn["request_id"], waiting["request_id"]]
     assert (swept, after) == (1, [waiting["request_id"]])  # the withdrawn one no longer waits
+    assert trips == [1, 2, 4]  # the page, its two items read together, the removal (MULTI)
     assert expired == 1  # nor does one past its expiry
     assert (stats.length, stats.pending) == (0, 0)
     assert sent == [decided["request_id"]]  # its decision went once: no sweep sends it again
@@ -515,6 +519,31 @@ def one_entry_per_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     import teaagent_relay._inbox
 
     monkeypatch.setattr(teaagent_relay._inbox, "INBOX_SWEEP_BATCH", 1)
+
+
+@pytest.mark.usefixtures("one_entry_per_sweep")
+@pytest.mark.anyio
+async def test_the_relays_housekeeping_sweeps_page_after_page_while_it_finds_full_ones(
+    nodes: dict[str, Node],
+) -> None:
+    """More than a page waits for nobody when the relay starts: its housekeeping takes all of it
+    out at once, not a page a minute (``SWEEP_EVERY_SECONDS``), which a busy node outran."""
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with in_process(beta, deliver=False) as client:
+        relay = client.app.state.relay  # type: ignore[attr-defined]
+        closed = [await received(client, alpha) for _ in range(3)]
+        waiting = await received(client, alpha)
+        for request in closed:
+            await relay.store.inbox.withdraw("alpha", request["request_id"], withdrawal=b'{"withdrawn": 1}')
+    async with in_process(beta) as client:  # its delivery worker, and so its housekeeping, runs
+        queue = client.app.state.relay.store.inbox_queue  # type: ignore[attr-defined]
+        deadline = time.monotonic() + WAIT
+        while (left := [entry.request_id for entry in await queue.entries()]) != [
+            waiting["request_id"]
+        ] and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    assert left == [waiting["request_id"]]
 
 
 @pytest.mark.anyio

@@ -421,9 +421,10 @@ class Inbox(RelayBase):
         the stream would only grow (and, full, refuse new requests). An entry whose request was
         decided here is one whose decision may not have been queued (a full queue, a crash between
         the two steps on a cluster): the decision is queued for its origin once more first.
-        Looks at ``INBOX_SWEEP_BATCH`` entries per call, each call after the last one's (then from
-        the oldest again), so requests still waiting at the head never hide the ones behind them;
-        removes those decided, expired or gone.
+        Looks at ``INBOX_SWEEP_BATCH`` entries per call (their items read in one round trip), each
+        call after the last one's (then from the oldest again), so requests still waiting at the
+        head never hide the ones behind them; removes those decided, expired or gone.
+        :attr:`inbox_sweep_behind` says whether more is behind the page it looked at.
 
         Returns:
             How many entries were removed.
@@ -436,14 +437,22 @@ class Inbox(RelayBase):
         entries = await queue.entries(INBOX_SWEEP_BATCH, after=self._sweep_cursor)
         self._sweep_cursor = entries[-1].entry_id if len(entries) == INBOX_SWEEP_BATCH else None
         done = []
+        named: list[tuple[str, str, str]] = []  # entry id, origin, request id
         for entry in entries:
             try:
                 origin = json.loads(entry.payload)["origin"]
-                stored = await self.store.inbox.get(origin, entry.request_id)
             except (ValueError, KeyError, TypeError):
-                stored = None  # an entry this relay cannot read waits for nobody
+                origin = None
+            if isinstance(origin, str):
+                named.append((entry.entry_id, origin, entry.request_id))
+            else:
+                done.append(entry.entry_id)  # an entry this relay cannot read waits for nobody
+        read = await self._read_inbox([(origin, request_id) for _entry_id, origin, request_id in named])
+        for (entry_id, origin, _request_id), stored in zip(named, read, strict=True):
+            if isinstance(stored, Exception):
+                stored = None  # a malformed origin or id: waits for nobody either
             if stored is None or stored.state == "expired" or at > stored.expires_at:
-                done.append(entry.entry_id)
+                done.append(entry_id)
             elif stored.state != "pending":
                 # Decided here: send the decision once more before forgetting the entry, in case
                 # the relay died between recording it and queueing it (a repeat counts once).
@@ -453,8 +462,13 @@ class Inbox(RelayBase):
                     await self._send_decision(
                         origin, envelope(stored.document)[0], decision["statement"], decision["signature"]
                     )
-                done.append(entry.entry_id)
+                done.append(entry_id)
         return await queue.remove(done)
+
+    @property
+    def inbox_sweep_behind(self) -> bool:
+        """Whether the last sweep stopped at a full page, with more of the inbox queue behind it."""
+        return self._sweep_cursor is not None
 
     def _inbox_item(self, stored: StoredRequest, now: float) -> dict[str, Any]:
         return inbox_item_view(stored, now)  # the approver reads its news as the same item

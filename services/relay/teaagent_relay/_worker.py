@@ -124,8 +124,8 @@ class DeliveryWorker:
 
         Beside the deliveries, a housekeeping task removes the consumer names that dead relay
         processes left in the queue's group (every ``PRUNE_EVERY_SECONDS``) and the inbox entries
-        whose request was decided or expired (every ``SWEEP_EVERY_SECONDS``); its failures are
-        logged and never hold a delivery up.
+        whose request was decided or expired (every ``SWEEP_EVERY_SECONDS``, and page after page
+        while it finds full ones); its failures are logged and never hold a delivery up.
         """
         housekeeping = asyncio.get_running_loop().create_task(
             self._housekeep(), name="teaagent-relay-housekeeping"
@@ -209,6 +209,8 @@ class DeliveryWorker:
                 next_sweep = now + SWEEP_EVERY_SECONDS
                 try:
                     await self.relay.sweep_inbox_queue()
+                    if self.relay.inbox_sweep_behind:
+                        next_sweep = now  # a full page: the next one now, not a minute later
                 except Exception as exc:
                     logger.warning("sweeping the inbox queue failed: %s", exc)
             await asyncio.sleep(max(0.0, min(next_prune, next_sweep) - time.monotonic()))
