@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import io
 import json
 import os
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +177,40 @@ def test_a_process_context_switches_count_its_waits() -> None:
     waited_after, preempted_after = process_context_switches(os.getpid())
     assert waited_after - waited >= 5
     assert preempted_after >= preempted
+
+
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_each_floor_quorum_makes_the_protocols_minimum_of_verifications(
+    nodes: int, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The floor's own load, in this process, against its bare HTTP server and the test's Redis:
+    # each quorum it times signed and verified what the protocol requires at the least. Each peer's
+    # relay and its approver verify the request for themselves (docs/protocol.md, "What an
+    # approving node decides on"), the origin each approval, its agent the certificate.
+    from teaagent_bench.quorum import _floor
+    from teaagent_bench.quorum._cluster import _Size
+
+    size = _Size(nodes)
+    assert size.floor_verifications == {3: 9, 5: 16}[nodes]
+    made = {"sign": 0, "verify": 0}
+
+    def counted(name: str, call: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object) -> object:
+            made[name] += 1
+            return call(*args)
+
+        return wrapper
+
+    monkeypatch.setattr(_floor, "sshsig_sign", counted("sign", _floor.sshsig_sign))
+    monkeypatch.setattr(_floor, "sshsig_verify", counted("verify", _floor.sshsig_verify))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("go\n"))
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    one_each = (1,) * len(size.peers)
+    plan = _floor._Plan(branch_hops=one_each, branch_writes=one_each, branch_reads=one_each)
+    with _floor._floor_server(tmp_path) as port:
+        job = _floor._FloorJob(port, redis_url, 1, 0.3, plan, nodes)
+        spans, _begin, _end = asyncio.run(_floor._floor_load(job))
+    quorums = len(spans)
+    assert quorums >= 1
+    made["sign"] -= size.signatures  # the load's documents, signed once before it starts
+    assert made == {"sign": quorums * size.signatures, "verify": quorums * size.floor_verifications}

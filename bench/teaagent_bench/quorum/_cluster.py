@@ -63,6 +63,13 @@ class _Size:
         # each approval by its peer's relay and by alpha's relay; the certificate's approvals.
         return 2 + 4 * len(self.peers) + self.required
 
+    @property
+    def floor_verifications(self) -> int:
+        # The protocol's minimum: each peer's relay and its approver check the request for
+        # themselves (docs/protocol.md, "What a peer's relay refuses" and "What an approving node
+        # decides on"), alpha's relay checks each approval once, alpha's agent the certificate.
+        return 3 * len(self.peers) + 1 + self.required
+
 
 DEFAULT_SIZE: Final = _Size(3)
 

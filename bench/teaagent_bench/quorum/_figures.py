@@ -33,18 +33,21 @@ and in the certificate).
 nothing around it, in the protocol's shape (the origin, then both peers at once, then the origin):
 
 1. the origin signs a request (``sshsig_sign`` over its canonical bytes) and makes one HTTP hop;
-2. two branches at once, one per peer, each: one request verification, one approval signature,
-   one approval verification (``sshsig_verify``/``sshsig_sign``), half of the real path's other
+2. two branches at once, one per peer, each: two request verifications (the peer's relay's and
+   its approver's), one approval signature, one approval verification (the origin's;
+   ``sshsig_verify``/``sshsig_sign``), half of the real path's other
    HTTP hops, and half of its Redis round trips: writes as ``EVALSHA`` of a one-line ``SET ... EX``
    script, reads as ``GET``, on the same embedded Redis;
 3. the origin makes one HTTP hop and verifies the certificate's three signatures.
 
-So 3 signatures and 7 verifications (the protocol's minimum: each peer checks the origin once,
-the origin checks each approval once, the agent checks the certificate), against the real path's
-3 and 12. HTTP hops go to a bare uvicorn server running a raw ASGI app that answers every call
-with a constant (no framework), over kept-alive connections, each call framed and its answer
-parsed by h11 (the HTTP/1.1 library under httpx; no HTTP written by hand); Redis round
-trips over kept-alive connections, each command packed and its reply parsed by hiredis. The same
+So 3 signatures and 9 verifications (the protocol's minimum, ``_Size.floor_verifications``: each
+peer's relay and its approver check the origin's signature for themselves, as docs/protocol.md
+requires of both, the origin checks each approval once, the agent checks the certificate), against
+the real path's 3 and 12 (alpha's relay also checks its agent's request, each peer's relay its
+approver's approval). HTTP hops go to a bare uvicorn server running a raw ASGI app that answers
+every call with a constant (no framework), over kept-alive connections, each call framed and its
+answer parsed by h11 (the HTTP/1.1 library under httpx; no HTTP written by hand); Redis round trips
+over kept-alive connections, each command packed and its reply parsed by hiredis. The same
 numbers of hops and round trips per quorum as the real path's at that concurrency (rounded).
 The floor's callers run in ``min(N, cores)`` processes, so that it may use the machine as the
 cluster does. ``floor_ratio = p50_ms_c1 / floor_p50_ms_c1`` (target <= 3) and

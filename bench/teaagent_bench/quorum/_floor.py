@@ -154,41 +154,83 @@ class _FloorJob:
     nodes: int = DEFAULT_SIZE.nodes
 
 
+class _FloorCrypto:
+    """One floor quorum's cryptography, the protocol's minimum, each step as the floor's load runs it.
+
+    Alpha signs the request; each peer's relay and its approver verify it for themselves, and the
+    approver signs its approval; alpha's relay verifies each approval; alpha's agent verifies the
+    certificate (the request and ``required`` approvals). The documents are made once, up front.
+    """
+
+    def __init__(self, size: _Size) -> None:
+        self.size = size
+        self.keys = {
+            name: SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate(), comment=name)
+            for name in size.names
+        }
+        self.public = {name: key.public_key for name, key in self.keys.items()}
+        peers = size.peers
+        self.request = build_request(
+            origin="alpha",
+            run_id="bench-floor",
+            call_id="call-0",
+            tool_name="shell.run",
+            arguments={"command": "make target-0"},
+            reason="benchmark",
+            config=MultiSigQuorumConfig(
+                enabled=True,
+                required_approvals=size.required,
+                peer_agent_ids=list(peers),
+                peer_public_keys={peer: self.public[peer].to_line() for peer in peers},
+                peer_relay_urls={peer: "http://127.0.0.1:1" for peer in peers},
+                high_risk_patterns=["shell.*"],
+                timeout_seconds=600,
+            ),
+        )
+        self.request_bytes = request_statement(self.request)
+        self.request_signature = sshsig_sign(self.request_bytes, self.keys["alpha"], REQUEST_NAMESPACE)
+        self.statements = {
+            peer: statement_bytes(approval_statement(self.request, peer, int(time.time()))) for peer in peers
+        }
+        self.approvals = {
+            peer: sshsig_sign(self.statements[peer], self.keys[peer], APPROVAL_NAMESPACE) for peer in peers
+        }
+
+    def _request_verified(self) -> None:
+        sshsig_verify(self.request_bytes, self.request_signature, self.public["alpha"], REQUEST_NAMESPACE)
+
+    def _approval_verified(self, peer: str) -> None:
+        sshsig_verify(self.statements[peer], self.approvals[peer], self.public[peer], APPROVAL_NAMESPACE)
+
+    def origin_signs(self) -> None:
+        sshsig_sign(self.request_bytes, self.keys["alpha"], REQUEST_NAMESPACE)
+
+    def peer_approves(self, peer: str) -> None:
+        """The peer's relay takes the request in; its approver checks it again, then signs."""
+        self._request_verified()
+        self._request_verified()
+        sshsig_sign(self.statements[peer], self.keys[peer], APPROVAL_NAMESPACE)
+
+    def origin_counts(self, peer: str) -> None:
+        self._approval_verified(peer)
+
+    def certificate_checked(self) -> None:
+        self._request_verified()
+        for peer in self.size.peers[: self.size.required]:
+            self._approval_verified(peer)
+
+
 async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float, float]:
     """Run one process's floor callers: set up, say ``ready`` on stdout, start on a line on stdin."""
     size = _Size(job.nodes)
     peers = size.peers
-    keys = {
-        name: SSHPrivateKey.from_cryptography(Ed25519PrivateKey.generate(), comment=name)
-        for name in size.names
-    }
-    public = {name: key.public_key for name, key in keys.items()}
-    request = build_request(
-        origin="alpha",
-        run_id="bench-floor",
-        call_id="call-0",
-        tool_name="shell.run",
-        arguments={"command": "make target-0"},
-        reason="benchmark",
-        config=MultiSigQuorumConfig(
-            enabled=True,
-            required_approvals=size.required,
-            peer_agent_ids=list(peers),
-            peer_public_keys={peer: public[peer].to_line() for peer in peers},
-            peer_relay_urls={peer: "http://127.0.0.1:1" for peer in peers},
-            high_risk_patterns=["shell.*"],
-            timeout_seconds=600,
-        ),
-    )
-    request_bytes = request_statement(request)
-    request_signature = sshsig_sign(request_bytes, keys["alpha"], REQUEST_NAMESPACE)
-    statements = {
-        peer: statement_bytes(approval_statement(request, peer, int(time.time()))) for peer in peers
-    }
-    approvals = {peer: sshsig_sign(statements[peer], keys[peer], APPROVAL_NAMESPACE) for peer in peers}
+    crypto = _FloorCrypto(size)
+    request, request_signature = crypto.request, crypto.request_signature
     body = canonical({"request": request, "signature": request_signature})
     http_request = _floor_call(body)
-    value = canonical({"statement": approval_statement(request, "beta", 0), "signature": approvals["beta"]})
+    value = canonical(
+        {"statement": approval_statement(request, "beta", 0), "signature": crypto.approvals["beta"]}
+    )
     loader = await RespConnection.open(job.redis_url)
     sha = await loader.call(pack(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
     loader.close()
@@ -211,28 +253,25 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
         await started.wait()
 
         async def branch(side: int, peer: str) -> None:
-            sshsig_verify(request_bytes, request_signature, public["alpha"], REQUEST_NAMESPACE)
-            sshsig_sign(statements[peer], keys[peer], APPROVAL_NAMESPACE)
+            crypto.peer_approves(peer)
             for _ in range(plan.branch_hops[side]):
                 await _hop(branch_http[side], http_request)
             for _ in range(plan.branch_writes[side]):
                 await branch_redis[side].call(write)
             for _ in range(plan.branch_reads[side]):
                 await branch_redis[side].call(read)
-            sshsig_verify(statements[peer], approvals[peer], public[peer], APPROVAL_NAMESPACE)
+            crypto.origin_counts(peer)
 
         try:
             while (
                 time.perf_counter() < stop_at or sum(1 for start, _end in spans if start >= warm) < MIN_TIMED
             ):
                 begun = time.perf_counter()
-                sshsig_sign(request_bytes, keys["alpha"], REQUEST_NAMESPACE)
+                crypto.origin_signs()
                 await _hop(origin_http, http_request)
                 await asyncio.gather(*(branch(side, peer) for side, peer in enumerate(peers)))
                 await _hop(origin_http, http_request)
-                sshsig_verify(request_bytes, request_signature, public["alpha"], REQUEST_NAMESPACE)
-                for peer in peers[: size.required]:  # the certificate's approvals
-                    sshsig_verify(statements[peer], approvals[peer], public[peer], APPROVAL_NAMESPACE)
+                crypto.certificate_checked()
                 spans.append((begun, time.perf_counter()))
         finally:
             for http in (origin_http, *branch_http):
