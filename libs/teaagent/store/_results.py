@@ -35,6 +35,7 @@ __all__ = [
     "SettleResult",
     "StoredRequest",
     "WithdrawResult",
+    "counted",
     "decision_result",
     "delivery_state",
     "not_stored",
@@ -307,14 +308,26 @@ def decision_result(reply: Any, label: str) -> DecisionResult:
     )
 
 
+def _recorded(reply: Any) -> DecisionResult | None:
+    """A raw ``record_decision`` reply read; None for an error, an unknown request or a bad reply."""
+    if isinstance(reply, Exception):
+        return None
+    try:
+        return decision_result(reply, "")
+    except (RequestNotFoundError, ValueError, TypeError):
+        return None
+
+
 def settled(reply: Any) -> bool:
     """True when a raw ``record_decision`` reply says that call settled the outcome."""
-    if isinstance(reply, Exception):
-        return False
-    try:
-        return decision_result(reply, "").decided
-    except (RequestNotFoundError, ValueError, TypeError):
-        return False
+    result = _recorded(reply)
+    return result is not None and result.decided
+
+
+def counted(reply: Any) -> bool:
+    """True when a raw ``record_decision`` reply says that call counted the decision."""
+    result = _recorded(reply)
+    return result is not None and result.counted
 
 
 def received(decision: RateDecision, accepted: AcceptResult, entry_id: str | None) -> ReceiveResult:

@@ -29,7 +29,7 @@ import redis.exceptions
 from teaagent.errors import RequestConflictError, StoreError
 from teaagent.store._connection import AsyncClient, converting
 from teaagent.store._refs import Acceptance, Ref
-from teaagent.store._results import AcceptResult, Intake, ReceiveResult, received
+from teaagent.store._results import AcceptResult, Intake, ReceiveResult, counted, received, settled
 from teaagent.store._scripts import AsyncScripts
 
 if TYPE_CHECKING:
@@ -276,19 +276,15 @@ class Cluster:
         for entry in entries:
             queue.entry(*entry)  # ValueError, TypeError: nothing sent
         replies = await book._record_many(calls)
-        counted = [
-            index
-            for index, reply in enumerate(replies)
-            if not isinstance(reply, Exception) and int(reply[3]) == 1  # counted (an unknown one is not)
-        ]
-        queued = await queue.enqueue_many([entries[index] for index in counted]) if counted else []
-        entry_ids: dict[int, str | StoreError] = dict(zip(counted, queued, strict=True))
-        settled = [
+        sending = [index for index, reply in enumerate(replies) if counted(reply)]
+        queued = await queue.enqueue_many([entries[index] for index in sending]) if sending else []
+        entry_ids: dict[int, str | StoreError] = dict(zip(sending, queued, strict=True))
+        done = [
             calls[index][0]
             for index, entry_id in entry_ids.items()
-            if isinstance(entry_id, str) and int(replies[index][4]) == 1
+            if isinstance(entry_id, str) and settled(replies[index])
         ]
-        await _leave_inbox(book, settled, inbox)
+        await _leave_inbox(book, done, inbox)
         return [(reply, entry_ids.get(index)) for index, reply in enumerate(replies)]
 
 
