@@ -50,6 +50,7 @@ from teaagent.store._results import (
     StoredRequest,
     WithdrawResult,
 )
+from teaagent.store._shapes import Outgoing
 from teaagent.store._store import (
     Store,
     SyncStore,
@@ -83,6 +84,7 @@ __all__ = [
     "InboxBook",
     "Intake",
     "Keys",
+    "Outgoing",
     "QueueKeys",
     "QueueStats",
     "QueuedDecision",

@@ -26,7 +26,7 @@ from teaagent._words import moment
 from teaagent.errors import QuorumError, RequestNotFoundError
 from teaagent.quorum import is_expired, request_problem, request_time_problem, verify_settlement
 from teaagent.relay_client._inbox_view import inbox_item_view
-from teaagent.store import DecisionToCount, Intake, QueuedDecision, RequestState, StoredRequest
+from teaagent.store import DecisionToCount, Intake, Outgoing, QueuedDecision, RequestState, StoredRequest
 from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
 from teaagent_relay._errors import ApiError
 from teaagent_relay._protocol import (
@@ -49,8 +49,6 @@ INBOX_SWEEP_BATCH: Final = 500  # inbox queue entries looked at per sweep; the n
 # Requests this process verified and stored lately, kept for its approver's decisions on them: an
 # automatic decision comes back within moments, and then needs no read of the stored request.
 KEPT_REQUESTS: Final = 2048
-# A decision's delivery to its request's origin: the queue entry's target, payload and expiry.
-_Outgoing = tuple[str, bytes, int]
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ class Inbox(RelayBase):
         self._inbox_reads: Coalescer[tuple[str, str], StoredRequest | None] = Coalescer(
             self._read_inbox, "teaagent-relay-inbox-reads", wrap=store_error
         )
-        self._inbox_writes: Coalescer[tuple[str, DecisionToCount, _Outgoing], QueuedDecision] = Coalescer(
+        self._inbox_writes: Coalescer[tuple[str, DecisionToCount, Outgoing], QueuedDecision] = Coalescer(
             self._record_and_queue, "teaagent-relay-own-decisions", wrap=store_error
         )
         self._enqueues: Coalescer[tuple[str, str, bytes, int], str] = Coalescer(
@@ -530,12 +528,11 @@ class Inbox(RelayBase):
         return [answer if isinstance(answer, Exception) else next(found) for answer in answers]
 
     async def _record_and_queue(
-        self, decisions: list[tuple[str, DecisionToCount, _Outgoing]]
+        self, decisions: list[tuple[str, DecisionToCount, Outgoing]]
     ) -> list[QueuedDecision | Exception]:
         """``InboxBook.record_and_queue`` of each decision, on the deliveries queue (each settled
         item then leaves the approver's queue): one round trip."""
-        inbox = self.store.inbox_queue
-        return list(await self.store.inbox.record_and_queue(decisions, self.deliveries, inbox))
+        return await self.store.inbox.record_and_queue(decisions, self.deliveries, self.store.inbox_queue)
 
     async def _enqueue_deliveries(self, entries: list[tuple[str, str, bytes, int]]) -> list[str | Exception]:
         """``DeliveryQueue.enqueue`` of each entry, one pipeline (the coalescer's send)."""
