@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +24,8 @@ from redis.retry import Retry
 
 from teaagent.errors import StoreError
 from teaagent.store import EmbeddedRedis, find_server_binary, open_store
+
+WAIT = 30.0  # seconds for the supervisor to start a killed server again, on a loaded host
 
 pytestmark = pytest.mark.slow  # every test here starts a server process
 
@@ -168,6 +171,36 @@ def test_a_second_user_in_a_live_owner_shares_the_server_and_does_not_stop_it(tm
         assert first.pid is not None
         assert alive(first.pid)
         assert redis.Redis.from_url(first.url).ping()
+
+
+def test_the_servers_state_is_never_seen_half_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its supervisor starts a killed server again and writes its new state. A reader meanwhile (a
+    # test, an agent beside the relay) saw an empty server.json: it must see the old state or the new.
+    folder = tmp_path / "redis"
+    seen: list[str | None] = []
+    dump = json.dump
+
+    def watched(state: Any, handle: Any) -> None:
+        path = folder / "server.json"
+        seen.append(path.read_text() if path.exists() else None)  # what a reader sees meanwhile
+        dump(state, handle)
+
+    monkeypatch.setattr(json, "dump", watched)
+    with EmbeddedRedis(tmp_path) as server:
+        killed = server.pid
+        assert killed is not None
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + WAIT
+        while server.pid == killed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.pid != killed  # started again by its supervisor
+        assert json.loads((folder / "server.json").read_text())["pid"] == server.pid
+    assert len(seen) == 2
+    assert seen[0] is None  # nothing before the first start
+    assert json.loads(seen[1] or "")["pid"] == killed  # the old state, whole, until the rename
+    assert [path.name for path in folder.iterdir() if path.name.startswith(".server.json")] == []
 
 
 def test_running_url_finds_a_live_owners_server_and_never_starts_or_stops_one(tmp_path: Path) -> None:

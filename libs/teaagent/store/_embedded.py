@@ -464,9 +464,14 @@ class EmbeddedRedis:
             if _ping(url, timeout=0.2):
                 self._process, self._url, self._pid, self.owned = process, url, process.pid, True
                 state = {"pid": process.pid, "owner_pid": os.getpid(), "url": url}
-                fd = os.open(self.folder / _STATE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                # Written aside, then renamed over the old one: a process reading it meanwhile (a
+                # relay's supervisor restarting its server, an agent beside it) sees the old state or
+                # the new, never an empty file.
+                aside = self.folder / f".{_STATE}.{os.getpid()}"
+                fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as handle:
                     json.dump(state, handle)
+                os.replace(aside, self.folder / _STATE)
                 return ""
             time.sleep(_POLL_SECONDS)
         process.kill()
