@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import pytest
 import typer.core
 
 from teaagent.cli._demo import demo as demo_command
-from teaagent.cli._main import SECTIONS, command, run
+from teaagent.cli._main import COMMANDS, GROUPS, SECTIONS, command, run
 
 
 def commands() -> Iterator[list[str]]:
@@ -148,3 +151,40 @@ def test_a_group_without_a_command_shows_its_own_help(
     text = capsys.readouterr().out
     assert text.startswith(f"Usage: teaagent {' '.join([*path, ''])}[OPTIONS] COMMAND [ARGS]...\n")
     assert "Examples:" in text
+
+
+# Run in a fresh interpreter: which of the command line's modules one command loads.
+_LOADED = (
+    "import sys; from teaagent.cli._main import run; code = run(sys.argv[1:]); "
+    "print(sorted(m for m in sys.modules if m.startswith('teaagent.cli._')))"
+)
+_COMMAND_MODULES = {module for module, *_rest in (*GROUPS.values(), *COMMANDS.values())} | {
+    extra for _module, _app, extras in GROUPS.values() for extra in extras
+}
+
+
+def _loaded(*argv: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    ("argv", "module"),
+    [
+        (["keys", "fingerprint", "--help"], "teaagent.cli._keys"),
+        (["relay", "serve", "--help"], "teaagent.cli._relay"),
+        (["demo", "--help"], "teaagent.cli._demo"),
+        (["approvals", "web", "--help"], "teaagent.cli._approvals"),
+    ],
+)
+def test_a_command_loads_its_own_module_and_no_other_commands(argv: list[str], module: str) -> None:
+    loaded = _loaded(*argv) & _COMMAND_MODULES
+    # `approvals web` is a command of _web's on the approvals group: the group's module and that one.
+    assert loaded == ({module, "teaagent.cli._web"} if argv[0] == "approvals" else {module}), loaded
+
+
+def test_the_root_help_and_a_word_that_names_no_command_load_every_command() -> None:
+    assert _loaded("--help") >= _COMMAND_MODULES
+    assert _loaded("relya") >= _COMMAND_MODULES  # the refusal suggests `relay`: it knows every name

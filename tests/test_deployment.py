@@ -33,7 +33,7 @@ import pytest
 import typer
 import yaml
 
-from teaagent.cli._main import app as cli_app
+from teaagent.cli._main import build_app
 from teaagent.config import NodeConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def _cli_command(args: list[str]) -> tuple[Any, list[str]]:
         LookupError: A word names no command of the CLI.
     """
     # typer carries a click of its own: a group is what lists commands, whichever click made it.
-    command: Any = typer.main.get_command(cli_app)
+    command: Any = typer.main.get_command(build_app())
     rest = list(args)
     while hasattr(command, "list_commands") and rest and not rest[0].startswith("-"):
         found = command.get_command(command.context_class(command), rest[0])

@@ -55,6 +55,17 @@ def test_the_command_line_loads_neither_the_mcp_sdk_nor_fastapi_until_a_command_
     assert loaded.strip() == "[]"
 
 
+def test_the_node_configuration_and_the_relay_and_approver_load_no_jsonschema() -> None:
+    """jsonschema (a tenth of a second) loads when a tool's schema is first checked: the relay and
+    the approver load the node's configuration, which imports the tools package, and register none."""
+    code = (
+        "import sys, teaagent.config, teaagent_relay, teaagent_approver; "
+        "print('jsonschema' in sys.modules)"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "False"
+
+
 def test_the_cli_names_the_mcp_servers_http_path_as_the_server_serves_it() -> None:
     from teaagent.cli import _mcp
     from teaagent.mcp_server._transport import MCP_PATH

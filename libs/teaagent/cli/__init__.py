@@ -6,6 +6,20 @@ configuration, with one sentence on stderr; 3 approval denied or expired.
 
 from __future__ import annotations
 
-from teaagent.cli._main import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, app, main
+from typing import TYPE_CHECKING
+
+from teaagent.cli._main import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+if TYPE_CHECKING:
+    import typer
 
 __all__ = ["EXIT_DENIED", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "app", "main"]
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # ``app`` imports every command's module: built when asked for, never by ``teaagent relay serve``.
+    if name == "app":
+        from teaagent.cli._main import build_app
+
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,10 @@
-"""The root command, its sub-commands, and the one place where errors become exit codes."""
+"""The root command, its sub-commands, and the one place where errors become exit codes.
+
+A command's module is imported only when the command line names it (:data:`GROUPS`,
+:data:`COMMANDS`): ``teaagent relay serve`` loads the relay's code, not the agent's, the demo's or
+the TUI's, so that a service or a one-shot command starts in a fraction of the time. The root's
+help, and a word that names no command, load them all.
+"""
 
 from __future__ import annotations
 
@@ -6,43 +12,27 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Final
+from collections.abc import Callable, Sequence
+from importlib import import_module
+from typing import Annotated, Any, Final
 
 import typer
 import typer.core
 from typer import _click as click  # typer's own copy of click, whose classes its commands are
 
-from teaagent.cli import (
-    _agent,
-    _approvals,
-    _approver,
-    _audit,
-    _bench,
-    _demo,
-    _init,
-    _keys,
-    _mcp,
-    _peers,
-    _quorum,
-    _relay,
-    _run,
-    _tools,
-    _tui,
-    _web,  # noqa: F401 - registers `approvals web`
-)
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
 
 __all__ = [
+    "COMMANDS",
     "EXAMPLES",
     "EXIT_DENIED",
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "GROUPS",
     "SECTIONS",
-    "app",
+    "build_app",
     "command",
     "main",
     "run",
@@ -108,7 +98,34 @@ EXAMPLES: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+# The command groups, in the order of the listing's "Other" section: name -> (module, its typer app,
+# modules that add commands to that app: `approvals web` is _web's).
+GROUPS: Final[dict[str, tuple[str, str, tuple[str, ...]]]] = {
+    "agent": ("teaagent.cli._agent", "app", ()),
+    "approvals": ("teaagent.cli._approvals", "app", ("teaagent.cli._web",)),
+    "approver": ("teaagent.cli._approver", "app", ()),
+    "audit": ("teaagent.cli._audit", "app", ()),
+    "keys": ("teaagent.cli._keys", "app", ()),
+    "mcp": ("teaagent.cli._mcp", "app", ()),
+    "peers": ("teaagent.cli._peers", "app", ()),
+    "operators": ("teaagent.cli._peers", "operators_app", ()),
+    "quorum": ("teaagent.cli._quorum", "app", ()),
+    "relay": ("teaagent.cli._relay", "app", ()),
+    "tools": ("teaagent.cli._tools", "app", ()),
+}
+# The commands of one word: name -> (module, its function).
+COMMANDS: Final[dict[str, tuple[str, str]]] = {
+    "demo": ("teaagent.cli._demo", "demo"),
+    "init": ("teaagent.cli._init", "init"),
+    "bench": ("teaagent.cli._bench", "bench"),
+    "run": ("teaagent.cli._run", "run"),
+    "tui": ("teaagent.cli._tui", "tui"),
+}
+
+
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # only for --version
+
     try:
         return version("teaagent")
     except PackageNotFoundError:  # run from a source tree that was never installed
@@ -135,24 +152,12 @@ class _Root(typer.core.TyperGroup):
                     formatter.write_dl(rows)
 
 
-app = typer.Typer(
-    name="teaagent",
-    help="Run AI coding agents whose high-risk tool calls need N of M peers' SSH signatures.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    cls=_Root,
-)
-
-
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"teaagent {_version()}")
         raise typer.Exit(EXIT_OK)
 
 
-@app.callback()
 def _root(
     show_version: Annotated[
         bool,
@@ -167,22 +172,32 @@ def _root(
     """Run AI coding agents whose high-risk tool calls need N of M peers' SSH signatures."""
 
 
-app.add_typer(_agent.app, name="agent")
-app.add_typer(_approvals.app, name="approvals")
-app.add_typer(_approver.app, name="approver")
-app.add_typer(_audit.app, name="audit")
-app.add_typer(_keys.app, name="keys")
-app.add_typer(_mcp.app, name="mcp")
-app.add_typer(_peers.app, name="peers")
-app.add_typer(_peers.operators_app, name="operators")
-app.add_typer(_quorum.app, name="quorum")
-app.add_typer(_relay.app, name="relay")
-app.add_typer(_tools.app, name="tools")
-app.command("demo")(_demo.demo)
-app.command("init")(_init.init)
-app.command("bench")(_bench.bench)
-app.command("run")(_run.run)
-app.command("tui")(_tui.tui)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The ``teaagent`` typer app: every command, or only the one named ``only`` (its module alone
+    is imported).
+    """
+    root = typer.Typer(
+        name="teaagent",
+        help="Run AI coding agents whose high-risk tool calls need N of M peers' SSH signatures.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        cls=_Root,
+    )
+    root.callback()(_root)
+    for name, (module, attribute, extras) in GROUPS.items():
+        if only in (None, name):
+            group = getattr(import_module(module), attribute)
+            for extra in extras:
+                import_module(extra)
+            root.add_typer(group, name=name)
+    for name, (module, attribute) in COMMANDS.items():
+        if only in (None, name):
+            function: Callable[..., Any] = getattr(import_module(module), attribute)
+            root.command(name)(function)
+    return root
+
 
 _MARKUP = re.compile(r"``([^`]+)``")  # docstring markup: ``[tls] cert`` reads [tls] cert
 
@@ -228,9 +243,14 @@ def _polish(command: click.Command, path: str) -> tuple[str, ...]:
     return examples
 
 
-def command() -> click.Command:
-    """The ``teaagent`` command as click runs it: the typer app, its help polished (:func:`_polish`)."""
-    built = typer.main.get_command(app)
+def command(only: str | None = None) -> click.Command:
+    """The ``teaagent`` command as click runs it: the typer app, its help polished (:func:`_polish`).
+
+    Args:
+        only: The one command to build (``relay``), its module alone imported; every command when
+            None.
+    """
+    built = typer.main.get_command(build_app(only))
     _polish(built, "")
     return built
 
@@ -244,8 +264,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code of the convention above.
     """
-    root = command()
     args = list(sys.argv[1:] if argv is None else argv)
+    # The command named first is the only one loaded; anything else (no word, an option, a word
+    # that names no command) loads them all, for the listing or the refusal with its suggestions.
+    named = args[0] if args and (args[0] in GROUPS or args[0] in COMMANDS) else None
+    root = command(named)
     try:
         result = root.main(args=args, prog_name="teaagent", standalone_mode=False)
     except typer.Exit as exc:

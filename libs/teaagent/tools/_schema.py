@@ -7,23 +7,28 @@ answers valid/invalid for the common subset of keywords in about a microsecond. 
 any keyword outside that subset (``$ref``, ``if``, ``patternProperties``, ``contains``...) is left to
 ``jsonschema`` whole. Every rule below mirrors ``jsonschema``'s own keyword functions (its
 ``_keywords.py`` and ``_utils.py``), quirks included, and a property test holds the two in agreement.
+
+``jsonschema`` is imported when a schema is first checked, not with this module: the node's
+configuration imports the tools package, and a relay, an approver or a one-shot command that loads
+it registers no tool.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, Final
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from typing import TYPE_CHECKING, Any, Final
 
 from teaagent.errors import SchemaValidationError
 
-__all__ = ["CompiledSchema", "check_schema", "compile_check", "describe_error"]
+if TYPE_CHECKING:
+    from jsonschema.exceptions import SchemaError, ValidationError
+
+__all__ = ["CompiledSchema", "check_schema", "compile_check", "describe_error", "fallback_keywords"]
 
 Check = Callable[[Any], bool]
 
@@ -81,22 +86,27 @@ ANNOTATION_KEYWORDS: Final = frozenset(
 )
 """Keywords that assert nothing; listed for the reader, they need no code."""
 
-# Keywords jsonschema asserts that we do not, and the reference machinery whose meaning depends on
-# the whole document: a schema holding any of them is validated by jsonschema alone.
-FALLBACK_KEYWORDS: Final = (frozenset(Draft202012Validator.VALIDATORS) - SUPPORTED_KEYWORDS - {"format"}) | {
-    "$defs",
-    "definitions",
-    "$id",
-    "$anchor",
-    "$dynamicAnchor",
-    "$vocabulary",
-    "$recursiveRef",
-    "$recursiveAnchor",
-    "then",  # read by ``if`` only, but a reader expects them to count
-    "else",
-    "minContains",
-    "maxContains",
-}
+
+@functools.cache
+def fallback_keywords() -> frozenset[str]:
+    """Keywords jsonschema asserts that we do not, and the reference machinery whose meaning depends
+    on the whole document: a schema holding any of them is validated by jsonschema alone."""
+    from jsonschema import Draft202012Validator  # only once a schema is compiled
+
+    return (frozenset(Draft202012Validator.VALIDATORS) - SUPPORTED_KEYWORDS - {"format"}) | {
+        "$defs",
+        "definitions",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "$vocabulary",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "then",  # read by ``if`` only, but a reader expects them to count
+        "else",
+        "minContains",
+        "maxContains",
+    }
 
 
 class _Unsupported(Exception):
@@ -244,7 +254,7 @@ def _compile(schema: Any) -> Check:
     if not isinstance(schema, dict):
         raise _Unsupported("a schema is neither an object nor a boolean")
     for keyword in schema:
-        if keyword in FALLBACK_KEYWORDS:
+        if keyword in fallback_keywords():
             raise _Unsupported(keyword)
     if "$schema" in schema and schema["$schema"] not in DRAFT_2020_12:
         raise _Unsupported("$schema")  # another draft changes what the keywords mean
@@ -559,6 +569,9 @@ def check_schema(schema: Any, *, tool_name: str, which: str) -> None:
         raise SchemaValidationError(
             f"{tool_name}: {which} must be a JSON Schema object, not {type(schema).__name__}"
         )
+    from jsonschema import Draft202012Validator  # imported once a tool registers
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -587,6 +600,8 @@ class CompiledSchema:
 
     def __init__(self, schema: dict[str, Any]) -> None:
         """Compile ``schema``, which must already have passed :func:`check_schema`."""
+        from jsonschema import Draft202012Validator  # imported once a tool registers
+
         self.schema = schema
         self._reference = Draft202012Validator(schema)
         check = compile_check(schema)
@@ -607,6 +622,8 @@ class CompiledSchema:
         The reference (jsonschema) decides here: the compiled check only ever sends it the
         instances it refused.
         """
+        from jsonschema.exceptions import best_match  # imported with the validator
+
         try:
             error = best_match(self._reference.iter_errors(instance))
         except Exception as exc:  # an unresolvable $ref, a value the reference cannot compare...
