@@ -59,8 +59,7 @@ def test_the_node_configuration_and_the_relay_and_approver_load_no_jsonschema() 
     """jsonschema (a tenth of a second) loads when a tool's schema is first checked: the relay and
     the approver load the node's configuration, which imports the tools package, and register none."""
     code = (
-        "import sys, teaagent.config, teaagent_relay, teaagent_approver; "
-        "print('jsonschema' in sys.modules)"
+        "import sys, teaagent.config, teaagent_relay, teaagent_approver; print('jsonschema' in sys.modules)"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "False"
