@@ -54,6 +54,9 @@ pytestmark = pytest.mark.slow
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 WAIT_MS = 30_000  # anything the page waits on, on a loaded two-core host
+# A session that ends while the test looks: long enough for a sign-in and a page to load on a loaded
+# host first (3 s was not, with three test workers on two cores), then waited out.
+SHORT_SESSION_SECONDS = 12
 LAUNCH_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -296,7 +299,7 @@ def test_an_expired_session_is_said_and_signs_nothing(
         web_cluster.beta,
         web_cluster.approver.log_path.parent,
         port=free_port(),
-        TEAAGENT_APPROVER_WEB_SESSION_SECONDS="3",
+        TEAAGENT_APPROVER_WEB_SESSION_SECONDS=str(SHORT_SESSION_SECONDS),
     ).start()
     try:
         request = web_cluster.deliver(web_cluster.request(call_id="expired-session-1"))
@@ -307,7 +310,9 @@ def test_an_expired_session_is_said_and_signs_nothing(
         expect(other.locator("button.approve")).to_be_visible()
 
         # The live inbox says so when the approver ends the session.
-        expect(page.locator("#status")).to_contain_text("Your session expired")
+        expect(page.locator("#status")).to_contain_text(
+            "Your session expired", timeout=WAIT_MS + SHORT_SESSION_SECONDS * 1000
+        )
         other.click("button.approve")
 
         expect(other.locator("main")).to_contain_text(
