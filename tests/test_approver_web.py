@@ -205,7 +205,8 @@ def test_an_expired_session_sends_the_browser_to_sign_in_again(web_cluster: WebC
         web_cluster.beta,
         web_cluster.approver.log_path.parent,
         port=free_port(),
-        TEAAGENT_APPROVER_WEB_SESSION_SECONDS="1",
+        # Long enough for the sign-in and the first page on a loaded host, then waited out.
+        TEAAGENT_APPROVER_WEB_SESSION_SECONDS="3",
     ).start()
     try:
         with signed_in(web_cluster, short.url) as client:
