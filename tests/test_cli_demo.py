@@ -49,6 +49,19 @@ def marked(mark: str) -> list[int]:
     return found
 
 
+def described(pids: list[int]) -> list[str]:
+    """Each process as ``pid: command line`` (``pid: gone`` once it exited): what an assertion that
+    none is left names when one is."""
+    lines = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            command = "gone"
+        lines.append(f"{pid}: {command.strip()}")
+    return lines
+
+
 class Demo:
     """``teaagent demo --dir FOLDER [ARGS]`` in its own process group, its output read as it comes."""
 
@@ -139,7 +152,7 @@ def test_the_demo_tells_the_five_outcomes_and_its_evidence_verifies(tmp_path: Pa
     out = demo.out
 
     assert code == 0, f"{out}\n{demo.err}"
-    assert marked(demo.mark) == []
+    assert described(marked(demo.mark)) == []
     key = {name: fingerprint((folder / "keys" / f"{name}.pub").read_text()) for name in ("beta", "gamma")}
     operator = fingerprint((folder / "keys" / "delta-operator.pub").read_text())
     # The story as it happened: who decided, by which rule or by whom, with which key.
@@ -274,7 +287,7 @@ def test_ctrl_c_in_the_middle_of_the_demo_stops_every_process_it_started(tmp_pat
         if demo.process.poll() is None:
             os.killpg(demo.process.pid, signal.SIGKILL)
 
-    assert marked(demo.mark) == []
+    assert described(marked(demo.mark)) == []
     assert code == 130, f"{demo.out}\n{demo.err}"
     assert "Interrupted: stopping every process the demo started." in demo.out, demo.out[-2000:]
     assert "Traceback" not in demo.err
@@ -309,7 +322,7 @@ def test_keep_leaves_the_cluster_running_until_ctrl_c(tmp_path: Path) -> None:
 
     assert code == 0, f"{demo.out}\n{demo.err}"
     assert "Stopping every process the demo started." in demo.out
-    assert marked(demo.mark) == []
+    assert described(marked(demo.mark)) == []
 
 
 def test_the_demo_refuses_a_folder_that_is_not_empty(
