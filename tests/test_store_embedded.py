@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,6 +20,7 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from relay_support import wait_until
 
 from teaagent.errors import StoreError
 from teaagent.store import EmbeddedRedis, find_server_binary, open_store
@@ -178,29 +178,28 @@ def test_the_servers_state_is_never_seen_half_written(
 ) -> None:
     # Its supervisor starts a killed server again and writes its new state. A reader meanwhile (a
     # test, an agent beside the relay) saw an empty server.json: it must see the old state or the new.
+    from teaagent.store import _embedded
+
     folder = tmp_path / "redis"
     seen: list[str | None] = []
-    dump = json.dump
+    write = _embedded.atomic_write
 
-    def watched(state: Any, handle: Any) -> None:
-        path = folder / "server.json"
-        seen.append(path.read_text() if path.exists() else None)  # what a reader sees meanwhile
-        dump(state, handle)
+    def watched(path: Path, data: bytes, **options: Any) -> None:
+        state = folder / "server.json"
+        seen.append(state.read_text() if state.exists() else None)  # what a reader sees meanwhile
+        write(path, data, **options)
 
-    monkeypatch.setattr(json, "dump", watched)
+    monkeypatch.setattr(_embedded, "atomic_write", watched)
     with EmbeddedRedis(tmp_path) as server:
         killed = server.pid
         assert killed is not None
         os.kill(killed, signal.SIGKILL)
-        deadline = time.monotonic() + WAIT
-        while server.pid == killed and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.pid != killed  # started again by its supervisor
+        assert wait_until(lambda: server.pid not in (killed, None), timeout=WAIT)  # started again
         assert json.loads((folder / "server.json").read_text())["pid"] == server.pid
     assert len(seen) == 2
     assert seen[0] is None  # nothing before the first start
     assert json.loads(seen[1] or "")["pid"] == killed  # the old state, whole, until the rename
-    assert [path.name for path in folder.iterdir() if path.name.startswith(".server.json")] == []
+    assert [path.name for path in folder.iterdir() if path.name.startswith(".server.")] == []
 
 
 def test_running_url_finds_a_live_owners_server_and_never_starts_or_stops_one(tmp_path: Path) -> None:

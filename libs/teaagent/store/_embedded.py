@@ -24,6 +24,7 @@ import redis.backoff
 import redis.exceptions
 import redis.retry
 
+from teaagent._files import atomic_write
 from teaagent.errors import StoreError
 
 __all__ = ["EmbeddedRedis", "find_server_binary", "socket_url"]
@@ -467,11 +468,7 @@ class EmbeddedRedis:
                 # Written aside, then renamed over the old one: a process reading it meanwhile (a
                 # relay's supervisor restarting its server, an agent beside it) sees the old state or
                 # the new, never an empty file.
-                aside = self.folder / f".{_STATE}.{os.getpid()}"
-                fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as handle:
-                    json.dump(state, handle)
-                os.replace(aside, self.folder / _STATE)
+                atomic_write(self.folder / _STATE, json.dumps(state).encode())
                 return ""
             time.sleep(_POLL_SECONDS)
         process.kill()
