@@ -188,3 +188,12 @@ def test_a_command_loads_its_own_module_and_no_other_commands(argv: list[str], m
 def test_the_root_help_and_a_word_that_names_no_command_load_every_command() -> None:
     assert _loaded("--help") >= _COMMAND_MODULES
     assert _loaded("relya") >= _COMMAND_MODULES  # the refusal suggests `relay`: it knows every name
+
+
+def test_the_packages_app_is_every_command_and_one_object() -> None:
+    import teaagent.cli
+
+    app = teaagent.cli.app
+    assert app is teaagent.cli.app  # built once, kept: a caller that adds to it finds it again
+    assert {info.name for info in app.registered_groups} == set(GROUPS)
+    assert {info.name for info in app.registered_commands} == set(COMMANDS)

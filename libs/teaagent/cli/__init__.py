@@ -17,9 +17,11 @@ __all__ = ["EXIT_DENIED", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "app", "main"]
 
 
 def __getattr__(name: str) -> typer.Typer:
-    # ``app`` imports every command's module: built when asked for, never by ``teaagent relay serve``.
+    # ``app`` imports every command's module: built when first asked for (then kept, one object as
+    # before), never by ``teaagent relay serve``.
     if name == "app":
         from teaagent.cli._main import build_app
 
-        return build_app()
+        app = globals()["app"] = build_app()
+        return app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
