@@ -32,7 +32,6 @@ from teaagent_relay._errors import ApiError
 from teaagent_relay._protocol import (
     check_request_signature,
     check_statement,
-    decision_bytes,
     sentence,
     verify_decision,
 )
@@ -588,7 +587,7 @@ class Inbox(RelayBase):
         own_keys = self.trust.own_keys
         try:
             kind, signer, rebuilt = check_statement(request, statement, configured=(self.agent_id,), now=now)
-            wire = verify_decision(
+            wire, data = verify_decision(
                 kind,
                 rebuilt,
                 signature,
@@ -606,7 +605,6 @@ class Inbox(RelayBase):
                 f"Request {request_id} expired at {moment(request['expires_at'], now)}; a decision can no "
                 "longer count.",
             )
-        data = decision_bytes(rebuilt, wire)
         # Recorded, and queued for the origin only when it counted as this node's decision: a
         # contrary one never leaves. One step on one server; two on a cluster.
         target, _request_id, payload, expires_at = _decision_entry(origin, request, rebuilt, wire)

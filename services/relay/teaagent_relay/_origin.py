@@ -30,7 +30,6 @@ from teaagent_relay._errors import ApiError
 from teaagent_relay._protocol import (
     check_request_signature,
     check_statement,
-    decision_bytes,
     sentence,
     verify_decision,
 )
@@ -349,7 +348,7 @@ class OwnRequests(RelayBase):
             return self._receipt(request, signer, kind, result)
         # Rules 2 and 3: the signature verifies over the rebuilt statement with the configured key.
         try:
-            wire = verify_decision(
+            verified = verify_decision(
                 kind,
                 rebuilt,
                 signature,
@@ -365,7 +364,7 @@ class OwnRequests(RelayBase):
             request_id,
             kind=kind,
             signer=signer,
-            decision=decision_bytes(rebuilt, wire),
+            decision=verified.stored,
             now=at,
             policy=self._script_policy(request, counted),
         )

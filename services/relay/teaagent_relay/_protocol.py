@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from teaagent.errors import SignatureError, StatementError
 from teaagent.quorum import (
@@ -31,12 +31,20 @@ from teaagent_relay._errors import ApiError
 
 __all__ = [
     "DecisionKind",
+    "VerifiedDecision",
     "check_request_signature",
     "check_statement",
     "decision_bytes",
     "sentence",
     "verify_decision",
 ]
+
+
+class VerifiedDecision(NamedTuple):
+    """A decision whose signature verified (:func:`verify_decision`)."""
+
+    wire: str  # the signature in wire form: bare base64, one line
+    stored: bytes  # the decision as the store keeps it (:func:`decision_bytes`)
 
 
 def sentence(text: str) -> str:
@@ -142,8 +150,9 @@ def verify_decision(
     *,
     allow_dev: bool,
     whose: str,
-) -> str:
-    """Verify a signer's signature over the statement rebuilt from the request; return it in wire form.
+) -> VerifiedDecision:
+    """Verify a signer's signature over the statement rebuilt from the request; return the signature
+    in wire form and the decision in its stored form (:func:`decision_bytes`).
 
     PROTOCOL.md rules 2 and 3: the key embedded in the SSHSIG must be one of ``keys`` (the signer's
     keys in this node's configuration: its node key, its operators' keys), allowed by its
@@ -157,24 +166,36 @@ def verify_decision(
             canonical JSON.
     """
     on = f"the {kind} of request {rebuilt['request_id']}"
-    if _dev_passes(signature, rebuilt["signer"], f"The {kind}", whose=whose, on=on, allow_dev=allow_dev):
-        return signature
     try:
         data = statement_bytes(rebuilt)
     except ValueError as exc:
         raise ApiError(422, "invalid", sentence(_clause(exc))) from exc
+    if _dev_passes(signature, rebuilt["signer"], f"The {kind}", whose=whose, on=on, allow_dev=allow_dev):
+        return VerifiedDecision(signature, _stored(data, signature))
     namespace = DENIAL_NAMESPACE if kind == "denial" else APPROVAL_NAMESPACE
     try:
         signing_key(data, signature, keys, namespace, rebuilt["signed_at"], whose=whose)
-        return wire_signature(signature)
+        wire = wire_signature(signature)
     except (SignatureError, ValueError, TypeError) as exc:
         raise ApiError(
             403, "bad_signature", sentence(f"the {kind} does not verify with {whose}: {_clause(exc)}")
         ) from exc
+    return VerifiedDecision(wire, _stored(data, wire))
 
 
 def decision_bytes(statement: Mapping[str, Any], signature: str) -> bytes:
-    """Return the stored form of a verified decision, ``{"statement", "signature"}`` as JSON bytes."""
-    return json.dumps(
-        {"signature": signature, "statement": dict(statement)}, sort_keys=True, separators=(",", ":")
-    ).encode()
+    """Return the stored form of a verified decision, ``{"signature", "statement"}`` as JSON bytes.
+
+    The statement is written as the canonical JSON its signer signed (:func:`statement_bytes`), so
+    the stored form is the compact, key-sorted JSON of the decision; readers parse it.
+
+    Raises:
+        ValueError: The statement cannot be written as canonical JSON.
+    """
+    return _stored(statement_bytes(statement), signature)
+
+
+def _stored(statement: bytes, signature: str) -> bytes:
+    """The stored form of a decision from its statement's canonical bytes, already encoded once
+    for the verification: the two members in key order around them."""
+    return b'{"signature":' + json.dumps(signature).encode() + b',"statement":' + statement + b"}"
