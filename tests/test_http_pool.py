@@ -274,6 +274,30 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_call_sent
     assert len(calls) == 3  # the second call reached the server once, on the new connection
 
 
+def test_a_cookie_the_server_sets_is_never_sent_back(kind: str) -> None:
+    calls: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _number: int) -> None:
+        while True:
+            calls.append(await _read_call(reader))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nSet-Cookie: session=s3cret; Path=/\r\nContent-Length: 2\r\n\r\nok"
+            )
+            await writer.drain()
+
+    async def scenario(url: str, _connections: list[int]) -> list[tuple[int, bytes]]:
+        # By name: aiohttp's own jar would refuse a cookie of an IP address anyway.
+        return await posts(url.replace("127.0.0.1", "localhost"), kind, 3)
+
+    answers, _ = serve(handler, scenario)
+    assert answers == [(200, b"ok")] * 3
+    assert len(calls) == 3
+    for call in calls:
+        head = call.split(b"\r\n\r\n", 1)[0].lower()
+        assert b"\r\ncookie:" not in head, head
+        assert b"s3cret" not in head
+
+
 def test_an_unreachable_server_and_a_too_large_answer_are_no_answer(kind: str) -> None:
     async def scenario(url: str, _connections: list[int]) -> tuple[NoAnswer, NoAnswer]:
         client = http_pool(url, client=kind, connections=1, timeout=5, max_response_bytes=100)
