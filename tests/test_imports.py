@@ -65,6 +65,31 @@ def test_the_node_configuration_and_the_relay_and_approver_load_no_jsonschema() 
     assert loaded.strip() == "False"
 
 
+def test_the_workspace_registry_and_the_agent_service_load_no_mcp_sdk() -> None:
+    """The MCP SDK (about a second of CPU) loads with the MCP server's own names, when first asked
+    for: the agent service, which takes its workspace's lock, and a process that only takes one
+    never pay for it."""
+    code = (
+        "import sys, teaagent_agent; from teaagent.mcp_server import WorkspaceRegistry; "
+        "print(sorted(name for name in ('mcp', 'teaagent.mcp_server._gated') if name in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_the_mcp_servers_names_are_there_when_asked_for_and_a_wrong_one_is_an_attribute_error() -> None:
+    import teaagent.mcp_server as package
+    from teaagent.mcp_server import _gated, _gateway, _transport
+
+    assert package.GatedToolServer is _gated.GatedToolServer
+    assert package.Gateway is _gateway.Gateway
+    assert (package.MCP_PATH, package.serve_stdio) == (_transport.MCP_PATH, _transport.serve_stdio)
+    with pytest.raises(AttributeError, match="has no attribute 'GatedToolServers'"):
+        _ = package.GatedToolServers  # type: ignore[attr-defined]
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+
+
 def test_the_cli_names_the_mcp_servers_http_path_as_the_server_serves_it() -> None:
     from teaagent.cli import _mcp
     from teaagent.mcp_server._transport import MCP_PATH

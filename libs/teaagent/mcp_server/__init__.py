@@ -15,9 +15,10 @@ taken over ("zombie cleanup") by exactly one of the processes that want it. See
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from teaagent.errors import WorkspaceLockConflictError
-from teaagent.mcp_server._gated import GatedToolServer, ToolCallFailed
-from teaagent.mcp_server._gateway import Gateway, Upstream
 from teaagent.mcp_server._locks import (
     ACQUIRE_ATTEMPTS,
     LOCK_FILE_NAME,
@@ -28,7 +29,34 @@ from teaagent.mcp_server._locks import (
     WorkspaceRegistry,
 )
 from teaagent.mcp_server._process import Liveness, liveness, process_start_time
-from teaagent.mcp_server._transport import MCP_PATH, http_app, serve_stdio
+
+if TYPE_CHECKING:
+    from teaagent.mcp_server._gated import GatedToolServer, ToolCallFailed
+    from teaagent.mcp_server._gateway import Gateway, Upstream
+    from teaagent.mcp_server._transport import MCP_PATH, http_app, serve_stdio
+
+# The server's names load the MCP SDK and FastAPI (about a second of CPU), imported when first
+# asked for; the registry's do not, so that a process that only takes a workspace's lock (the
+# agent service, a test's racer) never pays for them.
+_SERVER_NAMES = {
+    "GatedToolServer": "_gated",
+    "ToolCallFailed": "_gated",
+    "Gateway": "_gateway",
+    "Upstream": "_gateway",
+    "MCP_PATH": "_transport",
+    "http_app": "_transport",
+    "serve_stdio": "_transport",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SERVER_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ACQUIRE_ATTEMPTS",
