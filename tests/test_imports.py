@@ -85,7 +85,7 @@ def test_the_mcp_servers_names_are_there_when_asked_for_and_a_wrong_one_is_an_at
     assert package.Gateway is _gateway.Gateway
     assert (package.MCP_PATH, package.serve_stdio) == (_transport.MCP_PATH, _transport.serve_stdio)
     with pytest.raises(AttributeError, match="has no attribute 'GatedToolServers'"):
-        _ = package.GatedToolServers  # type: ignore[attr-defined]
+        _ = package.GatedToolServers
     for name in package.__all__:
         assert getattr(package, name) is not None, name
 
