@@ -54,6 +54,9 @@ def test_bench_decisions_reports_every_figure() -> None:
         "client_cpu_us_per_call_httpx",
         "client_cpu_us_per_call_aiohttp",
         "relay_cpu_ms_per_decision",
+        # The same decisions in batches of POST /v1/deliveries, as the peers' relays send them.
+        "decisions_per_s_batched",
+        "relay_cpu_ms_per_decision_batched",
     ):
         assert figures[name] > 0, name
     # The floor's verification, in the same run: part of what the relay spends on each decision.

@@ -221,12 +221,13 @@ def test_every_hot_route_is_a_route_of_the_one_router_and_in_the_openapi_schema(
     from starlette.routing import Route
 
     from teaagent_relay._fast import ROUTES, RelayApp, hot_routes
-    from teaagent_relay._routes import inbox_router, requests_router
+    from teaagent_relay._routes import deliveries_router, inbox_router, requests_router
 
-    made = hot_routes(requests_router, inbox_router)
+    made = hot_routes(requests_router, inbox_router, deliveries_router)
     app = RelayApp()
     app.include_router(requests_router)
     app.include_router(inbox_router)
+    app.include_router(deliveries_router)
     app.router.routes[:0] = made
     schema = app.openapi()["paths"]
 

@@ -123,6 +123,7 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
         "/v1/inbox/decisions",
         "/v1/inbox/{request_id}/withdrawal",
         "/v1/inbox/{request_id}/settled",
+        "/v1/deliveries",
         "/v1/deliveries/dead",
         "/health",
         "/ready",
@@ -132,6 +133,12 @@ async def test_health_metrics_and_the_documented_api(nodes: dict[str, Node]) -> 
     batch = schema["paths"]["/v1/inbox/decisions"]["post"]
     batch_body = batch["requestBody"]["content"]["application/json"]["schema"]["$ref"].rpartition("/")[2]
     assert schema["components"]["schemas"][batch_body]["properties"]["decisions"]["maxItems"] == 64
+    delivered = schema["paths"]["/v1/deliveries"]["post"]
+    delivered_body = delivered["requestBody"]["content"]["application/json"]["schema"]["$ref"].rpartition(
+        "/"
+    )[2]
+    assert schema["components"]["schemas"][delivered_body]["properties"]["deliveries"]["maxItems"] == 64
+    assert "security" not in delivered  # a peer's relay: each delivery is signed, no token
     decisions = schema["paths"]["/v1/requests/{request_id}/decisions"]["post"]
     assert decisions["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/SignedDecisionIn"

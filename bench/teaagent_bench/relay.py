@@ -10,7 +10,10 @@ per HTTP client (``HTTP_CLIENTS``), on fresh requests each time; each client is 
 reopened; ``teaagent._http.http_pool``):
 
 - ``decisions_per_s`` (and ``_aiohttp``): through aiohttp's client, the services' own;
-- ``decisions_per_s_httpx``: through httpx, sized the same (``httpx.Limits``, HTTP/1.1).
+- ``decisions_per_s_httpx``: through httpx, sized the same (``httpx.Limits``, HTTP/1.1);
+- ``decisions_per_s_batched``: through aiohttp, as the peers' relays send them under load: each
+  peer's decisions ``DELIVERY_BATCH`` at a time in one ``POST /v1/deliveries``, as many batches in
+  flight as make ``CONCURRENCY`` decisions.
 
 Beside each: ``client_cpu_us_per_call_<client>``, this process's CPU per call (the load
 generator's cost, which shares the machine's cores with the relay), and
@@ -26,7 +29,8 @@ Its floor, measured in the same ``teaagent bench relay``: one SSHSIG verificatio
 approvals (``verify_ms_per_decision``, this process's CPU per verification, a few hundred of them
 verified over and over for as long as the relay's own run took: ``verifications`` ran) plus the
 client CPU of one raw EVALSHA round trip, no client library (``raw_evalsha_wire_client_cpu_us``);
-``relay_ratio_to_floor`` is the relay's CPU per decision over their sum.
+``relay_ratio_to_floor`` is the relay's CPU per decision over their sum, each decision its own
+call; ``relay_ratio_to_floor_batched`` the same of the batched run.
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ _Poster = Callable[[str, list[_Item], dict[str, str]], Coroutine[Any, Any, tuple
 
 
 HTTP_CLIENTS: Final = ("aiohttp", "httpx")  # the services' client first, then httpx sized the same
+# Decisions per POST /v1/deliveries in the batched run: what one peer's relay sent the origin's in a
+# batch at 64 callers in `bench quorum` (15 to 19 on average, on 2 cores).
+DELIVERY_BATCH: Final = 16
 
 
 async def _post(
@@ -106,7 +113,48 @@ async def _post(
     return ok, latencies
 
 
+async def _post_batched(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
+    """POST every item in batches of ``DELIVERY_BATCH`` (``POST /v1/deliveries``), each batch one
+    signer's decisions (one peer's relay sends its own); ``CONCURRENCY`` decisions in flight.
+
+    Every item of ``items`` is one of three signers' decisions in turn (``_work``'s order).
+    """
+    own = [items[signer::3] for signer in range(3)]
+    batches = [
+        b'{"deliveries":['
+        + b",".join(b'{"path":"%s","body":%s}' % (path.encode(), body) for path, body in chunk)
+        + b"]}"
+        for start in range(0, max(map(len, own)), DELIVERY_BATCH)
+        for chunk in (decisions[start : start + DELIVERY_BATCH] for decisions in own)
+        if chunk
+    ]
+    in_flight = max(1, CONCURRENCY // DELIVERY_BATCH)
+    pool = http_pool(url, headers=headers, connections=in_flight, timeout=60.0)
+    pending = list(reversed(batches))
+    ok = 0
+    latencies: list[float] = []
+
+    async def worker() -> None:
+        nonlocal ok
+        while pending:
+            body = pending.pop()
+            started = time.perf_counter()
+            status, answer = await pool.post("/v1/deliveries", body)
+            latencies.append(time.perf_counter() - started)
+            if status == 200:
+                ok += sum(200 <= result["status"] < 300 for result in json.loads(answer)["results"])
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+    finally:
+        await pool.aclose()
+    return ok, latencies
+
+
 def _posting(client: str) -> _Poster:
+    if client == "batched":
+        return _post_batched
+
     async def post(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
         return await _post(url, items, headers, client)
 
@@ -193,8 +241,9 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
     """Measure one relay process accepting and counting signed decisions (see the module docstring).
 
     Returns:
-        ``decisions_per_s``, ``decisions_per_s_httpx``, ``relay_cpu_ms_per_decision``,
-        ``decision_latency_ms_median``/``_p99`` (first run), ``decisions`` (per run) and ``concurrency``.
+        ``decisions_per_s``, ``decisions_per_s_httpx``, ``decisions_per_s_batched``,
+        ``relay_cpu_ms_per_decision`` (and ``_<run>`` of each run), ``decision_latency_ms_median``/``_p99``
+        (first run), ``decisions`` (per run) and ``concurrency``.
 
     Raises:
         ValueError: ``seconds`` is not positive.
@@ -209,7 +258,7 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
     count = max(50, round(seconds * DECISIONS_PER_SECOND_GUESS / 3 / 2))
     # aiohttp first: the services' client, whose run gives the relay's own figures.
     runs: list[tuple[str, _Poster, list[_Item], list[_Item]]] = [
-        (name, _posting(name), *_work(count, keys, name)) for name in HTTP_CLIENTS
+        (name, _posting(name), *_work(count, keys, name)) for name in (*HTTP_CLIENTS, "batched")
     ]
     figures: dict[str, Any] = {"decisions": 3 * count, "concurrency": CONCURRENCY}
     with (
@@ -302,6 +351,7 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     floor = figures["verify_ms_per_decision"] + figures["raw_evalsha_wire_client_cpu_us"] / 1000
     figures["relay_floor_ms_per_decision"] = floor
     figures["relay_ratio_to_floor"] = figures["relay_cpu_ms_per_decision"] / floor
+    figures["relay_ratio_to_floor_batched"] = figures["relay_cpu_ms_per_decision_batched"] / floor
     return figures
 
 

@@ -33,7 +33,13 @@ from teaagent.service._errors import (
 )
 from teaagent.service._install import install_toolkit, service_app
 from teaagent.service._limits import BodyLimitMiddleware
-from teaagent.service._metrics import LATENCY_BUCKETS, METRICS_RESPONSES, MetricsMiddleware, ServiceMetrics
+from teaagent.service._metrics import (
+    INNER_CALL,
+    LATENCY_BUCKETS,
+    METRICS_RESPONSES,
+    MetricsMiddleware,
+    ServiceMetrics,
+)
 from teaagent.service._operations import reloaded_trust, store_health
 from teaagent.service._quorum_models import SettledOut
 from teaagent.service._ready import (
@@ -52,6 +58,7 @@ __all__ = [
     "CHECK_SECONDS",
     "CLIENT_CLOSED",
     "CODES_BY_STATUS",
+    "INNER_CALL",
     "LATENCY_BUCKETS",
     "METRICS_RESPONSES",
     "UNAUTHORIZED",

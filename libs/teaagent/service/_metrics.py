@@ -26,7 +26,12 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["LATENCY_BUCKETS", "METRICS_RESPONSES", "MetricsMiddleware", "ServiceMetrics"]
+__all__ = ["INNER_CALL", "LATENCY_BUCKETS", "METRICS_RESPONSES", "MetricsMiddleware", "ServiceMetrics"]
+
+#: The scope key of a call that a service serves inside another of its calls (the relay's
+#: ``POST /v1/deliveries``): not an HTTP call of its own, so not counted or timed as one here; the
+#: call that carries it is, and counts what it carries its own way.
+INNER_CALL = "teaagent.inner"
 
 # Seconds: most calls take a millisecond; long-polls take up to a minute.
 LATENCY_BUCKETS: Final = (
@@ -143,7 +148,7 @@ class MetricsMiddleware:
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or INNER_CALL in scope:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()

@@ -34,9 +34,10 @@ the peers' requests for this node's approver, and counts the signed decisions th
 the quorum certificate itself.
 
 Calls of the node itself (its agent, approver and operators) carry the node's bearer token;
-calls of peer relays (`POST /v1/inbox`, `POST /v1/requests/{{id}}/decisions`) carry none: what they
-send is signed and verified against this node's configuration. Bodies are limited to
-{MAX_BODY_BYTES} bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`.
+calls of peer relays (`POST /v1/inbox`, `POST /v1/requests/{{id}}/decisions`, their withdrawals
+and settlements, and `POST /v1/deliveries`, several of those at once) carry none: what they send
+is signed and verified against this node's configuration. Bodies are limited to {MAX_BODY_BYTES}
+bytes. Every failure is an `ErrorOut` `{{"error": code, "message": sentence}}`.
 """
 
 
@@ -129,5 +130,5 @@ def create_app(settings: Settings | None = None) -> RelayApp:
     app.state.relay = None
     # The quorum's hot calls (the decisions among them): routes at the head of the one router,
     # each handing what it does not read exactly as documented to its FastAPI route (_fast.py).
-    app.router.routes[:0] = hot_routes(requests_router, inbox_router)
+    app.router.routes[:0] = hot_routes(requests_router, inbox_router, deliveries_router)
     return app

@@ -41,6 +41,7 @@ from starlette.types import Receive, Scope, Send
 
 from teaagent._json import parse_json
 from teaagent.service import bearer_token, check_token, refuse_deep
+from teaagent_relay._batched import peer_deliveries
 from teaagent_relay._errors import ERRORS, ApiError, validation_message
 from teaagent_relay._models import SignedRequestIn
 from teaagent_relay._relay import MAX_WAIT_SECONDS
@@ -205,6 +206,7 @@ ROUTES: Final = (
     _route("GET", "/v1/inbox", inbox, query=frozenset({"state", "limit", "wait"})),
     _route("POST", "/v1/inbox/decisions", own_decisions),
     _route("POST", "/v1/inbox/{request_id}/decision", own_decision, request_id="[^/]+"),
+    _route("POST", "/v1/deliveries", peer_deliveries),
 )
 
 

@@ -26,6 +26,14 @@ class RelayMetrics(ServiceMetrics):
             "settlement of a request that never reached that peer).",
             "result",
         )
+        self.batched = self.counter(
+            "batched_deliveries",
+            "Peers' deliveries received inside POST /v1/deliveries, by the route that served each (as "
+            "its own call) and its status; each batch is one call of http_requests_total, its deliveries "
+            "are not.",
+            "route",
+            "status",
+        )
         self.retries = self.counter(
             "delivery_retries", "Delivery attempts that failed and were scheduled again."
         )

@@ -15,7 +15,11 @@ from teaagent.service import SettledOut
 
 __all__ = [
     "DecisionReceiptOut",
+    "DeliveryBatchIn",
+    "DeliveryBatchOut",
+    "DeliveryIn",
     "DeliveryOut",
+    "DeliveryResultOut",
     "HealthOut",
     "InboxAcceptedOut",
     "InboxDecisionOut",
@@ -238,6 +242,44 @@ class DecisionBatchOut(BaseModel):
     """One answer per decision of the batch, in its order."""
 
     results: list[DecisionBatchItemOut]
+
+
+MAX_DELIVERY_BATCH = 64  # deliveries per POST /v1/deliveries; the body limit bounds their bytes
+
+
+class DeliveryIn(BaseModel):
+    """One delivery of a peer's relay, as its queue holds it: the call it stands for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        description=(
+            "The path of the call: POST /v1/inbox, /v1/requests/{id}/decisions, "
+            "/v1/inbox/{id}/withdrawal or /v1/inbox/{id}/settled."
+        )
+    )
+    body: dict[str, Any] = Field(description="The body that call takes, exactly as it takes it.")
+
+
+class DeliveryBatchIn(BaseModel):
+    """Several deliveries of a peer's relay at once, each the call that its path names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deliveries: list[DeliveryIn] = Field(min_length=1, max_length=MAX_DELIVERY_BATCH)
+
+
+class DeliveryResultOut(BaseModel):
+    """What one delivery of a batch was answered: what its call alone would have been answered."""
+
+    status: int = Field(description="The status of that call alone (2xx, or an error's).")
+    body: Any = Field(description="Its answer: the route's own answer, or an ErrorOut.")
+
+
+class DeliveryBatchOut(BaseModel):
+    """One answer per delivery of the batch, in its order."""
+
+    results: list[DeliveryResultOut]
 
 
 class DecisionReceiptOut(BaseModel):

@@ -9,8 +9,9 @@ the numbered rules of PROTOCOL.md "Counting".
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from teaagent.errors import SignatureError, StatementError
 from teaagent.quorum import (
@@ -32,6 +33,7 @@ from teaagent_relay._errors import ApiError
 __all__ = [
     "DecisionKind",
     "VerifiedDecision",
+    "check_path_request_id",
     "check_request_signature",
     "check_statement",
     "decision_bytes",
@@ -45,6 +47,19 @@ class VerifiedDecision(NamedTuple):
 
     wire: str  # the signature in wire form: bare base64, one line
     stored: bytes  # the decision as the store keeps it (:func:`decision_bytes`)
+
+
+_REQUEST_ID: Final = re.compile(r"[0-9a-f]{32}")
+
+
+def check_path_request_id(request_id: str) -> None:
+    """Refuse a request id in a path that is not one (the decisions' routes take any segment there).
+
+    Raises:
+        ApiError: 422 ``invalid``, not 32 lowercase hex characters.
+    """
+    if not _REQUEST_ID.fullmatch(request_id):
+        raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
 
 
 def sentence(text: str) -> str:

@@ -30,13 +30,17 @@ from teaagent.service import (
     started,
     store_health,
 )
+from teaagent_relay._batched import peer_deliveries
 from teaagent_relay._errors import ApiError, validation_message
 from teaagent_relay._models import (
     MAX_DECISION_BATCH,
+    MAX_DELIVERY_BATCH,
     DeadLetterOut,
     DecisionBatchIn,
     DecisionBatchOut,
     DecisionReceiptOut,
+    DeliveryBatchIn,
+    DeliveryBatchOut,
     HealthOut,
     InboxAcceptedOut,
     InboxDecisionOut,
@@ -49,7 +53,7 @@ from teaagent_relay._models import (
     SignedWithdrawalIn,
     WithdrawalReceiptOut,
 )
-from teaagent_relay._protocol import sentence
+from teaagent_relay._protocol import check_path_request_id, sentence
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
 __all__ = [
@@ -206,8 +210,7 @@ async def count_decision(request: Request) -> Response:
     """
     relay = await _relay(request)
     request_id = request.path_params["request_id"]
-    if not _REQUEST_ID.fullmatch(request_id):
-        raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
+    check_path_request_id(request_id)
     body = await _read(request, SignedDecisionIn)
     return JSONResponse(await relay.count(request_id, body.statement, body.signature))
 
@@ -302,8 +305,7 @@ async def own_decision(request: Request) -> Response:
     relay = await _relay(request)
     check_token(bearer_token(request), relay.token)
     request_id = request.path_params["request_id"]
-    if not _REQUEST_ID.fullmatch(request_id):
-        raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
+    check_path_request_id(request_id)
     body = await _read(request, SignedDecisionIn)
     return JSONResponse(await relay.decide(request_id, body.statement, body.signature))
 
@@ -382,6 +384,23 @@ async def receive_settlement(request_id: RequestId, body: SettlementIn, relay: R
 
 
 deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"], route_class=BoundedJSONRoute)
+
+
+@deliveries_router.post(
+    "",
+    response_model=DeliveryBatchOut,
+    responses=error_responses(400, 413, 422, 503),
+    summary=f"A peer relay delivers up to {MAX_DELIVERY_BATCH} deliveries at once, each as its own call",
+)
+async def receive_deliveries(_body: DeliveryBatchIn, request: Request) -> Any:
+    """Each delivery (``path`` and ``body``, as the sending relay queued it) is served as the call
+    ``POST path`` with that body would be, by the same route, and answered in ``results`` with the
+    status and answer that call alone would have had: one refused delivery refuses no other. The
+    paths are those peers' relays post to (``/v1/inbox``, ``/v1/requests/{id}/decisions``,
+    ``/v1/inbox/{id}/withdrawal``, ``/v1/inbox/{id}/settled``); any other is answered 404 in its
+    result. No token: each delivery is signed, and verified by its own route. Served by
+    ``_batched.peer_deliveries`` (a hot route of ``_fast.RelayApp``)."""
+    return await peer_deliveries(request)
 
 
 @deliveries_router.get(

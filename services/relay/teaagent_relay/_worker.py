@@ -4,6 +4,13 @@ At least once: an entry is acknowledged only after the peer answered 2xx, so a r
 between claiming and acknowledging leaves it pending, and the next claim of any consumer takes it
 over once it has been idle ``delivery_min_idle_seconds``. Receivers are idempotent (a request
 stored twice is one request, a decision counted twice counts once).
+
+The deliveries due to one peer at the same moment go out together, in one ``POST /v1/deliveries``
+(``_batched.py`` serves it), each answered there as its own call; what each delivery then does
+with its answer (acknowledged, retried, given up) is what it would do with its own call's. A lone
+delivery goes out as its own call, at once; the ones that come while a batch is out wait for it
+and go as the next (``teaagent._batch.Coalescer``). A peer whose relay has no such route
+(answered 404 or 405: an older relay) gets each delivery as its own call from then on.
 """
 
 from __future__ import annotations
@@ -14,17 +21,22 @@ import logging
 import os
 import socket
 import time
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Final
+from typing import Any, Final
 
 import httpx
 
+from teaagent._batch import Coalescer
 from teaagent._http import HTTPPool, NoAnswer, http_pool
-from teaagent._json import JSONDepthError, check_json_depth
+from teaagent._json import JSONDepthError, check_json_depth, parse_json
 from teaagent._tasks import cancel_and_wait
 from teaagent.errors import StoreError
 from teaagent.store import CONSUMER_RETENTION_SECONDS, Delivery, DeliveryStateName
+from teaagent_relay._batched import BATCH_DEPTH
+from teaagent_relay._models import MAX_DELIVERY_BATCH
 from teaagent_relay._relay import Relay
+from teaagent_relay._settings import MAX_BODY_BYTES
 
 __all__ = ["CLAIM_BATCH", "DeliveryWorker", "consumer_name"]
 
@@ -41,6 +53,9 @@ STORE_BACKOFF_CAP: Final = 5.0
 _TEMPORARY: Final = frozenset({408, 425, 429})  # 4xx answers that a later attempt may turn into 2xx
 PRUNE_EVERY_SECONDS: Final = 600.0  # how often a worker removes the consumer names of dead processes
 SWEEP_EVERY_SECONDS: Final = 60.0  # how often it removes inbox entries that no longer wait for anyone
+BATCH_PATH: Final = "/v1/deliveries"
+_BATCH_HEAD: Final = b'{"deliveries":['
+_BATCH_TAIL: Final = b"]}"
 
 
 def consumer_name() -> str:
@@ -90,20 +105,114 @@ class DeliveryWorker:
         # flight (teaagent._http); ``transport`` (tests: an app in the same process) is httpx's.
         self._peers: dict[str, HTTPPool] = {}
         self._transport = transport
+        # The deliveries due to one peer at one moment, sent together (one coalescer per peer).
+        self._batches: dict[str, Coalescer[_Call, tuple[int, bytes]]] = {}
+        self._no_batches: set[str] = set()  # peers' relays that have no POST /v1/deliveries
 
     async def aclose(self) -> None:
         """Close the connections to the peers."""
         for peer in self._peers.values():
             await peer.aclose()
         self._peers.clear()
+        self._batches.clear()
 
-    async def _post(self, base_url: str, path: str, body: object) -> tuple[int, bytes]:
-        """POST ``body`` as JSON to a peer relay; its status and answer.
+    async def _post(self, base_url: str, path: str, body: object, payload: bytes) -> tuple[int, bytes]:
+        """POST ``body`` as JSON to ``path`` of a peer relay, alone or in a batch; its status and answer.
+
+        ``payload`` is the queued delivery (``{"path", "body"}``), as a batch carries it.
 
         Raises:
             NoAnswer: The peer's relay did not answer.
         """
-        data = json.dumps(body, separators=(",", ":")).encode()
+        call = _Call(path, body, payload)
+        if base_url in self._no_batches:
+            return await self._post_alone(base_url, call)
+        batches = self._batches.get(base_url)
+        if batches is None:
+
+            async def send(calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
+                return await self._post_many(base_url, calls)
+
+            batches = self._batches[base_url] = Coalescer(
+                send, "teaagent-relay-delivery-batch", max_batch=MAX_DELIVERY_BATCH
+            )
+        return await batches.call(call)
+
+    async def _post_many(self, base_url: str, calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
+        """The calls to one peer of one moment: one ``POST /v1/deliveries`` for as many as its body
+        limit holds, each at once; a call alone as its own call."""
+        chunks: list[list[_Call]] = []
+        size = MAX_BODY_BYTES
+        for call in calls:
+            grown = size + len(call.payload) + 1
+            if grown > MAX_BODY_BYTES:
+                chunks.append([call])
+                size = len(_BATCH_HEAD) + len(_BATCH_TAIL) + len(call.payload)
+            else:
+                chunks[-1].append(call)
+                size = grown
+        sent = await asyncio.gather(
+            *(self._post_chunk(base_url, chunk) for chunk in chunks), return_exceptions=True
+        )
+        answers: list[tuple[int, bytes] | Exception] = []
+        for chunk, answer in zip(chunks, sent, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, Exception):
+                    raise answer
+                answers.extend([answer] * len(chunk))
+            else:
+                answers.extend(answer)
+        return answers
+
+    async def _post_chunk(self, base_url: str, calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
+        """One batch's calls, sent in one POST (a call alone, as its own call).
+
+        Raises:
+            NoAnswer: The peer's relay did not answer the batch.
+        """
+        if len(calls) == 1 or base_url in self._no_batches:
+            return await self._each_alone(base_url, calls)
+        data = _BATCH_HEAD + b",".join(call.payload for call in calls) + _BATCH_TAIL
+        status, answer = await self._send(base_url, BATCH_PATH, data)
+        if status == 200:
+            answers = _batch_answers(answer, len(calls))
+            if answers is not None:
+                return list(answers)
+            logger.warning(
+                "%s answered a batch of deliveries with no answer for each; sending each alone", base_url
+            )
+        elif status in (404, 405):
+            logger.info("%s takes no batch of deliveries; sending each alone from now on", base_url)
+            self._no_batches.add(base_url)
+        elif status >= 500 or status in _TEMPORARY:
+            return [(status, answer)] * len(calls)  # each retried, as its own call would be
+        return await self._each_alone(base_url, calls)
+
+    async def _each_alone(self, base_url: str, calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
+        sent = await asyncio.gather(
+            *(self._post_alone(base_url, call) for call in calls), return_exceptions=True
+        )
+        answers: list[tuple[int, bytes] | Exception] = []
+        for answer in sent:
+            if isinstance(answer, BaseException) and not isinstance(answer, Exception):
+                raise answer
+            answers.append(answer)
+        return answers
+
+    async def _post_alone(self, base_url: str, call: _Call) -> tuple[int, bytes]:
+        """One delivery as its own call.
+
+        Raises:
+            NoAnswer: The peer's relay did not answer.
+        """
+        return await self._send(base_url, call.path, json.dumps(call.body, separators=(",", ":")).encode())
+
+    async def _send(self, base_url: str, path: str, data: bytes) -> tuple[int, bytes]:
+        """POST ``data`` (JSON) to ``path`` of a peer relay; its status and answer.
+
+        Raises:
+            NoAnswer: The peer's relay did not answer.
+        """
         peer = self._peers.get(base_url)
         if peer is None:
             peer = self._peers[base_url] = http_pool(
@@ -264,7 +373,7 @@ class DeliveryWorker:
             await self._note(delivery, "given_up", f"withdrawn before it reached {delivery.target}")
             return
         try:
-            status, answer = await self._post(peer.relay_url, path, body)
+            status, answer = await self._post(peer.relay_url, path, body, delivery.payload)
         except NoAnswer as exc:
             await self._retry(
                 delivery, f"{delivery.target}'s relay at {url} is unreachable: {exc.detail}", own=own
@@ -346,6 +455,32 @@ class DeliveryWorker:
             )
         except (StoreError, ValueError) as exc:
             logger.warning("the delivery state of request %s is not recorded: %s", delivery.request_id, exc)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One delivery's call: its path and body, and the queued delivery that a batch carries."""
+
+    path: str
+    body: Any
+    payload: bytes
+
+
+def _batch_answers(answer: bytes, count: int) -> list[tuple[int, bytes]] | None:
+    """Each delivery's status and answer from a batch's, or None: not ``count`` results."""
+    try:
+        results = parse_json(answer, limit=BATCH_DEPTH, what="The answer")["results"]
+        if not isinstance(results, list) or len(results) != count:
+            return None
+        answers = []
+        for result in results:
+            status = result["status"]
+            if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
+                return None
+            answers.append((status, json.dumps(result["body"], separators=(",", ":")).encode()))
+    except (ValueError, KeyError, TypeError, JSONDepthError):
+        return None
+    return answers
 
 
 def _is_own_request(payload: dict[str, object], agent_id: str) -> bool:
