@@ -346,3 +346,32 @@ async def test_a_batch_not_answered_for_each_delivery_is_retried_or_sent_again_a
         assert peer.paths == ["/v1/deliveries"] + ["/v1/inbox"] * 3
         assert received == sorted(ids)
         assert (stats.length, stats.scheduled, stats.dead) == (0, 0, 0)
+
+
+@pytest.mark.anyio
+async def test_with_batches_off_each_delivery_is_its_own_call(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAAGENT_RELAY_DELIVERY_BATCHES", "0")
+    nodes = make_cluster("alpha", "beta", required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with (
+        in_process(beta, deliver=False) as beta_client,
+        in_process(alpha, deliver=False) as alpha_client,
+    ):
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        peer = _Peer(beta_client.app)  # type: ignore[attr-defined]
+        worker = DeliveryWorker(
+            relay, min_idle_seconds=10, transport=peer, batches=alpha.settings().delivery_batches
+        )
+        try:
+            for index in range(3):
+                request = alpha.request(call_id=f"call-{index}")
+                await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
+            assert await worker.run_once(block_ms=0) == 3
+        finally:
+            await worker.aclose()
+        received = await _inbox(beta_client, beta)
+
+    assert peer.paths == ["/v1/inbox"] * 3
+    assert len(received) == 3

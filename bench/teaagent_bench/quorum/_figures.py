@@ -111,6 +111,8 @@ VARIANTS: Final = (
     *((f"http_{name}", BENCH_CLIENT_ENV, name) for name in HTTP_VARIANTS),
     # Each Redis call sent on its own, as before the store batched a moment's calls (issue 29).
     ("redis_unbatched", BATCHES_ENV, "0"),
+    # Each delivery between relays its own call, as before they sent a moment's in one (issue 29).
+    ("deliveries_unbatched", "TEAAGENT_RELAY_DELIVERY_BATCHES", "0"),
 )
 
 
@@ -304,8 +306,11 @@ def _variants(
     ``TEAAGENT_BENCH_HTTP_CLIENT`` points ``teaagent._http.http_pool`` at another HTTP client
     (``httpx``: one client per server, ``httpx.Limits`` sized as aiohttp's connector, HTTP/1.1);
     ``TEAAGENT_REDIS_BATCHES=0`` sends each Redis call on its own (``redis_unbatched``, the store
-    before it batched). Each: ``<prefix>_p50_ms_c1``, ``<prefix>_throughput_c64``,
-    ``<prefix>_cluster_cpu_ms_per_quorum_c64`` and ``<prefix>_redis_round_trips_c64``, against
+    before it batched); ``TEAAGENT_RELAY_DELIVERY_BATCHES=0`` makes each delivery between relays its
+    own call (``deliveries_unbatched``, the relays before they sent a moment's deliveries to a peer
+    in one). Each: ``<prefix>_p50_ms_c1``, ``<prefix>_throughput_c64``,
+    ``<prefix>_cluster_cpu_ms_per_quorum_c64``, ``<prefix>_redis_round_trips_c64`` and
+    ``<prefix>_http_hops_c64``, against
     the same floor as the default's (``<prefix>_floor_ratio``...).
     """
     figures: dict[str, float] = {}
@@ -323,6 +328,7 @@ def _variants(
         figures[f"{prefix}_throughput_c64"] = runs[64].throughput
         figures[f"{prefix}_cluster_cpu_ms_per_quorum_c64"] = sum(counted[64].cpu.values()) * 1000
         figures[f"{prefix}_redis_round_trips_c64"] = max(0.0, counted[64].writes + counted[64].reads)
+        figures[f"{prefix}_http_hops_c64"] = counted[64].hops
     return figures
 
 

@@ -65,7 +65,11 @@ def _lifespan(
             )
             task: asyncio.Task[None] | None = None
             if settings.deliver:
-                worker = DeliveryWorker(relay, min_idle_seconds=settings.delivery_min_idle_seconds)
+                worker = DeliveryWorker(
+                    relay,
+                    min_idle_seconds=settings.delivery_min_idle_seconds,
+                    batches=settings.delivery_batches,
+                )
                 stack.push_async_callback(worker.aclose)
                 task = asyncio.create_task(worker.run(), name="teaagent-relay-deliveries")
             app.state.relay = relay

@@ -53,6 +53,8 @@ class Settings(StoreSettings):
             timeout, which is derived from it.
         delivery_retry_base_seconds: The first retry's backoff; it doubles per failure.
         delivery_retry_cap_seconds: The longest backoff between two attempts.
+        delivery_batches: Send a peer the deliveries due to it at one moment in one
+            ``POST /v1/deliveries`` (``teaagent_relay._worker``); off (``0``), each is its own call.
         settlement_grace_seconds: How long, once one of this node's requests is decided here, the
             relay waits for the decisions of its other peers already on their way before it sends
             the evidence to those still silent (``teaagent_relay._origin``); 0 sends it at once.
@@ -67,4 +69,5 @@ class Settings(StoreSettings):
     delivery_min_idle_seconds: float = Field(default=60.0, ge=1.0, le=3600)
     delivery_retry_base_seconds: float = Field(default=0.5, gt=0, le=60)
     delivery_retry_cap_seconds: float = Field(default=30.0, gt=0, le=3600)
+    delivery_batches: bool = True
     settlement_grace_seconds: float = Field(default=SETTLEMENT_GRACE_SECONDS, ge=0, le=60)

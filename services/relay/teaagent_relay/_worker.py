@@ -92,6 +92,7 @@ class DeliveryWorker:
         min_idle_seconds: float,
         transport: httpx.AsyncBaseTransport | None = None,
         consumer_retention_seconds: float = CONSUMER_RETENTION_SECONDS,
+        batches: bool = True,
     ) -> None:
         self.relay = relay
         self.consumer = consumer or consumer_name()
@@ -108,6 +109,7 @@ class DeliveryWorker:
         # The deliveries due to one peer at one moment, sent together (one coalescer per peer).
         self._batches: dict[str, Coalescer[_Call, tuple[int, bytes]]] = {}
         self._no_batches: set[str] = set()  # peers' relays that have no POST /v1/deliveries
+        self._batching = batches  # off: each delivery its own call (TEAAGENT_RELAY_DELIVERY_BATCHES=0)
 
     async def aclose(self) -> None:
         """Close the connections to the peers."""
@@ -125,7 +127,7 @@ class DeliveryWorker:
             NoAnswer: The peer's relay did not answer.
         """
         call = _Call(path, body, payload)
-        if base_url in self._no_batches:
+        if not self._batching or base_url in self._no_batches:
             return await self._post_alone(base_url, call)
         batches = self._batches.get(base_url)
         if batches is None:
