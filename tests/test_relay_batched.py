@@ -375,3 +375,31 @@ async def test_with_batches_off_each_delivery_is_its_own_call(
 
     assert peer.paths == ["/v1/inbox"] * 3
     assert len(received) == 3
+
+
+@pytest.mark.anyio
+async def test_a_batch_holds_no_more_than_the_peers_body_limit(make_cluster: MakeCluster) -> None:
+    nodes = make_cluster("alpha", "beta", required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with (
+        in_process(beta, deliver=False) as beta_client,
+        in_process(alpha, deliver=False) as alpha_client,
+    ):
+        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
+        peer = _Peer(beta_client.app)  # type: ignore[attr-defined]
+        worker = DeliveryWorker(relay, min_idle_seconds=10, transport=peer)
+        big = "x" * (MAX_BODY_BYTES // 5)  # four such deliveries fit one body, five do not
+        try:
+            for index in range(6):
+                request = alpha.request(call_id=f"call-{index}", arguments={"command": big})
+                submitted = await alpha_client.post(
+                    "/v1/requests", json=alpha.signed(request), headers=alpha.headers
+                )
+                assert submitted.status_code == 201, submitted.text
+            assert await worker.run_once(block_ms=0) == 6
+        finally:
+            await worker.aclose()
+        received = await _inbox(beta_client, beta)
+
+    assert peer.paths == ["/v1/deliveries", "/v1/deliveries"]  # four, then two
+    assert len(received) == 6

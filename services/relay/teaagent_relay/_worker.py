@@ -144,10 +144,10 @@ class DeliveryWorker:
         """The calls to one peer of one moment: one ``POST /v1/deliveries`` for as many as its body
         limit holds, each at once; a call alone as its own call."""
         chunks: list[list[_Call]] = []
-        size = MAX_BODY_BYTES
+        size = 0  # the bytes of the last chunk's batch
         for call in calls:
-            grown = size + len(call.payload) + 1
-            if grown > MAX_BODY_BYTES:
+            grown = size + len(call.payload) + 1  # and its comma
+            if not chunks or grown > MAX_BODY_BYTES:
                 chunks.append([call])
                 size = len(_BATCH_HEAD) + len(_BATCH_TAIL) + len(call.payload)
             else:
