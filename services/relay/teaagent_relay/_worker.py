@@ -9,8 +9,10 @@ The deliveries due to one peer at the same moment go out together, in one ``POST
 (``_batched.py`` serves it), each answered there as its own call; what each delivery then does
 with its answer (acknowledged, retried, given up) is what it would do with its own call's. A lone
 delivery goes out as its own call, at once; the ones that come while a batch is out wait for it
-and go as the next (``teaagent._batch.Coalescer``). A peer whose relay has no such route
-(answered 404 or 405: an older relay) gets each delivery as its own call from then on.
+and go as the next (``teaagent._batch.Coalescer``). A batch answered 5xx, 408, 425 or 429 is
+that answer for each of its deliveries (retried later). A peer whose relay answers a batch
+otherwise, or without a result for each delivery (404 or 405: an older relay without the route),
+gets each delivery of it, and every later one, as its own call.
 """
 
 from __future__ import annotations
@@ -176,18 +178,20 @@ class DeliveryWorker:
             return await self._each_alone(base_url, calls)
         data = _BATCH_HEAD + b",".join(call.payload for call in calls) + _BATCH_TAIL
         status, answer = await self._send(base_url, BATCH_PATH, data)
-        if status == 200:
-            answers = _batch_answers(answer, len(calls))
-            if answers is not None:
-                return list(answers)
-            logger.warning(
-                "%s answered a batch of deliveries with no answer for each; sending each alone", base_url
-            )
-        elif status in (404, 405):
-            logger.info("%s takes no batch of deliveries; sending each alone from now on", base_url)
-            self._no_batches.add(base_url)
-        elif status >= 500 or status in _TEMPORARY:
+        if status >= 500 or status in _TEMPORARY:
             return [(status, answer)] * len(calls)  # each retried, as its own call would be
+        answers = _batch_answers(answer, len(calls)) if status == 200 else None
+        if answers is not None:
+            return list(answers)
+        # A relay without the route (404, 405: an older one), one that reads batches otherwise, or
+        # one that answers without a result for each: each delivery alone, now and from now on.
+        self._no_batches.add(base_url)
+        logger.log(
+            logging.INFO if status in (404, 405) else logging.WARNING,
+            "%s answered a batch of deliveries %s; it gets each delivery as its own call from now on",
+            base_url,
+            status if status != 200 else "without a result for each",
+        )
         return await self._each_alone(base_url, calls)
 
     async def _each_alone(self, base_url: str, calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
