@@ -393,8 +393,8 @@ deliveries_router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"], rout
     summary=f"A peer relay delivers up to {MAX_DELIVERY_BATCH} deliveries at once, each as its own call",
 )
 async def receive_deliveries(_body: DeliveryBatchIn, request: Request) -> Any:
-    """Each delivery (``path`` and ``body``, as the sending relay queued it) is served as the call
-    ``POST path`` with that body would be, by the same route, and answered in ``results`` with the
+    """Each delivery (``path`` and ``body``, as the sending relay queued it) is taken as the call
+    ``POST path`` with that body, by the same code and checks, and answered in ``results`` with the
     status and answer that call alone would have had: one refused delivery refuses no other. The
     paths are those peers' relays post to (``/v1/inbox``, ``/v1/requests/{id}/decisions``,
     ``/v1/inbox/{id}/withdrawal``, ``/v1/inbox/{id}/settled``); any other is answered 404 in its
