@@ -80,8 +80,12 @@ async def test_the_approver_signs_the_next_page_while_the_relay_holds_the_last(
             put_off = metric(approver, FORWARDED, result="retry")
             forwarded_then = metric(approver, FORWARDED, result="ok")
             relay.release.set()
+            # A look is timed once its decisions are answered: the last answer may come first.
             delivered = await until(
-                lambda: metric(approver, FORWARDED, result="ok") >= REQUESTS,
+                lambda: (
+                    metric(approver, FORWARDED, result="ok") >= REQUESTS
+                    and metric(approver, "teaagent_approver_look_seconds_count") >= 2
+                ),
                 timeout=WAIT,
             )
             decided = metric(approver, "teaagent_approver_decisions_total", by="rule", kind="approval")
