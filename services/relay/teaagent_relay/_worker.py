@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Final
@@ -134,7 +135,7 @@ class DeliveryWorker:
         batches = self._batches.get(base_url)
         if batches is None:
 
-            async def send(calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
+            async def send(calls: list[_Call]) -> list[_Answer]:
                 return await self._post_many(base_url, calls)
 
             batches = self._batches[base_url] = Coalescer(
@@ -142,7 +143,7 @@ class DeliveryWorker:
             )
         return await batches.call(call)
 
-    async def _post_many(self, base_url: str, calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
+    async def _post_many(self, base_url: str, calls: list[_Call]) -> list[_Answer]:
         """The calls to one peer of one moment: one ``POST /v1/deliveries`` for as many as its body
         limit holds, each at once; a call alone as its own call."""
         chunks: list[list[_Call]] = []
@@ -155,26 +156,17 @@ class DeliveryWorker:
             else:
                 chunks[-1].append(call)
                 size = grown
-        sent = await asyncio.gather(
-            *(self._post_chunk(base_url, chunk) for chunk in chunks), return_exceptions=True
-        )
-        answers: list[tuple[int, bytes] | Exception] = []
-        for chunk, answer in zip(chunks, sent, strict=True):
-            if isinstance(answer, BaseException):
-                if not isinstance(answer, Exception):
-                    raise answer
-                answers.extend([answer] * len(chunk))
-            else:
-                answers.extend(answer)
-        return answers
+        return await _gathered([(len(chunk), self._post_chunk(base_url, chunk)) for chunk in chunks])
 
-    async def _post_chunk(self, base_url: str, calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
+    async def _post_chunk(self, base_url: str, calls: list[_Call]) -> list[_Answer]:
         """One batch's calls, sent in one POST (a call alone, as its own call).
 
         Raises:
             NoAnswer: The peer's relay did not answer the batch.
         """
-        if len(calls) == 1 or base_url in self._no_batches:
+        if len(calls) == 1:
+            return [await self._post_alone(base_url, calls[0])]
+        if base_url in self._no_batches:  # learnt while this batch waited
             return await self._each_alone(base_url, calls)
         data = _BATCH_HEAD + b",".join(call.payload for call in calls) + _BATCH_TAIL
         status, answer = await self._send(base_url, BATCH_PATH, data)
@@ -182,7 +174,7 @@ class DeliveryWorker:
             return [(status, answer)] * len(calls)  # each retried, as its own call would be
         answers = _batch_answers(answer, len(calls)) if status == 200 else None
         if answers is not None:
-            return list(answers)
+            return answers
         # A relay without the route (404, 405: an older one), one that reads batches otherwise, or
         # one that answers without a result for each: each delivery alone, now and from now on.
         self._no_batches.add(base_url)
@@ -194,16 +186,8 @@ class DeliveryWorker:
         )
         return await self._each_alone(base_url, calls)
 
-    async def _each_alone(self, base_url: str, calls: list[_Call]) -> list[tuple[int, bytes] | Exception]:
-        sent = await asyncio.gather(
-            *(self._post_alone(base_url, call) for call in calls), return_exceptions=True
-        )
-        answers: list[tuple[int, bytes] | Exception] = []
-        for answer in sent:
-            if isinstance(answer, BaseException) and not isinstance(answer, Exception):
-                raise answer
-            answers.append(answer)
-        return answers
+    async def _each_alone(self, base_url: str, calls: list[_Call]) -> list[_Answer]:
+        return await _gathered([(1, self._post_chunk(base_url, [call])) for call in calls])
 
     async def _post_alone(self, base_url: str, call: _Call) -> tuple[int, bytes]:
         """One delivery as its own call.
@@ -472,13 +456,31 @@ class _Call:
     payload: bytes
 
 
-def _batch_answers(answer: bytes, count: int) -> list[tuple[int, bytes]] | None:
+_Answer = tuple[int, bytes] | Exception  # a call's status and answer, or why it has none
+
+
+async def _gathered(parts: list[tuple[int, Coroutine[Any, Any, list[_Answer]]]]) -> list[_Answer]:
+    """The answers of each part (how many calls it sends, and the send), at once and in order; a
+    send that raised gives its error to each of its calls."""
+    sent = await asyncio.gather(*(send for _count, send in parts), return_exceptions=True)
+    answers: list[_Answer] = []
+    for (count, _send), result in zip(parts, sent, strict=True):
+        if not isinstance(result, BaseException):
+            answers.extend(result)
+        elif isinstance(result, Exception):
+            answers.extend([result] * count)
+        else:
+            raise result
+    return answers
+
+
+def _batch_answers(answer: bytes, count: int) -> list[_Answer] | None:
     """Each delivery's status and answer from a batch's, or None: not ``count`` results."""
     try:
         results = parse_json(answer, limit=BATCH_DEPTH, what="The answer")["results"]
         if not isinstance(results, list) or len(results) != count:
             return None
-        answers = []
+        answers: list[_Answer] = []
         for result in results:
             status = result["status"]
             if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
