@@ -31,6 +31,7 @@ from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 
 __all__ = [
+    "REQUEST_ID",
     "DecisionKind",
     "VerifiedDecision",
     "check_path_request_id",
@@ -49,7 +50,7 @@ class VerifiedDecision(NamedTuple):
     stored: bytes  # the decision as the store keeps it (:func:`decision_bytes`)
 
 
-_REQUEST_ID: Final = re.compile(r"[0-9a-f]{32}")
+REQUEST_ID: Final = re.compile(r"[0-9a-f]{32}")  # PROTOCOL.md "Request": 32 lowercase hex characters
 
 
 def check_path_request_id(request_id: str) -> None:
@@ -58,7 +59,7 @@ def check_path_request_id(request_id: str) -> None:
     Raises:
         ApiError: 422 ``invalid``, not 32 lowercase hex characters.
     """
-    if not _REQUEST_ID.fullmatch(request_id):
+    if not REQUEST_ID.fullmatch(request_id):
         raise ApiError(422, "invalid", "The request id in the path is not 32 lowercase hex characters.")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -53,7 +52,7 @@ from teaagent_relay._models import (
     SignedWithdrawalIn,
     WithdrawalReceiptOut,
 )
-from teaagent_relay._protocol import check_path_request_id, sentence
+from teaagent_relay._protocol import REQUEST_ID, check_path_request_id, sentence
 from teaagent_relay._relay import MAX_WAIT_SECONDS, Relay
 
 __all__ = [
@@ -67,7 +66,6 @@ __all__ = [
 ]
 
 MAX_LISTED = 1000  # one inbox listing; the store's own bound
-_REQUEST_ID = re.compile(r"[0-9a-f]{32}")
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
@@ -333,7 +331,7 @@ async def own_decisions(request: Request) -> Response:
     async def one(item: SignedDecisionIn) -> dict[str, Any]:
         request_id = item.statement.get("request_id")
         try:
-            if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+            if not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
                 raise ApiError(
                     422, "invalid", "The statement's request_id is not 32 lowercase hex characters."
                 )
