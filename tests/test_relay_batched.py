@@ -8,10 +8,14 @@ header of the batch); and a batch is refused as a whole only when it is not a ba
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from relay_support import (
     MakeCluster,
     Node,
@@ -80,6 +84,7 @@ async def test_each_delivery_is_answered_as_its_own_call_would_be(nodes: dict[st
             )
         )
         stored = await client.get(f"/v1/inbox/{request['request_id']}", headers=beta.headers)
+        metrics = client.app.state.relay.metrics.render()  # type: ignore[attr-defined]
 
     assert first[0][0] == 201
     assert first[0][1]["request_id"] == request["request_id"]
@@ -89,6 +94,13 @@ async def test_each_delivery_is_answered_as_its_own_call_would_be(nodes: dict[st
     assert repeat == [again]
     assert stored.status_code == 200
     assert stored.json()["origin"] == "alpha"
+    # The settlement in the batch went through the app's own route, counted by the batch only: the
+    # HTTP calls of that route are the one made alone.
+    settled = "route=/v1/inbox/{request_id}/settled"
+    assert (
+        _samples(metrics, "teaagent_relay_http_requests_total")[("method=POST", settled, "status=422")] == 1
+    )
+    assert _samples(metrics, "teaagent_relay_batched_deliveries_total")[(settled, "status=422")] == 1
 
 
 @pytest.mark.anyio
@@ -235,80 +247,109 @@ class _Peer(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-async def _deliver_once(alpha: Node, alpha_client: httpx.AsyncClient, peer: _Peer, count: int) -> list[str]:
-    """alpha's relay submits ``count`` requests and its worker runs one round to ``peer``; their ids."""
-    ids = []
-    for index in range(count):
-        request = alpha.request(call_id=f"call-{index}")
-        submitted = await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
-        assert submitted.status_code == 201, submitted.text
-        ids.append(request["request_id"])
-    relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
-    worker = DeliveryWorker(relay, min_idle_seconds=10, transport=peer)
-    try:
-        assert await worker.run_once(block_ms=0) == count
-    finally:
-        await worker.aclose()
-    return ids
+@dataclass
+class _Pair:
+    """alpha's relay and beta's, in-process; ``peer`` is beta's behind httpx, and ``worker`` alpha's
+    delivery worker to it (not running: each ``round`` runs it once)."""
+
+    alpha: Node
+    beta: Node
+    alpha_client: httpx.AsyncClient
+    beta_client: httpx.AsyncClient
+    peer: _Peer
+    worker: DeliveryWorker
+
+    async def round(self, count: int, *, tag: str = "call", **fields: Any) -> list[str]:
+        """alpha's relay takes ``count`` new requests and the worker delivers them in one round; their ids."""
+        ids = []
+        for index in range(count):
+            request = self.alpha.request(call_id=f"{tag}-{index}", **fields)
+            submitted = await self.alpha_client.post(
+                "/v1/requests", json=self.alpha.signed(request), headers=self.alpha.headers
+            )
+            assert submitted.status_code == 201, submitted.text
+            ids.append(request["request_id"])
+        assert await self.worker.run_once(block_ms=0) == count
+        return ids
+
+    @property
+    def relay(self) -> Any:
+        return self.alpha_client.app.state.relay  # type: ignore[attr-defined]
+
+    async def received(self) -> list[str]:
+        """The ids of the requests in beta's inbox, sorted."""
+        listed = await self.beta_client.get("/v1/inbox?state=all", headers=self.beta.headers)
+        return sorted(item["request_id"] for item in listed.json())
 
 
-async def _inbox(client: httpx.AsyncClient, node: Node) -> list[str]:
-    listed = await client.get("/v1/inbox?state=all", headers=node.headers)
-    return sorted(item["request_id"] for item in listed.json())
+@contextlib.asynccontextmanager
+async def _pair(make_cluster: MakeCluster, batches: tuple[int, bytes] | None = None) -> AsyncIterator[_Pair]:
+    nodes = make_cluster("alpha", "beta", required=1)
+    alpha, beta = nodes["alpha"], nodes["beta"]
+    async with (
+        in_process(beta, deliver=False) as beta_client,
+        in_process(alpha, deliver=False) as alpha_client,
+    ):
+        peer = _Peer(beta_client.app, batches)  # type: ignore[attr-defined]
+        worker = DeliveryWorker(
+            alpha_client.app.state.relay,  # type: ignore[attr-defined]
+            min_idle_seconds=10,
+            transport=peer,
+            batches=alpha.settings().delivery_batches,  # as the relay's app reads it
+        )
+        try:
+            yield _Pair(alpha, beta, alpha_client, beta_client, peer, worker)
+        finally:
+            await worker.aclose()
+
+
+def _samples(metrics: bytes, name: str) -> dict[tuple[str, ...], float]:
+    """The samples of ``name`` in a Prometheus text, by their labels (``name=value``, sorted)."""
+    return {
+        tuple(f"{label}={value}" for label, value in sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(metrics.decode())
+        for sample in family.samples
+        if sample.name == name
+    }
 
 
 @pytest.mark.anyio
 async def test_the_worker_sends_a_peer_the_deliveries_of_one_moment_in_one_call(
     make_cluster: MakeCluster,
 ) -> None:
-    nodes = make_cluster("alpha", "beta", required=1)
-    alpha, beta = nodes["alpha"], nodes["beta"]
-    async with (
-        in_process(beta, deliver=False) as beta_client,
-        in_process(alpha, deliver=False) as alpha_client,
-    ):
-        peer = _Peer(beta_client.app)  # type: ignore[attr-defined]
-        ids = await _deliver_once(alpha, alpha_client, peer, 5)
-        received = await _inbox(beta_client, beta)
-        stats = await alpha_client.app.state.relay.deliveries.stats()  # type: ignore[attr-defined]
-        metrics = beta_client.app.state.relay.metrics.render().decode()  # type: ignore[attr-defined]
-        status = await alpha_client.get(f"/v1/requests/{ids[0]}", headers=alpha.headers)
+    async with _pair(make_cluster) as pair:
+        ids = await pair.round(5)
+        metrics = pair.beta_client.app.state.relay.metrics.render()  # type: ignore[attr-defined]
+        received = await pair.received()
+        stats = await pair.relay.deliveries.stats()
+        statuses = [
+            (await pair.alpha_client.get(f"/v1/requests/{rid}", headers=pair.alpha.headers)).json()
+            for rid in ids
+        ]
 
-    assert peer.paths == ["/v1/deliveries"]  # five deliveries, one call
+    assert pair.peer.paths == ["/v1/deliveries"]  # five deliveries, one call
     assert received == sorted(ids)
     assert (stats.length, stats.pending, stats.scheduled, stats.dead) == (0, 0, 0, 0)
-    assert 'teaagent_relay_batched_deliveries_total{route="/v1/inbox",status="201"} 5.0' in metrics
-    assert 'teaagent_relay_http_requests_total{method="POST",route="/v1/inbox"' not in metrics
-    assert status.json()["deliveries"]["beta"]["state"] == "delivered"  # noted as its own call is
+    # The batch is one HTTP call; its deliveries are counted by the route that took each.
+    assert _samples(metrics, "teaagent_relay_batched_deliveries_total") == {
+        ("route=/v1/inbox", "status=201"): 5.0
+    }
+    calls = _samples(metrics, "teaagent_relay_http_requests_total")
+    assert calls == {("method=POST", "route=/v1/deliveries", "status=200"): 1.0}
+    # Each noted on its request as its own call's delivery is.
+    assert [status["deliveries"]["beta"]["state"] for status in statuses] == ["delivered"] * 5
 
 
 @pytest.mark.anyio
 async def test_a_peer_without_the_batch_route_gets_each_delivery_as_its_own_call(
     make_cluster: MakeCluster,
 ) -> None:
-    nodes = make_cluster("alpha", "beta", required=1)
-    alpha, beta = nodes["alpha"], nodes["beta"]
-    async with (
-        in_process(beta, deliver=False) as beta_client,
-        in_process(alpha, deliver=False) as alpha_client,
-    ):
-        peer = _Peer(beta_client.app, batches=(404, b'{"error":"not_found","message":"No."}'))  # type: ignore[attr-defined]
-        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
-        worker = DeliveryWorker(relay, min_idle_seconds=10, transport=peer)
-        ids = []
-        try:
-            for round_ in range(2):
-                for index in range(3):
-                    request = alpha.request(call_id=f"call-{round_}-{index}")
-                    await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
-                    ids.append(request["request_id"])
-                assert await worker.run_once(block_ms=0) == 3
-        finally:
-            await worker.aclose()
-        received = await _inbox(beta_client, beta)
+    async with _pair(make_cluster, batches=(404, b'{"error":"not_found","message":"No."}')) as pair:
+        ids = await pair.round(3, tag="first") + await pair.round(3, tag="second")
+        received = await pair.received()
 
     # The first batch was refused as unknown: its three went alone, and so did the next three.
-    assert peer.paths == ["/v1/deliveries"] + ["/v1/inbox"] * 6
+    assert pair.peer.paths == ["/v1/deliveries"] + ["/v1/inbox"] * 6
     assert received == sorted(ids)
 
 
@@ -327,23 +368,17 @@ async def test_a_peer_without_the_batch_route_gets_each_delivery_as_its_own_call
 async def test_a_batch_not_answered_for_each_delivery_is_retried_or_sent_again_alone(
     make_cluster: MakeCluster, answer: tuple[int, bytes], retried: bool
 ) -> None:
-    nodes = make_cluster("alpha", "beta", required=1)
-    alpha, beta = nodes["alpha"], nodes["beta"]
-    async with (
-        in_process(beta, deliver=False) as beta_client,
-        in_process(alpha, deliver=False) as alpha_client,
-    ):
-        peer = _Peer(beta_client.app, batches=answer)  # type: ignore[attr-defined]
-        ids = await _deliver_once(alpha, alpha_client, peer, 3)
-        received = await _inbox(beta_client, beta)
-        stats = await alpha_client.app.state.relay.deliveries.stats()  # type: ignore[attr-defined]
+    async with _pair(make_cluster, batches=answer) as pair:
+        ids = await pair.round(3)
+        received = await pair.received()
+        stats = await pair.relay.deliveries.stats()
 
     if retried:  # a temporary refusal of the batch is each delivery's: each tried again later
-        assert peer.paths == ["/v1/deliveries"]
+        assert pair.peer.paths == ["/v1/deliveries"]
         assert received == []
         assert (stats.scheduled, stats.dead) == (3, 0)
     else:  # an answer that says nothing of each delivery: each sent again as its own call
-        assert peer.paths == ["/v1/deliveries"] + ["/v1/inbox"] * 3
+        assert pair.peer.paths == ["/v1/deliveries"] + ["/v1/inbox"] * 3
         assert received == sorted(ids)
         assert (stats.length, stats.scheduled, stats.dead) == (0, 0, 0)
 
@@ -352,54 +387,21 @@ async def test_a_batch_not_answered_for_each_delivery_is_retried_or_sent_again_a
 async def test_with_batches_off_each_delivery_is_its_own_call(
     make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TEAAGENT_RELAY_DELIVERY_BATCHES", "0")
-    nodes = make_cluster("alpha", "beta", required=1)
-    alpha, beta = nodes["alpha"], nodes["beta"]
-    async with (
-        in_process(beta, deliver=False) as beta_client,
-        in_process(alpha, deliver=False) as alpha_client,
-    ):
-        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
-        peer = _Peer(beta_client.app)  # type: ignore[attr-defined]
-        worker = DeliveryWorker(
-            relay, min_idle_seconds=10, transport=peer, batches=alpha.settings().delivery_batches
-        )
-        try:
-            for index in range(3):
-                request = alpha.request(call_id=f"call-{index}")
-                await alpha_client.post("/v1/requests", json=alpha.signed(request), headers=alpha.headers)
-            assert await worker.run_once(block_ms=0) == 3
-        finally:
-            await worker.aclose()
-        received = await _inbox(beta_client, beta)
+    monkeypatch.setenv("TEAAGENT_RELAY_DELIVERY_BATCHES", "0")  # read by alpha's settings
+    async with _pair(make_cluster) as pair:
+        ids = await pair.round(3)
+        received = await pair.received()
 
-    assert peer.paths == ["/v1/inbox"] * 3
-    assert len(received) == 3
+    assert pair.peer.paths == ["/v1/inbox"] * 3
+    assert received == sorted(ids)
 
 
 @pytest.mark.anyio
 async def test_a_batch_holds_no_more_than_the_peers_body_limit(make_cluster: MakeCluster) -> None:
-    nodes = make_cluster("alpha", "beta", required=1)
-    alpha, beta = nodes["alpha"], nodes["beta"]
-    async with (
-        in_process(beta, deliver=False) as beta_client,
-        in_process(alpha, deliver=False) as alpha_client,
-    ):
-        relay = alpha_client.app.state.relay  # type: ignore[attr-defined]
-        peer = _Peer(beta_client.app)  # type: ignore[attr-defined]
-        worker = DeliveryWorker(relay, min_idle_seconds=10, transport=peer)
-        big = "x" * (MAX_BODY_BYTES // 5)  # four such deliveries fit one body, five do not
-        try:
-            for index in range(6):
-                request = alpha.request(call_id=f"call-{index}", arguments={"command": big})
-                submitted = await alpha_client.post(
-                    "/v1/requests", json=alpha.signed(request), headers=alpha.headers
-                )
-                assert submitted.status_code == 201, submitted.text
-            assert await worker.run_once(block_ms=0) == 6
-        finally:
-            await worker.aclose()
-        received = await _inbox(beta_client, beta)
+    big = "x" * (MAX_BODY_BYTES // 5)  # four such deliveries fit one body, five do not
+    async with _pair(make_cluster) as pair:
+        ids = await pair.round(6, arguments={"command": big})
+        received = await pair.received()
 
-    assert peer.paths == ["/v1/deliveries", "/v1/deliveries"]  # four, then two
-    assert len(received) == 6
+    assert pair.peer.paths == ["/v1/deliveries", "/v1/deliveries"]  # four, then two
+    assert received == sorted(ids)
