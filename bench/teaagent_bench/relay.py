@@ -85,14 +85,21 @@ DELIVERY_BATCH: Final = 16
 
 
 async def _post(
-    url: str, items: list[_Item], headers: dict[str, str], client: str = "aiohttp"
+    url: str,
+    items: list[_Item],
+    headers: dict[str, str],
+    client: str = "aiohttp",
+    *,
+    in_flight: int = CONCURRENCY,
+    accepted: Callable[[int, bytes], int] | None = None,
 ) -> tuple[int, list[float]]:
-    """POST every item through one client of ``client``'s kind, CONCURRENCY calls in flight.
+    """POST every item through one client of ``client``'s kind, ``in_flight`` calls at once; how
+    many were accepted (``accepted`` of each answer: 1 for a 2xx when None), and each call's latency.
 
-    One pool of CONCURRENCY kept-alive connections (``teaagent._http.http_pool``): as many
+    One pool of ``in_flight`` kept-alive connections (``teaagent._http.http_pool``): as many
     connections as calls in flight, so that no client closes and reopens one.
     """
-    pool = http_pool(url, headers=headers, connections=CONCURRENCY, timeout=60.0, client=client)
+    pool = http_pool(url, headers=headers, connections=in_flight, timeout=60.0, client=client)
     pending = list(reversed(items))
     ok = 0
     latencies: list[float] = []
@@ -102,15 +109,22 @@ async def _post(
         while pending:
             path, body = pending.pop()
             started = time.perf_counter()
-            status, _answer = await pool.post(path, body)
+            status, answer = await pool.post(path, body)
             latencies.append(time.perf_counter() - started)
-            ok += 200 <= status < 300
+            ok += accepted(status, answer) if accepted is not None else 200 <= status < 300
 
     try:
-        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
     finally:
         await pool.aclose()
     return ok, latencies
+
+
+def _accepted_in_batch(status: int, answer: bytes) -> int:
+    """How many deliveries of a ``POST /v1/deliveries`` were answered 2xx."""
+    if status != 200:
+        return 0
+    return sum(200 <= result["status"] < 300 for result in json.loads(answer)["results"])
 
 
 async def _post_batched(url: str, items: list[_Item], headers: dict[str, str]) -> tuple[int, list[float]]:
@@ -121,34 +135,19 @@ async def _post_batched(url: str, items: list[_Item], headers: dict[str, str]) -
     """
     own = [items[signer::3] for signer in range(3)]
     batches = [
-        b'{"deliveries":['
-        + b",".join(b'{"path":"%s","body":%s}' % (path.encode(), body) for path, body in chunk)
-        + b"]}"
+        (
+            "/v1/deliveries",
+            json.dumps(
+                {"deliveries": [{"path": path, "body": json.loads(body)} for path, body in chunk]}
+            ).encode(),
+        )
         for start in range(0, max(map(len, own)), DELIVERY_BATCH)
         for chunk in (decisions[start : start + DELIVERY_BATCH] for decisions in own)
         if chunk
     ]
-    in_flight = max(1, CONCURRENCY // DELIVERY_BATCH)
-    pool = http_pool(url, headers=headers, connections=in_flight, timeout=60.0)
-    pending = list(reversed(batches))
-    ok = 0
-    latencies: list[float] = []
-
-    async def worker() -> None:
-        nonlocal ok
-        while pending:
-            body = pending.pop()
-            started = time.perf_counter()
-            status, answer = await pool.post("/v1/deliveries", body)
-            latencies.append(time.perf_counter() - started)
-            if status == 200:
-                ok += sum(200 <= result["status"] < 300 for result in json.loads(answer)["results"])
-
-    try:
-        await asyncio.gather(*(worker() for _ in range(in_flight)))
-    finally:
-        await pool.aclose()
-    return ok, latencies
+    return await _post(
+        url, batches, headers, in_flight=max(1, CONCURRENCY // DELIVERY_BATCH), accepted=_accepted_in_batch
+    )
 
 
 def _posting(client: str) -> _Poster:
