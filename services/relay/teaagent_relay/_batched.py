@@ -82,7 +82,7 @@ async def peer_deliveries(request: Request) -> Response:
         *(_answer(relay, app, request.scope, item.path, item.body) for item in batch.deliveries)
     )
     for route, status, _body in answers:
-        relay.metrics.batched.labels(route, str(status)).inc()
+        relay.metrics.count_batched(route, status)
     results = b",".join(b'{"status":%d,"body":%s}' % (status, answer) for _route, status, answer in answers)
     return Response(b'{"results":[' + results + b"]}", media_type="application/json")
 

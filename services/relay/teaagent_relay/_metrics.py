@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from teaagent.service import ServiceMetrics
 
 __all__ = ["RelayMetrics"]
@@ -34,6 +36,7 @@ class RelayMetrics(ServiceMetrics):
             "route",
             "status",
         )
+        self._batched: dict[tuple[str, int], Any] = {}  # labels() locks on every call: children kept
         self.retries = self.counter(
             "delivery_retries", "Delivery attempts that failed and were scheduled again."
         )
@@ -69,3 +72,10 @@ class RelayMetrics(ServiceMetrics):
             "kind",
         )
         self.trust_metrics()
+
+    def count_batched(self, route: str, status: int) -> None:
+        """Count one delivery of a ``POST /v1/deliveries`` (``batched_deliveries``)."""
+        child = self._batched.get((route, status))
+        if child is None:
+            child = self._batched[(route, status)] = self.batched.labels(route, str(status))
+        child.inc()
