@@ -19,6 +19,7 @@ import tarfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -291,6 +292,31 @@ def test_ctrl_c_in_the_middle_of_the_demo_stops_every_process_it_started(tmp_pat
     assert code == 130, f"{demo.out}\n{demo.err}"
     assert "Interrupted: stopping every process the demo started." in demo.out, demo.out[-2000:]
     assert "Traceback" not in demo.err
+
+
+def test_a_ctrl_c_as_a_command_starts_leaves_it_listed_and_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interrupt comes between the fork and the listing: the command, in a session of its own,
+    hears no Ctrl-C, so the demo must know it to stop it (a run under load left one running)."""
+    from teaagent.cli import _demo
+
+    born = subprocess.Popen
+
+    def interrupted_at_birth(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        process = born(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, the moment the child exists
+        return process
+
+    monkeypatch.setattr(_demo.subprocess, "Popen", interrupted_at_birth)
+    processes = _demo._Processes(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        processes.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path)
+    monkeypatch.undo()
+    assert [name for name, _process in processes.running] == ["sleeper"]
+    ((_name, process),) = processes.running
+    processes.stop_all()
+    assert process.poll() is not None
 
 
 @pytest.mark.slow
