@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tomllib
 from pathlib import Path
@@ -147,3 +148,38 @@ def test_a_service_that_cannot_start_stops_the_rest_and_says_why(tmp_path: Path,
     with pytest.raises(TeaAgentError, match="beta's relay exited while starting: no relay here"):
         cluster.start()
     assert cluster.processes == {}
+
+
+def test_a_ctrl_c_as_a_service_of_its_own_session_starts_leaves_it_listed_and_stopped(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service in a session of its own (the demo's) hears no Ctrl-C: one that comes between the
+    fork and the listing must leave it listed, so that stopping the cluster stops it."""
+    import subprocess
+
+    import teaagent.testing._cluster as cluster_module
+
+    cluster = LocalCluster(
+        tmp_path,
+        ("alpha", "beta"),
+        redis_url=redis_url,
+        approvers=(),
+        new_session=True,
+        interpreter=lambda label: [sys.executable, "-c", "import time; time.sleep(60)", "--"],
+    )
+    cluster.write()
+    born = subprocess.Popen
+
+    def interrupted_at_birth(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        process = born(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, the moment the child exists
+        return process
+
+    monkeypatch.setattr(cluster_module.subprocess, "Popen", interrupted_at_birth)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.start_service("alpha", "relay", wait=False)
+    monkeypatch.undo()
+    assert list(cluster.processes) == ["alpha-relay"]
+    process = cluster.processes["alpha-relay"]
+    cluster.stop()
+    assert process.poll() is not None

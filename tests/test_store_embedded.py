@@ -164,6 +164,38 @@ def test_a_server_left_by_a_crashed_owner_is_stopped_and_its_data_kept(tmp_path:
             os.kill(leftover, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("when", ["as it is born", "while it is awaited"])
+def test_a_ctrl_c_while_the_server_starts_leaves_no_server_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """The server runs in a session of its own, so the terminal's Ctrl-C reaches its owner alone:
+    one that comes before the owner holds it must stop it there."""
+    import teaagent.store._embedded as embedded
+
+    born: list[subprocess.Popen[bytes]] = []
+    real_popen, real_ping = subprocess.Popen, embedded._ping
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        born.append(real_popen(*args, **kwargs))
+        if when == "as it is born":
+            os.kill(os.getpid(), signal.SIGINT)
+        return born[-1]
+
+    def ping(url: str, timeout: float) -> bool:
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_ping(url, timeout)
+
+    monkeypatch.setattr(embedded.subprocess, "Popen", popen)
+    if when == "while it is awaited":
+        monkeypatch.setattr(embedded, "_ping", ping)
+    with pytest.raises(KeyboardInterrupt):
+        EmbeddedRedis(tmp_path).start()
+    monkeypatch.undo()
+    assert len(born) == 1
+    assert born[0].poll() is not None
+    assert not alive(born[0].pid)
+
+
 def test_a_second_user_in_a_live_owner_shares_the_server_and_does_not_stop_it(tmp_path: Path) -> None:
     with EmbeddedRedis(tmp_path) as first:
         with EmbeddedRedis(tmp_path) as second:

@@ -53,6 +53,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from teaagent._signals import interrupts_held
 from teaagent.approver_client import ApprovalItem, ApproverClient
 from teaagent.cli._demo_telling import APPROVER_AUDIT, PEERS, STEP_TIMEOUT_SECONDS, _Agent, _Decisions, _Story
 from teaagent.config import NodeConfig, load_config
@@ -214,7 +215,7 @@ class _Processes:
         """Start ``argv`` in a session of its own: Ctrl-C reaches the demo, which stops it in order."""
         environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
         environment.pop("TEAAGENT_CONFIG", None)
-        with ExitStack() as files, _interrupts_held():
+        with ExitStack() as files, interrupts_held():
             if stdout is None:  # a log file of its own
                 stdout = files.enter_context((self.logs / f"{name}.log").open("wb"))
             process = subprocess.Popen(
@@ -323,29 +324,6 @@ def _uninterrupted() -> Iterator[None]:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-
-
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back while a process starts and is listed, then raise the one that
-    came meanwhile: a process in a session of its own hears no Ctrl-C, so one started but not yet
-    listed when the interrupt came would be left running by ``stop_all``."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came: list[int] = []
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        came.append(signum)
-
-    previous = {number: signal.signal(number, hold) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    if came:
-        raise KeyboardInterrupt
 
 
 def _run(folder: Path, console: Console, *, keep: bool) -> None:

@@ -25,6 +25,7 @@ import redis.exceptions
 import redis.retry
 
 from teaagent._files import atomic_write
+from teaagent._signals import interrupts_held
 from teaagent.errors import StoreError
 
 __all__ = ["EmbeddedRedis", "find_server_binary", "socket_url"]
@@ -444,33 +445,42 @@ class EmbeddedRedis:
 
     def _launch(self, binary: Path, config_path: Path, url: str) -> str:
         """Run the server of ``config_path``; return "" once it answers PING at ``url``, else why not."""
-        with (self.folder / "server.out").open("ab") as out:
-            offset = out.tell()
-            try:
-                process = subprocess.Popen(
-                    [str(binary), str(config_path)],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.folder,
-                    # Its own session: a Ctrl-C (SIGINT to the terminal's process group) reaches the
-                    # owner alone, which stops the server once, instead of the server dying under it.
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                return f"{binary} cannot be run: {exc.strerror or exc}"
-        deadline = time.monotonic() + self._start_timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                return self._failure(offset) or f"it exited with status {process.returncode}"
-            if _ping(url, timeout=0.2):
-                self._process, self._url, self._pid, self.owned = process, url, process.pid, True
-                state = {"pid": process.pid, "owner_pid": os.getpid(), "url": url}
-                # Written aside, then renamed over the old one: a process reading it meanwhile (a
-                # relay's supervisor restarting its server, an agent beside it) sees the old state or
-                # the new, never an empty file.
-                atomic_write(self.folder / _STATE, json.dumps(state).encode())
-                return ""
-            time.sleep(_POLL_SECONDS)
+        process: subprocess.Popen[bytes] | None = None
+        try:
+            # Its own session: a Ctrl-C (SIGINT to the terminal's process group) reaches the owner
+            # alone, which stops the server once, instead of the server dying under it. So an
+            # interrupt is held while it starts, and one that comes while it is not yet owned stops
+            # it here (nobody else would).
+            with (self.folder / "server.out").open("ab") as out, interrupts_held():
+                offset = out.tell()
+                try:
+                    process = subprocess.Popen(
+                        [str(binary), str(config_path)],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=self.folder,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    return f"{binary} cannot be run: {exc.strerror or exc}"
+            deadline = time.monotonic() + self._start_timeout
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    return self._failure(offset) or f"it exited with status {process.returncode}"
+                if _ping(url, timeout=0.2):
+                    self._process, self._url, self._pid, self.owned = process, url, process.pid, True
+                    state = {"pid": process.pid, "owner_pid": os.getpid(), "url": url}
+                    # Written aside, then renamed over the old one: a process reading it meanwhile
+                    # (a relay's supervisor restarting its server, an agent beside it) sees the old
+                    # state or the new, never an empty file.
+                    atomic_write(self.folder / _STATE, json.dumps(state).encode())
+                    return ""
+                time.sleep(_POLL_SECONDS)
+        except BaseException:
+            if process is not None and self._process is not process:
+                process.kill()
+                process.wait()
+            raise
         process.kill()
         process.wait()
         return f"PING got no answer within {self._start_timeout}s"

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from teaagent._http import client_verify
+from teaagent._signals import interrupts_held
 from teaagent.errors import TeaAgentError
 from teaagent.signing import SSHPrivateKey, load_private_key
 from teaagent.store import EmbeddedRedis
@@ -383,7 +384,8 @@ class LocalCluster:
         logs.mkdir(exist_ok=True)
         argv = [*self._interpreter(label), "-m", "teaagent", service, "serve"]
         argv += ["--config", str(self.nodes[name].config_path), "--no-access-log", "--log-level", "warning"]
-        with (logs / f"{label}.log").open("ab") as log:
+        # A service in a session of its own hears no Ctrl-C: it must be listed to be stopped.
+        with (logs / f"{label}.log").open("ab") as log, interrupts_held():
             self.processes[label] = subprocess.Popen(
                 argv,
                 cwd=self.folder,
