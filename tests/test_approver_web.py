@@ -206,12 +206,7 @@ def test_an_expired_session_sends_the_browser_to_sign_in_again(web_cluster: WebC
     # A session short enough to wait out, and long enough for the sign-in and the first page; on a
     # host so loaded that the session ended before the first page came back, again with a longer one.
     for seconds in SESSION_TRIES:
-        short = ApproverProcess(
-            web_cluster.beta,
-            web_cluster.approver.log_path.parent,
-            port=free_port(),
-            TEAAGENT_APPROVER_WEB_SESSION_SECONDS=str(seconds),
-        ).start()
+        short = web_cluster.short_session_approver(seconds)
         try:
             started = time.monotonic()
             with signed_in(web_cluster, short.url) as client:

@@ -34,7 +34,7 @@ if importlib.util.find_spec("playwright") is None or not Path(CHROMIUM).is_file(
     )
 
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
-from relay_support import ApproverProcess, ServedApp, free_port, wait_until  # noqa: E402
+from relay_support import ServedApp, wait_until  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import HTMLResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -297,12 +297,7 @@ def test_an_expired_session_is_said_and_signs_nothing(
 ) -> None:
     web_cluster.ensure_running()
     for seconds in (SHORT_SESSION_SECONDS, 4 * SHORT_SESSION_SECONDS):
-        short = ApproverProcess(
-            web_cluster.beta,
-            web_cluster.approver.log_path.parent,
-            port=free_port(),
-            TEAAGENT_APPROVER_WEB_SESSION_SECONDS=str(seconds),
-        ).start()
+        short = web_cluster.short_session_approver(seconds)
         try:
             request = web_cluster.deliver(web_cluster.request(call_id=f"expired-session-{seconds}"))
             started = time.monotonic()

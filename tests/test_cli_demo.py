@@ -19,9 +19,9 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from interrupt_support import children_born
 
 from teaagent.audit import verify_log
 from teaagent.cli._main import run
@@ -301,14 +301,7 @@ def test_a_ctrl_c_as_a_command_starts_leaves_it_listed_and_stopped(
     hears no Ctrl-C, so the demo must know it to stop it (a run under load left one running)."""
     from teaagent.cli import _demo
 
-    born = subprocess.Popen
-
-    def interrupted_at_birth(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        process = born(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, the moment the child exists
-        return process
-
-    monkeypatch.setattr(_demo.subprocess, "Popen", interrupted_at_birth)
+    children_born(monkeypatch, ctrl_c=True)
     processes = _demo._Processes(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         processes.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], cwd=tmp_path)

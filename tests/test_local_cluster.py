@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from interrupt_support import children_born
 
 from teaagent.config import load_config
 from teaagent.errors import TeaAgentError
@@ -155,10 +155,6 @@ def test_a_ctrl_c_as_a_service_of_its_own_session_starts_leaves_it_listed_and_st
 ) -> None:
     """A service in a session of its own (the demo's) hears no Ctrl-C: one that comes between the
     fork and the listing must leave it listed, so that stopping the cluster stops it."""
-    import subprocess
-
-    import teaagent.testing._cluster as cluster_module
-
     cluster = LocalCluster(
         tmp_path,
         ("alpha", "beta"),
@@ -168,14 +164,7 @@ def test_a_ctrl_c_as_a_service_of_its_own_session_starts_leaves_it_listed_and_st
         interpreter=lambda label: [sys.executable, "-c", "import time; time.sleep(60)", "--"],
     )
     cluster.write()
-    born = subprocess.Popen
-
-    def interrupted_at_birth(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        process = born(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, the moment the child exists
-        return process
-
-    monkeypatch.setattr(cluster_module.subprocess, "Popen", interrupted_at_birth)
+    children_born(monkeypatch, ctrl_c=True)
     with pytest.raises(KeyboardInterrupt):
         cluster.start_service("alpha", "relay", wait=False)
     monkeypatch.undo()

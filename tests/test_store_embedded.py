@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
+from interrupt_support import children_born
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from relay_support import wait_until
@@ -172,20 +173,13 @@ def test_a_ctrl_c_while_the_server_starts_leaves_no_server_behind(
     one that comes before the owner holds it must stop it there."""
     import teaagent.store._embedded as embedded
 
-    born: list[subprocess.Popen[bytes]] = []
-    real_popen, real_ping = subprocess.Popen, embedded._ping
-
-    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        born.append(real_popen(*args, **kwargs))
-        if when == "as it is born":
-            os.kill(os.getpid(), signal.SIGINT)
-        return born[-1]
+    real_ping = embedded._ping
 
     def ping(url: str, timeout: float) -> bool:
         os.kill(os.getpid(), signal.SIGINT)
         return real_ping(url, timeout)
 
-    monkeypatch.setattr(embedded.subprocess, "Popen", popen)
+    born = children_born(monkeypatch, ctrl_c=when == "as it is born")
     if when == "while it is awaited":
         monkeypatch.setattr(embedded, "_ping", ping)
     with pytest.raises(KeyboardInterrupt):

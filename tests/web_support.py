@@ -20,7 +20,7 @@ import httpx
 import pytest
 from conftest import SSHKey
 from redis_fixture import delete_prefix, new_prefix
-from relay_support import ApproverProcess, Node, RelayProcess, signer, write_cluster
+from relay_support import ApproverProcess, Node, RelayProcess, free_port, signer, write_cluster
 
 from teaagent.approver_client import ApproverClient
 from teaagent.config import load_config
@@ -55,6 +55,15 @@ class WebCluster:
 
     def client(self) -> ApproverClient:
         return ApproverClient(self.url, token=self.token)
+
+    def short_session_approver(self, seconds: int) -> ApproverProcess:
+        """Another approver of beta's, started, whose web sessions last ``seconds``."""
+        return ApproverProcess(
+            self.beta,
+            self.approver.log_path.parent,
+            port=free_port(),
+            TEAAGENT_APPROVER_WEB_SESSION_SECONDS=str(seconds),
+        ).start()
 
     def deliver(self, request: dict[str, Any], *, wait: bool = True) -> dict[str, Any]:
         """Deliver the request to beta's inbox as alpha's relay would; wait until beta's approver shows it."""
