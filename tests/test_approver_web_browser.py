@@ -306,7 +306,9 @@ def test_an_expired_session_is_said_and_signs_nothing(
             other = context.new_page()
             other.goto(f"{short.url}/web/requests/alpha/{request['request_id']}")
             if "/web/login" in other.url and time.monotonic() - started >= seconds:
-                continue  # the host took the whole session to open two pages: again, a longer one
+                page.close()  # the host took the whole session to open two pages: again, longer
+                other.close()
+                continue
             expect(other.locator("button.approve")).to_be_visible()
 
             # The live inbox says so when the approver ends the session.
