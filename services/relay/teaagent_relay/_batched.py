@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Scope
 
 from teaagent._json import MAX_JSON_DEPTH, JSONDepthError, check_json_depth
 from teaagent.service import INNER_CALL, started
-from teaagent_relay._errors import ERRORS, ApiError, validation_message
+from teaagent_relay._errors import ERRORS, ApiError, invalid_body
 from teaagent_relay._models import DeliveryBatchIn, SignedDecisionIn, SignedRequestIn
 from teaagent_relay._protocol import check_path_request_id
 from teaagent_relay._relay import Relay
@@ -75,8 +75,7 @@ async def peer_deliveries(request: Request) -> Response:
     try:
         batch = DeliveryBatchIn.model_validate_json(raw)
     except ValidationError as exc:
-        status, message = validation_message(exc.errors())
-        raise ApiError(status, "invalid", message) from exc
+        raise invalid_body(exc.errors()) from exc
     app: ASGIApp = request.app
     answers = await asyncio.gather(
         *(_answer(relay, app, request.scope, item.path, item.body) for item in batch.deliveries)
@@ -92,19 +91,19 @@ async def _answer(
 ) -> tuple[str, int, bytes]:
     """Answer one delivery as its call ``POST path`` with ``body``: the template of the route that
     answers that call (``unmatched`` when none does), its status and its JSON answer."""
-    found = None if path == _INBOX_ROUTE else _DECISIONS.fullmatch(path)
-    if path != _INBOX_ROUTE and found is None:
+    found = _DECISIONS.fullmatch(path)
+    if found is None and path != _INBOX_ROUTE:
         return await _serve(app, outer, path, body)
     route = _INBOX_ROUTE if found is None else _DECISIONS_ROUTE
     try:
-        if found is not None:  # as _routes.count_decision reads it: the id, then the body
-            check_path_request_id(found[1])
-            decision = _validated(SignedDecisionIn, body)
-            status, answer = 200, await relay.count(found[1], decision.statement, decision.signature)
-        else:  # as _fast.receive reads it
+        if found is None:  # as _fast.receive reads it
             signed = _validated(SignedRequestIn, body)
             created, answer = await relay.receive(signed.request, signed.signature)
             status = 201 if created else 200
+        else:  # as _routes.count_decision reads it: the id, then the body
+            check_path_request_id(found[1])
+            decision = _validated(SignedDecisionIn, body)
+            status, answer = 200, await relay.count(found[1], decision.statement, decision.signature)
     except Exception as exc:
         refusal = ERRORS.response_of(exc, "POST", path)
         return route, refusal.status_code, bytes(refusal.body)
@@ -125,8 +124,7 @@ def _validated(model: type[_Signed], body: dict[str, Any]) -> _Signed:
     try:
         return model.model_validate(body, from_attributes=True)
     except ValidationError as exc:
-        status, message = validation_message(exc.errors())
-        raise ApiError(status, "invalid", message) from exc
+        raise invalid_body(exc.errors()) from exc
 
 
 async def _serve(app: ASGIApp, outer: Scope, path: str, body: dict[str, Any]) -> tuple[str, int, bytes]:

@@ -33,7 +33,8 @@ status (no relay sends one).
 from __future__ import annotations
 
 import logging
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 
 from teaagent.errors import RequestConflictError, RequestNotFoundError, StoreError
 from teaagent.service import (
@@ -45,7 +46,15 @@ from teaagent.service import (
     validation_message,
 )
 
-__all__ = ["ERRORS", "ApiError", "ErrorOut", "error_response", "validation_message"]
+__all__ = ["ERRORS", "ApiError", "ErrorOut", "error_response", "invalid_body", "validation_message"]
+
+
+def invalid_body(errors: Sequence[Any]) -> ApiError:
+    """The refusal of a body that is not the document its call takes, from pydantic's ``errors``:
+    ``invalid``, 400 or 422 with the sentence FastAPI's own validation gives (``validation_message``)."""
+    status, message = validation_message(errors)
+    return ApiError(status, "invalid", message)
+
 
 #: The relay's answers to the failures its routes do not raise as ``ApiError`` (the table above).
 ERRORS: Final = ErrorTable(

@@ -42,7 +42,7 @@ from starlette.types import Receive, Scope, Send
 from teaagent._json import parse_json
 from teaagent.service import bearer_token, check_token, refuse_deep
 from teaagent_relay._batched import peer_deliveries
-from teaagent_relay._errors import ERRORS, ApiError, validation_message
+from teaagent_relay._errors import ERRORS, invalid_body
 from teaagent_relay._models import SignedRequestIn
 from teaagent_relay._relay import MAX_WAIT_SECONDS
 from teaagent_relay._routes import (
@@ -118,8 +118,7 @@ async def _read_request(request: Request) -> SignedRequestIn:
             return SignedRequestIn.model_validate(data, from_attributes=True)  # pragma: no cover
         except ValidationError as exc:
             errors = exc.errors()
-    status, message = validation_message(errors)
-    raise ApiError(status, "invalid", message)
+    raise invalid_body(errors)
 
 
 def _wait(value: str) -> float | None:

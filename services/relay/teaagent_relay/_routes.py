@@ -30,7 +30,7 @@ from teaagent.service import (
     store_health,
 )
 from teaagent_relay._batched import peer_deliveries
-from teaagent_relay._errors import ApiError, validation_message
+from teaagent_relay._errors import ApiError, invalid_body
 from teaagent_relay._models import (
     MAX_DECISION_BATCH,
     MAX_DELIVERY_BATCH,
@@ -98,8 +98,7 @@ async def _read(request: Request, model: type[_Model]) -> _Model:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        status, message = validation_message(exc.errors())
-        raise ApiError(status, "invalid", message) from exc
+        raise invalid_body(exc.errors()) from exc
 
 
 requests_router = APIRouter(prefix="/v1/requests", tags=["requests"], route_class=BoundedJSONRoute)
