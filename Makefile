@@ -7,9 +7,9 @@ STAMP  := $(VENV)/.installed
 
 # Python caches the bytecode it compiles unless PYTHONDONTWRITEBYTECODE is set (some shells and CI
 # images set it). make test starts about 500 Python processes (services, commands), and each would
-# then compile libs/ and services/ again (0.15 s of CPU for a relay, 11% of its start), while each
-# pytest worker would rewrite every test module again (collection: 18 s of CPU instead of 7). The
-# caches are written under __pycache__, which git ignores.
+# then compile libs/ and services/ again (0.15 s of CPU for a relay's modules, 11% of their import),
+# while each pytest worker would rewrite every test module again (collection: 18 s of CPU instead
+# of 7). The caches are written under __pycache__, which git ignores.
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test lint typecheck pytest quick bench clean wheelhouse test-compose
