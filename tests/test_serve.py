@@ -1,8 +1,7 @@
 """Serving a node's services (``teaagent.cli._serve.serve_app``): bind first, stop cleanly.
 
-A service started in a process of its own starts with the cyclic collector held (no full
-collection before its start-up heap is frozen), freezes that heap and spaces out the collector's
-young collections; a server on another thread of a process leaves its collector alone.
+A service started in a process of its own freezes its start-up heap and spaces out the cyclic
+collector's young collections; a server on another thread of a process leaves its collector alone.
 
 A port already in use ends the command at once with exit code 2 and one sentence, before any
 service starts (no embedded Redis, no worker). SIGTERM and SIGINT stop a relay within seconds:
@@ -15,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import signal
 import socket
 import subprocess
@@ -279,52 +277,6 @@ def test_a_service_in_a_process_of_its_own_freezes_its_start_up_heap_and_spaces_
     assert state["threshold"] == [GC_YOUNG_THRESHOLD, GC_OLDER_THRESHOLD, GC_OLDER_THRESHOLD]
     assert state["frozen"] > 10_000  # the modules, the application and its routes at the least
     assert code == 0
-
-
-# The command line, with a note of every collection that ran before the start-up heap was frozen.
-_COUNTED_SERVICE = """
-import gc, json, sys
-from teaagent.cli._main import run
-
-generations = []
-
-
-def note(phase, info):
-    if phase == "start" and gc.get_freeze_count() == 0:
-        generations.append(info["generation"])
-
-
-gc.callbacks.append(note)
-code = run(sys.argv[1:])
-print(json.dumps({"code": code, "collections": [generations.count(g) for g in range(3)]}))
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("service", ["relay", "approver"])
-def test_a_service_starts_with_the_collector_held_and_no_full_collection(
-    service: str, make_cluster: MakeCluster
-) -> None:
-    # Held from the command's modules to the frozen heap, but for typer's parsing and uvicorn's
-    # start-up: a relay made 28 young collections, 2 middle ones and no full one (without the
-    # hold 194, 17 and 2, one of them the collection before the freeze).
-    node = make_cluster("alpha", "beta")["alpha"]
-    url = node.url if service == "relay" else node.approver_url
-    command = [sys.executable, "-c", _COUNTED_SERVICE, service, "serve", "--config", str(node.config_path)]
-    process = subprocess.Popen(
-        [*command, "--log-level", "warning"], env=node.env(), stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert _get_until_served(f"{url}/health", process).status_code == 200
-    finally:
-        process.terminate()
-        out, _ = process.communicate(timeout=WAIT)
-
-    counted = json.loads(out.splitlines()[-1])
-    assert counted["code"] == 0
-    young, _middle, full = counted["collections"]
-    assert full == 0
-    assert young <= 60
 
 
 def test_a_server_on_another_thread_leaves_its_process_collector_alone() -> None:

@@ -8,7 +8,6 @@ import typer
 
 from teaagent.cli._options import AccessLogOption, ConfigOption, LogLevelOption, created_service
 from teaagent.cli._serve import serve_app
-from teaagent.cli._startup import collector_held
 
 app = typer.Typer(help="The node's agent service: runs over HTTP, streamed.", no_args_is_help=True)
 
@@ -30,10 +29,9 @@ def serve(
     result) and exits 0.
     """
     # The command line is the one place the library starts a service; the import stays here.
-    with collector_held():
-        import teaagent_agent
+    import teaagent_agent
 
-        application, node = created_service(teaagent_agent, config)
+    application, node = created_service(teaagent_agent, config)
     serve_app(
         application,
         host=host or node.agent.host,

@@ -8,7 +8,6 @@ import typer
 
 from teaagent.cli._options import AccessLogOption, ConfigOption, LogLevelOption, created_service
 from teaagent.cli._serve import serve_app, wait_for_store
-from teaagent.cli._startup import collector_held
 
 app = typer.Typer(
     help="The node's approver: its signing authority, its rules and its operators' inbox.",
@@ -30,10 +29,9 @@ def serve(
     use exits 2 with one sentence; SIGTERM or Ctrl-C stops the engine and exits 0.
     """
     # The command line is the one place the library starts a service; the import stays here.
-    with collector_held():
-        import teaagent_approver
+    import teaagent_approver
 
-        application, node = created_service(teaagent_approver, config)
+    application, node = created_service(teaagent_approver, config)
     what = f"the approver of {node.agent_id}"
     serve_app(
         application,

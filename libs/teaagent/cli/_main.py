@@ -21,7 +21,6 @@ import typer.core
 from typer import _click as click  # typer's own copy of click, whose classes its commands are
 
 from teaagent.cli._exit import EXIT_DENIED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
-from teaagent.cli._startup import collector_held
 from teaagent.errors import ApprovalDeniedError, ConfigError, TeaAgentError
 
 __all__ = [
@@ -269,8 +268,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     # The command named first is the only one loaded; anything else (no word, an option, a word
     # that names no command) loads them all, for the listing or the refusal with its suggestions.
     named = args[0] if args and (args[0] in GROUPS or args[0] in COMMANDS) else None
-    with collector_held():  # start-up: the command's modules and its typer application
-        root = command(named)
+    root = command(named)
     try:
         result = root.main(args=args, prog_name="teaagent", standalone_mode=False)
     except typer.Exit as exc:

@@ -9,7 +9,6 @@ import typer
 
 from teaagent.cli._options import AccessLogOption, ConfigOption, LogLevelOption, created_service
 from teaagent.cli._serve import serve_app, wait_for_store
-from teaagent.cli._startup import collector_held
 
 app = typer.Typer(help="The node's relay: its mailbox between peers.", no_args_is_help=True)
 
@@ -31,10 +30,9 @@ def serve(
     long-polls in flight and exits 0.
     """
     # The command line is the one place the library starts a service; the import stays here.
-    with collector_held():
-        import teaagent_relay
+    import teaagent_relay
 
-        application, node = created_service(teaagent_relay, config)
+    application, node = created_service(teaagent_relay, config)
     url = urlsplit(node.relay_url)
     what = f"the relay of {node.agent_id}"
     serve_app(

@@ -17,11 +17,8 @@ file that does not load leaves the old trust in use, with one line in the log.
 
 Once a service has started in a process of its own (``serve_app`` on the main thread, as every
 ``serve`` command runs it), its heap is settled for serving. What start-up built (modules, the
-application, its clients) is frozen out of the cyclic collector's reach (:func:`gc.freeze`),
-without a collection first: the command built it with the collector held
-(:mod:`teaagent.cli._startup`), and a full collection of a relay's start-up took 84 ms of CPU to
-find 711 objects to free among 98,000 (what it leaves is frozen with the rest, once).
-The youngest generation is then collected once :data:`GC_YOUNG_THRESHOLD`
+application, its clients) is collected once and frozen out of the cyclic collector's reach
+(:func:`gc.freeze`). The youngest generation is then collected once :data:`GC_YOUNG_THRESHOLD`
 more containers have been allocated than freed (700 by default), and each older one after
 :data:`GC_OLDER_THRESHOLD` collections of the one below (10 by default). A service's calls make
 many short-lived containers that reference counting frees anyway. At the defaults, the origin
@@ -109,7 +106,8 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
 
 
 def _settle_heap() -> None:
-    """Freeze what start-up built and space out the young collections (module docstring)."""
+    """Collect and freeze what start-up built, and space out the young collections (module docstring)."""
+    gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, GC_OLDER_THRESHOLD, GC_OLDER_THRESHOLD)
 
