@@ -65,6 +65,18 @@ def test_the_node_configuration_and_the_relay_and_approver_load_no_jsonschema() 
     assert loaded.strip() == "False"
 
 
+def test_the_relays_command_and_service_load_no_httpx() -> None:
+    """httpx (a tenth of a second of CPU with the rich and pygments its own command line brings)
+    loads where an httpx client or the default SSL context is first made: a relay calls its peers
+    through aiohttp's pool, and over plain HTTP makes neither."""
+    code = (
+        "import sys, teaagent.cli._relay, teaagent_relay; "
+        "print(sorted(name for name in ('httpx', 'rich', 'pygments') if name in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def test_the_workspace_registry_and_the_agent_service_load_no_mcp_sdk() -> None:
     """The MCP SDK (about a second of CPU) loads with the MCP server's own names, when first asked
     for: the agent service, which takes its workspace's lock, and a process that only takes one

@@ -41,10 +41,12 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-import httpx
-
 if TYPE_CHECKING:
-    import aiohttp  # imported by the first aiohttp pool made: a command line that makes none never pays it
+    # Each imported where it is first used: aiohttp by the first pool made, httpx (a tenth of a
+    # second, with the rich and pygments its command line brings) by the default SSL context or an
+    # httpx pool. A relay serving its peers never loads httpx.
+    import aiohttp
+    import httpx
 
 __all__ = ["BENCH_CLIENT_ENV", "MAX_RESPONSE_BYTES", "HTTPPool", "NoAnswer", "client_verify", "http_pool"]
 
@@ -53,6 +55,8 @@ MAX_RESPONSE_BYTES: Final = 1024 * 1024  # an answer of a node's service; anythi
 
 @functools.cache
 def _default_context() -> ssl.SSLContext:
+    import httpx
+
     return httpx.create_ssl_context()
 
 
@@ -236,6 +240,8 @@ class _HttpxPool(HTTPPool):
     def __init__(
         self, base_url: str, *, transport: httpx.AsyncBaseTransport | None = None, **options: Any
     ) -> None:
+        import httpx
+
         super().__init__(base_url, **options)
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
@@ -265,9 +271,13 @@ class _HttpxPool(HTTPPool):
         return response.status_code, content
 
     def _closed_while_idle(self, exc: Exception) -> bool:
+        import httpx
+
         return isinstance(exc, httpx.RemoteProtocolError) and str(exc).startswith(_CLOSED_IDLE)
 
     def _failure(self, exc: Exception) -> Exception | None:
+        import httpx
+
         # httpx bounds each phase (the pool, the connection, each read) by the timeout too.
         if isinstance(exc, httpx.TimeoutException):
             return NoAnswer("no answer in time", timed_out=True)

@@ -26,8 +26,8 @@ from teaagent._tasks import cancel_and_wait
 from teaagent.errors import RelayError, StoreError
 from teaagent.quorum import MAX_CLOCK_SKEW_SECONDS
 from teaagent.relay_client import InboxItem
-from teaagent.relay_client._inbox_view import inbox_item_view
 from teaagent.store._inbox_news import InboxNews
+from teaagent.store._inbox_view import inbox_item_view
 from teaagent_approver._audit import AuditWriteError
 from teaagent_approver._errors import ApiError
 from teaagent_approver._items import Received, item_view, matching_rule

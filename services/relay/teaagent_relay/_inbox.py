@@ -25,8 +25,8 @@ from teaagent._reload import Trust
 from teaagent._words import moment
 from teaagent.errors import QuorumError, RequestNotFoundError
 from teaagent.quorum import is_expired, request_problem, request_time_problem, verify_settlement
-from teaagent.relay_client._inbox_view import inbox_item_view
 from teaagent.store import DecisionToCount, Intake, Outgoing, QueuedDecision, RequestState, StoredRequest
+from teaagent.store._inbox_view import inbox_item_view
 from teaagent_relay._base import MAX_WAIT_SECONDS, RelayBase, delivery, envelope, redis_failures, whose_keys
 from teaagent_relay._errors import ApiError
 from teaagent_relay._protocol import (

@@ -26,9 +26,7 @@ import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from teaagent._batch import Coalescer
 from teaagent._http import HTTPPool, NoAnswer, http_pool
@@ -40,6 +38,9 @@ from teaagent_relay._batched import BATCH_DEPTH
 from teaagent_relay._models import MAX_DELIVERY_BATCH
 from teaagent_relay._relay import Relay
 from teaagent_relay._settings import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["CLAIM_BATCH", "DeliveryWorker", "consumer_name"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from teaagent.store import RequestState, StoredRequest
+from teaagent.store._results import RequestState, StoredRequest
 
 __all__ = ["inbox_item_view"]
 
