@@ -65,12 +65,14 @@ def test_the_node_configuration_and_the_relay_and_approver_load_no_jsonschema() 
     assert loaded.strip() == "False"
 
 
-def test_the_relays_command_and_service_load_no_httpx() -> None:
+@pytest.mark.parametrize("service", ["relay", "approver"])
+def test_the_relays_and_the_approvers_command_and_service_load_no_httpx(service: str) -> None:
     """httpx (a tenth of a second of CPU with the rich and pygments its own command line brings)
-    loads where an httpx client or the default SSL context is first made: a relay calls its peers
-    through aiohttp's pool, and over plain HTTP makes neither."""
+    loads where an httpx client, the default SSL context or a webhook is first made: a relay and
+    an approver call their peers and their relay through aiohttp's pool, and over plain HTTP,
+    without a webhook, make none."""
     code = (
-        "import sys, teaagent.cli._relay, teaagent_relay; "
+        f"import sys, teaagent.cli._{service}, teaagent_{service}; "
         "print(sorted(name for name in ('httpx', 'rich', 'pygments') if name in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

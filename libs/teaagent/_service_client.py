@@ -18,14 +18,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, ClassVar, Final, Generic, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Literal, Self, TypeVar
 from urllib.parse import urlencode, urlsplit
-
-import httpx
 
 from teaagent._http import NoAnswer, client_verify, http_pool
 from teaagent._json import JSONDepthError, parse_json
 from teaagent.errors import RelayError
+
+if TYPE_CHECKING:
+    # httpx (a tenth of a second, with the rich and pygments its command line brings) is imported
+    # by the synchronous client that uses it, not by a service that only makes asyncio clients.
+    import httpx
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -64,7 +67,7 @@ ITEM_STATES: Final[tuple[ItemState, ...]] = (
 )
 
 T = TypeVar("T")
-Tr = TypeVar("Tr", httpx.BaseTransport, httpx.AsyncBaseTransport)  # a sync or an asyncio transport
+Tr = TypeVar("Tr", "httpx.BaseTransport", "httpx.AsyncBaseTransport")  # a sync or an asyncio transport
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ class ServiceClient(Generic[Tr]):
     def _no_answer(self, call: Call[Any], exc: httpx.HTTPError | NoAnswer) -> RelayError:
         """The sentence of a call that got no answer: in time, or at all."""
         detail = str(exc).strip().rstrip(".") or type(exc).__name__
-        if isinstance(exc, httpx.TimeoutException) or (isinstance(exc, NoAnswer) and exc.timed_out):
+        if exc.timed_out if isinstance(exc, NoAnswer) else _httpx_timeout(exc):
             return RelayError(
                 f"The {self.service} at {self.base_url} did not answer {call.what} in time: {detail}."
             )
@@ -248,7 +251,13 @@ class ServiceClient(Generic[Tr]):
         )
 
 
-class SyncServiceClient(ServiceClient[httpx.BaseTransport]):
+def _httpx_timeout(exc: httpx.HTTPError) -> bool:
+    import httpx
+
+    return isinstance(exc, httpx.TimeoutException)
+
+
+class SyncServiceClient(ServiceClient["httpx.BaseTransport"]):
     """A synchronous client: its calls go out through one ``httpx.Client`` and its pool."""
 
     def _connect(
@@ -257,6 +266,8 @@ class SyncServiceClient(ServiceClient[httpx.BaseTransport]):
         limits: httpx.Limits | None,
         verify: ssl.SSLContext | bool,
     ) -> None:
+        import httpx
+
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=self._timeout,
@@ -279,6 +290,8 @@ class SyncServiceClient(ServiceClient[httpx.BaseTransport]):
         self.close()
 
     def _send(self, call: Call[T]) -> T:
+        import httpx
+
         try:
             response = self._client.request(
                 call.method,
@@ -293,7 +306,7 @@ class SyncServiceClient(ServiceClient[httpx.BaseTransport]):
         return self._read(response.status_code, response.content, response.reason_phrase, call)
 
 
-class AsyncServiceClient(ServiceClient[httpx.AsyncBaseTransport]):
+class AsyncServiceClient(ServiceClient["httpx.AsyncBaseTransport"]):
     """An asyncio client: its calls go out through one pool of kept-alive connections.
 
     aiohttp's client, or httpx's with a ``transport`` (tests: an app in the same process), as many

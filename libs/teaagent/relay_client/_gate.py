@@ -9,9 +9,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
 from teaagent.quorum import (
@@ -27,6 +25,9 @@ from teaagent.relay_client._models import RequestStatus
 from teaagent.relay_client._progress import WaitProgress, WaitWhy, next_reminder
 from teaagent.signing import Signer
 from teaagent.trust import MultiSigQuorumConfig
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["EXPIRY_GRACE_SECONDS", "STOP_CHECK_SECONDS", "WITHDRAW_TIMEOUT_SECONDS", "RelayQuorumGate"]
 
@@ -53,6 +54,8 @@ def _transient(exc: RelayError) -> bool:
 
 def _nobody_listens(exc: RelayError) -> bool:
     """Nothing accepted the connection: no relay runs there (a configuration matter, not a blip)."""
+    import httpx  # a relay client's failure: its httpx is loaded
+
     return isinstance(exc.__cause__, httpx.ConnectError)
 
 

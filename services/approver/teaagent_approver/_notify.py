@@ -46,15 +46,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import urlsplit
-
-import httpx
 
 import teaagent
 from teaagent._words import moment
 from teaagent.quorum import ShownPolicy, shown_policy
 from teaagent_approver._items import shown_fields
+
+if TYPE_CHECKING:
+    # httpx is imported where a webhook is configured: an approver without one never loads it.
+    import httpx
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -266,6 +268,8 @@ class Notifier:
         """
         if settings.format not in FORMATS:
             raise ValueError(f"The notify format must be 'slack' or 'json', not {settings.format!r}.")
+        import httpx
+
         try:
             parts = urlsplit(settings.webhook_url)
             port = parts.port
@@ -328,6 +332,8 @@ class Notifier:
         return cls(settings=settings, agent_id=node.agent_id, config_path=node.path, **limits)
 
     def _register_secret(self, url: str) -> None:
+        import httpx
+
         parts = urlsplit(url)
         parsed = httpx.URL(url)
         for full in (url, str(parsed)):
@@ -422,6 +428,8 @@ class Notifier:
             logger.error("The notification task for %s had stopped: %r", self.where, self._task.exception())
             self._task = None
         if self._client is None:
+            import httpx
+
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(self._attempt_timeout),
                 follow_redirects=False,  # a redirect is a misconfigured URL, not a place to post to
@@ -546,6 +554,8 @@ class Notifier:
         )
 
     async def _post(self, body: bytes) -> _Outcome:
+        import httpx
+
         assert self._client is not None  # made with the task
         try:
             # httpx's timeout bounds each phase; this bounds the attempt (a receiver answering slowly).
