@@ -184,7 +184,8 @@ class ServiceClient(Generic[Tr]):
     def _no_answer(self, call: Call[Any], exc: httpx.HTTPError | NoAnswer) -> RelayError:
         """The sentence of a call that got no answer: in time, or at all."""
         detail = str(exc).strip().rstrip(".") or type(exc).__name__
-        if exc.timed_out if isinstance(exc, NoAnswer) else _httpx_timeout(exc):
+        timed_out = exc.timed_out if isinstance(exc, NoAnswer) else _httpx_timeout(exc)
+        if timed_out:
             return RelayError(
                 f"The {self.service} at {self.base_url} did not answer {call.what} in time: {detail}."
             )
