@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from teaagent.cli._bench import BENCHMARKS, TARGETS
+from teaagent.cli._bench import BENCHMARKS, TARGETS, report
 from teaagent.cli._main import run
 from teaagent_bench.relay import bench_decisions
 
@@ -41,6 +41,29 @@ def test_serve_without_a_configuration_names_the_variable(
 def test_bench_relay_is_registered_with_its_target() -> None:
     assert "relay" in BENCHMARKS
     assert ("decisions_per_s", ">=", 1000.0) in TARGETS["relay"]
+    assert ("relay_ratio_to_floor", "<=", 2.5) in TARGETS["relay"]  # issue 29's target, judged
+
+
+@pytest.mark.slow
+def test_bench_relay_judges_every_target_and_reports_the_floor_with_http() -> None:
+    figures = BENCHMARKS["relay"](0.2)
+
+    assert {key for key, _op, _target in TARGETS["relay"]} <= set(figures)
+    floor = figures["verify_ms_per_decision"] + figures["raw_evalsha_wire_client_cpu_us"] / 1000
+    assert figures["relay_floor_ms_per_decision"] == pytest.approx(floor)
+    assert figures["relay_ratio_to_floor"] == pytest.approx(figures["relay_cpu_ms_per_decision"] / floor)
+    # The same floor plus a bare uvicorn app's CPU per call: a figure beside the target's.
+    with_http = floor + figures["http_floor_ms_per_call"]
+    assert figures["relay_floor_with_http_ms_per_decision"] == pytest.approx(with_http)
+    assert figures["relay_ratio_to_floor_with_http"] == pytest.approx(
+        figures["relay_cpu_ms_per_decision"] / with_http
+    )
+    assert 0 < figures["relay_ratio_to_floor_with_http"] < figures["relay_ratio_to_floor"]
+    lines, _missed = report("relay", figures)
+    judged = [line for line in lines if line.startswith("relay_ratio_to_floor ")]
+    assert len(judged) == 1
+    assert "target <= 2.5: " in judged[0]
+    assert "(the floor; it does no HTTP)" in judged[0]
 
 
 @pytest.mark.slow
@@ -61,6 +84,8 @@ def test_bench_decisions_reports_every_figure() -> None:
         assert figures[name] > 0, name
     # The floor's verification, in the same run: part of what the relay spends on each decision.
     assert 0 < figures["verify_ms_per_decision"] < figures["relay_cpu_ms_per_decision"]
+    # A bare uvicorn app answering the same calls: the relay's serving, and nothing else.
+    assert 0 < figures["http_floor_ms_per_call"] < figures["relay_cpu_ms_per_decision"]
     assert figures["verifications"] >= 1
     assert figures["decisions"] == 150
     assert figures["decision_latency_ms_median"] <= figures["decision_latency_ms_p99"]

@@ -31,6 +31,15 @@ verified over and over for as long as the relay's own run took: ``verifications`
 client CPU of one raw EVALSHA round trip, no client library (``raw_evalsha_wire_client_cpu_us``);
 ``relay_ratio_to_floor`` is the relay's CPU per decision over their sum, each decision its own
 call; ``relay_ratio_to_floor_batched`` the same of the batched run.
+
+That floor leaves out the relay's HTTP serving: a relay is an HTTP service, and the floor does
+no HTTP. ``http_floor_ms_per_call`` is what the serving costs by itself: the CPU per call of a
+bare uvicorn app (uvicorn, httptools and uvloop as the relay runs them, one ASGI callable, no
+framework: ``teaagent_bench.quorum.serve_floor``, the floor of ``bench quorum``'s hops) answering
+the aiohttp run's decisions, posted by the same client at the same concurrency after the relay's
+run. ``relay_ratio_to_floor_with_http`` is the relay's CPU per decision over the floor plus that:
+what is left above 1 is the framework (Starlette and FastAPI, the middlewares, pydantic), the
+relay's own code and redis-py. It is a figure beside the target's, not a target.
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from teaagent.store import EmbeddedRedis
 from teaagent.testing import LocalCluster
 from teaagent.trust import MultiSigQuorumConfig
 from teaagent_bench._processes import free_port, process_cpu_seconds
+from teaagent_bench.quorum import bare_http_server
 
 __all__ = ["bench_decisions", "bench_relay"]
 
@@ -236,13 +246,32 @@ def _verify_ms(
     return (time.process_time() - started) / max(1, done) * 1000, done
 
 
+def _bare_http_ms(items: list[_Item]) -> float:
+    """CPU milliseconds per call of the bare HTTP server answering ``items``, as ``_post`` sends them.
+
+    Raises:
+        TeaAgentError: The server did not start.
+        RuntimeError: It did not answer every call 200.
+    """
+    with (
+        tempfile.TemporaryDirectory(prefix="teaagent-bench-http-floor-") as folder,
+        bare_http_server(Path(folder)) as (port, process),
+    ):
+        cpu = process_cpu_seconds(process.pid)
+        answered, _ = asyncio.run(_post(f"http://127.0.0.1:{port}", items, {}))
+        if answered != len(items):
+            raise RuntimeError(f"the bare HTTP server answered {answered} of {len(items)} calls 200")
+        return (process_cpu_seconds(process.pid) - cpu) / answered * 1000
+
+
 def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
     """Measure one relay process accepting and counting signed decisions (see the module docstring).
 
     Returns:
         ``decisions_per_s``, ``decisions_per_s_httpx``, ``decisions_per_s_batched``,
         ``relay_cpu_ms_per_decision`` (and ``_<run>`` of each run), ``decision_latency_ms_median``/``_p99``
-        (first run), ``decisions`` (per run) and ``concurrency``.
+        (first run), ``decisions`` (per run), ``concurrency``, and ``http_floor_ms_per_call`` (the
+        bare HTTP server's CPU per call of the aiohttp run's decisions).
 
     Raises:
         ValueError: ``seconds`` is not positive.
@@ -307,6 +336,8 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
                 latencies.sort()
                 figures["decision_latency_ms_median"] = statistics.median(latencies) * 1000
                 figures["decision_latency_ms_p99"] = latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
+    aiohttp_decisions = next(decisions for name, _post_, _submissions, decisions in runs if name == "aiohttp")
+    figures["http_floor_ms_per_call"] = _bare_http_ms(aiohttp_decisions)
     return figures
 
 
@@ -351,6 +382,9 @@ def bench_relay(seconds: float = 3.0) -> dict[str, Any]:
     figures["relay_floor_ms_per_decision"] = floor
     figures["relay_ratio_to_floor"] = figures["relay_cpu_ms_per_decision"] / floor
     figures["relay_ratio_to_floor_batched"] = figures["relay_cpu_ms_per_decision_batched"] / floor
+    with_http = floor + figures["http_floor_ms_per_call"]
+    figures["relay_floor_with_http_ms_per_decision"] = with_http
+    figures["relay_ratio_to_floor_with_http"] = figures["relay_cpu_ms_per_decision"] / with_http
     return figures
 
 

@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from teaagent_bench.quorum._cluster import SIZES
 from teaagent_bench.quorum._figures import CONCURRENCIES, bench_quorum, bench_quorum_sizes
-from teaagent_bench.quorum._floor import floor_main, serve_floor
+from teaagent_bench.quorum._floor import bare_http_server, floor_main, serve_floor
 
-__all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes", "floor_main", "serve_floor"]
+__all__ = [
+    "CONCURRENCIES",
+    "SIZES",
+    "bare_http_server",
+    "bench_quorum",
+    "bench_quorum_sizes",
+    "floor_main",
+    "serve_floor",
+]

@@ -364,7 +364,14 @@ def _expect(worker: subprocess.Popen[bytes], line: str | None) -> str:
 
 
 @contextlib.contextmanager
-def _floor_server(folder: Path) -> Iterator[int]:
+def bare_http_server(folder: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The floor's bare HTTP server (:func:`serve_floor`) in a process of its own: its port and process.
+
+    Its log goes to ``folder``; the process is stopped on the way out.
+
+    Raises:
+        TeaAgentError: The server did not answer ``/health`` in time (``teaagent.testing``).
+    """
     port = free_port()
     log = folder / "floor-http.log"
     with log.open("wb") as out:
@@ -379,9 +386,15 @@ def _floor_server(folder: Path) -> Iterator[int]:
         )
     try:
         wait_healthy(process, f"http://127.0.0.1:{port}", "the floor's HTTP server", log, READY_TIMEOUT)
-        yield port
+        yield port, process
     finally:
         stop(process)
+
+
+@contextlib.contextmanager
+def _floor_server(folder: Path) -> Iterator[int]:
+    with bare_http_server(folder) as (port, _process):
+        yield port
 
 
 # -- the profile's raw costs ------------------------------------------------------------------------
