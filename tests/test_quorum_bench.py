@@ -213,7 +213,7 @@ def test_each_floor_quorum_makes_the_protocols_minimum_of_verifications(
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     one_each = (1,) * len(size.peers)
     plan = _floor._Plan(branch_hops=one_each, branch_writes=one_each, branch_reads=one_each)
-    with _floor._floor_server(tmp_path) as port:
+    with _floor.bare_http_server(tmp_path) as (port, _server):
         job = _floor._FloorJob(port, redis_url, 1, 0.3, plan, nodes)
         spans, _begin, _end = asyncio.run(_floor._floor_load(job))
     quorums = len(spans)

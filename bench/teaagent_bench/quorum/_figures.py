@@ -100,7 +100,7 @@ from teaagent.trust import MultiSigQuorumConfig
 from teaagent_bench.quorum._asking import _percentile, _real_path, _Run
 from teaagent_bench.quorum._cluster import DEFAULT_SIZE, SIZES, _policy_config, _Size, local_cluster
 from teaagent_bench.quorum._counting import _Counters, _trips
-from teaagent_bench.quorum._floor import _crypto_costs, _floor, _floor_server, _io_costs, _plan
+from teaagent_bench.quorum._floor import _crypto_costs, _floor, _io_costs, _plan, bare_http_server
 
 __all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes"]
 
@@ -204,7 +204,7 @@ def bench_quorum(
             cluster, keys, config, client, seconds, concurrencies, policy=with_policy
         )
         writes, reads, omitted = _trips(counted)
-        with _floor_server(folder) as http_port:
+        with bare_http_server(folder) as (http_port, _server):
             plans = {
                 c: _plan(dataclasses.replace(counted[c], writes=writes[c], reads=reads[c]), size)
                 for c in concurrencies

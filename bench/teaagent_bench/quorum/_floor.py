@@ -391,12 +391,6 @@ def bare_http_server(folder: Path) -> Iterator[tuple[int, subprocess.Popen[bytes
         stop(process)
 
 
-@contextlib.contextmanager
-def _floor_server(folder: Path) -> Iterator[int]:
-    with bare_http_server(folder) as (port, _process):
-        yield port
-
-
 # -- the profile's raw costs ------------------------------------------------------------------------
 
 
