@@ -356,6 +356,41 @@ def test_pem_keys_load_with_and_without_passphrase(tmp_path: Path) -> None:
         load_private_key(locked)
 
 
+@pytest.mark.parametrize("form", ["pkcs8", "traditional", "openssh"])
+def test_a_wrong_passphrase_is_named_even_when_the_library_reports_a_parse_error(
+    tmp_path: Path, form: str
+) -> None:
+    """About one wrong passphrase in 256 leaves valid CBC padding, and ``cryptography`` then reports
+    an ASN.1 parse error instead of a bad decryption; the sentence must still say the passphrase is
+    wrong (this flaked in CI once the test above drew such a passphrase)."""
+    private = ec.generate_private_key(ec.SECP256R1())
+    formats = {
+        "pkcs8": serialization.PrivateFormat.PKCS8,
+        "traditional": serialization.PrivateFormat.TraditionalOpenSSL,
+        "openssh": serialization.PrivateFormat.OpenSSH,
+    }
+    data = private.private_bytes(
+        serialization.Encoding.PEM, formats[form], serialization.BestAvailableEncryption(b"s3cret")
+    )
+    path = _write(tmp_path / "locked", data)
+    load = serialization.load_ssh_private_key if form == "openssh" else serialization.load_pem_private_key
+    wrong = ["wrong"]
+    if form != "openssh":  # bcrypt-KDF files fail by checksum, without a padding lottery to search
+        for i in range(20_000):
+            try:
+                load(data, f"wrong{i}".encode())
+            except ValueError as exc:
+                if "decrypt" not in str(exc).lower():
+                    wrong.append(f"wrong{i}")
+                    break
+        else:
+            pytest.fail("no passphrase among 20,000 left valid padding (chance about 1e-34)")
+    for passphrase in wrong:
+        with pytest.raises(ConfigError, match=r"^the passphrase for the private key .*locked is wrong\.$"):
+            load_private_key(path, passphrase)
+    assert load_private_key(path, "s3cret").key_type == "ecdsa-sha2-nistp256"
+
+
 def test_passphrase_given_for_unprotected_key_is_ignored(tmp_path: Path) -> None:
     private = Ed25519PrivateKey.generate()
     path = _write(
