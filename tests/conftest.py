@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 from cluster_support import running_star
+from hypothesis import HealthCheck, settings
 
 # The Redis fixtures (redis_server, redis_url, redis_prefix) for every test module, and the Redis
 # Cluster's (redis_cluster, cluster_prefix), started only for the tests that ask for it.
@@ -22,6 +23,13 @@ from redis_fixture import fixture_redis_prefix, fixture_redis_server, fixture_re
 from relay_support import MakeCluster, Node, write_cluster
 
 from teaagent.store import Store, open_store
+
+# Hypothesis's defaults judge time: an example slower than 200 ms fails its test (and the fast replay
+# then calls the test flaky), and slow generation fails a health check. Under `make test`'s three
+# workers on two cores a pause of that size is load, not a fault, so no property test here depends
+# on it; a test's own @settings still overrides what it names.
+settings.register_profile("teaagent", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("teaagent")
 
 # Started in the background by a shell without job control (`make test &`, nohup), the suite would
 # inherit SIGINT ignored, and with it every process it starts: the Ctrl-C tests would then wait in

@@ -234,14 +234,19 @@ def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         request = alpha.request()
         client.submit_request(request, alpha.signed(request)["signature"])
-        time.sleep(1.5)  # several attempts fail while beta is away (backoff capped at 0.5 s here)
-        retries = httpx.get(f"{alpha.url}/metrics").text
+        deadline = time.monotonic() + WAIT  # attempts fail while beta is away (backoff capped at 0.5 s)
+        while True:
+            retries = httpx.get(f"{alpha.url}/metrics").text
+            if "teaagent_relay_delivery_retries_total" in retries and (
+                "teaagent_relay_delivery_retries_total 0.0" not in retries
+            ):
+                break
+            assert time.monotonic() < deadline, "no failed delivery was counted while beta was away"
+            time.sleep(0.05)
         with running([beta], tmp_path):
             item = approve_next(beta)
             outcome = client.wait_outcome(request["request_id"], WAIT)
 
-    assert "teaagent_relay_delivery_retries_total 0.0" not in retries
-    assert "teaagent_relay_delivery_retries_total" in retries
     assert item.request_id == request["request_id"]
     assert outcome.state == "approved"
 

@@ -299,6 +299,8 @@ SAVE_LOOP = textwrap.dedent(
         for session in sessions:
             session.add_message("user", f"round {round} " + "y" * (round % 50) * 1000)
             store.save(session)
+            if round == 1 and session is sessions[0]:
+                print("saving", flush=True)  # a message is on disk: the kill's delay counts from here
     """
 )
 
@@ -314,7 +316,8 @@ def test_a_process_killed_in_the_middle_of_saves_leaves_every_file_whole(
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
-        time.sleep(delay)
+        assert child.stdout.readline().strip() == "saving"
+        time.sleep(delay)  # where the kill lands among the saves, not a wait for an event
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()

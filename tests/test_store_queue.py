@@ -170,12 +170,16 @@ def test_a_retry_another_process_scheduled_is_claimed_at_its_next_housekeeping(i
 
 def test_an_entry_of_a_crashed_consumer_is_reclaimed_by_another_after_min_idle(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
-        queue = store.queue("deliveries", min_idle_seconds=0.2)
+        # Two workers' views of one queue: worker-b's reclaims after 0.2 s of idleness. Before it,
+        # worker-a's view (60 s) checks that a fresh entry is not taken over: with 0.2 s there too,
+        # a pause of 0.2 s on a loaded host between the two claims would let it be, rightly.
+        queue = store.queue("deliveries", min_idle_seconds=60)
         await queue.enqueue("beta", new_id(), PAYLOAD, int(time.time()) + 60)
         crashed = await one(queue, "worker-a")  # worker-a dies here: it never acks
         assert await queue.claim("worker-b", 10, 0) == []
-        await asyncio.sleep(0.3)
-        rescued = await one(queue, "worker-b")
+        rescuer = store.queue("deliveries", min_idle_seconds=0.2)
+        await asyncio.sleep(0.3)  # idleness is time itself: at least this long, however loaded
+        rescued = await one(rescuer, "worker-b")
         assert (rescued.entry_id, rescued.payload) == (crashed.entry_id, PAYLOAD)
         assert await queue.ack(rescued) is True
         assert (await queue.stats()).pending == 0
@@ -185,7 +189,8 @@ def test_an_entry_of_a_crashed_consumer_is_reclaimed_by_another_after_min_idle(i
 
 def test_consumers_of_dead_processes_are_pruned_once_they_hold_nothing(in_store: Run) -> None:
     async def scenario(store: Store) -> None:
-        queue = store.queue("deliveries", min_idle_seconds=0.1)
+        # Nothing is taken over while the scene is set (60 s); the rescue below reclaims after 0.1 s.
+        queue = store.queue("deliveries", min_idle_seconds=60)
         assert await queue.prune_consumers("live") == []  # no stream, no group: nothing to do
         for _ in range(2):
             await queue.enqueue("beta", new_id(), PAYLOAD, int(time.time()) + 60)
@@ -200,7 +205,7 @@ def test_consumers_of_dead_processes_are_pruned_once_they_hold_nothing(in_store:
         consumers = await store.client.xinfo_consumers(store.keys.queue("deliveries").stream, "workers")
         assert sorted(consumer["name"] for consumer in consumers) == [b"crashed", b"live"]
         # Once its entry is taken over, the crashed consumer holds nothing and goes too.
-        rescued = await one(queue, "live")
+        rescued = await one(store.queue("deliveries", min_idle_seconds=0.1), "live")
         assert rescued.entry_id == crashed.entry_id
         await asyncio.sleep(0.2)
         assert await queue.prune_consumers("live", min_idle_seconds=0.15) == ["crashed"]
