@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from port_support import free_port
 from port_support import refusing_port as refusing_port  # the relay tests import it from here too
+from prometheus_client.parser import text_string_to_metric_families
 
 from teaagent._http import client_verify
 from teaagent.policy import MultiSigQuorumConfig
@@ -240,6 +241,15 @@ def long_polls(node: Node, kind: str) -> float:
     pattern = rf'^teaagent_relay_long_polls_waiting\{{kind="{kind}"\}} (\S+)$'
     found = re.search(pattern, text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """One sample of a Prometheus text page (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and all(found.labels.get(k) == v for k, v in labels.items()):
+                return float(found.value)
+    return 0.0
 
 
 MakeCluster = Callable[..., dict[str, Node]]  # the make_cluster fixture: write_cluster in a test's folder

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from relay_support import (
     APPROVE_ECHO,
     DENY_RM,
@@ -25,6 +24,7 @@ from relay_support import (
     Node,
     free_port,
     running,
+    sample,
     wait_until,
 )
 
@@ -48,15 +48,6 @@ def audit_records(node: Node) -> list[dict[str, Any]]:
         return []
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
     return [line["payload"] for line in lines if line["event_type"] == DECISION_EVENT]
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """One sample of a Prometheus text page (0 when absent)."""
-    for family in text_string_to_metric_families(text):
-        for found in family.samples:
-            if found.name == name and all(found.labels.get(k) == v for k, v in labels.items()):
-                return float(found.value)
-    return 0.0
 
 
 def relay_metrics(node: Node) -> str:

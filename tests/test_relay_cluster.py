@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from relay_support import (
     approve_next,
     public_line,
     running,
+    sample,
     undelivered,
     wait_until,
     write_cluster,
@@ -234,15 +234,11 @@ def test_a_peer_relay_that_is_down_receives_its_delivery_once_back(
     with running([alpha], tmp_path), RelayClient(alpha.url, token=alpha.token) as client:
         request = alpha.request()
         client.submit_request(request, alpha.signed(request)["signature"])
-        deadline = time.monotonic() + WAIT  # attempts fail while beta is away (backoff capped at 0.5 s)
-        while True:
-            retries = httpx.get(f"{alpha.url}/metrics").text
-            if "teaagent_relay_delivery_retries_total" in retries and (
-                "teaagent_relay_delivery_retries_total 0.0" not in retries
-            ):
-                break
-            assert time.monotonic() < deadline, "no failed delivery was counted while beta was away"
-            time.sleep(0.05)
+        # Attempts fail while beta is away (backoff capped at 0.5 s here).
+        assert wait_until(
+            lambda: sample(httpx.get(f"{alpha.url}/metrics").text, "teaagent_relay_delivery_retries_total"),
+            WAIT,
+        ), "no failed delivery was counted while beta was away"
         with running([beta], tmp_path):
             item = approve_next(beta)
             outcome = client.wait_outcome(request["request_id"], WAIT)
