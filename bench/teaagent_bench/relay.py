@@ -350,7 +350,8 @@ def bench_decisions(seconds: float = 3.0) -> dict[str, Any]:
                 figures["decisions_per_s"] = accepted / elapsed
                 # Read before the verifications above, not after them (the idle relay's ticks).
                 figures["relay_cpu_ms_per_decision"] = figures["relay_cpu_ms_per_decision_aiohttp"]
-                http_floor_work = decisions, elapsed  # the bare HTTP server answers these as long
+                # The bare HTTP server answers these calls, for as long as this run took.
+                http_floor_work = decisions, elapsed
                 latencies.sort()
                 figures["decision_latency_ms_median"] = statistics.median(latencies) * 1000
                 figures["decision_latency_ms_p99"] = latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
