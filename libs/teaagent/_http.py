@@ -11,11 +11,12 @@ when the first client is made.
 their clients (an approver's decisions to its relay, a relay's deliveries to its peers,
 :class:`~teaagent.relay_client.AsyncRelayClient`'s calls): one ``aiohttp.ClientSession`` per
 server, its ``TCPConnector`` sized to the calls it may have in flight, so that a busy client never
-closes and reopens a connection. aiohttp and not httpx here: on the same calls, sized the same,
-``teaagent bench quorum`` measured the cluster's CPU per approved quorum at concurrency 64 about
-three times lower through aiohttp than through httpx (httpx spends about 0.5 ms of CPU a call in
-its models, anyio and pool, aiohttp about 0.1), past the project's 1.5 times for another library
-than the ones asked for; docs/architecture.md ("HTTP clients") has the figures. Each call is
+closes and reopens a connection. aiohttp and not httpx here because, on the same calls sized the
+same, ``teaagent bench quorum`` once measured the cluster's CPU per approved quorum at
+concurrency 64 about three times lower through aiohttp, past the project's 1.5 times for another
+library than the ones asked for. Since the deliveries and the approvers' decisions go in batches
+that gap is 1.08 times (median of four runs on 2026-12-07), under the rule: the move back to httpx
+is issue 29's open step. docs/architecture.md ("HTTP clients") has the figures. Each call is
 bounded by its whole timeout (``asyncio.timeout``) and fails only its own caller; a kept-alive
 connection the server closed meanwhile is replaced and the call sent once more (only for
 receivers that are idempotent); an answer longer than its limit fails the call without being
