@@ -80,8 +80,13 @@ def test_bench_output_names_units_targets_and_marks_a_miss() -> None:
         {"p50_ms_c1": 12.0, "floor_ratio": 4.5, "throughput_c64": 250.0, "p99_ms_c1": 30.0, "hops": 10.0},
     )
 
-    # one over, two never measured
-    assert missed == ["floor_ratio", "floor_throughput_ratio_c64", "policy_floor_ratio"]
+    # one over, three never measured
+    assert missed == [
+        "floor_ratio",
+        "floor_throughput_ratio_c64",
+        "policy_floor_ratio",
+        "aiohttp_over_httpx_best",
+    ]
     by_key = {line.split()[0]: line for line in lines[:-1]}
     assert by_key["floor_ratio"].split()[2] == "x"
     assert "target <= 3: NOT MET (a 2-of-3 quorum's p50 at concurrency 1 against" in by_key["floor_ratio"]
@@ -90,7 +95,8 @@ def test_bench_output_names_units_targets_and_marks_a_miss() -> None:
     assert by_key["throughput_c64"].split()[2:4] == ["per", "s"]
     assert by_key["hops"].endswith("10.000")  # no unit, no target
     assert lines[-1] == (
-        "2 of 5 targets met; NOT MET: floor_ratio, floor_throughput_ratio_c64, policy_floor_ratio"
+        "2 of 6 targets met; NOT MET: floor_ratio, floor_throughput_ratio_c64, policy_floor_ratio, "
+        "aiohttp_over_httpx_best"
     )
     # Every judged figure says what it means and its floor.
     assert {key for targets in TARGETS.values() for key, _op, _target in targets} <= set(MEANINGS)

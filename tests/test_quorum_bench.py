@@ -80,6 +80,35 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
     for key in ("p50_ms_c1", "throughput_c64", "cluster_cpu_ms_per_quorum_c64", "floor_ratio"):
         assert figures[f"deliveries_unbatched_{key}"] > 0, key
     assert figures["deliveries_unbatched_http_hops_c64"] >= FLOOR_CLIENT_HOPS + 4
+    # And so through httpx, where a relay's pool to a peer has many calls in flight.
+    for key in ("p50_ms_c1", "throughput_c64", "cluster_cpu_ms_per_quorum_c64", "floor_ratio"):
+        assert figures[f"deliveries_unbatched_http_httpx_{key}"] > 0, key
+    assert figures["deliveries_unbatched_http_httpx_http_hops_c64"] >= FLOOR_CLIENT_HOPS + 4
+    # The asking side's CPU (alpha's agent, this process), beside the cluster's, in each run.
+    for prefix in (
+        "",
+        "http_httpx_",
+        "redis_unbatched_",
+        "deliveries_unbatched_",
+        "deliveries_unbatched_http_httpx_",
+    ):
+        assert figures[f"{prefix}asking_cpu_ms_per_quorum_c64"] > 0, prefix
+    # aiohttp's gains over httpx that judge the services' client, from the same run's figures.
+    cpu, throughput = "cluster_cpu_ms_per_quorum_c64", "throughput_c64"
+    gains = {
+        "cpu_c64": figures[f"http_httpx_{cpu}"] / figures[cpu],
+        "throughput_c64": figures[throughput] / figures[f"http_httpx_{throughput}"],
+        "cpu_c64_deliveries_unbatched": (
+            figures[f"deliveries_unbatched_http_httpx_{cpu}"] / figures[f"deliveries_unbatched_{cpu}"]
+        ),
+        "throughput_c64_deliveries_unbatched": (
+            figures[f"deliveries_unbatched_{throughput}"]
+            / figures[f"deliveries_unbatched_http_httpx_{throughput}"]
+        ),
+    }
+    for case, gain in gains.items():
+        assert figures[f"aiohttp_over_httpx_{case}"] == pytest.approx(gain), case
+    assert figures["aiohttp_over_httpx_best"] == pytest.approx(max(gains.values()))
     assert figures["cluster_idle_cpu_ms_per_s"] >= 0
     # The version 2 variant (two groups, all_of), in the same run, against its own floor. Each of its
     # quorums went through the cluster as the plain ones do: the agent's submission and long-poll, a

@@ -37,6 +37,7 @@ class _Run:
     latencies: list[float]  # seconds, of the timed quorums
     throughput: float  # per second, over the timed window
     quorums: int  # all that completed, warm-up included
+    cpu_seconds: float = 0.0  # the asking process's CPU over the whole run (the real path's only)
 
 
 def _summarise(
@@ -96,9 +97,11 @@ async def _ask(
                 verify_certificate(certificate, config, origin_public_key=origin_key, now=time.time())
                 spans.append((begun, time.perf_counter()))
 
+    cpu = time.process_time()
     await asyncio.gather(*(caller() for _ in range(concurrency)))
+    cpu = time.process_time() - cpu
     timed, throughput = _summarise(spans, started, time.perf_counter(), seconds)
-    return _Run(timed, throughput, len(spans))
+    return _Run(timed, throughput, len(spans), cpu)
 
 
 def _percentile(latencies: list[float], fraction: float) -> float:

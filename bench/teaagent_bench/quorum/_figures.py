@@ -105,14 +105,25 @@ from teaagent_bench.quorum._floor import _crypto_costs, _floor, _io_costs, _plan
 __all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes"]
 
 CONCURRENCIES: Final = (1, 16, 64)
-HTTP_VARIANTS: Final = ("httpx",)  # run again through each, beside the services' aiohttp
-# Run again with each setting in the services' environment: (figures' prefix, variable, value).
-VARIANTS: Final = (
-    *((f"http_{name}", BENCH_CLIENT_ENV, name) for name in HTTP_VARIANTS),
+_UNBATCHED_DELIVERIES: Final = ("TEAAGENT_RELAY_DELIVERY_BATCHES", "0")
+# Run again with each setting in the services' environment: (figures' prefix, its variables' values).
+VARIANTS: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
+    # httpx, the HTTP client the project's users asked for, beside the services' aiohttp (issue 29).
+    ("http_httpx", ((BENCH_CLIENT_ENV, "httpx"),)),
     # Each Redis call sent on its own, as before the store batched a moment's calls (issue 29).
-    ("redis_unbatched", BATCHES_ENV, "0"),
-    # Each delivery between relays its own call, as before they sent a moment's in one (issue 29).
-    ("deliveries_unbatched", "TEAAGENT_RELAY_DELIVERY_BATCHES", "0"),
+    ("redis_unbatched", ((BATCHES_ENV, "0"),)),
+    # Each delivery between relays its own call, as before they sent a moment's in one (issue 29),
+    # and as a relay still sends them to a peer whose relay takes no batch (an older one).
+    ("deliveries_unbatched", (_UNBATCHED_DELIVERIES,)),
+    # The same through httpx: where one pool has many calls in flight (up to 128 deliveries).
+    ("deliveries_unbatched_http_httpx", (_UNBATCHED_DELIVERIES, (BENCH_CLIENT_ENV, "httpx"))),
+)
+# aiohttp's gains over httpx that judge the choice of client: (figure, its variant's prefix, its
+# httpx variant's prefix). Each is how many times less CPU per quorum, or how many times the
+# quorums a second, at 64 callers.
+CLIENT_GAINS: Final = (
+    ("c64", "", "http_httpx_"),
+    ("c64_deliveries_unbatched", "deliveries_unbatched_", "deliveries_unbatched_http_httpx_"),
 )
 
 
@@ -237,6 +248,7 @@ def bench_quorum(
         else:
             figures[f"redis_reads_{suffix}"] = per.reads
         figures[f"cluster_cpu_ms_per_quorum_{suffix}"] = sum(per.cpu.values()) * 1000
+        figures[f"asking_cpu_ms_per_quorum_{suffix}"] = _asking_cpu_ms(run)
         figures |= {f"{name}_{suffix}": value for name, value in _split_by_role(per, size).items()}
         # The same less what the services spent idle meanwhile (their polls, per second of the run).
         figures[f"cluster_busy_cpu_ms_per_quorum_{suffix}"] = (
@@ -245,12 +257,14 @@ def bench_quorum(
     figures["cluster_idle_cpu_ms_per_s"] = counted[concurrencies[0]].idle_cpu_per_s * 1000
     figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
     figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
-    for label, _variable, _value in VARIANTS if variants else ():
+    for label, _settings in VARIANTS if variants else ():
         name, prefix = f"{label}_p50_ms_c1", f"{label}_"
         figures[f"{prefix}floor_ratio"] = figures[name] / figures["floor_p50_ms_c1"]
         figures[f"{prefix}floor_throughput_ratio_c64"] = (
             figures["floor_throughput_c64"] / figures[f"{prefix}throughput_c64"]
         )
+    if variants:
+        figures |= _client_gains(figures)
     if policy_result is not None and policy_floor is not None:
         figures |= _policy_figures(policy_result[0], policy_floor, policy_result[1])
     one = counted[1]
@@ -264,6 +278,31 @@ def bench_quorum(
     for label, spent in one.cpu.items():
         figures[f"profile_cpu_ms_{label.replace('-', '_')}"] = spent * 1000
     return figures
+
+
+def _asking_cpu_ms(run: _Run) -> float:
+    """The asking process's CPU per quorum, in milliseconds: alpha's agent side (its gates' relay
+    clients, the signing of each request and the check of each certificate), not in the cluster's."""
+    return run.cpu_seconds / max(run.quorums, 1) * 1000
+
+
+def _client_gains(figures: Mapping[str, Any]) -> dict[str, float]:
+    """aiohttp's end-to-end gains over httpx at 64 callers (``CLIENT_GAINS``), and the best of them.
+
+    ``aiohttp_over_httpx_cpu_<case>``: httpx's cluster CPU per quorum over aiohttp's;
+    ``aiohttp_over_httpx_throughput_<case>``: aiohttp's quorums a second over httpx's. The services
+    use aiohttp only while one of them is at least 1.5 (issue 29's rule for a library other than the
+    asked-for one): ``aiohttp_over_httpx_best`` is the largest.
+    """
+    gains: dict[str, float] = {}
+    for case, ours, theirs in CLIENT_GAINS:
+        cpu = "cluster_cpu_ms_per_quorum_c64"
+        gains[f"aiohttp_over_httpx_cpu_{case}"] = figures[f"{theirs}{cpu}"] / figures[f"{ours}{cpu}"]
+        gains[f"aiohttp_over_httpx_throughput_{case}"] = (
+            figures[f"{ours}throughput_c64"] / figures[f"{theirs}throughput_c64"]
+        )
+    gains["aiohttp_over_httpx_best"] = max(gains.values())
+    return gains
 
 
 def _split_by_role(per: _Counters, size: _Size) -> dict[str, float]:
@@ -302,31 +341,34 @@ def _variants(
 ) -> dict[str, float]:
     """The real path again under each of ``VARIANTS``, at concurrency 1 and 64.
 
-    Every service of the cluster and the asking callers here read the variable at start:
+    Every service of the cluster and the asking callers here read the variables at start:
     ``TEAAGENT_BENCH_HTTP_CLIENT`` points ``teaagent._http.http_pool`` at another HTTP client
     (``httpx``: one client per server, ``httpx.Limits`` sized as aiohttp's connector, HTTP/1.1);
     ``TEAAGENT_REDIS_BATCHES=0`` sends each Redis call on its own (``redis_unbatched``, the store
     before it batched); ``TEAAGENT_RELAY_DELIVERY_BATCHES=0`` makes each delivery between relays its
     own call (``deliveries_unbatched``, the relays before they sent a moment's deliveries to a peer
-    in one). Each: ``<prefix>_p50_ms_c1``, ``<prefix>_throughput_c64``,
-    ``<prefix>_cluster_cpu_ms_per_quorum_c64``, ``<prefix>_redis_round_trips_c64`` and
-    ``<prefix>_http_hops_c64``, against
+    in one, and a relay's to a peer that takes no batch); both the last and httpx,
+    ``deliveries_unbatched_http_httpx``. Each: ``<prefix>_p50_ms_c1``, ``<prefix>_throughput_c64``,
+    ``<prefix>_cluster_cpu_ms_per_quorum_c64``, ``<prefix>_asking_cpu_ms_per_quorum_c64``,
+    ``<prefix>_redis_round_trips_c64`` and ``<prefix>_http_hops_c64``, against
     the same floor as the default's (``<prefix>_floor_ratio``...).
     """
     figures: dict[str, float] = {}
-    for prefix, variable, value in VARIANTS:
-        before = os.environ.get(variable)
-        os.environ[variable] = value
+    for prefix, settings in VARIANTS:
+        before = {variable: os.environ.get(variable) for variable, _value in settings}
+        os.environ.update(settings)
         try:
             runs, counted, _ = _real_path(cluster, keys, config, client, seconds, (1, 64))
         finally:
-            if before is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = before
+            for variable, value in before.items():
+                if value is None:
+                    os.environ.pop(variable, None)
+                else:
+                    os.environ[variable] = value
         figures[f"{prefix}_p50_ms_c1"] = statistics.median(runs[1].latencies) * 1000
         figures[f"{prefix}_throughput_c64"] = runs[64].throughput
         figures[f"{prefix}_cluster_cpu_ms_per_quorum_c64"] = sum(counted[64].cpu.values()) * 1000
+        figures[f"{prefix}_asking_cpu_ms_per_quorum_c64"] = _asking_cpu_ms(runs[64])
         figures[f"{prefix}_redis_round_trips_c64"] = max(0.0, counted[64].writes + counted[64].reads)
         figures[f"{prefix}_http_hops_c64"] = counted[64].hops
     return figures
