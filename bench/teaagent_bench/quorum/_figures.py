@@ -70,6 +70,15 @@ and summed as if done one after the other; and each relay's own time answering i
 ``TEAAGENT_BENCH_PROFILE`` to a directory to run every service under ``cProfile`` and keep its
 profile there (``<node>-<service>.prof``).
 
+``asking_cpu_ms_per_quorum_cN``: the CPU of this process per quorum at N callers, alpha's agent
+side (its gates' relay clients, signing each request, checking each certificate), which the
+cluster's figure leaves out. ``http_httpx_*``, ``redis_unbatched_*``, ``deliveries_unbatched_*``
+and ``deliveries_unbatched_http_httpx_*``: the real path again under another setting
+(``_variants``). ``aiohttp_over_httpx_*``: from those runs, aiohttp's gains over httpx at 64 callers
+in cluster CPU per quorum and in throughput, deliveries batched and each its own call; the best,
+``aiohttp_over_httpx_best``, is judged against 1.5 (issue 29: a library other than the asked-for
+httpx only from 1.5 times end to end).
+
 ``policy_*``: the same cluster, in the same run, asked for ``git.push`` under a version 2 rule with
 two groups, ``all_of`` one of ops (beta) and one of security (gamma): the request carries its
 policy, the relay's Lua and the certificate's check count by terms. One caller; its floor is
