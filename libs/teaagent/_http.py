@@ -15,10 +15,11 @@ closes and reopens a connection. aiohttp and not httpx (the client the project's
 another library needs 1.5 times end to end): where a relay sends each delivery as its own call, to
 a peer whose relay takes no batch, ``teaagent bench quorum`` measured about three times less
 cluster CPU per quorum at concurrency 64 through aiohttp and two and a half times the quorums, and
-the asking side spends about half the CPU. httpx's pool works through every call in flight at
-each call's start and end. With the deliveries batched the gap is 1.1 to 1.3 times. Every run of
-``bench quorum`` measures both again (``aiohttp_over_httpx_*``, the best judged against 1.5);
-docs/architecture.md ("HTTP clients") has the figures. Each call is
+the asking side spends about half the CPU. httpx's pool works through every call in flight at each
+call's start and end. With the deliveries batched the gap was 0.95 to 1.37 times (seven runs on
+2026-12-07), under the rule. Every run of ``bench quorum`` measures both again
+(``aiohttp_over_httpx_*``, the best judged against 1.5); docs/architecture.md ("HTTP clients") has
+the figures. Each call is
 bounded by its whole timeout (``asyncio.timeout``) and fails only its own caller; a kept-alive
 connection the server closed meanwhile is replaced and the call sent once more (only for
 receivers that are idempotent); an answer longer than its limit fails the call without being
