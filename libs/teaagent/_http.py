@@ -19,12 +19,11 @@ the asking side spends about half the CPU. httpx's pool works through every call
 call's start and end. With the deliveries batched the gap was 0.95 to 1.37 times (seven runs on
 2026-12-07), under the rule. Every run of ``bench quorum`` measures both again
 (``aiohttp_over_httpx_*``, the best judged against 1.5); docs/architecture.md ("HTTP clients") has
-the figures. Each call is
-bounded by its whole timeout (``asyncio.timeout``) and fails only its own caller; a kept-alive
-connection the server closed meanwhile is replaced and the call sent once more (only for
-receivers that are idempotent); an answer longer than its limit fails the call without being
-read whole; a header value with CR, LF or NUL is refused before anything is sent. A pool keeps
-no cookie: what a server sets (a peer's relay is untrusted transport) is never sent back, and
+the figures. Each call is bounded by its whole timeout (``asyncio.timeout``) and fails only its own
+caller; a kept-alive connection the server closed meanwhile is replaced and the call sent once more
+(only for receivers that are idempotent); an answer longer than its limit fails the call without
+being read whole; a header value with CR, LF or NUL is refused before anything is sent. A pool
+keeps no cookie: what a server sets (a peer's relay is untrusted transport) is never sent back, and
 no call pays for the cookie jar's filtering (about a tenth of aiohttp's CPU per call).
 
 With a ``transport`` (tests: an app in the same process) the pool is httpx's, whose transports

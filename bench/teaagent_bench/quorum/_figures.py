@@ -304,8 +304,8 @@ def _client_gains(figures: Mapping[str, Any]) -> dict[str, float]:
     asked-for one): ``aiohttp_over_httpx_best`` is the largest.
     """
     gains: dict[str, float] = {}
+    cpu = "cluster_cpu_ms_per_quorum_c64"
     for case, ours, theirs in CLIENT_GAINS:
-        cpu = "cluster_cpu_ms_per_quorum_c64"
         gains[f"aiohttp_over_httpx_cpu_{case}"] = figures[f"{theirs}{cpu}"] / figures[f"{ours}{cpu}"]
         gains[f"aiohttp_over_httpx_throughput_{case}"] = (
             figures[f"{ours}throughput_c64"] / figures[f"{theirs}throughput_c64"]
