@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import ssl
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -10,7 +13,7 @@ import httpx._transports.default as httpx_transports
 import pytest
 
 from teaagent import _http
-from teaagent._http import client_verify
+from teaagent._http import BENCH_CLIENT_ENV, client_verify
 from teaagent.approver_client import ApproverClient, AsyncApproverClient
 from teaagent.relay_client import AsyncRelayClient, RelayClient
 
@@ -51,3 +54,23 @@ async def test_forty_clients_build_the_default_context_once(monkeypatch: pytest.
 
     # Each client passed the shared context, which httpx uses as it is (it builds none itself).
     assert len(built) == 1
+
+
+@pytest.mark.parametrize(
+    ("variant", "loaded", "left"), [("", "aiohttp", "httpx"), ("httpx", "httpx", "aiohttp")]
+)
+def test_load_client_imports_the_library_the_pools_are_made_of_and_only_it(
+    variant: str, loaded: str, left: str
+) -> None:
+    # In a fresh interpreter: this one has imported both long ago.
+    code = (
+        "import sys; from teaagent._http import load_client; "
+        f"assert {loaded!r} not in sys.modules; load_client(); "
+        f"print({loaded!r} in sys.modules, {left!r} in sys.modules)"
+    )
+    environment = {**os.environ, BENCH_CLIENT_ENV: variant}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]

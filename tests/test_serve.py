@@ -279,6 +279,40 @@ def test_a_service_in_a_process_of_its_own_freezes_its_start_up_heap_and_spaces_
     assert code == 0
 
 
+# -- the HTTP client a serving process loads before it serves ------------------------------------------
+
+_CLIENT_SERVICE = """
+import sys
+from fastapi import FastAPI
+from teaagent.cli._serve import serve_app
+
+loaded_before = "aiohttp" in sys.modules
+app = FastAPI()
+
+
+@app.get("/modules")
+def modules() -> dict[str, bool]:
+    return {"before": loaded_before, "serving": "aiohttp" in sys.modules}
+
+
+serve_app(app, host="127.0.0.1", port=int(sys.argv[1]), what="the test service", log_level="warning")
+"""
+
+
+def test_a_service_imports_its_http_client_before_it_serves_not_on_its_first_outgoing_call() -> None:
+    # The app itself makes no outgoing call: only serve_app can have imported aiohttp by then.
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", _CLIENT_SERVICE, str(port)])
+    try:
+        state = _get_until_served(f"http://127.0.0.1:{port}/modules", process).json()
+    finally:
+        process.terminate()
+        code = process.wait(timeout=WAIT)
+
+    assert state == {"before": False, "serving": True}
+    assert code == 0
+
+
 def test_a_server_on_another_thread_leaves_its_process_collector_alone() -> None:
     threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
     port = free_port()

@@ -30,6 +30,12 @@ With a ``transport`` (tests: an app in the same process) the pool is httpx's, wh
 those are. ``TEAAGENT_BENCH_HTTP_CLIENT=httpx`` (benches only) sends the same calls through httpx,
 sized the same (``httpx.Limits``, HTTP/1.1, one client reused), so that ``teaagent bench quorum``
 and ``bench relay`` compare the two in the same run.
+
+**Loaded before a service starts** (:func:`load_client`). Importing aiohttp costs about a tenth of
+a second of CPU (0.12 s on a 2-core host, its module-level SSL contexts included), and an import
+holds the event loop: a service that imported it on its first outgoing call (an approver's first
+decision, a relay's first delivery) kept every call in flight waiting that long. A command that
+makes one call pays the same import either way, so the library still imports it where first used.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.cookiejar
+import importlib
 import os
 import ssl
 import urllib.request
@@ -45,13 +52,21 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    # Each imported where it is first used: aiohttp by the first pool made, httpx (a tenth of a
-    # second, with the rich and pygments its command line brings) by the default SSL context or an
-    # httpx pool. A relay serving its peers never loads httpx.
+    # Each imported where it is first used: aiohttp by the first pool made (by a service before it
+    # starts: load_client), httpx (a tenth of a second, with the rich and pygments its command line
+    # brings) by the default SSL context or an httpx pool. A relay serving its peers never loads httpx.
     import aiohttp
     import httpx
 
-__all__ = ["BENCH_CLIENT_ENV", "MAX_RESPONSE_BYTES", "HTTPPool", "NoAnswer", "client_verify", "http_pool"]
+__all__ = [
+    "BENCH_CLIENT_ENV",
+    "MAX_RESPONSE_BYTES",
+    "HTTPPool",
+    "NoAnswer",
+    "client_verify",
+    "http_pool",
+    "load_client",
+]
 
 MAX_RESPONSE_BYTES: Final = 1024 * 1024  # an answer of a node's service; anything larger is no such service
 
@@ -125,6 +140,16 @@ def http_pool(
     if variant == "aiohttp":
         return _AiohttpPool(base_url, **options)
     raise ValueError(f"{BENCH_CLIENT_ENV}={variant!r} names no HTTP client (httpx or aiohttp)")
+
+
+def load_client() -> None:
+    """Import the client library that :func:`http_pool` makes pools of, before any pool is needed.
+
+    aiohttp, or httpx under ``TEAAGENT_BENCH_HTTP_CLIENT=httpx``. A service calls this before it
+    starts (``teaagent.cli._serve.serve_app``), so that its first outgoing call does not hold
+    every call in flight for the import (module docstring).
+    """
+    importlib.import_module("httpx" if os.environ.get(BENCH_CLIENT_ENV) == "httpx" else "aiohttp")
 
 
 _CLOSED_IDLE: Final = "Server disconnected without sending a response"  # httpcore's words

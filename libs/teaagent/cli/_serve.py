@@ -15,6 +15,11 @@ SIGHUP makes a relay or an approver read its trust again (its peers, its operato
 ``allowed_signers`` files; :mod:`teaagent._reload`), as sshd and nginx read their files again: a
 file that does not load leaves the old trust in use, with one line in the log.
 
+Before the application starts, the HTTP client library its outgoing calls use is imported
+(:func:`teaagent._http.load_client`): imported by the first call instead, as it was, it held the
+event loop for about a tenth of a second in the middle of serving (an approver's first decision,
+with every call in flight waiting).
+
 Once a service has started in a process of its own (``serve_app`` on the main thread, as every
 ``serve`` command runs it), its heap is settled for serving. What start-up built (modules, the
 application, its clients) is collected once and frozen out of the cyclic collector's reach
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Final
 import typer
 import uvicorn
 
+from teaagent._http import load_client
 from teaagent.cli._exit import EXIT_FAILED, bad_usage, fail
 from teaagent.store import EMBEDDED_URL, open_node_store
 
@@ -294,6 +300,7 @@ def serve_app(
                 f"{what} cannot load its TLS certificate {tls_cert} and key {tls_key}: "
                 f"{str(reason).rstrip('.').lower().replace('_', ' ')}."
             )
+        load_client()  # not on the service's first outgoing call, with every call in flight held
         if wait_first is not None:
             wait_first()  # uvicorn's Config has set the logging up: the wait logs as the service will
         scheme = "https" if tls_cert is not None else "http"
