@@ -15,10 +15,8 @@ SIGHUP makes a relay or an approver read its trust again (its peers, its operato
 ``allowed_signers`` files; :mod:`teaagent._reload`), as sshd and nginx read their files again: a
 file that does not load leaves the old trust in use, with one line in the log.
 
-Before the application starts, the HTTP client library its outgoing calls use is imported
-(:func:`teaagent._http.load_client`): imported by the first call instead, as it was, it held the
-event loop for about a tenth of a second in the middle of serving (an approver's first decision,
-with every call in flight waiting).
+Before the application starts, the HTTP client library of its outgoing calls is imported
+(:func:`teaagent._http.load_client`, whose module says why).
 
 Once a service has started in a process of its own (``serve_app`` on the main thread, as every
 ``serve`` command runs it), its heap is settled for serving. What start-up built (modules, the
