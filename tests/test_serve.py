@@ -265,14 +265,21 @@ def _get_until_served(url: str, process: subprocess.Popen[bytes] | None = None) 
     return response
 
 
-def test_a_service_in_a_process_of_its_own_freezes_its_start_up_heap_and_spaces_out_collections() -> None:
+def _serve_and_ask(service: str, path: str) -> tuple[Any, int]:
+    """Run ``service`` (a script calling serve_app on the port it is given) in a process of its own;
+    the JSON its ``path`` answers once it serves, and its exit code after SIGTERM."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-c", _GC_SERVICE, str(port)])
+    process = subprocess.Popen([sys.executable, "-c", service, str(port)])
     try:
-        state = _get_until_served(f"http://127.0.0.1:{port}/gc", process).json()
+        state = _get_until_served(f"http://127.0.0.1:{port}{path}", process).json()
     finally:
         process.terminate()
         code = process.wait(timeout=WAIT)
+    return state, code
+
+
+def test_a_service_in_a_process_of_its_own_freezes_its_start_up_heap_and_spaces_out_collections() -> None:
+    state, code = _serve_and_ask(_GC_SERVICE, "/gc")
 
     assert state["threshold"] == [GC_YOUNG_THRESHOLD, GC_OLDER_THRESHOLD, GC_OLDER_THRESHOLD]
     assert state["frozen"] > 10_000  # the modules, the application and its routes at the least
@@ -301,13 +308,7 @@ serve_app(app, host="127.0.0.1", port=int(sys.argv[1]), what="the test service",
 
 def test_a_service_imports_its_http_client_before_it_serves_not_on_its_first_outgoing_call() -> None:
     # The app itself makes no outgoing call: only serve_app can have imported aiohttp by then.
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-c", _CLIENT_SERVICE, str(port)])
-    try:
-        state = _get_until_served(f"http://127.0.0.1:{port}/modules", process).json()
-    finally:
-        process.terminate()
-        code = process.wait(timeout=WAIT)
+    state, code = _serve_and_ask(_CLIENT_SERVICE, "/modules")
 
     assert state == {"before": False, "serving": True}
     assert code == 0
