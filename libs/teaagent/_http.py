@@ -125,7 +125,7 @@ def http_pool(
         raise ValueError(f"the URL {base_url!r} is not an http or https URL")
     if connections < 1 or timeout <= 0 or max_response_bytes < 1:
         raise ValueError("connections, timeout and max_response_bytes must be positive")
-    variant = client or os.environ.get(BENCH_CLIENT_ENV) or "aiohttp"
+    variant = client or _client_named()
     if transport is not None:
         variant = "httpx"
     options: dict[str, Any] = {
@@ -142,14 +142,20 @@ def http_pool(
     raise ValueError(f"{BENCH_CLIENT_ENV}={variant!r} names no HTTP client (httpx or aiohttp)")
 
 
+def _client_named() -> str:
+    """The client a pool is made of when not told: ``TEAAGENT_BENCH_HTTP_CLIENT``, else aiohttp."""
+    return os.environ.get(BENCH_CLIENT_ENV) or "aiohttp"
+
+
 def load_client() -> None:
     """Import the client library that :func:`http_pool` makes pools of, before any pool is needed.
 
     aiohttp, or httpx under ``TEAAGENT_BENCH_HTTP_CLIENT=httpx``. A service calls this before it
     starts (``teaagent.cli._serve.serve_app``), so that its first outgoing call does not hold
-    every call in flight for the import (module docstring).
+    every call in flight for the import (module docstring). A variable that names no client imports
+    aiohttp here: the pool that would be made refuses it with its own sentence.
     """
-    importlib.import_module("httpx" if os.environ.get(BENCH_CLIENT_ENV) == "httpx" else "aiohttp")
+    importlib.import_module("httpx" if _client_named() == "httpx" else "aiohttp")
 
 
 _CLOSED_IDLE: Final = "Server disconnected without sending a response"  # httpcore's words
