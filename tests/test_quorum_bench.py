@@ -6,9 +6,8 @@ import asyncio
 import dataclasses
 import io
 import json
-import os
+import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -205,11 +204,36 @@ def test_counts_of_a_window_per_quorum_cover_every_count() -> None:
     assert per == dataclasses.replace(_counts(1), idle_cpu_per_s=0.25)
 
 
+_SLEEPER = """
+import sys, time
+print("ready", flush=True)
+sys.stdin.readline()
+for _ in range(5):
+    time.sleep(0.001)  # each sleep leaves the CPU: a voluntary switch
+print("slept", flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_a_process_context_switches_count_its_waits() -> None:
-    waited, preempted = process_context_switches(os.getpid())
-    for _ in range(5):
-        time.sleep(0.001)  # each sleep leaves the CPU: a voluntary switch
-    waited_after, preempted_after = process_context_switches(os.getpid())
+    # A process of one thread: in this one a thread of an earlier test that ends between the two
+    # reads takes its counts out of the sum, and the sum goes down.
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SLEEPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        waited, preempted = process_context_switches(child.pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "slept"
+        waited_after, preempted_after = process_context_switches(child.pid)
+        child.stdin.write("end\n")
+        child.stdin.flush()
+    finally:
+        child.wait(timeout=60)
     assert waited_after - waited >= 5
     assert preempted_after >= preempted
 
