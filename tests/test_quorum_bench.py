@@ -68,6 +68,18 @@ def test_bench_quorum_reports_the_real_path_its_floor_and_their_ratios(
     assert figures["floor_throughput_ratio_c64"] == pytest.approx(
         figures["floor_throughput_c64"] / figures["throughput_c64"]
     )
+    # The library floor, same work through the services' libraries: the ratios split at it.
+    assert 0 < figures["library_floor_p50_ms_c1"] <= figures["library_floor_p99_ms_c1"]
+    assert figures["library_floor_throughput_c64"] > 0
+    assert figures["floor_ratio"] == pytest.approx(
+        figures["libraries_over_floor_c1"] * figures["library_floor_ratio"]
+    )
+    assert figures["floor_throughput_ratio_c64"] == pytest.approx(
+        figures["libraries_over_floor_c64"] * figures["library_floor_throughput_ratio_c64"]
+    )
+    assert figures["library_floor_throughput_ratio_c64"] == pytest.approx(
+        figures["library_floor_throughput_c64"] / figures["throughput_c64"]
+    )
     for part in ("sign", "verify", "redis", "http"):
         assert figures[f"profile_{part}_ms"] > 0
     assert {f"profile_server_ms_{node}" for node in ("alpha", "beta", "gamma")} <= set(figures)
@@ -137,6 +149,10 @@ def test_bench_quorum_peers_runs_each_cluster_size_against_its_own_floor(
     for nodes in (3, 5):
         assert figures[f"n{nodes}_floor_ratio"] > 0
         assert figures[f"n{nodes}_floor_throughput_ratio_c64"] > 0
+        assert figures[f"n{nodes}_floor_throughput_ratio_c64"] == pytest.approx(
+            figures[f"n{nodes}_libraries_over_floor_c64"]
+            * figures[f"n{nodes}_library_floor_throughput_ratio_c64"]
+        )
         assert figures[f"n{nodes}_cluster_cpu_ms_per_quorum_c64"] > 0
     assert figures["n3_cpu_growth_over_peers"] == 1.0
     assert figures["n3_peer_cpu_growth"] == 1.0
@@ -238,38 +254,70 @@ def test_a_process_context_switches_count_its_waits() -> None:
     assert preempted_after >= preempted
 
 
+@pytest.mark.parametrize("libraries", [False, True], ids=["raw", "libraries"])
 @pytest.mark.parametrize("nodes", [3, 5])
 def test_each_floor_quorum_makes_the_protocols_minimum_of_verifications(
-    nodes: int, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    nodes: int, libraries: bool, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The floor's own load, in this process, against its bare HTTP server and the test's Redis:
-    # each quorum it times signed and verified what the protocol requires at the least. Each peer's
+    # The floor's own load, in this process, against its HTTP server and the test's Redis: each
+    # quorum it times signed and verified what the protocol requires at the least. Each peer's
     # relay and its approver verify the request for themselves (docs/protocol.md, "What an
-    # approving node decides on"), the origin each approval, its agent the certificate.
+    # approving node decides on"), the origin each approval, its agent the certificate. And it
+    # made its plan's HTTP hops and Redis calls, through h11 and hiredis for the raw floor, through
+    # aiohttp's client and redis-py for the library floor.
+    import aiohttp
+    import redis.asyncio
+
+    from teaagent_bench._resp import RespConnection
     from teaagent_bench.quorum import _floor
     from teaagent_bench.quorum._cluster import _Size
 
     size = _Size(nodes)
     assert size.floor_verifications == {3: 9, 5: 16}[nodes]
     made = {"sign": 0, "verify": 0}
+    calls = {"http": 0, "redis": 0}
 
-    def counted(name: str, call: Callable[..., object]) -> Callable[..., object]:
-        def wrapper(*args: object) -> object:
-            made[name] += 1
-            return call(*args)
+    def counted(name: str, call: Callable[..., object], into: dict[str, int] = made) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            into[name] += 1
+            return call(*args, **kwargs)
 
         return wrapper
 
     monkeypatch.setattr(_floor, "sshsig_sign", counted("sign", _floor.sshsig_sign))
     monkeypatch.setattr(_floor, "sshsig_verify", counted("verify", _floor.sshsig_verify))
+
+    def commands(call: Callable[..., object]) -> Callable[..., object]:
+        # Only the plan's EVALSHA writes and GET reads (not a login, not the script's load).
+        def wrapper(self: object, command: str | bytes, *args: object, **kwargs: object) -> object:
+            named = command.encode() if isinstance(command, str) else command
+            if named in (b"EVALSHA", b"GET") or named.startswith(
+                (b"*5\r\n$7\r\nEVALSHA", b"*2\r\n$3\r\nGET")
+            ):
+                calls["redis"] += 1
+            return call(self, command, *args, **kwargs)
+
+        return wrapper
+
+    if libraries:
+        monkeypatch.setattr(aiohttp.ClientSession, "post", counted("http", aiohttp.ClientSession.post, calls))
+        monkeypatch.setattr(
+            redis.asyncio.Redis, "execute_command", commands(redis.asyncio.Redis.execute_command)
+        )
+    else:
+        monkeypatch.setattr(_floor, "_hop", counted("http", _floor._hop, calls))
+        monkeypatch.setattr(RespConnection, "call", commands(RespConnection.call))
     monkeypatch.setattr(sys, "stdin", io.StringIO("go\n"))
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     one_each = (1,) * len(size.peers)
     plan = _floor._Plan(branch_hops=one_each, branch_writes=one_each, branch_reads=one_each)
-    with _floor.bare_http_server(tmp_path) as (port, _server):
-        job = _floor._FloorJob(port, redis_url, 1, 0.3, plan, nodes)
+    with _floor.bare_http_server(tmp_path, libraries) as (port, _server):
+        job = _floor._FloorJob(port, redis_url, 1, 0.3, plan, nodes, libraries)
         spans, _begin, _end = asyncio.run(_floor._floor_load(job))
     quorums = len(spans)
     assert quorums >= 1
     made["sign"] -= size.signatures  # the load's documents, signed once before it starts
     assert made == {"sign": quorums * size.signatures, "verify": quorums * size.floor_verifications}
+    # The origin's two hops and one per branch; a write and a read per branch, and the one write
+    # that makes the key before the caller's first read.
+    assert calls == {"http": quorums * (2 + len(size.peers)), "redis": 1 + quorums * 2 * len(size.peers)}

@@ -53,6 +53,17 @@ The floor's callers run in ``min(N, cores)`` processes, so that it may use the m
 cluster does. ``floor_ratio = p50_ms_c1 / floor_p50_ms_c1`` (target <= 3) and
 ``floor_throughput_ratio_c64 = floor_throughput_c64 / throughput_c64`` (target <= 3).
 
+**The library floor**, in the same run at 1 and 64 callers: the floor's work and plan again, its
+hops and round trips through the services' own libraries, configured as the services configure
+them and with nothing of the project's around them: aiohttp's client (one session per floor
+process, its connector sized to the hops in flight) to a FastAPI app whose one Starlette route
+answers as the bare app does, and redis-py's asyncio client (hiredis parsing, a blocking pool).
+``library_floor_p50_ms_c1``, ``library_floor_throughput_c64``, and the two ratios split at it:
+``floor_ratio = libraries_over_floor_c1 * library_floor_ratio`` and ``floor_throughput_ratio_c64
+= libraries_over_floor_c64 * library_floor_throughput_ratio_c64``. The first factor is what the
+libraries cost by themselves; the second what the real path costs beyond them (its services'
+own work around each hop and call, its extra verifications, its processes).
+
 ``cluster_cpu_ms_per_quorum_cN``: the CPU time (user and system) of the five services per quorum
 at N callers; ``profile_cpu_ms_<node>_<service>`` splits it at one caller (it includes each
 service's idle loops, which weigh more the fewer quorums a second there are). By role at each
@@ -114,6 +125,7 @@ from teaagent_bench.quorum._floor import _crypto_costs, _floor, _io_costs, _plan
 __all__ = ["CONCURRENCIES", "SIZES", "bench_quorum", "bench_quorum_sizes"]
 
 CONCURRENCIES: Final = (1, 16, 64)
+LIBRARY_FLOOR_CONCURRENCIES: Final = (1, 64)  # those of the ratios
 _UNBATCHED_DELIVERIES: Final = ("TEAAGENT_RELAY_DELIVERY_BATCHES", "0")
 # Run again with each setting in the services' environment: (figures' prefix, its variables' values).
 VARIANTS: Final[tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = (
@@ -236,6 +248,11 @@ def bench_quorum(
                 else _floor(1, seconds, http_port, store, _plan(policy_result[1], size), size)
             )
             hop, written, got = asyncio.run(_io_costs(http_port, store))
+        with bare_http_server(folder, libraries=True) as (library_port, _server):
+            library_floors = {
+                c: _floor(c, seconds, library_port, store, plans[c], size, libraries=True)
+                for c in LIBRARY_FLOOR_CONCURRENCIES
+            }
         if variants:
             figures.update(_variants(cluster, keys, config, client, seconds))
         client.close()
@@ -266,6 +283,7 @@ def bench_quorum(
     figures["cluster_idle_cpu_ms_per_s"] = counted[concurrencies[0]].idle_cpu_per_s * 1000
     figures["floor_ratio"] = figures["p50_ms_c1"] / figures["floor_p50_ms_c1"]
     figures["floor_throughput_ratio_c64"] = figures["floor_throughput_c64"] / figures["throughput_c64"]
+    figures |= _library_floor_figures(figures, library_floors)
     for label, _settings in VARIANTS if variants else ():
         name, prefix = f"{label}_p50_ms_c1", f"{label}_"
         figures[f"{prefix}floor_ratio"] = figures[name] / figures["floor_p50_ms_c1"]
@@ -287,6 +305,31 @@ def bench_quorum(
     for label, spent in one.cpu.items():
         figures[f"profile_cpu_ms_{label.replace('-', '_')}"] = spent * 1000
     return figures
+
+
+def _library_floor_figures(figures: Mapping[str, Any], floors: Mapping[int, _Run]) -> dict[str, float]:
+    """The library floor's figures, and how the real path's ratios to the floor split at it.
+
+    ``floor_ratio`` is ``libraries_over_floor_c1 * library_floor_ratio``, and
+    ``floor_throughput_ratio_c64`` is ``libraries_over_floor_c64 *
+    library_floor_throughput_ratio_c64``: what the libraries cost by themselves, times what the
+    services cost around them.
+    """
+    one, many = floors[1], floors[64]
+    library: dict[str, float] = {
+        "library_floor_p50_ms_c1": statistics.median(one.latencies) * 1000,
+        "library_floor_p99_ms_c1": _percentile(one.latencies, 0.99) * 1000,
+        "library_floor_throughput_c64": many.throughput,
+    }
+    library["library_floor_ratio"] = figures["p50_ms_c1"] / library["library_floor_p50_ms_c1"]
+    library["library_floor_throughput_ratio_c64"] = (
+        library["library_floor_throughput_c64"] / figures["throughput_c64"]
+    )
+    library["libraries_over_floor_c1"] = library["library_floor_p50_ms_c1"] / figures["floor_p50_ms_c1"]
+    library["libraries_over_floor_c64"] = (
+        figures["floor_throughput_c64"] / library["library_floor_throughput_c64"]
+    )
+    return library
 
 
 def _asking_cpu_ms(run: _Run) -> float:
@@ -414,6 +457,10 @@ def bench_quorum_sizes(seconds: float = 3.0, sizes: tuple[int, ...] = SIZES) -> 
         for key in (
             "floor_ratio",
             "floor_throughput_ratio_c64",
+            "library_floor_ratio",
+            "library_floor_throughput_ratio_c64",
+            "libraries_over_floor_c1",
+            "libraries_over_floor_c64",
             "cluster_cpu_ms_per_quorum_c64",
             "cluster_cpu_ms_per_quorum_c1",
             "cluster_busy_cpu_ms_per_quorum_c64",

@@ -1,17 +1,26 @@
-"""The floor: a quorum's raw work (signatures, verifications, round trips, hops), nothing around it."""
+"""The floor: a quorum's raw work (signatures, verifications, round trips, hops), nothing around it.
+
+Two of them, the same work and plan: the raw floor (HTTP framed by h11 to a bare ASGI callable,
+Redis packed and parsed by hiredis on kept connections), and the library floor, the same hops
+and round trips through the services' own libraries used as documented and nothing of the
+project's around them (aiohttp's client, to a FastAPI app's Starlette route; redis-py's asyncio
+client with hiredis). The second tells what the libraries cost by themselves, apart from what
+the services do with them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -41,6 +50,7 @@ from teaagent_bench.quorum._counting import _Counters
 FLOOR_CLIENT_HOPS: Final = 2  # the origin's own: its submission and its outcome
 PRIMITIVE_SAMPLES: Final = 200  # each raw cost of the profile is the median of this many
 _FLOOR_SCRIPT: Final = b"return redis.call('SET', KEYS[1], ARGV[1], 'EX', 600)"
+_SERVE_FLOOR: Final = "from teaagent_bench.quorum import serve_floor; serve_floor"
 _FLOOR_BODY: Final = b'{"state":"pending","request_id":"00000000000000000000000000000000"}'
 
 
@@ -63,13 +73,36 @@ async def _floor_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": _FLOOR_BODY})
 
 
-def serve_floor(port: int) -> None:
-    """Serve the floor's bare HTTP app on ``127.0.0.1:port`` until SIGTERM (one uvicorn worker)."""
+def _library_app() -> Any:
+    """The library floor's server: a FastAPI app whose one route answers as the bare app does.
+
+    A Starlette ``Route`` at the head of the app's router, as the relay's hot routes are
+    (``teaagent_relay._fast``): the framework's middlewares and router, none of the project's.
+    """
+    from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def answer(request: Request) -> Response:
+        await request.body()
+        return Response(_FLOOR_BODY, media_type="application/json")
+
+    return FastAPI(
+        routes=[Route("/v1/requests", answer, methods=["POST"]), Route("/health", answer, methods=["GET"])],
+        openapi_url=None,
+    )
+
+
+def serve_floor(port: int, libraries: bool = False) -> None:
+    """Serve the floor's HTTP app on ``127.0.0.1:port`` until SIGTERM (one uvicorn worker).
+
+    The bare ASGI callable, or with ``libraries`` the library floor's FastAPI app.
+    """
     import uvicorn
 
-    uvicorn.run(
-        _floor_app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
-    )
+    app = _library_app() if libraries else _floor_app
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
 
 
 @dataclass(frozen=True)
@@ -152,6 +185,77 @@ class _FloorJob:
     seconds: float
     plan: _Plan
     nodes: int = DEFAULT_SIZE.nodes
+    libraries: bool = False  # the library floor's clients (the module docstring)
+
+
+Call = Callable[[], Awaitable[Any]]
+
+
+class _RawClients:
+    """The raw floor's connections of one caller: h11 on its own sockets, hiredis on its own."""
+
+    def __init__(self, job: _FloorJob, body: bytes, sha: bytes, value: bytes) -> None:
+        self.job, self.sha, self.value = job, sha, value
+        self.http_request = _floor_call(body)
+        self.kept: list[_FloorHTTP | RespConnection] = []
+
+    async def hop(self) -> Call:
+        connection = await _FloorHTTP.open(self.job.http_port)
+        self.kept.append(connection)
+        return functools.partial(_hop, connection, self.http_request)
+
+    async def redis(self, key: bytes) -> tuple[Call, Call]:
+        connection = await RespConnection.open(self.job.redis_url)
+        self.kept.append(connection)
+        write, read = pack(b"EVALSHA", self.sha, b"1", key, self.value), pack(b"GET", key)
+        return functools.partial(connection.call, write), functools.partial(connection.call, read)
+
+    async def aclose(self) -> None:
+        for kept in self.kept:
+            kept.close()
+
+
+class _LibraryClients:
+    """The library floor's clients, shared by a process's callers as a service shares them.
+
+    One ``aiohttp.ClientSession`` whose connector holds a connection for every hop that may be in
+    flight, configured as the services' pools are (``teaagent._http``); one redis-py asyncio
+    client (hiredis parses its replies) on a blocking pool of a connection per branch.
+    """
+
+    def __init__(self, job: _FloorJob, body: bytes, sha: bytes, value: bytes) -> None:
+        import aiohttp
+        import redis.asyncio
+
+        self.sha, self.value, self.body = sha, value, body
+        in_flight = job.callers * _Size(job.nodes).nodes
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=in_flight, limit_per_host=in_flight),
+            timeout=aiohttp.ClientTimeout(total=None),
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        self.url = f"http://127.0.0.1:{job.http_port}/v1/requests"
+        pool = redis.asyncio.BlockingConnectionPool.from_url(job.redis_url, max_connections=in_flight)
+        self.client = redis.asyncio.Redis(connection_pool=pool)
+
+    async def _post(self) -> None:
+        headers = {"Content-Type": "application/json"}
+        async with self.session.post(self.url, data=self.body, headers=headers) as response:
+            await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"the floor's server answered {response.status}")
+
+    async def hop(self) -> Call:
+        return self._post
+
+    async def redis(self, key: bytes) -> tuple[Call, Call]:
+        client, sha, value = self.client, self.sha.decode(), self.value
+        return functools.partial(client.evalsha, sha, 1, key, value), functools.partial(client.get, key)
+
+    async def aclose(self) -> None:
+        await self.session.close()
+        await self.client.aclose()
 
 
 class _FloorCrypto:
@@ -227,7 +331,6 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
     crypto = _FloorCrypto(size)
     request, request_signature = crypto.request, crypto.request_signature
     body = canonical({"request": request, "signature": request_signature})
-    http_request = _floor_call(body)
     value = canonical(
         {"statement": approval_statement(request, "beta", 0), "signature": crypto.approvals["beta"]}
     )
@@ -235,19 +338,17 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
     sha = await loader.call(pack(b"SCRIPT", b"LOAD", _FLOOR_SCRIPT))
     loader.close()
     plan = job.plan
-
-    async def connections(count: int, port: int) -> list[_FloorHTTP]:
-        return list(await asyncio.gather(*(_FloorHTTP.open(port) for _ in range(count))))
+    clients = (_LibraryClients if job.libraries else _RawClients)(job, body, sha, value)
 
     spans: list[tuple[float, float]] = []
     opened = 0
 
     async def caller(index: int) -> None:
-        origin_http, *branch_http = await connections(1 + len(peers), job.http_port)
-        branch_redis = [await RespConnection.open(job.redis_url) for _ in peers]
+        origin_hop = await clients.hop()
+        branch_hops = [await clients.hop() for _ in peers]
         key = f"bench:floor:{{{os.getpid()}-{index}}}:decision".encode()
-        write, read = pack(b"EVALSHA", sha, b"1", key, value), pack(b"GET", key)
-        await branch_redis[0].call(write)  # the key exists before the first GET
+        branch_redis = [await clients.redis(key) for _ in peers]
+        await branch_redis[0][0]()  # the key exists before the first GET
         nonlocal opened
         opened += 1
         await started.wait()
@@ -255,46 +356,42 @@ async def _floor_load(job: _FloorJob) -> tuple[list[tuple[float, float]], float,
         async def branch(side: int, peer: str) -> None:
             crypto.peer_approves(peer)
             for _ in range(plan.branch_hops[side]):
-                await _hop(branch_http[side], http_request)
+                await branch_hops[side]()
+            write, read = branch_redis[side]
             for _ in range(plan.branch_writes[side]):
-                await branch_redis[side].call(write)
+                await write()
             for _ in range(plan.branch_reads[side]):
-                await branch_redis[side].call(read)
+                await read()
             crypto.origin_counts(peer)
 
-        try:
-            while (
-                time.perf_counter() < stop_at or sum(1 for start, _end in spans if start >= warm) < MIN_TIMED
-            ):
-                begun = time.perf_counter()
-                crypto.origin_signs()
-                await _hop(origin_http, http_request)
-                await asyncio.gather(*(branch(side, peer) for side, peer in enumerate(peers)))
-                await _hop(origin_http, http_request)
-                crypto.certificate_checked()
-                spans.append((begun, time.perf_counter()))
-        finally:
-            for http in (origin_http, *branch_http):
-                http.close()
-            for kept in branch_redis:
-                kept.close()
+        while time.perf_counter() < stop_at or sum(1 for start, _end in spans if start >= warm) < MIN_TIMED:
+            begun = time.perf_counter()
+            crypto.origin_signs()
+            await origin_hop()
+            await asyncio.gather(*(branch(side, peer) for side, peer in enumerate(peers)))
+            await origin_hop()
+            crypto.certificate_checked()
+            spans.append((begun, time.perf_counter()))
 
     started = asyncio.Event()
     stop_at = warm = 0.0
-    tasks = [asyncio.ensure_future(caller(index)) for index in range(job.callers)]
-    while sum(1 for task in tasks if task.done()) == 0 and opened < job.callers:
-        await asyncio.sleep(0.01)  # every caller opens its connections before the start
-    for task in tasks:
-        if task.done():
-            task.result()  # a caller that could not connect says why
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
-    if not sys.stdin.readline():
-        raise RuntimeError("the bench went away before the start")
-    begin = time.perf_counter()
-    stop_at, warm = begin + job.seconds, begin + job.seconds * WARMUP_FRACTION
-    started.set()
-    await asyncio.gather(*tasks)
+    try:
+        tasks = [asyncio.ensure_future(caller(index)) for index in range(job.callers)]
+        while sum(1 for task in tasks if task.done()) == 0 and opened < job.callers:
+            await asyncio.sleep(0.01)  # every caller opens its connections before the start
+        for task in tasks:
+            if task.done():
+                task.result()  # a caller that could not connect says why
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        if not sys.stdin.readline():
+            raise RuntimeError("the bench went away before the start")
+        begin = time.perf_counter()
+        stop_at, warm = begin + job.seconds, begin + job.seconds * WARMUP_FRACTION
+        started.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await clients.aclose()
     return spans, begin, time.perf_counter()
 
 
@@ -316,6 +413,8 @@ def _floor(
     store: tuple[str],
     plan: _Plan,
     size: _Size = DEFAULT_SIZE,
+    *,
+    libraries: bool = False,
 ) -> _Run:
     count = 1 if concurrency == 1 else max(1, min(concurrency, os.cpu_count() or 1))
     shares = [concurrency // count + (index < concurrency % count) for index in range(count)]
@@ -330,7 +429,7 @@ def _floor(
     ]
     try:
         for worker, share in zip(workers, shares, strict=True):
-            job = _FloorJob(http_port, *store, share, seconds, plan, size.nodes)
+            job = _FloorJob(http_port, *store, share, seconds, plan, size.nodes, libraries)
             _send(worker, json.dumps(dataclasses.asdict(job)))
         for worker in workers:
             _expect(worker, "ready")
@@ -364,28 +463,30 @@ def _expect(worker: subprocess.Popen[bytes], line: str | None) -> str:
 
 
 @contextlib.contextmanager
-def bare_http_server(folder: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """The floor's bare HTTP server (:func:`serve_floor`) in a process of its own: its port and process.
+def bare_http_server(folder: Path, libraries: bool = False) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The floor's HTTP server (:func:`serve_floor`) in a process of its own: its port and process.
 
-    Its log goes to ``folder``; the process is stopped on the way out.
+    The bare one, or with ``libraries`` the library floor's. Its log goes to ``folder``; the
+    process is stopped on the way out.
 
     Raises:
         TeaAgentError: The server did not answer ``/health`` in time (``teaagent.testing``).
     """
     port = free_port()
-    log = folder / "floor-http.log"
+    log = folder / ("library-floor-http.log" if libraries else "floor-http.log")
     with log.open("wb") as out:
         process = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                python_code(f"from teaagent_bench.quorum import serve_floor; serve_floor({port})"),
+                python_code(f"{_SERVE_FLOOR}({port}, {libraries})"),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_healthy(process, f"http://127.0.0.1:{port}", "the floor's HTTP server", log, READY_TIMEOUT)
+        what = "the library floor's HTTP server" if libraries else "the floor's HTTP server"
+        wait_healthy(process, f"http://127.0.0.1:{port}", what, log, READY_TIMEOUT)
         yield port, process
     finally:
         stop(process)
