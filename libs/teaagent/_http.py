@@ -13,9 +13,9 @@ their clients (an approver's decisions to its relay, a relay's deliveries to its
 server, its ``TCPConnector`` sized to the calls it may have in flight, so that a busy client never
 closes and reopens a connection. aiohttp and not httpx (the client the project's users asked for;
 another library needs 1.5 times end to end): where a relay sends each delivery as its own call, to
-a peer whose relay takes no batch, ``teaagent bench quorum`` measured about three times less
-cluster CPU per quorum at concurrency 64 through aiohttp and two and a half times the quorums, and
-the asking side spends about half the CPU. httpx's pool works through every call in flight at each
+a peer whose relay takes no batch, ``teaagent bench quorum`` measured three to four and a half
+times less cluster CPU per quorum at concurrency 64 through aiohttp and two and a half to four
+times the quorums (runs on 2026-12-06 and 12-07), and the asking side spends about half the CPU. httpx's pool works through every call in flight at each
 call's start and end. With the deliveries batched the gap was 0.95 to 1.37 times (seven runs on
 2026-12-07), under the rule. Every run of ``bench quorum`` measures both again
 (``aiohttp_over_httpx_*``, the best judged against 1.5); docs/architecture.md ("HTTP clients") has
