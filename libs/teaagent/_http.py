@@ -7,24 +7,25 @@ the default context is built once per process and shared (an ``SSLContext`` may 
 connections and threads at once). The CA bundle and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are read
 when the first client is made.
 
-**Pooled calls to one server** (:func:`http_pool`), for the hot paths of a node's services and
-their clients (an approver's decisions to its relay, a relay's deliveries to its peers,
-:class:`~teaagent.relay_client.AsyncRelayClient`'s calls): one ``aiohttp.ClientSession`` per
-server, its ``TCPConnector`` sized to the calls it may have in flight, so that a busy client never
-closes and reopens a connection. aiohttp and not httpx (the client the project's users asked for;
-another library needs 1.5 times end to end): where a relay sends each delivery as its own call, to
-a peer whose relay takes no batch, ``teaagent bench quorum`` measured three to four and a half
-times less cluster CPU per quorum at concurrency 64 through aiohttp and two and a half to four
-times the quorums (runs on 2026-12-06 and 12-07), and the asking side spends about half the CPU. httpx's pool works through every call in flight at each
-call's start and end. With the deliveries batched the gap was 0.95 to 1.37 times (seven runs on
-2026-12-07), under the rule. Every run of ``bench quorum`` measures both again
-(``aiohttp_over_httpx_*``, the best judged against 1.5); docs/architecture.md ("HTTP clients") has
-the figures. Each call is bounded by its whole timeout (``asyncio.timeout``) and fails only its own
-caller; a kept-alive connection the server closed meanwhile is replaced and the call sent once more
-(only for receivers that are idempotent); an answer longer than its limit fails the call without
-being read whole; a header value with CR, LF or NUL is refused before anything is sent. A pool
-keeps no cookie: what a server sets (a peer's relay is untrusted transport) is never sent back, and
-no call pays for the cookie jar's filtering (about a tenth of aiohttp's CPU per call).
+**Pooled calls to one server** (:func:`http_pool`), for the hot paths of a node's services and their
+clients (an approver's decisions to its relay, a relay's deliveries to its peers,
+:class:`~teaagent.relay_client.AsyncRelayClient`'s calls): one ``aiohttp.ClientSession`` per server,
+its ``TCPConnector`` sized to the calls it may have in flight, so that a busy client never closes
+and reopens a connection. aiohttp and not httpx (the client the project's users asked for; another
+library needs 1.5 times end to end): where a relay sends each delivery as its own call, to a peer
+whose relay takes no batch, ``teaagent bench quorum`` measured three to four and a half times less
+cluster CPU per quorum at concurrency 64 through aiohttp and two and a half to four times the
+quorums (runs on 2026-12-06 and 12-07), and the asking side spends about half the CPU. httpx's pool
+works through every call in flight at each call's start and end. With the deliveries batched the gap
+was 0.95 to 1.37 times (seven runs on 2026-12-07), under the rule. Every run of ``bench quorum``
+measures both again (``aiohttp_over_httpx_*``, the best judged against 1.5); docs/architecture.md
+("HTTP clients") has the figures. Each call is bounded by its whole timeout (``asyncio.timeout``)
+and fails only its own caller; a kept-alive connection the server closed meanwhile is replaced and
+the call sent once more (only for receivers that are idempotent); an answer longer than its limit
+fails the call without being read whole; a header value with CR, LF or NUL is refused before
+anything is sent. A pool keeps no cookie: what a server sets (a peer's relay is untrusted transport)
+is never sent back, and no call pays for the cookie jar's filtering (about a tenth of aiohttp's CPU
+per call).
 
 With a ``transport`` (tests: an app in the same process) the pool is httpx's, whose transports
 those are. ``TEAAGENT_BENCH_HTTP_CLIENT=httpx`` (benches only) sends the same calls through httpx,

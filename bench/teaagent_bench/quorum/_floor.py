@@ -188,7 +188,7 @@ class _FloorJob:
     libraries: bool = False  # the library floor's clients (the module docstring)
 
 
-Call = Callable[[], Awaitable[Any]]
+_Call = Callable[[], Awaitable[Any]]
 
 
 class _RawClients:
@@ -199,12 +199,12 @@ class _RawClients:
         self.http_request = _floor_call(body)
         self.kept: list[_FloorHTTP | RespConnection] = []
 
-    async def hop(self) -> Call:
+    async def hop(self) -> _Call:
         connection = await _FloorHTTP.open(self.job.http_port)
         self.kept.append(connection)
         return functools.partial(_hop, connection, self.http_request)
 
-    async def redis(self, key: bytes) -> tuple[Call, Call]:
+    async def redis(self, key: bytes) -> tuple[_Call, _Call]:
         connection = await RespConnection.open(self.job.redis_url)
         self.kept.append(connection)
         write, read = pack(b"EVALSHA", self.sha, b"1", key, self.value), pack(b"GET", key)
@@ -220,7 +220,8 @@ class _LibraryClients:
 
     One ``aiohttp.ClientSession`` whose connector holds a connection for every hop that may be in
     flight, configured as the services' pools are (``teaagent._http``); one redis-py asyncio
-    client (hiredis parses its replies) on a blocking pool of a connection per branch.
+    client (hiredis parses its replies) on a blocking pool as large. They run on the floor's
+    event loop, asyncio's own, as the raw floor's connections and the asking process do.
     """
 
     def __init__(self, job: _FloorJob, body: bytes, sha: bytes, value: bytes) -> None:
@@ -246,10 +247,10 @@ class _LibraryClients:
             if response.status != 200:
                 raise RuntimeError(f"the floor's server answered {response.status}")
 
-    async def hop(self) -> Call:
+    async def hop(self) -> _Call:
         return self._post
 
-    async def redis(self, key: bytes) -> tuple[Call, Call]:
+    async def redis(self, key: bytes) -> tuple[_Call, _Call]:
         client, sha, value = self.client, self.sha.decode(), self.value
         return functools.partial(client.evalsha, sha, 1, key, value), functools.partial(client.get, key)
 
