@@ -6,12 +6,14 @@ import asyncio
 import dataclasses
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from redis_fixture import delete_prefix
 
 from teaagent.cli._bench import TARGETS
 from teaagent.cli._main import run
@@ -311,9 +313,13 @@ def test_each_floor_quorum_makes_the_protocols_minimum_of_verifications(
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     one_each = (1,) * len(size.peers)
     plan = _floor._Plan(branch_hops=one_each, branch_writes=one_each, branch_reads=one_each)
-    with _floor.bare_http_server(tmp_path, libraries) as (port, _server):
-        job = _floor._FloorJob(port, redis_url, 1, 0.3, plan, nodes, libraries)
-        spans, _begin, _end = asyncio.run(_floor._floor_load(job))
+    try:
+        with _floor.bare_http_server(tmp_path, libraries) as (port, _server):
+            job = _floor._FloorJob(port, redis_url, 1, 0.3, plan, nodes, libraries)
+            spans, _begin, _end = asyncio.run(_floor._floor_load(job))
+    finally:
+        # The one caller's key (the bench's floor writes in a Redis of its own, thrown away after).
+        delete_prefix(redis_url, f"bench:floor:{{{os.getpid()}-0}}")
     quorums = len(spans)
     assert quorums >= 1
     made["sign"] -= size.signatures  # the load's documents, signed once before it starts
