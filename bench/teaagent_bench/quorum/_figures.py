@@ -186,7 +186,9 @@ def bench_quorum(
         ``p50_ms_c1``, ``p99_ms_c1``, ``throughput_c1``, ``throughput_c16``, ``throughput_c64``,
         ``p50_ms_c16``, ``p50_ms_c64``, ``p99_ms_c64``, the floor's ``floor_p50_ms_c1``,
         ``floor_p99_ms_c1``, ``floor_throughput_c16``, ``floor_throughput_c64``, the ratios
-        ``floor_ratio`` and ``floor_throughput_ratio_c64``, the version 2 variant's ``policy_*``
+        ``floor_ratio`` and ``floor_throughput_ratio_c64``, the library floor's and the ratios'
+        split at it (``library_floor_*``, ``libraries_over_floor_c1``, ``libraries_over_floor_c64``;
+        see the module docstring), the version 2 variant's ``policy_*``
         (``policy_p50_ms_c1``, ``policy_floor_p50_ms_c1``, ``policy_floor_ratio``...), what one quorum did
         (``http_hops_c1``, ``redis_round_trips_c1``, ``redis_writes_c1``, ``redis_reads_c1`` or
         ``redis_reads_c1_omitted``, the same at c16 and c64), the CPU
