@@ -229,7 +229,7 @@ class _LibraryClients:
         import redis.asyncio
 
         self.sha, self.value, self.body = sha, value, body
-        in_flight = job.callers * _Size(job.nodes).nodes
+        in_flight = job.callers * job.nodes  # as many as the raw floor keeps: the origin's and a peer's each
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=in_flight, limit_per_host=in_flight),
             timeout=aiohttp.ClientTimeout(total=None),
