@@ -233,6 +233,19 @@ def test_a_forged_settlement_is_refused_and_the_item_stays_pending(nodes: dict[s
         answer = post_settlement(delta, request_id, {"origin": "alpha", "denials": [denial(request, "beta")]})
         assert refusal(answer).startswith(f"The denials settling request {request_id} do not deny it here")
 
+        # A request no canonical JSON can write (JSON's NaN, a lone surrogate): refused, not a 500.
+        for value in (b"NaN", b'"\\ud800"'):
+            answer = httpx.post(
+                f"{delta.url}/v1/inbox/{request_id}/settled",
+                content=b'{"origin":"alpha","certificate":{"request":{"x":' + value + b"}}}",
+                headers={"content-type": "application/json"},
+                timeout=10,
+            )
+            assert answer.json()["error"] == "unverified", answer.text
+            assert refusal(answer) == (
+                f"The certificate settling request {request_id} carries a request that is not canonical JSON."
+            )
+
         # Neither and both are malformed.
         assert post_settlement(delta, request_id, {"origin": "alpha"}).status_code == 422
         both = {"origin": "alpha", "certificate": foreign, "denials": []}

@@ -104,7 +104,13 @@ def verify_settlement(
     if certificate is not None:
         if not isinstance(certificate, Mapping) or not isinstance(certificate.get("request"), Mapping):
             raise QuorumError(f"The certificate settling request {request_id} is not a certificate.")
-        if canonical(certificate["request"]) != canonical(request):
+        try:
+            carried = canonical(certificate["request"])
+        except ValueError:  # a NaN, a lone surrogate, too deep: JSON no request document holds
+            raise QuorumError(
+                f"The certificate settling request {request_id} carries a request that is not canonical JSON."
+            ) from None
+        if carried != canonical(request):
             raise QuorumError(f"The certificate settling request {request_id} is another request's.")
         try:
             outcome = verify_certificate(certificate, config, origin_public_key=origin_keys, now=now)
