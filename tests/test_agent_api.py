@@ -602,6 +602,18 @@ async def test_models_are_written_to_node_toml_atomically_and_checked(node: Agen
         )
         assert error_of(bad)[:2] == (422, "invalid")
         assert "base_url must be an http:// or https:// URL" in error_of(bad)[2]
+        # What urlsplit cannot read (an unclosed IPv6 bracket) and what no file can hold (a lone
+        # surrogate, which JSON can escape): refused in one sentence, never a 500.
+        unclosed = await client.post("/models", json={"model": "m", "base_url": "http://[::1"})
+        assert error_of(unclosed)[:2] == (422, "invalid")
+        assert "base_url must be an http:// or https:// URL, not 'http://[::1'" in error_of(unclosed)[2]
+        lone = await client.post(
+            "/models",
+            content=b'{"model": "m", "reasoning_efforts": ["\\ud800"]}',
+            headers={"content-type": "application/json"},
+        )
+        assert error_of(lone)[:2] == (422, "invalid")
+        assert error_of(lone)[2].endswith("holds a lone surrogate, which a configuration file cannot hold.")
         assert error_of(await client.post("/models", json={"model": "m", "colour": "red"}))[:2] == (
             422,
             "invalid",

@@ -211,6 +211,11 @@ def test_init_if_missing_refuses_a_half_made_cluster(
             "--redis-url must be 'embedded' or a redis://, rediss:// or unix:// URL, not 'http://x'.",
         ),
         (
+            ["--redis-url", "redis://[::1"],  # urlsplit's own ValueError, never an internal error
+            "--redis-url must be 'embedded' or a redis://, rediss:// or unix:// URL, not 'redis://[::1'.",
+        ),
+        (["--host", "[::1"], "--host '[::1' does not make a usable relay URL (http://[[::1]:8701)."),
+        (
             ["--base-port", "65534", "--host", "relay"],
             "--base-port 65534 leaves no room for 3 ports below 65536.",
         ),

@@ -177,6 +177,14 @@ def test_peers_add_refuses_an_existing_peer_unless_replace(
             "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'http://h:1\\nhttp://h:2'.",
         ),
         (
+            ["gamma", "{gamma}", "http://[::1"],  # urlsplit's own ValueError, never an internal error
+            "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'http://[::1'.",
+        ),
+        (
+            ["gamma", "{gamma}", "http://h:99999"],  # a port out of range: another ValueError of its own
+            "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'http://h:99999'.",
+        ),
+        (
             ["gamma", "{gamma}", "ftp://h:1"],
             "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'ftp://h:1'.",
         ),

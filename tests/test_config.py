@@ -290,6 +290,17 @@ CASES: list[tuple[str, Callable[[str], str], str]] = [
         "alpha.toml: relay_url must be an http:// or https:// URL, not 'ftp://relay'.",
     ),
     (
+        # urlsplit raises a bare ValueError there: one sentence of ours instead, never a traceback.
+        "relay URL urlsplit cannot read",
+        lambda t: t.replace('relay_url = "http://127.0.0.1:8701"', 'relay_url = "http://[::1"'),
+        "alpha.toml: relay_url must be an http:// or https:// URL, not 'http://[::1'.",
+    ),
+    (
+        "redis URL urlsplit cannot read",
+        lambda t: t.replace("redis://127.0.0.1:6379/0", "redis://[::1"),
+        "alpha.toml: redis_url must be \"embedded\" or a redis://, rediss:// or unix:// URL, not 'redis://[::1'.",
+    ),
+    (
         "redis URL of another scheme",
         lambda t: t.replace("redis://127.0.0.1:6379/0", "mysql://db"),
         "alpha.toml: redis_url must be \"embedded\" or a redis://, rediss:// or unix:// URL, not 'mysql://db'.",

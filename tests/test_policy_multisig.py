@@ -99,6 +99,14 @@ def test_the_constructor_is_keyword_only() -> None:
             {"peer_relay_urls": {**URLS, "beta": "127.0.0.1:8702"}},
             "the relay URL '127.0.0.1:8702' of beta is not an http or https URL.",
         ),
+        (  # urlsplit's own ValueError, in Python's words, would reach the user otherwise
+            {"peer_relay_urls": {**URLS, "beta": "http://[::1"}},
+            "the relay URL 'http://[::1' of beta is not an http or https URL.",
+        ),
+        (
+            {"peer_relay_urls": {**URLS, "beta": "http://relay:99999"}},
+            "the relay URL 'http://relay:99999' of beta is not an http or https URL.",
+        ),
         (
             {"local_relay_base_url": "relay"},
             "the relay URL 'relay' of this node is not an http or https URL.",

@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
-from urllib.parse import urlsplit
 
 import typer
 
 from teaagent.cli._exit import bad_usage
 from teaagent.config import load_config
+from teaagent.config._table import split_url
 from teaagent.errors import ConfigError
 from teaagent.policy import AGENT_ID_PATTERN, PermissionMode
 
@@ -447,7 +447,10 @@ def init(
                 f"{names[0]!r} is not a valid agent id: pass --name (1 to 64 lowercase letters, digits, "
                 "'.', '_' or '-', starting with a letter or digit)."
             )
-    if redis_url != "embedded" and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
+    redis_parts = split_url(redis_url)
+    if redis_url != "embedded" and (
+        redis_parts is None or redis_parts.scheme not in ("redis", "rediss", "unix")
+    ):
         bad_usage(
             f"--redis-url must be 'embedded' or a redis://, rediss:// or unix:// URL, not {redis_url!r}."
         )
@@ -465,7 +468,8 @@ def init(
         names, directory, host=host, base_port=base_port, single=cluster is None, scheme=scheme
     )
     for plan in plans:
-        if urlsplit(plan.relay_url).hostname is None or " " in plan.host:
+        relay_parts = split_url(plan.relay_url)
+        if relay_parts is None or relay_parts.hostname is None or " " in plan.host:
             bad_usage(f"--host {host!r} does not make a usable relay URL ({plan.relay_url}).")
     if if_missing and _already_done(plans):
         typer.echo(f"{directory}: {', '.join(names)} already initialised; nothing changed.")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
 
 from teaagent.config._agent_tables import AGENT_KEYS, MCP_KEYS, agent_settings, mcp_settings, model_settings
 from teaagent.config._model import (
@@ -21,7 +20,15 @@ from teaagent.config._model import (
 )
 from teaagent.config._peer_tables import QUORUM_KEYS, holds_a_public_key, peer_settings, quorum_settings
 from teaagent.config._service_tables import APPROVER_KEYS, TLS_KEYS, approver_settings, tls_settings
-from teaagent.config._table import Table, check_agent_id, check_http_url, parse_key, read_toml, resolve_path
+from teaagent.config._table import (
+    Table,
+    check_agent_id,
+    check_http_url,
+    parse_key,
+    read_toml,
+    resolve_path,
+    split_url,
+)
 from teaagent.errors import ConfigError
 from teaagent.signing import SSHPublicKey
 
@@ -123,7 +130,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
 
     redis_url = root.string("redis_url", EMBEDDED_REDIS)
     assert redis_url is not None
-    if redis_url != EMBEDDED_REDIS and urlsplit(redis_url).scheme not in REDIS_SCHEMES:
+    redis_parts = split_url(redis_url)
+    if redis_url != EMBEDDED_REDIS and (redis_parts is None or redis_parts.scheme not in REDIS_SCHEMES):
         raise root.error(
             "redis_url", f'must be "embedded" or a redis://, rediss:// or unix:// URL, not {redis_url!r}'
         )
@@ -133,12 +141,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
             f'{label}: redis_cluster = true needs redis_url to name a node of the cluster: "embedded" '
             "is one private server, never a cluster."
         )
-    if redis_cluster and urlsplit(redis_url).scheme == "unix":
+    if redis_cluster and redis_parts is not None and redis_parts.scheme == "unix":
         raise ConfigError(
             f"{label}: redis_cluster = true needs a redis:// or rediss:// redis_url: a cluster's nodes "
             "are reached over TCP, not unix://."
         )
-    if redis_cluster and urlsplit(redis_url).path not in ("", "/", "/0"):
+    if redis_cluster and redis_parts is not None and redis_parts.path not in ("", "/", "/0"):
         raise ConfigError(
             f"{label}: redis_cluster = true needs database 0 in redis_url: a cluster has no other."
         )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, Final, cast
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from teaagent._files import FileSentences, read_limited
 from teaagent.errors import ConfigError, SignatureError
@@ -133,10 +133,30 @@ def check_port(table: Table, key: str, default: int) -> int:
     return port
 
 
+def split_url(url: str) -> SplitResult | None:
+    """``urlsplit(url)``, its host and port read once; None when they cannot be read.
+
+    An unclosed IPv6 bracket, a bracketed host that is no address and a port out of range make
+    ``urlsplit`` or its ``hostname`` and ``port`` raise a bare ``ValueError`` in Python's words: a
+    user's typo in a URL must come back as one sentence of ours, not as an internal error.
+    """
+    try:
+        parts = urlsplit(url)
+        _ = parts.hostname, parts.port
+    except ValueError:
+        return None
+    return parts
+
+
 def check_http_url(table: Table, key: str, url: str) -> str:
-    parts = urlsplit(url)
+    parts = split_url(url)
     # urlsplit drops tabs and newlines silently (WHATWG): a URL holding any is refused, not mended.
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(ch.isspace() for ch in url):
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(ch.isspace() for ch in url)
+    ):
         raise table.error(key, f"must be an http:// or https:// URL, not {url!r}")
     return url.rstrip("/")
 

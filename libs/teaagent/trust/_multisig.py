@@ -113,8 +113,12 @@ def _key_identity(peer: str, line: str) -> bytes:
 
 
 def _check_relay_url(peer: str, url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:  # an unclosed IPv6 bracket or a port out of range: Python's own ValueError, not this sentence
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        usable = False
+    if not usable:
         raise ValueError(f"the relay URL {url!r} of {peer} is not an http or https URL.")
 
 

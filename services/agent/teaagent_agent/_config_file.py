@@ -38,7 +38,13 @@ class ModelsFileError(ValueError):
 
 
 def _toml_string(text: str) -> str:
-    # JSON's escapes are TOML's, but TOML also wants DEL escaped; no surrogates with ensure_ascii off.
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in a JSON body): no UTF-8, so no TOML
+        raise ConfigError(
+            f"{text!r} holds a lone surrogate, which a configuration file cannot hold."
+        ) from None
+    # JSON's escapes are TOML's, but TOML also wants DEL escaped.
     return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
