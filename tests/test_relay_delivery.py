@@ -85,6 +85,12 @@ async def test_the_worker_dead_letters_a_permanent_refusal(make_cluster: MakeClu
             "/v1/deliveries/dead", params={"after": one.json()[0]["entry_id"]}, headers=alpha.headers
         )
         bad_cursor = await alpha_client.get("/v1/deliveries/dead?after=yesterday", headers=alpha.headers)
+        # Cursors Redis would refuse (a number past 64 bits, another script's digits): the client's
+        # mistake, 422, never Redis's refusal passed on as a 503.
+        bad_cursors = [
+            await alpha_client.get("/v1/deliveries/dead", params={"after": cursor}, headers=alpha.headers)
+            for cursor in ("99999999999999999999-0", "0-18446744073709551616", "\u0663-0")
+        ]
         anonymous = await alpha_client.get("/v1/deliveries/dead")
 
     assert {letter.delivery.target for letter in dead} == {"beta", "gamma"}
@@ -102,6 +108,10 @@ async def test_the_worker_dead_letters_a_permanent_refusal(make_cluster: MakeClu
         item["entry_id"] for item in listed.json()
     ]
     assert error(bad_cursor)[:2] == (422, "invalid")
+    assert [error(answer)[:2] for answer in bad_cursors] == [(422, "invalid")] * 3
+    assert error(bad_cursors[0])[2] == (
+        "after=99999999999999999999-0 is not a dead letter's entry_id: both its numbers are below 2**64."
+    )
     assert error(anonymous)[:2] == (401, "unauthorized")
 
 

@@ -412,13 +412,21 @@ async def list_dead_letters(
     limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100,
     after: Annotated[
         str | None,
+        # [0-9], not \d: the validator's \d takes every script's digits, which Redis does not.
         Query(
-            pattern=r"^\d{1,20}-\d{1,20}$", description="Page on: only the dead letters after this entry_id."
+            pattern=r"^[0-9]{1,20}-[0-9]{1,20}$",
+            description="Page on: only the dead letters after this entry_id.",
         ),
     ] = None,
 ) -> Any:
     """What never reached a peer and why: a refusal that retrying cannot fix, too many failed
     attempts, or a request that expired first. Kept until trimmed (the newest 10,000 stay)."""
+    if after is not None and any(int(part) >= 2**64 for part in after.split("-")):
+        raise ApiError(
+            422,
+            "invalid",
+            f"after={after} is not a dead letter's entry_id: both its numbers are below 2**64.",
+        )
     letters = await relay.deliveries.dead_letters(limit, after=after)
     return [
         DeadLetterOut(
