@@ -489,6 +489,7 @@ async def test_every_refusal_is_an_error_out_with_its_code(
         not_found = await client.get(f"/v1/requests/{unknown}")
         not_found_from = await client.post(f"/v1/requests/{request_id}/approve", json={"origin": "gamma"})
         no_reason = await client.post(f"/v1/requests/{request_id}/deny", json={"reason": ""})
+        blank_reason = await client.post(f"/v1/requests/{request_id}/deny", json={"reason": "  \t"})
         extra_field = await client.post(f"/v1/requests/{request_id}/approve", json={"reasons": "x"})
         not_json = await client.post(
             f"/v1/requests/{request_id}/approve", content=b"{", headers={"Content-Type": "application/json"}
@@ -516,6 +517,8 @@ async def test_every_refusal_is_an_error_out_with_its_code(
         f"No request {request_id} from gamma is in this node's inbox.",
     )
     assert error(no_reason)[:2] == (422, "invalid")
+    assert error(blank_reason)[:2] == (422, "invalid")
+    assert "a denial needs a reason for the origin's operators, not only blanks" in error(blank_reason)[2]
     assert error(extra_field)[:2] == (422, "invalid")
     assert error(not_json)[:2] == (400, "invalid")
     assert error(too_large) == (413, "too_large", "The request body is larger than the limit of 65536 bytes.")

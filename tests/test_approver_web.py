@@ -166,6 +166,32 @@ def test_a_request_that_changed_since_the_page_is_not_signed(web_cluster: WebClu
     assert web_cluster.decision(request["request_id"]) is None
 
 
+def test_a_request_id_with_a_trailing_newline_is_no_request_not_a_relay_that_disagrees(
+    web_cluster: WebCluster,
+) -> None:
+    request = web_cluster.deliver(web_cluster.request(call_id="newline-http"))
+    request_id = request["request_id"]
+    with signed_in(web_cluster) as client:
+        assert client.get(f"/web/requests/alpha/{request_id}").status_code == 200
+        for path in (f"/web/requests/alpha/{request_id}%0A", f"/web/requests/alpha%0A/{request_id}"):
+            answer = client.get(path)
+            assert answer.status_code == 404, (path, answer.status_code)
+            assert "There is no such request" in answer.text
+            assert "disagree" not in answer.text
+
+
+def test_a_statement_time_of_other_digits_than_ascii_is_refused_in_our_words(web_cluster: WebCluster) -> None:
+    request = web_cluster.deliver(web_cluster.request(call_id="superscript-http"))
+    path = f"/web/requests/alpha/{request['request_id']}/statement"
+    with signed_in(web_cluster) as client:
+        # str.isdigit takes "²" and "٣", which int() refuses in Python's own words.
+        for at in ("\u00b2", "\u0663", "x"):
+            answer = client.get(path, params={"kind": "approval", "at": at})
+            assert answer.status_code == 422, (at, answer.status_code)
+            assert "is not a Unix time" in answer.text
+            assert "invalid literal" not in answer.text
+
+
 def test_a_denial_needs_a_reason(web_cluster: WebCluster) -> None:
     request = web_cluster.deliver(web_cluster.request(call_id="deny-http"))
     path = f"/web/requests/alpha/{request['request_id']}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from teaagent.service import SettledOut
 
@@ -141,6 +141,14 @@ class DenyIn(_Confirmed):
     origin: str | None = Field(
         default=None, pattern=AGENT_ID, description="The origin, when several sent a request of this id."
     )
+
+    @field_validator("reason")
+    @classmethod
+    def _not_blank(cls, reason: str) -> str:
+        # As the web inbox and the command line ask: blanks tell the origin's operators nothing.
+        if not reason.strip():
+            raise ValueError("a denial needs a reason for the origin's operators, not only blanks")
+        return reason
 
 
 class DecisionIn(_Confirmed):

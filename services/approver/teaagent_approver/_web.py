@@ -107,8 +107,10 @@ _HEADERS: Final = (
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 )
-_ORIGIN_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_REQUEST_ID = re.compile(r"^[0-9a-f]{32}$")
+# Matched whole (fullmatch): "$" would also match before a final newline, and that id, handed on to
+# the relay, comes back without it: a typo would read as a relay that disagrees.
+_ORIGIN_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_REQUEST_ID = re.compile(r"[0-9a-f]{32}")
 _STATIC: Final = {"web.css": "text/css; charset=utf-8", "web.js": "text/javascript; charset=utf-8"}
 
 
@@ -201,7 +203,7 @@ async def _wait_for_change(
 
 
 def _ref(origin: str, request_id: str) -> tuple[str, str]:
-    if not _ORIGIN_ID.match(origin) or not _REQUEST_ID.match(request_id):
+    if not _ORIGIN_ID.fullmatch(origin) or not _REQUEST_ID.fullmatch(request_id):
         raise ApiError(
             404, "not_found", "There is no such request: an origin and a 32-character id name one."
         )
@@ -440,7 +442,7 @@ async def _rebuilt(
     payload_digest: str | None,
 ) -> dict[str, Any]:
     """The statement offered for signing at ``at``, rebuilt from the verified request."""
-    if not at.isdigit():
+    if not (at.isascii() and at.isdigit()):  # isdigit alone takes "²", which int() refuses
         raise Refused(422, "The statement's time is not a Unix time; prepare the statement again.")
     item = await _find(engine, request_id, origin)
     _check_expected(item, tool_name, payload_digest)
