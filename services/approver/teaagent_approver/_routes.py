@@ -2,7 +2,8 @@
 
 API deviations (from /tmp/brief/issue10.md, for the command line's authors):
 
-- ``deny`` needs a non-empty ``reason`` (422 ``invalid`` otherwise): the origin shows it to its user.
+- ``deny`` needs a ``reason`` that is not only blanks (422 ``invalid`` otherwise): the origin shows
+  it to its user.
 - ``bad origin signature``: ``approve``, ``deny``, ``decision`` and ``statement`` on a request whose
   origin signature does not verify answer 422 ``invalid`` (the relay refuses such requests before
   its inbox, so only a tampered store shows it).
