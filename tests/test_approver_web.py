@@ -192,6 +192,19 @@ def test_a_statement_time_of_other_digits_than_ascii_is_refused_in_our_words(web
             assert "invalid literal" not in answer.text
 
 
+def test_a_sign_in_form_that_cannot_be_read_is_refused_as_a_form_not_as_json(web_cluster: WebCluster) -> None:
+    with httpx.Client(base_url=web_cluster.url, timeout=30) as client:
+        answer = client.post(
+            "/web/login",
+            content=b"garbage",
+            headers={"Content-Type": "multipart/form-data", **origin_of(client)},
+        )
+    assert answer.status_code == 400
+    assert answer.json()["message"] == (
+        "The request body could not be read as the JSON or the form its content type names."
+    )
+
+
 def test_a_denial_needs_a_reason(web_cluster: WebCluster) -> None:
     request = web_cluster.deliver(web_cluster.request(call_id="deny-http"))
     path = f"/web/requests/alpha/{request['request_id']}"

@@ -125,8 +125,8 @@ class ErrorTable:
                 detail = f"There is no such resource on this {self.service}."
             elif status == 405:
                 detail = "This path does not take that method."
-            elif status == 400:
-                detail = "The request body could not be read as JSON."
+            elif status == 400:  # FastAPI's own: a body its content type's parser could not read
+                detail = "The request body could not be read as the JSON or the form its content type names."
             return error_response(status, self.code_of(status), sentence(detail), dict(exc.headers or {}))
         for kind, (status, code) in self.exceptions.items():
             if isinstance(exc, kind):
