@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from quorum_support import CONFIG, NOW, REQUEST, approve, deny, full
+from quorum_support import CONFIG, KEYS, NOW, REQUEST, approve, deny, full, line
 
-from teaagent.quorum import canonical
+import teaagent.quorum._request as request_module
+from teaagent.quorum import canonical, sign_request
 from teaagent_relay._errors import ApiError
-from teaagent_relay._protocol import check_statement, decision_bytes, verify_decision
+from teaagent_relay._protocol import check_request_signature, check_statement, decision_bytes, verify_decision
 
 PEERS = tuple(CONFIG.peer_agent_ids)
 
@@ -53,4 +54,25 @@ def test_a_decision_signed_by_another_key_is_refused() -> None:
         verify_decision(
             kind, rebuilt, signature, CONFIG.keys_of("gamma"), allow_dev=False, whose="gamma's key"
         )
+    assert (refused.value.status_code, refused.value.code) == (403, "bad_signature")
+
+
+def test_the_origins_signature_is_checked_without_checking_the_request_a_second_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The relay refuses a malformed request in its own words first (request_problem, 422); the
+    # signature's check then costs a verification, not the document's structure once more.
+    signature = sign_request(REQUEST, KEYS["alpha"])
+    checked: list[object] = []
+    problem = request_module.request_problem
+    monkeypatch.setattr(
+        request_module, "request_problem", lambda request: checked.append(request) or problem(request)
+    )
+
+    wire = check_request_signature(REQUEST, signature, line("alpha"), allow_dev=False, whose="alpha's key")
+
+    assert wire == signature
+    assert checked == []
+    with pytest.raises(ApiError) as refused:  # and the check is still a check
+        check_request_signature(REQUEST, signature, line("beta"), allow_dev=False, whose="beta's key")
     assert (refused.value.status_code, refused.value.code) == (403, "bad_signature")

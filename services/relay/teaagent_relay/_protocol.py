@@ -24,9 +24,9 @@ from teaagent.quorum import (
     rebuild_decision,
     signing_key,
     statement_bytes,
-    verify_request_signature,
     wire_signature,
 )
+from teaagent.quorum._request import verify_checked_request_signature
 from teaagent.trust import SignerKey
 from teaagent_relay._errors import ApiError
 
@@ -94,6 +94,8 @@ def check_request_signature(
 ) -> str:
     """Verify the origin's signature over a well-formed request; return the signature in wire form.
 
+    The caller has refused a malformed request already (``request_problem``), in its own words.
+
     PROTOCOL.md "Keys of the origin": any of ``keys`` (all the origin's keys in this node's
     configuration) may have signed, if its namespaces and validity allow ``teaagent-request`` at
     the request's ``created_at`` (:func:`teaagent.quorum.verify_request_signature`).
@@ -108,7 +110,7 @@ def check_request_signature(
     ):
         return signature
     try:
-        verify_request_signature(request, signature, keys)
+        verify_checked_request_signature(request, signature, keys)
         return wire_signature(signature)
     except (SignatureError, ValueError) as exc:
         raise ApiError(
