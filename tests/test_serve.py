@@ -62,6 +62,28 @@ def test_serve_app_on_a_port_in_use_exits_2_with_one_sentence(capsys: pytest.Cap
     assert started == []  # refused before the application's start-up ran
 
 
+@pytest.mark.parametrize("port", [0, 70_000, -1])
+def test_serve_app_on_a_port_out_of_range_exits_2_and_listens_nowhere(
+    port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # getaddrinfo takes 70000 as 70000 % 65536 and 0 as any free port: the service would say one
+    # port and listen on another.
+    started: list[bool] = []
+    with pytest.raises(typer.Exit) as exited:
+        serve_app(
+            FastAPI(on_startup=[lambda: started.append(True)]),
+            host="127.0.0.1",
+            port=port,
+            what="the MCP server",
+        )
+
+    assert exited.value.exit_code == 2
+    assert capsys.readouterr().err == (
+        f"teaagent: the MCP server cannot listen on 127.0.0.1:{port}: a TCP port is between 1 and 65535.\n"
+    )
+    assert started == []
+
+
 def test_serve_app_on_an_address_of_no_interface_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(typer.Exit) as exited:
         serve_app(FastAPI(), host="192.0.2.1", port=free_port(), what="the approver of beta")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import stat
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from teaagent._json import parse_json
 from teaagent.errors import ConfigError
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "UnusableFileError",
     "atomic_write",
     "check_file_id",
+    "expand_home",
     "read_json_file",
     "read_limited",
     "sync_folder",
@@ -46,6 +47,22 @@ def check_file_id(value: object, what: str) -> str:
     if not isinstance(value, str) or FILE_ID_PATTERN.fullmatch(value) is None:
         raise ValueError(f"{what} {value!r} must be 1 to 64 letters, digits, '_' or '-'.")
     return value
+
+
+def expand_home(path: str | os.PathLike[str]) -> Path:
+    """``Path(path).expanduser()``, or one sentence when ``~user`` names nobody.
+
+    ``expanduser`` raises a bare ``RuntimeError`` ("Could not determine home directory.") for a
+    user this machine does not know, or when it knows no home at all.
+
+    Raises:
+        ConfigError: The path starts with a ``~`` whose home this machine cannot tell.
+    """
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        user = str(path).split("/", 1)[0]
+        raise ConfigError(f"{path}: this machine knows no home directory for {user}.") from None
 
 
 def sync_folder(folder: str | os.PathLike[str]) -> None:
@@ -188,6 +205,6 @@ def read_json_file(path: Path, limit: int, *, private: bool = False) -> Any:
     if len(data) > limit:
         raise UnusableFileError(f"is larger than {limit} bytes")
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(data)
+    except ValueError as exc:  # not JSON, not UTF-8, nested too deep, an integer too long to read
         raise UnusableFileError(f"is not valid JSON ({exc})") from None

@@ -40,6 +40,7 @@ import typer
 
 from teaagent._display import visible
 from teaagent._files import FileSentences, read_limited
+from teaagent._json import parse_json
 from teaagent._words import time_left
 from teaagent.approver_client import (
     Expected,
@@ -80,6 +81,14 @@ app = typer.Typer(
 
 MAX_STATEMENT_BYTES: Final = 64 * 1024  # a statement copies a request's fields, not its arguments
 MAX_SIGNATURE_BYTES: Final = 64 * 1024  # an armored SSHSIG of any supported key is a few KB
+MAX_TOOL_PATTERN_CHARS: Final = 256  # the approver's own bound on ?tool= (GET /v1/requests)
+
+
+def _check_tool_pattern(tool: str | None) -> None:
+    """Refuse a --tool the approver would refuse, before anything is sent (or a URL too long made)."""
+    if tool is not None and len(tool) > MAX_TOOL_PATTERN_CHARS:
+        bad_usage(f"--tool is a pattern of at most {MAX_TOOL_PATTERN_CHARS} characters, not {len(tool)}.")
+
 
 # -- files --------------------------------------------------------------------------------------
 
@@ -144,6 +153,7 @@ def list_requests(
     """List the requests that reached this node from its peers, those waiting for a decision first."""
     if state not in ("pending", "approved", "denied", "expired", "withdrawn", "settled", "all"):
         bad_usage(f"--state is pending, approved, denied, expired, withdrawn, settled or all, not {state!r}.")
+    _check_tool_pattern(tool)
     node, client = connect(config)
     with client, answers():
         items = client.list_requests(state, origin=origin, tool=tool, limit=limit)  # type: ignore[arg-type]
@@ -321,8 +331,8 @@ def submit(
     """Hand the approver a decision signed elsewhere: a statement and its SSH signature."""
     raw = _read_small(statement_file, "statement file", MAX_STATEMENT_BYTES)
     try:
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = parse_json(raw.decode("utf-8"))
+    except ValueError:  # not UTF-8, not JSON, nested too deep, an integer too long to read
         bad_usage(f"the statement file {statement_file} is not JSON.")
     if not isinstance(document, dict):
         bad_usage(f"the statement file {statement_file} does not hold a JSON object.")
@@ -378,6 +388,7 @@ def watch(
     plain: Annotated[bool, typer.Option("--plain", help="Plain lines even on a terminal.")] = False,
 ) -> None:
     """Follow the requests waiting for this node live, and approve or deny them from the keyboard."""
+    _check_tool_pattern(tool)
     node = load_config(config)
     node.load_token()  # a token problem is a usage error now, not a retry loop later
     signer = local_signer(node, key, agent, key_id)

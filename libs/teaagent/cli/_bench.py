@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -305,8 +306,8 @@ def bench(
         raise ConfigError(
             f"there is no benchmark named {name!r}; choose one of {', '.join(sorted(BENCHMARKS))}."
         )
-    if seconds <= 0:
-        raise ConfigError("--seconds must be positive.")
+    if not (math.isfinite(seconds) and seconds > 0):  # nan passes "<= 0"; inf never ends
+        raise ConfigError(f"--seconds must be a positive number of seconds, not {seconds}.")
     if peers is not None and name != "quorum":
         raise ConfigError("--peers is for bench quorum only.")
     figures: Mapping[str, float | str]

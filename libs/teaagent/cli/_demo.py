@@ -285,7 +285,12 @@ def demo(
     console = Console(highlight=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="teaagent-demo-") as scratch:
         folder = Path(directory) if directory is not None else Path(scratch)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where a folder goes (FileExistsError, NotADirectoryError)...
+            raise ConfigError(
+                f"the demo folder {exc.filename or folder} cannot be made a folder: {exc.strerror or exc}."
+            ) from None
         if any(folder.iterdir()):
             raise ConfigError(f"the demo folder {folder} is not empty; give an empty or new one.")
         with _signals():

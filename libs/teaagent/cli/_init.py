@@ -29,6 +29,7 @@ from typing import Annotated, Final
 
 import typer
 
+from teaagent._files import expand_home
 from teaagent.cli._exit import bad_usage
 from teaagent.config import load_config
 from teaagent.config._table import split_url
@@ -346,9 +347,9 @@ def _check_tls(cert: Path | None, key: Path | None, ca: Path | None) -> None:
     """Load the TLS files now, as node.toml's loader will: a wrong pair stops init before any key is made."""
     try:
         if cert is not None and key is not None:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert.expanduser(), key.expanduser())
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(expand_home(cert), expand_home(key))
         if ca is not None:
-            ssl.create_default_context(cafile=str(ca.expanduser()))
+            ssl.create_default_context(cafile=str(expand_home(ca)))
     except (OSError, ssl.SSLError) as exc:
         reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
         bad_usage(f"the TLS files do not load: {str(reason).rstrip('.').lower().replace('_', ' ')}.")
@@ -433,7 +434,7 @@ def init(
     ] = None,
 ) -> None:
     """Scaffold a node in DIRECTORY (key by ssh-keygen, node.toml, data folder), or a --cluster of them."""
-    directory = directory.expanduser()
+    directory = expand_home(directory)
     if cluster is not None and name is not None:
         bad_usage("--name is for one node; with --cluster the names are the cluster's.")
     if not 1 <= base_port <= 65535:
@@ -448,6 +449,8 @@ def init(
                 "'.', '_' or '-', starting with a letter or digit)."
             )
     redis_parts = split_url(redis_url)
+    if required is not None and required < 1:  # checked against the peers later, when there are some
+        bad_usage(f"--required {required} is not a number of approvals: give 1 or more.")
     if redis_url != "embedded" and (
         redis_parts is None or redis_parts.scheme not in ("redis", "rediss", "unix")
     ):
@@ -459,25 +462,34 @@ def init(
     if tls_cert is not None and cluster is not None:
         bad_usage("--tls-cert is one relay's certificate: give it to each node's own teaagent init.")
     for option, given in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-ca", tls_ca)):
-        if given is not None and not given.expanduser().is_file():
+        if given is not None and not expand_home(given).is_file():
             bad_usage(f"{option} {given} is not a file.")
     _check_tls(tls_cert, tls_key, tls_ca)
-    tls = _tls_table(*(None if p is None else p.expanduser().resolve() for p in (tls_cert, tls_key, tls_ca)))
+    tls = _tls_table(*(None if p is None else expand_home(p).resolve() for p in (tls_cert, tls_key, tls_ca)))
     scheme = "https" if https or tls_cert is not None else "http"
     plans = plan_cluster(
         names, directory, host=host, base_port=base_port, single=cluster is None, scheme=scheme
     )
     for plan in plans:
+        # The URL must say this very host and port: "a/b" would be host a on port 80, path /b.
         relay_parts = split_url(plan.relay_url)
-        if relay_parts is None or relay_parts.hostname is None or " " in plan.host:
+        if (
+            relay_parts is None
+            or relay_parts.hostname != plan.host.lower()
+            or relay_parts.port != plan.relay_port
+            or any(character.isspace() for character in plan.host)
+        ):
             bad_usage(f"--host {host!r} does not make a usable relay URL ({plan.relay_url}).")
     if if_missing and _already_done(plans):
         typer.echo(f"{directory}: {', '.join(names)} already initialised; nothing changed.")
         return
     _refuse_existing(plans)
-    directory.mkdir(parents=True, exist_ok=True)
-    for plan in plans:
-        plan.folder.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for plan in plans:
+            plan.folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder goes (FileExistsError, NotADirectoryError)...
+        bad_usage(f"{exc.filename or directory} cannot be made a folder: {exc.strerror or exc}.")
     if permission_mode is not None and permission_mode not in {mode.value for mode in PermissionMode}:
         allowed = ", ".join(mode.value for mode in PermissionMode)
         bad_usage(f"--permission-mode {permission_mode!r} is not one of {allowed}.")

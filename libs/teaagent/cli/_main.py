@@ -289,7 +289,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return fail(format_message() if callable(format_message) else str(exc), EXIT_USAGE)
     except ApprovalDeniedError as exc:
         return fail(str(exc), EXIT_DENIED)
-    except (ConfigError, FileNotFoundError, IsADirectoryError) as exc:
+    except (ConfigError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
         return fail(str(exc), EXIT_USAGE)
     except TeaAgentError as exc:
         return fail(str(exc), EXIT_FAILED)

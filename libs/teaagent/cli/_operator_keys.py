@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from teaagent._files import expand_home
 from teaagent.cli._exit import bad_usage
 from teaagent.config import NodeConfig
 from teaagent.errors import ConfigError, SignatureError
@@ -54,7 +55,7 @@ def key_file_signer(path: Path) -> Signer:
         typer.Exit: Exit 2 with the sentence naming the problem: a folder, a missing or unreadable
             file, not a key, a passphrase needed with no terminal to ask it, a wrong passphrase.
     """
-    path = path.expanduser()
+    path = expand_home(path)
     if path.is_dir():
         bad_usage(f"the private key {path} is a folder, not a key file.")
     try:

@@ -22,7 +22,7 @@ import tomlkit
 import typer
 from tomlkit.items import Table
 
-from teaagent._files import atomic_write
+from teaagent._files import atomic_write, expand_home
 from teaagent._words import needed_from
 from teaagent.cli._exit import bad_usage
 from teaagent.cli._options import ConfigOption
@@ -73,15 +73,19 @@ def _key_line(key: str) -> str:
             "(the .pub file, or the line ssh-keygen -y -f KEY prints)."
         )
     if not line.startswith(("ssh-", "ecdsa-", "sk-")):
-        candidate = Path(line).expanduser()
-        if candidate.is_dir():
+        candidate = expand_home(line)
+        try:
+            found, folder = candidate.exists(), candidate.is_dir()
+        except OSError:  # no file can have that name (too long: a pasted key's bare base64...)
+            found = folder = False
+        if folder:
             bad_usage(f"{candidate} is a folder, not a public key file.")
-        if not candidate.exists() and not any(space in line for space in " \t"):
+        if not found and not any(space in line for space in " \t"):
             bad_usage(
                 f"the key file {candidate} does not exist; give a public key file (NAME.pub) or the "
                 "key's line ('ssh-ed25519 AAAA...')."
             )
-        if candidate.exists():
+        if found:
             try:
                 text = candidate.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -358,7 +362,11 @@ def add_operator(
     ):
         bad_usage(f"{path}: that key already signs for {node.agent_id}.")
     operators = node.approver.operators or path.parent / OPERATORS_FILE
-    before = operators.read_text(encoding="utf-8") if operators.exists() else ""
+    try:
+        before = operators.read_text(encoding="utf-8") if operators.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable, not text
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+        bad_usage(f"the operators' file {operators} cannot be read: {str(why).rstrip('.').lower()}.")
     if before and not before.endswith("\n"):
         before += "\n"
     after = before + f'{node.agent_id} namespaces="{OPERATOR_NAMESPACES}" {line}\n'

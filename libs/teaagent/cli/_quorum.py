@@ -9,12 +9,14 @@ from typing import Annotated, Any, Final
 import typer
 
 from teaagent._files import FileSentences, read_limited
+from teaagent._json import parse_json
 from teaagent.cli._exit import bad_usage
 from teaagent.cli._options import ConfigOption
 from teaagent.config import NodeConfig, load_config
 from teaagent.errors import ConfigError, QuorumError, SignatureError
 from teaagent.quorum import policy_mismatch, request_problem, verify_certificate, verify_request_signature
-from teaagent.signing import fingerprint
+from teaagent.quorum._documents import clause
+from teaagent.signing import fingerprint, parse_public_key
 from teaagent.trust import MultiSigQuorumConfig, SignerKey
 
 app = typer.Typer(no_args_is_help=True, help="Check quorum certificates.")
@@ -26,8 +28,8 @@ def _read_certificate(path: Path) -> Any:
     sentences = FileSentences.of(f"{path}: the certificate file", MAX_CERTIFICATE_BYTES)
     raw = read_limited(path, MAX_CERTIFICATE_BYTES, sentences)
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(raw)
+    except ValueError as exc:  # not JSON, not UTF-8, nested too deep, an integer too long to read
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
         bad_usage(f"{path}: the certificate is not valid JSON{where}.")
 
@@ -92,6 +94,11 @@ def verify(
     ] = None,
 ) -> None:
     """Check that CERT.json proves the quorum with this node's keys; exit 1 with the reason if it does not."""
+    if origin_key is not None:
+        try:  # a bad option is a usage error (2), not a certificate that fails to verify (1)
+            parse_public_key(origin_key)
+        except SignatureError as exc:
+            bad_usage(f"--origin-key is not an SSH public key line: {clause(exc)}.")
     node = load_config(config)
     cert = _read_certificate(certificate)
     request = cert.get("request") if isinstance(cert, dict) else None

@@ -82,6 +82,8 @@ def _bind(host: str, port: int, what: str) -> socket.socket:
             use, not this machine's, or needs privileges.
     """
     where = _where(host, port)
+    if not 1 <= port <= 65535:  # getaddrinfo would take 70000 as 70000 % 65536, and 0 as any port
+        bad_usage(f"{what} cannot listen on {where}: a TCP port is between 1 and 65535.")
     try:
         family, kind, proto, _name, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from teaagent._files import atomic_write
+from teaagent._json import JSONDepthError, parse_json
 from teaagent.cli._options import ConfigOption
 from teaagent.config import load_config
 from teaagent.errors import ConfigError, SchemaValidationError, TeaAgentError, ToolError, ToolNotFoundError
@@ -87,9 +88,15 @@ def parse_arguments(text: str) -> dict[str, Any]:
     if len(text) > MAX_ARGUMENTS_CHARS:
         raise ConfigError(f"The arguments are longer than {MAX_ARGUMENTS_CHARS} characters.")
     try:
-        arguments = json.loads(text)
+        arguments = parse_json(text, what="The arguments object")
     except json.JSONDecodeError as exc:
         raise ConfigError(f"The arguments are not valid JSON: {exc.msg} at column {exc.colno}.") from None
+    except JSONDepthError as exc:
+        raise ConfigError(str(exc)) from None
+    except ValueError:  # json.loads's own: an integer of more digits than Python converts
+        raise ConfigError(
+            f"The arguments hold an integer of more than {sys.get_int_max_str_digits()} digits."
+        ) from None
     if not isinstance(arguments, dict):
         raise ConfigError(
             f'The arguments must be a JSON object such as \'{{"path": "README.md"}}\', not {text!r}.'

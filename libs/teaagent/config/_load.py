@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Final
 
+from teaagent._files import expand_home
 from teaagent.config._agent_tables import AGENT_KEYS, MCP_KEYS, agent_settings, mcp_settings, model_settings
 from teaagent.config._model import (
     MIN_TOKEN_CHARS,
@@ -91,7 +92,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
             raise ConfigError(f"no configuration file was given: pass --config PATH or set {CONFIG_ENV_VAR}.")
         path = from_env
     label = os.fspath(path)
-    file = Path(path).expanduser().absolute()
+    file = expand_home(path).absolute()
     base = file.parent
     root = Table(label, read_toml(label, file), allowed=ROOT_KEYS)
 
@@ -113,7 +114,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         if not private_text.strip():
             raise root.error("private_key", "is empty")
         private_key = resolve_path(base, private_text)
-        if not private_key.is_file():
+        try:
+            found = private_key.is_file()
+        except OSError:  # no file can have that name (too long...)
+            found = False
+        if not found:
             raise ConfigError(
                 f"{label}: private_key {private_text} does not exist (looked for {private_key})."
             )

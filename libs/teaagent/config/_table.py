@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 from urllib.parse import SplitResult, urlsplit
 
-from teaagent._files import FileSentences, read_limited
+from teaagent._files import FileSentences, expand_home, read_limited
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.policy import AGENT_ID_PATTERN
 from teaagent.signing import SSHPublicKey, parse_public_key
@@ -175,7 +175,7 @@ def parse_key(table: Table, key: str, line: str) -> SSHPublicKey:
 
 
 def resolve_path(base: Path, value: str) -> Path:
-    path = Path(value).expanduser()
+    path = expand_home(value)
     return path if path.is_absolute() else base / path
 
 

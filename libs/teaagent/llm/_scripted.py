@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from teaagent._files import FileSentences, read_limited
+from teaagent._json import JSONDepthError, parse_json
 from teaagent.errors import ConfigError, LLMError
 from teaagent.llm._pricing import price_for
 from teaagent.llm._types import STOP_REASONS, LLMAdapter, LLMRequest, LLMResponse, LLMToolCall
@@ -337,9 +338,11 @@ class ScriptedAdapter(LLMAdapter):
             ConfigError: The text is not JSON or the script is malformed.
         """
         try:
-            document = json.loads(text)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"The script {source} is not valid JSON: {exc}.") from exc
+            document = parse_json(text, what=f"The script {source}")
+        except JSONDepthError as exc:
+            raise ConfigError(str(exc)) from None
+        except ValueError as exc:  # not JSON, not UTF-8, an integer too long to read
+            raise ConfigError(f"The script {source} is not valid JSON: {exc}.") from None
         return cls(parse_script(document, source=source), model=model, source=source)
 
     @classmethod
