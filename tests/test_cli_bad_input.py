@@ -37,6 +37,7 @@ def _replace(config: Path, old: str, new: str) -> None:
 
 def _file(tmp_path: Path, name: str, data: str | bytes) -> str:
     path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, bytes):
         path.write_bytes(data)
     else:
@@ -95,6 +96,17 @@ CASES: dict[str, tuple[Case, str]] = {
             str(node),
         ],
         "deep-statement.json is not JSON.",
+    ),
+    "script nested too deep": (
+        lambda node, tmp: ["run", "do it", "--script", _file(tmp, "deep.json", DEEP), "--config", str(node)],
+        "The script ",
+    ),
+    "session file nested too deep": (
+        lambda node, tmp: (
+            _file(node.parent / "workspace" / ".teaagent" / "sessions", "s1.json", DEEP)
+            and ["run", "do it", "--session", "s1", "--config", str(node)]
+        ),
+        "s1.json is not valid JSON (The JSON document nests arrays and objects more than 64 levels deep.)",
     ),
     "origin key that is no key": (
         lambda node, tmp: [
