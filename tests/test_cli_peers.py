@@ -174,7 +174,8 @@ def test_peers_add_refuses_an_existing_peer_unless_replace(
         (
             # urlsplit would drop the newline and read one URL: refused, never mended.
             ["gamma", "{gamma}", "http://h:1\nhttp://h:2"],
-            "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'http://h:1\\nhttp://h:2'.",
+            # (shown to the host, never the path or query, where a secret may be)
+            "{node}: peers.gamma.relay_url must be an http:// or https:// URL, not 'http://h:1\\nhttp:/…'.",
         ),
         (
             ["gamma", "{gamma}", "http://[::1"],  # urlsplit's own ValueError, never an internal error

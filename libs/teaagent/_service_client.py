@@ -23,6 +23,7 @@ from urllib.parse import urlencode, urlsplit
 
 from teaagent._http import NoAnswer, client_verify, http_pool
 from teaagent._json import JSONDepthError, parse_json
+from teaagent._urls import shown_url
 from teaagent.errors import RelayError
 
 if TYPE_CHECKING:
@@ -159,8 +160,9 @@ class ServiceClient(Generic[Tr]):
             raise ValueError(f"timeout must be positive, not {timeout}")
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"the {self.service} URL {base_url!r} is not an http or https URL")
+            raise ValueError(f"the {self.service} URL {shown_url(base_url)!r} is not an http or https URL")
         self.base_url = base_url.rstrip("/")
+        self.shown = shown_url(self.base_url, path=True)  # what messages name: no credential
         self._token = token
         self._timeout = timeout
         self._start_command = start_command
@@ -173,7 +175,7 @@ class ServiceClient(Generic[Tr]):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.base_url!r})"
+        return f"{type(self).__name__}({self.shown!r})"
 
     def _headers(self, call: Call[Any]) -> dict[str, str] | None:
         return {"Authorization": f"Bearer {self._token}"} if call.token and self._token else None
@@ -187,27 +189,25 @@ class ServiceClient(Generic[Tr]):
         timed_out = exc.timed_out if isinstance(exc, NoAnswer) else _httpx_timeout(exc)
         if timed_out:
             return RelayError(
-                f"The {self.service} at {self.base_url} did not answer {call.what} in time: {detail}."
+                f"The {self.service} at {self.shown} did not answer {call.what} in time: {detail}."
             )
         return self._unreachable(call, detail)
 
     def _unreachable(self, call: Call[Any], detail: str) -> RelayError:
         """The sentence of a call nobody answered."""
         hint = f"; start it with `{self._start_command}`" if self._start_command else ""
-        return RelayError(
-            f"The {self.service} at {self.base_url} is unreachable ({call.what}): {detail}{hint}."
-        )
+        return RelayError(f"The {self.service} at {self.shown} is unreachable ({call.what}): {detail}{hint}.")
 
     def _not_json(self, status: int, call: Call[Any], exc: ValueError) -> RelayError:
         """The sentence of a 2xx answer that is not JSON (or nests too deep)."""
         if isinstance(exc, JSONDepthError):
             return RelayError(
-                f"The {self.service} at {self.base_url} answered {call.what} with JSON nested more than "
+                f"The {self.service} at {self.shown} answered {call.what} with JSON nested more than "
                 f"{exc.limit} levels deep.",
                 status_code=status,
             )
         return RelayError(
-            f"The {self.service} at {self.base_url} answered {call.what} with something that is not JSON.",
+            f"The {self.service} at {self.shown} answered {call.what} with something that is not JSON.",
             status_code=status,
         )
 
@@ -229,7 +229,7 @@ class ServiceClient(Generic[Tr]):
             else:
                 detail = f"something that is not what its API documents: {str(exc).rstrip('.')}"
             raise RelayError(
-                f"The {self.service} at {self.base_url} answered {call.what} with {detail}.",
+                f"The {self.service} at {self.shown} answered {call.what} with {detail}.",
                 status_code=status,
             ) from None
 
@@ -245,7 +245,7 @@ class ServiceClient(Generic[Tr]):
             pass
         message = " ".join(message.split()).rstrip(".")
         return RelayError(
-            f"The {self.service} at {self.base_url} refused {call.what} ({status} {code or 'error'}): "
+            f"The {self.service} at {self.shown} refused {call.what} ({status} {code or 'error'}): "
             f"{message}.",
             status_code=status,
             code=code,
@@ -352,9 +352,7 @@ class AsyncServiceClient(ServiceClient["httpx.AsyncBaseTransport"]):
         except NoAnswer as exc:
             raise self._no_answer(call, exc) from exc
         except ValueError as exc:  # a token with CR or LF: never sent
-            raise RelayError(
-                f"The call to the {self.service} at {self.base_url} was not sent: {exc}."
-            ) from exc
+            raise RelayError(f"The call to the {self.service} at {self.shown} was not sent: {exc}.") from exc
         return self._read(status, content, _reason(status), call)
 
 

@@ -136,11 +136,11 @@ class _Approver(ServiceClient[Any]):
 
     def _unreachable(self, call: Call[Any], detail: str) -> RelayError:
         hint = f"; start it with `{self._start_command}`" if self._start_command else ""
-        return RelayError(f"No approver answers at {self.base_url} ({call.what}: {detail}){hint}.")
+        return RelayError(f"No approver answers at {self.shown} ({call.what}: {detail}){hint}.")
 
     def _not_json(self, status: int, call: Call[Any], exc: ValueError) -> RelayError:
         return RelayError(
-            f"The approver at {self.base_url} answered {call.what} with something that is not what its API "
+            f"The approver at {self.shown} answered {call.what} with something that is not what its API "
             f"documents: {str(exc).rstrip('.')}.",
             status_code=status,
         )

@@ -136,7 +136,7 @@ class Watch:
                     pause = min(pause * 2, RETRY_CAP_SECONDS)
                     continue
                 if down:
-                    self.emit(f"the approver at {client.base_url} answers again.")
+                    self.emit(f"the approver at {client.shown} answers again.")
                     down, pause = False, RETRY_START_SECONDS
                 self._update(client, items)
                 if waiting or self._pending:

@@ -30,6 +30,7 @@ from typing import Annotated, Final
 import typer
 
 from teaagent._files import expand_home
+from teaagent._urls import shown_url
 from teaagent.cli._exit import bad_usage
 from teaagent.config import load_config
 from teaagent.config._table import split_url
@@ -455,7 +456,8 @@ def init(
         redis_parts is None or redis_parts.scheme not in ("redis", "rediss", "unix")
     ):
         bad_usage(
-            f"--redis-url must be 'embedded' or a redis://, rediss:// or unix:// URL, not {redis_url!r}."
+            "--redis-url must be 'embedded' or a redis://, rediss:// or unix:// URL, "
+            f"not {shown_url(redis_url)!r}."
         )
     if (tls_cert is None) != (tls_key is None):
         bad_usage("--tls-cert and --tls-key go together: give both, or neither.")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from teaagent._files import expand_home
+from teaagent._urls import shown_url
 from teaagent.config._agent_tables import AGENT_KEYS, MCP_KEYS, agent_settings, mcp_settings, model_settings
 from teaagent.config._model import (
     MIN_TOKEN_CHARS,
@@ -138,7 +139,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
     redis_parts = split_url(redis_url)
     if redis_url != EMBEDDED_REDIS and (redis_parts is None or redis_parts.scheme not in REDIS_SCHEMES):
         raise root.error(
-            "redis_url", f'must be "embedded" or a redis://, rediss:// or unix:// URL, not {redis_url!r}'
+            "redis_url",
+            f'must be "embedded" or a redis://, rediss:// or unix:// URL, not {shown_url(redis_url)!r}',
         )
     redis_cluster = root.boolean("redis_cluster", False)
     if redis_cluster and redis_url == EMBEDDED_REDIS:
@@ -155,7 +157,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> NodeConfig:
         raise ConfigError(
             f"{label}: redis_cluster = true needs database 0 in redis_url: a cluster has no other."
         )
-    relay_url = check_http_url(root, "relay_url", root.required_string("relay_url").strip())
+    relay_url = check_http_url(
+        root, "relay_url", root.required_string("relay_url").strip(), credentials=False
+    )
     workspace = resolve_path(base, root.string("workspace", "workspace") or "workspace")
     data_dir_text = root.string("data_dir", f".teaagent-{agent_id}")
     assert data_dir_text is not None

@@ -112,7 +112,9 @@ def peer_settings(root: Table, agent_id: str, base: Path) -> dict[str, PeerConfi
                 raise ConfigError(
                     f"{root.label}: {where} and {key.source} are the same key, which would count twice."
                 )
-        relay_url = check_http_url(peer, "relay_url", peer.required_string("relay_url").strip())
+        relay_url = check_http_url(
+            peer, "relay_url", peer.required_string("relay_url").strip(), credentials=False
+        )
         peer.finish()
         peers[name] = PeerConfig(agent_id=name, public_key=keys[0].line, relay_url=relay_url, keys=keys)
     table.finish()

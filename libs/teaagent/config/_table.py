@@ -11,6 +11,7 @@ from typing import Any, Final, cast
 from urllib.parse import SplitResult, urlsplit
 
 from teaagent._files import FileSentences, expand_home, read_limited
+from teaagent._urls import shown_url
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.policy import AGENT_ID_PATTERN
 from teaagent.signing import SSHPublicKey, parse_public_key
@@ -148,7 +149,17 @@ def split_url(url: str) -> SplitResult | None:
     return parts
 
 
-def check_http_url(table: Table, key: str, url: str) -> str:
+def check_http_url(table: Table, key: str, url: str, *, credentials: bool = True) -> str:
+    """Return ``url`` without its final slashes, once it is an http:// or https:// URL with a host.
+
+    A refusal shows the URL as :func:`teaagent._urls.shown_url` does: never its user, password,
+    query or path, where a secret may be (a webhook's token). ``credentials=False`` also refuses
+    a user or password in it (a relay's URL: the node's token is its credential, and a client
+    that sends the token refuses credentials in the URL).
+
+    Raises:
+        ConfigError: Not such a URL (the sentence names the key).
+    """
     parts = split_url(url)
     # urlsplit drops tabs and newlines silently (WHATWG): a URL holding any is refused, not mended.
     if (
@@ -157,7 +168,11 @@ def check_http_url(table: Table, key: str, url: str) -> str:
         or not parts.hostname
         or any(ch.isspace() for ch in url)
     ):
-        raise table.error(key, f"must be an http:// or https:// URL, not {url!r}")
+        raise table.error(key, f"must be an http:// or https:// URL, not {shown_url(url)!r}")
+    if not credentials and (parts.username is not None or parts.password is not None):
+        raise table.error(
+            key, f"must not hold a user or password ({shown_url(url)!r}): this node's token is its credential"
+        )
     return url.rstrip("/")
 
 

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from teaagent._urls import shown_url
 from teaagent.errors import ConfigError
 from teaagent.llm._http import MAX_ATTEMPTS, Sleep
 from teaagent.llm._providers import require_provider
@@ -75,9 +76,13 @@ def create_llm_adapter(
     if base_url is None:
         base_url = config.resolve_base_url(env)
     else:
-        parts = urlsplit(base_url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"the base URL must be an http or https URL, not {base_url!r}.")
+        try:
+            parts = urlsplit(base_url.strip())
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:  # an unclosed IPv6 bracket...: Python's own words otherwise
+            usable = False
+        if not usable:
+            raise ConfigError(f"the base URL must be an http or https URL, not {shown_url(base_url)!r}.")
         base_url = base_url.strip().rstrip("/")
     from teaagent.llm._anthropic import AnthropicAdapter
     from teaagent.llm._openai import OpenAIAdapter, OpenAICompatibleAdapter

@@ -196,7 +196,7 @@ class RelayQuorumGate:
         return self._last_withdrawal
 
     def __repr__(self) -> str:
-        return f"RelayQuorumGate(origin={self._origin!r}, relay={self._client.base_url!r})"
+        return f"RelayQuorumGate(origin={self._origin!r}, relay={self._client.shown!r})"
 
     def close(self) -> None:
         """Close the relay client's connections."""

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -33,6 +33,7 @@ import redis.exceptions
 import redis.retry
 
 from teaagent._batch import Coalescer
+from teaagent._urls import shown_url
 from teaagent.errors import StoreError
 
 __all__ = [
@@ -300,16 +301,36 @@ def make_batches(redis_url: str, options: StoreOptions, *, cluster: bool = False
 
 
 def redact_url(redis_url: str) -> str:
-    """Return ``redis_url`` with any password replaced by ``***``, fit for messages and logs."""
-    parts = urlsplit(redis_url)
-    if parts.password is None:
+    """Return ``redis_url`` with any password replaced by ``***``, fit for messages and logs.
+
+    A password is in the user information (``redis://:PASSWORD@host``) or in the query
+    (``?password=PASSWORD``, which redis-py takes as the connection's password). A URL that
+    ``urlsplit`` cannot read is shown as :func:`teaagent._urls.shown_url` shows it.
+    """
+    try:
+        parts = urlsplit(redis_url)
+        port = parts.port
+    except ValueError:  # an unclosed IPv6 bracket, a port out of range
+        return shown_url(redis_url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port is not None else "")
+    query = "&".join(
+        f"{name}=***" if name.lower() == "password" else pair
+        for pair in parts.query.split("&")
+        for name in (pair.partition("=")[0],)
+    )
+    if (netloc, query) == (parts.netloc, parts.query):
         return redis_url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    # Assembled here: urlunsplit writes unix:///path, whose netloc is empty, as unix:/path.
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if query else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
+    )
 
 
 _REDIS_PY_PREFIX = re.compile(r"^Error -?\d+ (?:connecting to|while writing to|reading from) [^ ]+?\. ")

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from teaagent._fields import json_fields
+from teaagent._urls import shown_url
 from teaagent._words import needed_from
 from teaagent.errors import SignatureError
 from teaagent.signing import parse_public_key
@@ -116,10 +117,13 @@ def _check_relay_url(peer: str, url: str) -> None:
     try:  # an unclosed IPv6 bracket or a port out of range: Python's own ValueError, not this sentence
         parts = urlsplit(url)
         usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        credentials = parts.username is not None or parts.password is not None
     except ValueError:
-        usable = False
+        usable, credentials = False, False
     if not usable:
-        raise ValueError(f"the relay URL {url!r} of {peer} is not an http or https URL.")
+        raise ValueError(f"the relay URL {shown_url(url)!r} of {peer} is not an http or https URL.")
+    if credentials:  # the node's token is a relay's credential; no client sends both
+        raise ValueError(f"the relay URL {shown_url(url)!r} of {peer} must not hold a user or password.")
 
 
 def _str_list(name: str, value: object) -> list[str]:
