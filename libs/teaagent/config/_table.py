@@ -154,8 +154,8 @@ def check_http_url(table: Table, key: str, url: str, *, credentials: bool = True
 
     A refusal shows the URL as :func:`teaagent._urls.shown_url` does: never its user, password,
     query or path, where a secret may be (a webhook's token). ``credentials=False`` also refuses
-    a user or password in it (a relay's URL: the node's token is its credential, and a client
-    that sends the token refuses credentials in the URL).
+    a user or password in it (a relay's URL: a relay's callers prove themselves with the node's
+    token or with signatures, and the client that sends a token refuses credentials in the URL).
 
     Raises:
         ConfigError: Not such a URL (the sentence names the key).
@@ -170,9 +170,7 @@ def check_http_url(table: Table, key: str, url: str, *, credentials: bool = True
     ):
         raise table.error(key, f"must be an http:// or https:// URL, not {shown_url(url)!r}")
     if not credentials and (parts.username is not None or parts.password is not None):
-        raise table.error(
-            key, f"must not hold a user or password ({shown_url(url)!r}): this node's token is its credential"
-        )
+        raise table.error(key, f"must not hold a user or password, which no relay takes ({shown_url(url)!r})")
     return url.rstrip("/")
 
 
