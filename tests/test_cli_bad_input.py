@@ -2,7 +2,8 @@
 
 Each case is a mistake that once ended in Python's own exception (``internal error: RuntimeError``,
 ``RecursionError``, ``NotADirectoryError``, ``OSError``...) and exit 1, or was taken without a word
-(a port out of range served on another port, ``--required -5`` written into node.toml).
+(a port out of range served on another port, ``--required -5`` written into node.toml, a
+``--database`` that is a file passed over).
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ CASES: dict[str, tuple[Case, str]] = {
     "demo under a file": (
         lambda node, tmp: ["demo", "--dir", _file(tmp, "afile", "") + "/demo"],
         "afile/demo cannot be made a folder: Not a directory.",
+    ),
+    "tui database that is a file": (
+        lambda node, tmp: ["tui", "--database", _file(tmp, "afile", ""), "--config", str(node)],
+        "afile is a file; give the folder whose .teaagent/ keeps the sessions.",
     ),
     "peer key longer than a file name": (
         lambda node, tmp: ["peers", "add", "beta", "A" * 300, "http://127.0.0.1:9000", "--config", str(node)],

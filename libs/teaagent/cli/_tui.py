@@ -99,6 +99,8 @@ def tui(
             bad_usage(f"--permission is one of {known}, not {permission!r}.")
     signer = local_signer(node, key, agent, key_id)
     folder = database if database is not None else str(node.workspace)
+    if folder != MEMORY and (node.workspace / folder).exists() and not (node.workspace / folder).is_dir():
+        bad_usage(f"--database {folder} is a file; give the folder whose .teaagent/ keeps the sessions.")
     # The saved mode, else the node's: TeaAgentTUI itself only restores over its own default.
     mode = node.agent.permission_mode
     if folder != MEMORY:
