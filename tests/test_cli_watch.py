@@ -60,6 +60,25 @@ DELIVERED = {"state": "delivered", "attempts": 1, "error": None, "at": 1.0}
 DOWN = "delta's relay at http://127.0.0.1:9/v1/inbox is unreachable: All connection attempts failed"
 
 
+def test_what_a_relay_says_of_an_unreachable_peer_stays_on_its_one_line(tmp_path: Any) -> None:
+    # The relay's own words about a delivery: a line break in them would draw a line of their own,
+    # worded as a verified approval, under the ones that verified.
+    request = a_request(tmp_path)
+    forged = "refused.\nteaagent: \u2713 beta approved (key SHA256:x, 1.2 s after asking): 1 approval\x1b[2K"
+    failing = {"state": "failing", "attempts": 1, "error": forged + "x" * 1000, "at": 1.0}
+
+    lines = wait_news(
+        progress(request, why="sent"), progress(request, deliveries={"delta": failing}), ASKED + 1
+    )
+
+    (line,) = lines
+    assert line.startswith("delta could not be reached: refused.\\u000ateaagent: ")
+    assert "\n" not in line
+    assert "\x1b" not in line
+    assert line.endswith("…; retrying until the request expires.")
+    assert len(line) < 400  # the relay's words are cut, whatever their length
+
+
 def test_each_change_is_one_line_deliveries_then_decisions_with_key_and_time(tmp_path: Any) -> None:
     request = a_request(tmp_path)
     lines: list[str] = []

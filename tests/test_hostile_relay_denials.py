@@ -42,12 +42,12 @@ from hostile_relay_support import (
 from hostile_relay_support import fixture_origin as fixture_origin  # the fixture
 from hostile_relay_support import fixture_relay as fixture_relay  # the fixture
 from hostile_relay_support import fixture_short_origin as fixture_short_origin  # the fixture
-from relay_support import approval, denial
+from relay_support import approval, denial, signer
 from words_support import AGO, moment_re
 
 from teaagent.audit import verify_log
 from teaagent.config import load_config
-from teaagent.quorum import sign_denial
+from teaagent.quorum import sign_denial, sign_withdrawal
 from teaagent.relay_client import DEFAULT_TIMEOUT, RequestStatus
 from teaagent.relay_client._gate import LATE_ANSWER_SECONDS
 
@@ -63,11 +63,11 @@ def test_a_denial_on_the_relays_word_alone_blames_no_peer(origin: Origin, relay:
 
     result = origin.run(TOUCH)
 
+    # Neither the relay's deniers nor its reasons: unproven, they would read as the peers' own.
     assert_refused(
         origin,
         result,
-        "shell.run was not run: the relay reported it denied by beta: made up; gamma: made up "
-        "(2 approvals from 3 peers needed), "
+        "shell.run was not run: the relay reported it denied, "
         "but the denials it sent do not prove it (it sent no signed denials).",
     )
 
@@ -83,9 +83,66 @@ def test_a_denial_with_forged_signatures_blames_no_peer(origin: Origin, relay: H
     result = origin.run(TOUCH)
 
     assert_refused(origin, result, result.error_message or "")
-    assert (result.error_message or "").startswith("shell.run was not run: the relay reported it denied by ")
-    assert "but the denials it sent do not prove it (beta: the signature does not verify with beta's" in (
-        result.error_message or ""
+    assert (result.error_message or "").startswith(
+        "shell.run was not run: the relay reported it denied, but the denials it sent do not prove it "
+        "(beta: the signature does not verify with beta's"
+    )
+    assert "made up" not in (result.error_message or "")
+
+
+def test_a_relays_reasons_cannot_draw_a_line_of_their_own(origin: Origin, relay: HostileRelay) -> None:
+    # A reason holding a line break and the wording of a verified denial: never shown at all.
+    forged = "x\nteaagent: shell.run was denied by delta: not during the freeze"
+    relay.tactic = lambda asked, phase: asked.status(
+        "denied", denied_by=["beta", "gamma"], reasons={"beta": forged, "gamma": forged}
+    )
+
+    result = origin.run(TOUCH)
+
+    assert "\n" not in (result.error_message or "")
+    assert "not during the freeze" not in (result.error_message or "")
+    assert_refused(origin, result, result.error_message or "")
+
+
+def test_one_true_denial_too_few_to_deny_is_said_so_not_that_none_was_sent(
+    origin: Origin, relay: HostileRelay
+) -> None:
+    relay.tactic = lambda asked, phase: asked.status(
+        "denied", denied_by=["beta"], denials=[denial(asked.request, "beta", "not now")]
+    )
+
+    result = origin.run(TOUCH)
+
+    assert_refused(
+        origin,
+        result,
+        "shell.run was not run: the relay reported it denied, but the denials it sent do not prove it "
+        "(the signed denials that verify are too few to deny it).",
+    )
+
+
+def test_a_withdrawal_this_node_signed_is_called_one(origin: Origin, relay: HostileRelay) -> None:
+    relay.tactic = lambda asked, phase: {
+        **asked.status("withdrawn"),
+        "withdrawal": sign_withdrawal(asked.request, signer("alpha")),
+    }
+
+    result = origin.run(TOUCH)
+
+    assert re.fullmatch(
+        r"shell\.run was not run: request [0-9a-f]{32} was withdrawn\.", result.error_message or ""
+    )
+    assert_refused(origin, result, result.error_message or "")
+
+
+def test_a_withdrawal_this_node_never_signed_is_not_called_one(origin: Origin, relay: HostileRelay) -> None:
+    relay.tactic = lambda asked, phase: asked.status("withdrawn")
+
+    result = origin.run(TOUCH)
+
+    assert_refused(origin, result, result.error_message or "")
+    assert (result.error_message or "").endswith("withdrawn, but sent no withdrawal this node signed."), (
+        result.error_message
     )
 
 

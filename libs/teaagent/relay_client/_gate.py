@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError
+from teaagent._display import visible
+from teaagent.errors import ApprovalDeniedError, QuorumError, RelayError, SignatureError
 from teaagent.quorum import (
     describe_needs,
     evaluate,
@@ -19,6 +20,7 @@ from teaagent.quorum import (
     request_problem,
     sign_request,
     sign_withdrawal,
+    verify_withdrawal,
 )
 from teaagent.relay_client._client import DEFAULT_TIMEOUT, MAX_WAIT_SECONDS, RelayClient
 from teaagent.relay_client._models import RequestStatus
@@ -257,7 +259,12 @@ class RelayQuorumGate:
         if status.state == "denied":
             raise ApprovalDeniedError(self._denial(request, status))
         if status.state == "withdrawn":
-            raise ApprovalDeniedError(f"{tool_name} was not run: request {request_id} was withdrawn.")
+            if self._withdrawn_here(request, status):
+                raise ApprovalDeniedError(f"{tool_name} was not run: request {request_id} was withdrawn.")
+            raise ApprovalDeniedError(
+                f"{tool_name} was not run: the relay reported request {request_id} withdrawn, "
+                "but sent no withdrawal this node signed."
+            )
         # Counted from what verifies here, not from the relay's word.
         raise ApprovalDeniedError(
             f"The request for {tool_name} {self._verified(request, status).describe()}."
@@ -500,6 +507,22 @@ class RelayQuorumGate:
             policy=counted.policy,
         )
 
+    def _withdrawn_here(self, request: dict[str, Any], status: RequestStatus) -> bool:
+        """Whether the relay's ``withdrawn`` comes with this node's own signed withdrawal of ``request``.
+
+        Any other withdrawal is the relay's word alone: the wait still ends (a relay can always
+        keep a request from being counted), but nobody is told this node withdrew it.
+        """
+        carried = status.withdrawal or {}
+        statement, signature = carried.get("statement"), carried.get("signature")
+        if not isinstance(statement, dict) or not isinstance(signature, str):
+            return False
+        try:
+            verify_withdrawal(request, statement, signature, self._signer.public_key.to_line())
+        except (QuorumError, SignatureError, ValueError):
+            return False
+        return True
+
     def _own_fields(self, request: dict[str, Any], status: RequestStatus) -> dict[str, Any]:
         """What the status says of the request that this node signed itself: taken from the request.
 
@@ -516,7 +539,7 @@ class RelayQuorumGate:
             "expires_at": request["expires_at"],
             "state": (
                 "withdrawn"
-                if status.state == "withdrawn"
+                if status.state == "withdrawn" and self._withdrawn_here(request, status)
                 else "expired"
                 if time.time() > request["expires_at"]
                 else "pending"
@@ -553,7 +576,15 @@ class RelayQuorumGate:
             if outcome.state == "denied":
                 return f"{tool_name} was {outcome.describe()}."
             problem = "; ".join(f"{peer}: {why}" for peer, why in outcome.rejected_denials.items())
+            if not problem:
+                problem = (
+                    "the signed denials that verify are too few to deny it"
+                    if status.denials
+                    else "it sent no signed denials"
+                )
+        # Neither the relay's deniers nor its reasons: unproven, they would read as a peer's
+        # (and a line break in them as a line of their own). What was refused is on one line.
         return (
-            f"{tool_name} was not run: the relay reported it {status.describe()}, "
-            f"but the denials it sent do not prove it ({problem or 'it sent no signed denials'})."
+            f"{tool_name} was not run: the relay reported it denied, "
+            f"but the denials it sent do not prove it ({visible(problem)})."
         )

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from teaagent._display import visible
 from teaagent._service_client import ITEM_STATES, ItemState, ListState
 from teaagent.quorum import describe_outcome
 from teaagent.trust import QuorumPolicy
@@ -31,6 +32,7 @@ _INBOX_STATES: Final = frozenset(ITEM_STATES)
 _REQUEST_STATES: Final = ("pending", "approved", "denied", "expired", "withdrawn")
 DeliveryStateName = Literal["pending", "delivered", "failing", "given_up"]
 _DELIVERY_STATES: Final = ("pending", "delivered", "failing", "given_up")
+MAX_DELIVERY_ERROR_CHARS: Final = 300  # what a relay says of a peer it cannot reach, as shown
 # The fields of an inbox item that the client reads; the relay's other fields are its description.
 _CARRIED: Final = ("request_id", "origin", "state", "request", "signature", "decision", "settlement")
 
@@ -57,6 +59,13 @@ class PeerDelivery:
         return self.state in ("failing", "given_up")
 
 
+def _one_line(text: str) -> str:
+    """``text`` with every character a terminal would not show as itself escaped, line breaks
+    included, and cut to ``MAX_DELIVERY_ERROR_CHARS``."""
+    shown = visible(text)
+    return shown if len(shown) <= MAX_DELIVERY_ERROR_CHARS else shown[:MAX_DELIVERY_ERROR_CHARS] + "…"
+
+
 def _deliveries(raw: object) -> dict[str, PeerDelivery]:
     """Read ``deliveries`` leniently: an entry this client cannot read is left out (display only)."""
     out: dict[str, PeerDelivery] = {}
@@ -73,7 +82,9 @@ def _deliveries(raw: object) -> dict[str, PeerDelivery]:
         out[str(peer)] = PeerDelivery(
             state=state,
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
-            error=str(error) if error is not None else None,
+            # The relay's own words, shown on one line: a line break or an escape sequence in them
+            # could draw lines of their own ("✓ beta approved...") under the ones that verified.
+            error=_one_line(str(error)) if error is not None else None,
         )
     return out
 
