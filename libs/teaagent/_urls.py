@@ -4,6 +4,8 @@ A URL in a configuration can hold a secret in its user information (``redis://:P
 ``https://user:pass@proxy``), in its query (``redis://host/0?password=...``) or in its path (a
 Slack webhook's token). Every sentence that names a URL names it through :func:`shown_url`, and a
 rejected URL, which no parser may be able to read, the same way: this module reads it as text.
+:func:`split_url` is ``urlsplit`` for a URL that may be malformed: None instead of Python's
+``ValueError``.
 
 This module sits below every other (it imports none of teaagent), as ``_json`` does.
 """
@@ -12,10 +14,26 @@ from __future__ import annotations
 
 import re
 from typing import Final
+from urllib.parse import SplitResult, urlsplit
 
-__all__ = ["shown_url"]
+__all__ = ["shown_url", "split_url"]
 
 _QUERY_OR_FRAGMENT: Final = re.compile(r"[?#]")
+
+
+def split_url(url: str) -> SplitResult | None:
+    """``urlsplit(url)``, its host and port read once; None when they cannot be read.
+
+    An unclosed IPv6 bracket, a bracketed host that is no address and a port out of range make
+    ``urlsplit`` or its ``hostname`` and ``port`` raise a bare ``ValueError`` in Python's words: a
+    user's typo in a URL must come back as one sentence of ours, not as an internal error.
+    """
+    try:
+        parts = urlsplit(url)
+        _ = parts.hostname, parts.port
+    except ValueError:
+        return None
+    return parts
 
 
 def shown_url(url: str, *, path: bool = False) -> str:

@@ -30,10 +30,9 @@ from typing import Annotated, Final
 import typer
 
 from teaagent._files import expand_home
-from teaagent._urls import shown_url
+from teaagent._urls import shown_url, split_url
 from teaagent.cli._exit import bad_usage
 from teaagent.config import load_config
-from teaagent.config._table import split_url
 from teaagent.errors import ConfigError
 from teaagent.policy import AGENT_ID_PATTERN, PermissionMode
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from teaagent._files import expand_home
-from teaagent._urls import shown_url
+from teaagent._urls import shown_url, split_url
 from teaagent.config._agent_tables import AGENT_KEYS, MCP_KEYS, agent_settings, mcp_settings, model_settings
 from teaagent.config._model import (
     MIN_TOKEN_CHARS,
@@ -29,7 +29,6 @@ from teaagent.config._table import (
     parse_key,
     read_toml,
     resolve_path,
-    split_url,
 )
 from teaagent.errors import ConfigError
 from teaagent.signing import SSHPublicKey

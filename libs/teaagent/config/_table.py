@@ -8,10 +8,9 @@ from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, Final, cast
-from urllib.parse import SplitResult, urlsplit
 
 from teaagent._files import FileSentences, expand_home, read_limited
-from teaagent._urls import shown_url
+from teaagent._urls import shown_url, split_url
 from teaagent.errors import ConfigError, SignatureError
 from teaagent.policy import AGENT_ID_PATTERN
 from teaagent.signing import SSHPublicKey, parse_public_key
@@ -132,21 +131,6 @@ def check_port(table: Table, key: str, default: int) -> int:
     if not 1 <= port <= 65535:
         raise table.error(key, f"must be a TCP port between 1 and 65535, not {port}")
     return port
-
-
-def split_url(url: str) -> SplitResult | None:
-    """``urlsplit(url)``, its host and port read once; None when they cannot be read.
-
-    An unclosed IPv6 bracket, a bracketed host that is no address and a port out of range make
-    ``urlsplit`` or its ``hostname`` and ``port`` raise a bare ``ValueError`` in Python's words: a
-    user's typo in a URL must come back as one sentence of ours, not as an internal error.
-    """
-    try:
-        parts = urlsplit(url)
-        _ = parts.hostname, parts.port
-    except ValueError:
-        return None
-    return parts
 
 
 def check_http_url(table: Table, key: str, url: str, *, credentials: bool = True) -> str:

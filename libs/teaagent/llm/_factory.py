@@ -6,11 +6,10 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping
 from typing import Final
-from urllib.parse import urlsplit
 
 import httpx
 
-from teaagent._urls import shown_url
+from teaagent._urls import shown_url, split_url
 from teaagent.errors import ConfigError
 from teaagent.llm._http import MAX_ATTEMPTS, Sleep
 from teaagent.llm._providers import require_provider
@@ -76,12 +75,8 @@ def create_llm_adapter(
     if base_url is None:
         base_url = config.resolve_base_url(env)
     else:
-        try:
-            parts = urlsplit(base_url.strip())
-            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
-        except ValueError:  # an unclosed IPv6 bracket...: Python's own words otherwise
-            usable = False
-        if not usable:
+        parts = split_url(base_url.strip())  # None: an unclosed IPv6 bracket...
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"the base URL must be an http or https URL, not {shown_url(base_url)!r}.")
         base_url = base_url.strip().rstrip("/")
     from teaagent.llm._anthropic import AnthropicAdapter

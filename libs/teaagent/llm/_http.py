@@ -19,10 +19,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, TypedDict
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from teaagent._urls import shown_url
 from teaagent.errors import LLMAuthenticationError, LLMError, LLMRateLimitError, LLMResponseError
 from teaagent.llm._pricing import ModelPrice, price_for
 from teaagent.llm._providers import PROVIDER_CONFIGS
@@ -143,16 +143,6 @@ class ParsedReply(NamedTuple):
     output_tokens: int
 
 
-def _display_url(url: str) -> str:
-    """Return ``url`` without user information, which may hold a credential."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def _one_line(text: str) -> str:
     """Return ``text`` on one line, cut to :data:`MAX_ERROR_DETAIL_CHARS`, without its final full stop."""
     flat = " ".join(text.split()).rstrip(".")
@@ -252,7 +242,7 @@ class HTTPAdapter(LLMAdapter):
         key = "set" if self._api_key else "none"
         return (
             f"{type(self).__name__}(provider={self.provider!r}, model={self.model!r}, "
-            f"base_url={_display_url(self.base_url)!r}, api_key={key})"
+            f"base_url={shown_url(self.base_url, path=True)!r}, api_key={key})"
         )
 
     # --- what a provider defines --------------------------------------------------------------
@@ -492,7 +482,7 @@ class HTTPAdapter(LLMAdapter):
                 response = await client.send(request, stream=True)
             except httpx.TransportError as exc:
                 cause = exc
-                where = _display_url(self.base_url)
+                where = shown_url(self.base_url, path=True)
                 message = f"Could not reach the {self.provider} provider at {where} after {attempts}"
                 last = LLMError(self._redact(f"{message} ({type(exc).__name__})."))
             else:

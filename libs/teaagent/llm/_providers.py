@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
-from teaagent._urls import shown_url
+from teaagent._urls import shown_url, split_url
 from teaagent.errors import ConfigError, MissingAPIKeyError
 
 __all__ = ["PROVIDER_CONFIGS", "ProviderConfig", "available_providers", "require_provider"]
@@ -50,11 +49,8 @@ class ProviderConfig:
         override = env.get(self.base_url_env, "").strip() if self.base_url_env else ""
         if not override:
             return self.base_url.rstrip("/")
-        try:
-            usable = urlsplit(override).scheme in ("http", "https") and bool(urlsplit(override).hostname)
-        except ValueError:  # an unclosed IPv6 bracket...: Python's own words otherwise
-            usable = False
-        if not usable:
+        parts = split_url(override)  # None: an unclosed IPv6 bracket...
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(
                 f"{self.base_url_env} must be an http or https URL, not {shown_url(override)!r}."
             )

@@ -33,7 +33,7 @@ import redis.exceptions
 import redis.retry
 
 from teaagent._batch import Coalescer
-from teaagent._urls import shown_url
+from teaagent._urls import shown_url, split_url
 from teaagent.errors import StoreError
 
 __all__ = [
@@ -307,11 +307,10 @@ def redact_url(redis_url: str) -> str:
     (``?password=PASSWORD``, which redis-py takes as the connection's password). A URL that
     ``urlsplit`` cannot read is shown as :func:`teaagent._urls.shown_url` shows it.
     """
-    try:
-        parts = urlsplit(redis_url)
-        port = parts.port
-    except ValueError:  # an unclosed IPv6 bracket, a port out of range
+    parts = split_url(redis_url)
+    if parts is None:  # an unclosed IPv6 bracket, a port out of range
         return shown_url(redis_url)
+    port = parts.port
     netloc = parts.netloc
     if parts.password is not None:
         host = parts.hostname or ""

@@ -17,10 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import translate
 from typing import Any
-from urllib.parse import urlsplit
 
 from teaagent._fields import json_fields
-from teaagent._urls import shown_url
+from teaagent._urls import shown_url, split_url
 from teaagent._words import needed_from
 from teaagent.errors import SignatureError
 from teaagent.signing import parse_public_key
@@ -114,15 +113,10 @@ def _key_identity(peer: str, line: str) -> bytes:
 
 
 def _check_relay_url(peer: str, url: str) -> None:
-    try:  # an unclosed IPv6 bracket or a port out of range: Python's own ValueError, not this sentence
-        parts = urlsplit(url)
-        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-        credentials = parts.username is not None or parts.password is not None
-    except ValueError:
-        usable, credentials = False, False
-    if not usable:
+    parts = split_url(url)  # None: an unclosed IPv6 bracket, a port out of range...
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0:
         raise ValueError(f"the relay URL {shown_url(url)!r} of {peer} is not an http or https URL.")
-    if credentials:  # the node's token is a relay's credential; no client sends both
+    if parts.username is not None or parts.password is not None:  # no client sends them and a token
         raise ValueError(f"the relay URL {shown_url(url)!r} of {peer} must not hold a user or password.")
 
 
