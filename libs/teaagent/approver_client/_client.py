@@ -9,7 +9,7 @@ approver's status and stable ``ErrorOut`` code, with one sentence a person reads
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 from urllib.parse import quote
 
 from teaagent._service_client import (
@@ -34,7 +34,15 @@ from teaagent.approver_client._models import (
 from teaagent.errors import RelayError
 from teaagent.quorum import stated_kind
 
-__all__ = ["DEFAULT_TIMEOUT", "MAX_WAIT_SECONDS", "ApproverClient", "AsyncApproverClient"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_TOOL_PATTERN_CHARS",
+    "MAX_WAIT_SECONDS",
+    "ApproverClient",
+    "AsyncApproverClient",
+]
+
+MAX_TOOL_PATTERN_CHARS: Final = 256  # GET /v1/requests?tool=: the approver's bound, its clients' too
 
 
 def _expected_fields(expected: Expected | None) -> dict[str, str]:

@@ -46,6 +46,7 @@ from teaagent.approver_client import (
     Expected,
     check_before_signing,
 )
+from teaagent.approver_client._client import MAX_TOOL_PATTERN_CHARS
 from teaagent.cli._approvals_watch import run_watch
 from teaagent.cli._exit import bad_usage
 from teaagent.cli._inbox import (
@@ -81,7 +82,6 @@ app = typer.Typer(
 
 MAX_STATEMENT_BYTES: Final = 64 * 1024  # a statement copies a request's fields, not its arguments
 MAX_SIGNATURE_BYTES: Final = 64 * 1024  # an armored SSHSIG of any supported key is a few KB
-MAX_TOOL_PATTERN_CHARS: Final = 256  # the approver's own bound on ?tool= (GET /v1/requests)
 
 
 def _check_tool_pattern(tool: str | None) -> None:

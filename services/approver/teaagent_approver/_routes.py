@@ -36,6 +36,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from teaagent._reload import ReloadOut
 from teaagent.approver_client import unconfirmed
+from teaagent.approver_client._client import MAX_TOOL_PATTERN_CHARS
 from teaagent.errors import RelayError
 from teaagent.quorum import statement_bytes
 from teaagent.relay_client import InboxItem
@@ -260,7 +261,8 @@ async def list_requests(
     state: Literal["pending", "approved", "denied", "expired", "withdrawn", "settled", "all"] = "pending",
     origin: Origin = None,
     tool: Annotated[
-        str | None, Query(max_length=256, description="An fnmatch pattern on the tool name.")
+        str | None,
+        Query(max_length=MAX_TOOL_PATTERN_CHARS, description="An fnmatch pattern on the tool name."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100,
     wait: Annotated[
